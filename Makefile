@@ -1,0 +1,37 @@
+# Front door of the assignment package. `make help` lists every target.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test demo bench handout fixtures check-generated clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## create .venv and install the pinned requirements
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+test: setup ## run the project's test suite
+	$(PY) -m pytest -q tests
+
+demo: setup handout ## grade the reference solution and the blank handout with hidden cases
+	$(PY) -m autograder.build.demo
+
+bench: setup ## print speed figures (local and hidden grading times, ratios to otter)
+	$(PY) -m autograder.build.bench
+
+handout: setup ## regenerate handout/ from solutions/ and public fixtures
+	$(PY) -m autograder.build.handout
+
+fixtures: setup ## regenerate fixtures/ (attention cases, ...) and their manifest
+	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
+
+clean: ## remove build outputs (keeps .venv)
+	rm -rf build grades .pytest_cache

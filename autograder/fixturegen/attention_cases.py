@@ -1,0 +1,135 @@
+"""Generate the attention test cases: public ones for the handout, hidden ones for grading.
+
+Every case is one row of CASES: its sizes, dtype, seed, score magnitude and
+visibility. Expected values come from torch.autograd in float64 applied to a
+direct transcription of the forward equations -- an oracle that shares no code
+with solutions/attention.py. Run via `make fixtures`; output goes to
+fixtures/attention/<visibility>/ as <name>.npz plus a cases.json index.
+
+    python -m autograder.fixturegen.attention_cases [--out fixtures]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from autograder import npzio
+
+QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
+# exp() of a score above this overflows in the dtype; "large" cases exceed it.
+EXP_OVERFLOW = {"float32": 88.8, "float64": 709.8}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    name: str
+    visibility: str
+    B: int
+    T: int
+    D: int
+    Dk: int
+    Dv: int
+    dtype: str
+    seed: int
+    # Largest |A_w / sqrt(Dk)| wanted in the case; None keeps unit-scale inputs.
+    max_score: float | None
+    why: str
+
+
+CASES = (
+    CaseSpec("single_batch", "public", 1, 4, 5, 3, 3, "float64", 101, None, "B = 1, D != Dk"),
+    CaseSpec("batched", "public", 3, 6, 8, 4, 4, "float64", 102, None, "B > 1: weight gradients sum over the batch"),
+    CaseSpec("batched_float32", "public", 2, 5, 6, 4, 4, "float32", 103, None, "float32 inputs stay float32"),
+    CaseSpec("large_scores_float32", "public", 2, 7, 6, 4, 4, "float32", 104, 300.0,
+             "scores large enough that exp() without max-subtraction overflows in float32"),
+    CaseSpec("dk_ne_dv", "hidden", 4, 9, 10, 3, 7, "float64", 201, None, "Dk != Dv: scale by sqrt(Dk), not sqrt(Dv)"),
+    CaseSpec("single_step", "hidden", 1, 1, 4, 2, 5, "float64", 202, None, "T = 1: a single position attends to itself"),
+    CaseSpec("single_step_batched_float32", "hidden", 3, 1, 5, 4, 2, "float32", 203, None, "T = 1 with B > 1 in float32"),
+    CaseSpec("large_scores_float64", "hidden", 2, 8, 6, 8, 2, "float64", 204, 3000.0,
+             "scores large enough that exp() without max-subtraction overflows in float64"),
+    CaseSpec("wide_float32", "hidden", 5, 12, 16, 5, 9, "float32", 205, None, "longer sequences, Dk != Dv, float32"),
+    CaseSpec("narrow_input", "hidden", 3, 6, 4, 6, 3, "float64", 206, None, "D < Dk and Dk != Dv"),
+)
+
+
+def oracle(X: torch.Tensor, W_k: torch.Tensor, W_q: torch.Tensor, W_v: torch.Tensor, dLdXnew: torch.Tensor) -> dict:
+    """Forward by the equations, backward by torch.autograd, all in float64."""
+    X, W_k, W_q, W_v = (t.detach().double().clone().requires_grad_(True) for t in (X, W_k, W_q, W_v))
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    for t in (Q, K, V):
+        t.retain_grad()
+    A_w = Q @ K.transpose(-1, -2)
+    T = X.shape[1]
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()
+    A_sig = torch.softmax((A_w / math.sqrt(W_k.shape[1])).masked_fill(~allowed, float("-inf")), dim=-1)
+    X_new = A_sig @ V
+    X_new.backward(dLdXnew.double())
+    values = {
+        "Q": Q, "K": K, "V": V, "A_w": A_w, "A_sig": A_sig, "X_new": X_new,
+        "dLdQ": Q.grad, "dLdK": K.grad, "dLdV": V.grad,
+        "dLdWq": W_q.grad, "dLdWk": W_k.grad, "dLdWv": W_v.grad, "dLdX": X.grad,
+    }
+    return {k: v.detach().numpy() for k, v in values.items()}
+
+
+def make_case(spec: CaseSpec) -> dict[str, np.ndarray]:
+    gen = torch.Generator().manual_seed(spec.seed)
+    X = torch.randn(spec.B, spec.T, spec.D, generator=gen, dtype=torch.float64)
+    W_k = torch.randn(spec.D, spec.Dk, generator=gen, dtype=torch.float64) / math.sqrt(spec.D)
+    W_q = torch.randn(spec.D, spec.Dk, generator=gen, dtype=torch.float64) / math.sqrt(spec.D)
+    W_v = torch.randn(spec.D, spec.Dv, generator=gen, dtype=torch.float64) / math.sqrt(spec.D)
+    dLdXnew = torch.randn(spec.B, spec.T, spec.Dv, generator=gen, dtype=torch.float64)
+    if spec.max_score is not None:
+        # Scores grow with the square of X's scale.
+        scores = (X @ W_q) @ (X @ W_k).transpose(-1, -2) / math.sqrt(spec.Dk)
+        X = X * math.sqrt(spec.max_score / scores.abs().max().item())
+    dtype = getattr(torch, spec.dtype)
+    inputs = {"X": X, "W_k": W_k, "W_q": W_q, "W_v": W_v, "dLdXnew": dLdXnew}
+    inputs = {k: v.to(dtype) for k, v in inputs.items()}
+    expected = oracle(**inputs)
+    if spec.max_score is not None:
+        largest = np.abs(expected["A_w"]).max() / math.sqrt(spec.Dk)
+        assert largest > EXP_OVERFLOW[spec.dtype], f"{spec.name}: scores too small to overflow a naive softmax"
+    arrays = {k: v.numpy() for k, v in inputs.items()}
+    np_dtype = np.dtype(spec.dtype)
+    arrays.update({f"expected_{q}": expected[q].astype(np_dtype) for q in QUANTITIES})
+    return arrays
+
+
+def describe(spec: CaseSpec) -> str:
+    return f"B={spec.B}, T={spec.T}, D={spec.D}, Dk={spec.Dk}, Dv={spec.Dv}, {spec.dtype}; {spec.why}"
+
+
+def write(out: Path) -> list[Path]:
+    torch.set_num_threads(1)
+    written = []
+    for vis in ("public", "hidden"):
+        folder = out / "attention" / vis
+        folder.mkdir(parents=True, exist_ok=True)
+        index = []
+        for spec in (c for c in CASES if c.visibility == vis):
+            path = folder / f"{spec.name}.npz"
+            npzio.save(path, make_case(spec))
+            written.append(path)
+            index.append({"name": spec.name, "dtype": spec.dtype, "seed": spec.seed, "description": describe(spec)})
+        (folder / "cases.json").write_text(json.dumps(index, indent=2) + "\n")
+        written.append(folder / "cases.json")
+        print(f"attention/{vis}: {len(index)} cases: {', '.join(c['name'] for c in index)}")
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("fixtures"))
+    write(ap.parse_args().out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Runs the submission's attention.py on each case's inputs (inside the child).
+
+For every case in task.json: build Attention(W_k, W_q, W_v), call forward(X)
+and backward(dLdXnew), and record X_new, dLdX and the attributes the contract
+says are stored on self. Records which autograd entry points the submission
+touched, so the grader can take away the backward points for them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from child_common import Recorder, add_submission_to_path, load_task, short_exception
+
+FORWARD_ATTRS = ("Q", "K", "V", "A_w", "A_sig")
+BACKWARD_ATTRS = ("dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv")
+
+autograd_calls: set[str] = set()
+
+
+def _tripwire(owner, attr: str, label: str) -> None:
+    original = getattr(owner, attr, None)
+    if original is None:
+        return
+
+    def wrapped(*args, **kwargs):
+        autograd_calls.add(label)
+        return original(*args, **kwargs)
+
+    setattr(owner, attr, wrapped)
+
+
+def install_tripwires() -> None:
+    _tripwire(torch.autograd, "backward", "torch.autograd.backward")
+    _tripwire(torch.autograd, "grad", "torch.autograd.grad")
+    _tripwire(torch.Tensor, "backward", "Tensor.backward")
+    _tripwire(torch.nn.functional, "scaled_dot_product_attention", "scaled_dot_product_attention")
+    for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp"):
+        _tripwire(torch.autograd.functional, name, f"torch.autograd.functional.{name}")
+    for name in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value"):
+        _tripwire(torch.func, name, f"torch.func.{name}")
+
+
+def to_array(obj):
+    if type(obj) is not torch.Tensor:
+        return None
+    return obj.detach().cpu().numpy()
+
+
+def run_case(module, case: dict) -> None:
+    rec = Recorder(case["name"])
+    with np.load(case["inputs"], allow_pickle=False) as data:
+        inputs = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
+    grad_tracking = False
+    try:
+        att = module.Attention(inputs["W_k"], inputs["W_q"], inputs["W_v"])
+    except BaseException as exc:
+        rec.error("init", exc)
+        rec.write()
+        return
+    x_new = None
+    try:
+        x_new = att.forward(inputs["X"])
+    except BaseException as exc:
+        rec.error("forward", exc)
+    rec.record("X_new", x_new, convert=to_array)
+    for name in FORWARD_ATTRS:
+        value = getattr(att, name, None)
+        grad_tracking |= bool(getattr(value, "requires_grad", False)) if type(value) is torch.Tensor else False
+        rec.record(name, value, convert=to_array)
+    # Backward runs even after a failed forward, so its own TODO or error is reported too.
+    dldx = None
+    try:
+        dldx = att.backward(inputs["dLdXnew"])
+    except BaseException as exc:
+        rec.error("backward", exc)
+    rec.record("dLdX", dldx, convert=to_array)
+    for name in BACKWARD_ATTRS:
+        rec.record(name, getattr(att, name, None), convert=to_array)
+    rec.flag("autograd_calls", sorted(autograd_calls))
+    rec.flag("grad_tracking", grad_tracking)
+    rec.write()
+
+
+def main() -> None:
+    task = load_task()
+    torch.set_num_threads(1)
+    install_tripwires()
+    add_submission_to_path()
+    import importlib
+
+    try:
+        module = importlib.import_module(task.get("module", "attention"))
+    except BaseException as exc:
+        for case in task["cases"]:
+            rec = Recorder(case["name"])
+            rec.error("import", exc)
+            rec.write()
+        print("import failed:", short_exception(exc))
+        return
+    for case in task["cases"]:
+        run_case(module, case)
+
+
+if __name__ == "__main__":
+    main()

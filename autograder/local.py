@@ -1,0 +1,52 @@
+"""The student's local autograder: the same checks and messages, public cases only.
+
+    python autograder.py                 grade the files in this folder
+    python autograder.py --only attention
+    python autograder.py --handin handin.tar
+
+The exit code is 0 whether tests pass or fail: the score table is the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from .grade import PROBLEM_MODULES, grade_submission
+from .handin import HANDIN_FILES
+from .rubric import load
+from .sandbox import Limits
+
+
+def main(handout: Path, argv: list[str] | None = None) -> int:
+    problems = load()
+    known = [p for p in problems if p in PROBLEM_MODULES]
+    ap = argparse.ArgumentParser(prog="autograder.py", description="Grade your work on the public test cases.")
+    ap.add_argument("--only", nargs="+", choices=known, metavar="PROBLEM", help=f"problems to grade: {', '.join(known)}")
+    ap.add_argument("--handin", type=Path, help="grade a built handin.tar the way the course's grader reads it")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds your code may run per problem (default 30)")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="local-handin-") as tmp:
+        if args.handin:
+            submission = args.handin
+        else:
+            submission = Path(tmp) / "handin"
+            submission.mkdir()
+            for name in HANDIN_FILES:
+                if (handout / name).is_file():
+                    shutil.copyfile(handout / name, submission / name)
+        result = grade_submission(
+            submission,
+            case_root=handout / "tests",
+            visibilities=("public",),
+            problems=problems,
+            only=args.only,
+            limits=Limits(timeout_s=args.timeout),
+            name=str(args.handin) if args.handin else "this folder",
+        )
+    print(result.table())
+    print("\nPublic cases only; hidden cases are graded after you submit.")
+    return 0

@@ -1,0 +1,137 @@
+"""Compare one computed quantity with its expected value and say why it differs.
+
+A check runs its stages in order -- present, type, shape, dtype, values -- and
+stops at the first that fails, so a message always names the earliest problem:
+
+    'dLdK' has the wrong shape: got (2, 6, 4), expected (2, 4, 6).
+
+Only plain numpy arrays reach this module: the submission's process hands back
+arrays, and the comparison runs in the grader's process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+STAGES = ("present", "type", "shape", "dtype", "values")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the submission produced for one quantity.
+
+    present: the attribute or return value exists.
+    type_name: fully qualified type of the object, e.g. 'torch.Tensor'.
+    array: its contents as a plain numpy array, when it could be converted.
+    note: why it is absent (an exception in the student's code, a timeout).
+    """
+
+    present: bool
+    type_name: str | None = None
+    array: np.ndarray | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    stage: str  # the first failing stage, or "ok"
+    message: str
+    max_abs_error: float | None = None
+
+
+def _fmt_index(index: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(int(i)) for i in index) + ")"
+
+
+def _fmt_shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check(
+    name: str,
+    got: Observed,
+    expected: np.ndarray,
+    *,
+    rtol: float,
+    atol: float,
+    expected_type: str = "torch.Tensor",
+    hint: str = "",
+) -> Check:
+    """Check `got` against `expected`, stage by stage.
+
+    Values match when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
+    elementwise; scaling atol by the largest expected magnitude keeps the test
+    fair for quantities whose entries cancel (a sum of large terms near 0).
+    """
+    tail = f" Hint: {hint}" if hint else ""
+    if not got.present:
+        why = f" ({got.note})" if got.note else ""
+        return Check(name, False, "present", f"'{name}' was not produced{why}.{tail}")
+    if got.type_name != expected_type or got.array is None:
+        note = f" ({got.note})" if got.note else ""
+        return Check(
+            name,
+            False,
+            "type",
+            f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}",
+        )
+    arr = got.array
+    if arr.shape != expected.shape:
+        return Check(
+            name,
+            False,
+            "shape",
+            f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
+            f"expected {_fmt_shape(expected.shape)}.{tail}",
+        )
+    if arr.dtype != expected.dtype:
+        return Check(
+            name,
+            False,
+            "dtype",
+            f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
+            f"(outputs keep the dtype of the inputs).{tail}",
+        )
+    if arr.size == 0:
+        return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0)
+    got64 = arr.astype(np.float64)
+    exp64 = expected.astype(np.float64)
+    finite = np.isfinite(got64)
+    if not finite.all():
+        bad = np.argwhere(~finite)
+        first = tuple(bad[0])
+        kinds = []
+        if np.isnan(got64).any():
+            kinds.append(f"{int(np.isnan(got64).sum())} NaN")
+        if np.isinf(got64).any():
+            kinds.append(f"{int(np.isinf(got64).sum())} inf")
+        return Check(
+            name,
+            False,
+            "values",
+            f"'{name}' has {' and '.join(kinds)} entries of {arr.size}, first at index "
+            f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}",
+            float("inf"),
+        )
+    err = np.abs(got64 - exp64)
+    scale = max(1.0, float(np.abs(exp64).max()))
+    allowed = atol * scale + rtol * np.abs(exp64)
+    outside = err > allowed
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape))
+    max_err = float(err[worst])
+    if outside.any():
+        rel = max_err / max(abs(float(exp64[worst])), 1e-300)
+        return Check(
+            name,
+            False,
+            "values",
+            f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
+            f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
+            f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{tail}",
+            max_err,
+        )
+    return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err)

@@ -1,0 +1,129 @@
+"""Test results and the formats they are written in.
+
+One TestResult is one Gradescope test: a rubric line on one case set. The same
+list renders as a score table for a terminal, as Gradescope's results.json
+and as Autolab's {"scores": {...}} line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
+
+
+@dataclass
+class TestResult:
+    problem: str
+    name: str
+    score: float
+    max_score: float
+    visibility: str  # "public" or "hidden"
+    output: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.max_score - 1e-9
+
+    def to_gradescope(self, number: str) -> dict:
+        return {
+            "name": self.name,
+            "number": number,
+            "score": round(self.score, 4),
+            "max_score": round(self.max_score, 4),
+            "status": "passed" if self.passed else "failed",
+            "output": self.output,
+            "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
+            "tags": [self.problem],
+        }
+
+
+@dataclass
+class SubmissionResult:
+    submission: str
+    tests: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # submission-wide messages
+    problems: tuple[str, ...] = ()  # ids graded, in rubric order
+    max_points: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def problem_scores(self) -> dict[str, float]:
+        scores = {pid: 0.0 for pid in self.problems}
+        for t in self.tests:
+            scores[t.problem] = scores.get(t.problem, 0.0) + t.score
+        return {k: round(v, 4) for k, v in scores.items()}
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tests), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(self.max_points.values()), 4)
+
+    def to_gradescope(self) -> dict:
+        per_problem: dict[str, int] = {}
+        tests = []
+        for t in self.tests:
+            per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
+            number = f"{self.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in self.problems else ""
+            tests.append(t.to_gradescope(number))
+        return {
+            "score": self.score,
+            "execution_time": round(self.wall_s, 2),
+            "output": "\n".join(self.notes),
+            "output_format": "text",
+            "visibility": "visible",
+            "stdout_visibility": "hidden",
+            "tests": tests,
+        }
+
+    def autolab_line(self) -> str:
+        return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"))
+
+    def table(self, show_hidden_output: bool = True) -> str:
+        """A readable score table: one line per test, then messages of failed ones."""
+        lines = [f"Submission: {self.submission}"]
+        lines += [f"  note: {n}" for n in self.notes]
+        width = max([len(t.name) for t in self.tests] + [20])
+        for pid in self.problems:
+            mine = [t for t in self.tests if t.problem == pid]
+            got = sum(t.score for t in mine)
+            lines.append(f"{pid:<{width + 6}} {got:6.2f} / {self.max_points.get(pid, 0):6.2f}")
+            for t in mine:
+                mark = "PASS" if t.passed else "FAIL"
+                lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
+        lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
+        failed = [t for t in self.tests if not t.passed and t.output]
+        if failed:
+            lines.append("")
+            lines.append("Why points were lost:")
+            for t in failed:
+                if t.visibility == "hidden" and not show_hidden_output:
+                    continue
+                lines.append(f"- {t.name}:")
+                lines += [f"    {line}" for line in t.output.splitlines()]
+        return "\n".join(lines)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON so a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def asdict_result(result: SubmissionResult) -> dict:
+    return asdict(result)

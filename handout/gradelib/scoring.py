@@ -1,0 +1,145 @@
+"""Turn per-case checks into rubric lines, and read what a child process left.
+
+A rubric line (group) on a visibility is one test: it earns its points when
+every case of that visibility passes every quantity of the line, and its
+message lists the cases that did not, each with the first failed check.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .compare import Check, Observed
+from .rubric import Group, Problem
+from .results import TestResult
+
+MAX_ARRAY_ELEMENTS = 50_000_000
+MAX_META_BYTES = 1_000_000
+MAX_FAILED_CASES_SHOWN = 3
+
+
+@dataclass
+class CaseOutcome:
+    """All checks of one case, plus messages that apply to the whole case."""
+
+    name: str
+    visibility: str
+    description: str
+    checks: dict[str, Check] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def group_results(
+    problem: Problem,
+    outcomes: list[CaseOutcome],
+    visibilities: tuple[str, ...],
+    withheld: dict[str, str] | None = None,
+) -> list[TestResult]:
+    """One TestResult per (group, visibility); `withheld` maps group id -> reason it scores 0."""
+    withheld = withheld or {}
+    tests = []
+    for group in problem.groups:
+        for vis in visibilities:
+            if vis not in group.visibilities:
+                continue
+            points = problem.share(group, vis)
+            name = f"{problem.id}: {group.title} [{vis}]"
+            cases = [o for o in outcomes if o.visibility == vis]
+            if group.id in withheld:
+                tests.append(TestResult(problem.id, name, 0.0, points, vis, withheld[group.id]))
+                continue
+            failed = [(o, _first_failure(o, group)) for o in cases]
+            failed = [(o, c) for o, c in failed if c is not None]
+            if not cases:
+                tests.append(TestResult(problem.id, name, 0.0, points, vis, f"no {vis} cases were found for this line"))
+            elif not failed:
+                tests.append(
+                    TestResult(problem.id, name, points, points, vis, f"passed on all {len(cases)} {vis} cases")
+                )
+            else:
+                tests.append(TestResult(problem.id, name, 0.0, points, vis, _failure_text(failed, len(cases), vis)))
+    return tests
+
+
+def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: str) -> str:
+    """Failed cases grouped by identical message, so one mistake reads once."""
+    by_message: dict[str, list[CaseOutcome]] = {}
+    for outcome, chk in failed:
+        by_message.setdefault(chk.message, []).append(outcome)
+    lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:"]
+    for message, outcomes in list(by_message.items())[:MAX_FAILED_CASES_SHOWN]:
+        if len(outcomes) == 1:
+            o = outcomes[0]
+            lines.append(f"case '{o.name}' ({o.description}): {message}")
+        else:
+            lines.append(f"cases {', '.join(repr(o.name) for o in outcomes)}: {message}")
+        for o in outcomes:
+            lines += [f"  {n}" for n in o.notes]
+    if len(by_message) > MAX_FAILED_CASES_SHOWN:
+        lines.append(f"... and {len(by_message) - MAX_FAILED_CASES_SHOWN} more distinct failures")
+    return "\n".join(lines)
+
+
+def _first_failure(outcome: CaseOutcome, group: Group) -> Check | None:
+    for q in group.quantities:
+        check = outcome.checks.get(q)
+        if check is None:
+            return Check(q, False, "present", f"'{q}' was not checked.")
+        if not check.passed:
+            return check
+    return None
+
+
+def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> list[TestResult]:
+    """Every line of the problem scores 0 with the same explanation (e.g. a missing file)."""
+    return [
+        TestResult(problem.id, f"{problem.id}: {g.title} [{vis}]", 0.0, problem.share(g, vis), vis, message)
+        for g in problem.groups
+        for vis in visibilities
+        if vis in g.visibilities
+    ]
+
+
+def read_array(path: Path) -> np.ndarray | None:
+    """Load a .npy the child wrote, refusing pickles, odd dtypes and huge shapes."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        if dtype.kind not in "biuf" or int(np.prod(shape, dtype=np.int64)) > MAX_ARRAY_ELEMENTS:
+            return None
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    return arr if isinstance(arr, np.ndarray) else None
+
+
+def read_meta(path: Path) -> dict | None:
+    """Load the child's JSON notes for a case; None if absent or malformed."""
+    try:
+        if path.stat().st_size > MAX_META_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str) -> Observed:
+    """What the child recorded for quantity `name`, as an Observed."""
+    entries = meta.get("quantities")
+    entry = entries.get(name) if isinstance(entries, dict) else None
+    if not isinstance(entry, dict) or not entry.get("present"):
+        return Observed(False, note=missing_note)
+    type_name = entry.get("type")
+    type_name = str(type_name)[:200] if type_name is not None else None
+    note = str(entry.get("note", ""))[:500]
+    array = read_array(case_dir / f"{name}.npy")
+    return Observed(True, type_name, array, note)
