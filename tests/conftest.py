@@ -1,0 +1,59 @@
+"""Shared helpers for the project's tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder.grade import grade_submission
+from autograder.results import SubmissionResult
+from autograder.sandbox import Limits
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+SOLUTIONS = REPO / "solutions"
+HANDOUT = REPO / "handout"
+
+
+def grade_files(
+    tmp_path: Path,
+    files: dict[str, str | bytes],
+    *,
+    visibilities: tuple[str, ...] = ("public", "hidden"),
+    only: list[str] | None = None,
+    timeout_s: float = 30.0,
+    memory_mb: int = 3072,
+) -> SubmissionResult:
+    """Grade a handin folder made of `files` (name -> text or bytes) on the fixtures."""
+    sub = tmp_path / "handin"
+    sub.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (sub / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return grade_submission(
+        sub,
+        case_root=FIXTURES,
+        visibilities=visibilities,
+        only=only,
+        limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
+    )
+
+
+def scores_by_test(result: SubmissionResult) -> dict[str, float]:
+    return {t.name: t.score for t in result.tests}
+
+
+@pytest.fixture
+def reference_attention() -> str:
+    return (SOLUTIONS / "attention.py").read_text()
+
+
+@pytest.fixture
+def copy_solution(tmp_path: Path):
+    def _copy(name: str) -> Path:
+        dest = tmp_path / name
+        shutil.copyfile(SOLUTIONS / name, dest)
+        return dest
+
+    return _copy
