@@ -1,0 +1,47 @@
+"""`make demo`: grade the reference solution and the blank handout on hidden cases.
+
+Assembles two handins under build/demo/ -- the reference (solutions) and the
+untouched handout (the blank stubs) -- grades both with the instructor CLI,
+and prints both score tables: full marks against zero.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from autograder.cli import main as grade_main
+from autograder.handin import HANDIN_FILES
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "build" / "demo"
+
+
+def reference_handin(dest: Path) -> Path:
+    """The handin a perfect student would submit, from solutions/."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "solutions" / "attention.py", dest / "attention.py")
+    return dest
+
+
+def blank_handin(dest: Path) -> Path:
+    """The handout as students receive it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in HANDIN_FILES:
+        if (REPO / "handout" / name).is_file():
+            shutil.copyfile(REPO / "handout" / name, dest / name)
+    return dest
+
+
+def main() -> None:
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    subs = OUT / "submissions"
+    for label, make in (("reference", reference_handin), ("blank_handout", blank_handin)):
+        path = make(subs / label)
+        print(f"\n=== {label}: {path.relative_to(REPO)} ===", flush=True)
+        grade_main([str(path), "--out", str(OUT / "grades"), "--force"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Build handout/ from solutions/ and the public fixtures (`make handout`).
+
+- solutions/attention.py -> handout/attention.py with every region between
+  `# BEGIN SOLUTION task="..."` and `# END SOLUTION` replaced by
+  `raise NotImplementedError("TODO <task>")`.
+- The grading modules a student needs -> handout/gradelib/, the local runner
+  -> handout/autograder.py, public cases -> handout/tests/.
+- Hidden cases never leave fixtures/; tests/test_handout.py checks that.
+
+The build is deterministic: the same inputs give the same bytes, and files
+the build did not write are removed, so handout/ is exactly this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOLUTIONS = REPO / "solutions"
+FIXTURES = REPO / "fixtures"
+AUTOGRADER = REPO / "autograder"
+
+# Modules of the grading engine the local autograder needs, relative to autograder/.
+GRADELIB_FILES = (
+    "__init__.py",
+    "compare.py",
+    "context.py",
+    "grade.py",
+    "results.py",
+    "rubric.py",
+    "rubric.toml",
+    "sandbox.py",
+    "scoring.py",
+    "submission.py",
+    "handin.py",
+    "local.py",
+    "harness/child_common.py",
+    "harness/attention_child.py",
+    "problems/__init__.py",
+    "problems/attention.py",
+)
+
+BEGIN = re.compile(r'^(?P<indent>\s*)# BEGIN SOLUTION(?: task="(?P<task>[^"]*)")?\s*$')
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+
+
+class MarkerError(ValueError):
+    pass
+
+
+def strip_solutions(source: str, filename: str) -> str:
+    """Replace each marked solution region with a NotImplementedError naming its task."""
+    out: list[str] = []
+    inside: re.Match | None = None
+    for lineno, line in enumerate(source.splitlines(keepends=True), 1):
+        begin, end = BEGIN.match(line), END.match(line)
+        if begin:
+            if inside:
+                raise MarkerError(f"{filename}:{lineno}: BEGIN SOLUTION inside another region")
+            inside = begin
+            task = begin.group("task") or "complete this part"
+            indent = begin.group("indent")
+            out.append(f"{indent}# TODO {task}\n")
+            out.append(f'{indent}raise NotImplementedError("TODO {task}")\n')
+        elif end:
+            if not inside:
+                raise MarkerError(f"{filename}:{lineno}: END SOLUTION without BEGIN")
+            inside = None
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise MarkerError(f"{filename}: BEGIN SOLUTION never closed")
+    return "".join(out)
+
+
+def build(out: Path) -> list[Path]:
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    written: list[Path] = []
+
+    def put(rel: str, data: bytes | str) -> None:
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            path.write_text(data)
+        else:
+            path.write_bytes(data)
+        written.append(path)
+
+    put("attention.py", strip_solutions((SOLUTIONS / "attention.py").read_text(), "attention.py"))
+    put("README.md", (SOLUTIONS / "HANDOUT_README.md").read_text())
+    put("Makefile", (SOLUTIONS / "handout_Makefile").read_text())
+    put("autograder.py", (AUTOGRADER / "local_main.py").read_text())
+    for rel in GRADELIB_FILES:
+        put(f"gradelib/{rel}", (AUTOGRADER / rel).read_bytes())
+    for src in sorted((FIXTURES / "attention" / "public").iterdir()):
+        put(f"tests/attention/public/{src.name}", src.read_bytes())
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Generate handout/ from solutions/ and public fixtures.")
+    ap.add_argument("--out", type=Path, default=REPO / "handout")
+    args = ap.parse_args()
+    written = build(args.out)
+    size = sum(p.stat().st_size for p in written)
+    print(f"handout: wrote {len(written)} files ({size / 1024:.0f} KiB) to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
