@@ -1,22 +1,31 @@
 """Open a handin -- a tar (plain or gzip) or a folder -- into a fresh folder, safely.
 
 Nothing from an archive is written outside the destination: members with
-absolute paths, '..', links, devices or FIFOs are refused, and so are archives
-with too many members or too many bytes once unpacked. A folder handin is
-copied file by file, without following symlinks, so a link cannot smuggle in
-a file from elsewhere on the grader's disk.
+absolute paths, '..', links, devices, FIFOs or sparse data are refused, and so
+are archives with too many members or too many bytes once unpacked. Sizes are
+checked twice: against the member headers while listing (so a bomb is refused
+before it is inflated), and again by counting the bytes actually written, so a
+header or a gzip trailer that lies about a size cannot get past the cap. A
+folder handin is copied file by file, without following symlinks, so a link
+cannot smuggle in a file from elsewhere on the grader's disk.
 """
 
 from __future__ import annotations
 
+import lzma
 import shutil
 import stat
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 MAX_MEMBERS = 64
 MAX_TOTAL_BYTES = 200 * 1024 * 1024
 MAX_FILE_BYTES = 100 * 1024 * 1024
+CHUNK = 1024 * 1024
+# What a damaged or truncated (compressed) archive raises while it is read.
+READ_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
 class HandinError(ValueError):
@@ -33,6 +42,8 @@ def open_handin(path: Path, dest: Path) -> list[str]:
         return _copy_folder(path, dest)
     if not path.is_file():
         raise HandinError(f"{path} does not exist")
+    if path.stat().st_size > MAX_TOTAL_BYTES:
+        raise HandinError(f"{path.name} is larger than {MAX_TOTAL_BYTES // 2**20} MB")
     return _extract_tar(path, dest)
 
 
@@ -56,44 +67,67 @@ def _copy_folder(src: Path, dest: Path) -> list[str]:
     return notes
 
 
+def copy_capped(src: BinaryIO, out: BinaryIO, limit: int, label: str) -> int:
+    """Copy at most `limit` bytes; raise HandinError as soon as the source holds more."""
+    written = 0
+    while True:
+        chunk = src.read(min(CHUNK, limit - written + 1))
+        if not chunk:
+            return written
+        written += len(chunk)
+        if written > limit:
+            raise HandinError(f"{label} unpacks to more than {limit // 2**20} MB; refusing it")
+        out.write(chunk)
+
+
+def _vet_member(archive: str, m: tarfile.TarInfo) -> None:
+    name = PurePosixPath(m.name)
+    if name.is_absolute() or ".." in name.parts:
+        raise HandinError(f"{archive}: member '{m.name}' points outside the archive; refusing it")
+    if m.issym() or m.islnk():
+        raise HandinError(f"{archive}: member '{m.name}' is a link; handins hold regular files only")
+    if m.ischr() or m.isblk() or m.isfifo() or m.isdev():
+        raise HandinError(f"{archive}: member '{m.name}' is a device or FIFO; refusing it")
+    if m.issparse():
+        raise HandinError(f"{archive}: member '{m.name}' is a sparse file; handins hold regular files only")
+    if not (m.isfile() or m.isdir()):
+        raise HandinError(f"{archive}: member '{m.name}' is not a regular file")
+
+
 def _extract_tar(path: Path, dest: Path) -> list[str]:
     try:
         tar = tarfile.open(path, mode="r:*")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise HandinError(f"{path.name} is not a tar archive ({exc}); build it with `make handin`") from None
+    except READ_ERRORS as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise HandinError(
+            f"{path.name} is not a tar archive ({first}); build it with `make handin`, which writes handin.tar"
+        ) from None
     notes = []
     with tar:
-        members = []
-        total = 0
-        try:
-            for i, member in enumerate(tar):
-                if i >= MAX_MEMBERS:
-                    raise HandinError(f"{path.name} has more than {MAX_MEMBERS} members")
-                members.append(member)
-        except tarfile.TarError as exc:
-            raise HandinError(f"{path.name} is a damaged tar archive ({exc})") from None
         files = []
-        for m in members:
-            name = PurePosixPath(m.name)
-            if name.is_absolute() or ".." in name.parts:
-                raise HandinError(f"{path.name}: member '{m.name}' points outside the archive; refusing it")
-            if m.issym() or m.islnk():
-                raise HandinError(f"{path.name}: member '{m.name}' is a link; handins hold regular files only")
-            if m.ischr() or m.isblk() or m.isfifo() or m.isdev():
-                raise HandinError(f"{path.name}: member '{m.name}' is a device or FIFO; refusing it")
-            if m.isdir():
-                continue
-            if not m.isfile():
-                raise HandinError(f"{path.name}: member '{m.name}' is not a regular file")
-            total += m.size
-            if m.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-                raise HandinError(f"{path.name} unpacks to more than {MAX_TOTAL_BYTES // 2**20} MB")
-            files.append(m)
+        total = 0
+        # Members are vetted while the archive is read, so a bomb or a flood of
+        # members is refused before the rest of it is inflated.
+        try:
+            for i, m in enumerate(tar):
+                if i >= MAX_MEMBERS:
+                    raise HandinError(f"{path.name} has more than {MAX_MEMBERS} members; a handin holds a few files")
+                _vet_member(path.name, m)
+                if m.isdir():
+                    continue
+                total += m.size
+                if m.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
+                    raise HandinError(f"{path.name} unpacks to more than {MAX_TOTAL_BYTES // 2**20} MB; refusing it")
+                if PurePosixPath(m.name).parts:
+                    files.append(m)
+        except READ_ERRORS as exc:
+            raise HandinError(f"{path.name} is a damaged tar archive ({exc}); build it again with `make handin`") from None
         if not files:
             raise HandinError(f"{path.name} is an empty archive; it must hold the handin files at its top level")
         # A single top-level folder (tar -cf handin.tar handin/) is accepted and stripped.
         tops = {PurePosixPath(m.name).parts[0] for m in files}
         strip = len(tops) == 1 and all(len(PurePosixPath(m.name).parts) == 2 for m in files)
+        budget = MAX_TOTAL_BYTES
         for m in files:
             parts = PurePosixPath(m.name).parts
             if strip:
@@ -105,9 +139,12 @@ def _extract_tar(path: Path, dest: Path) -> list[str]:
             if target.exists():
                 notes.append(f"skipped a second copy of {parts[0]}")
                 continue
-            src = tar.extractfile(m)
-            if src is None:
-                continue
-            with src, open(target, "wb") as out:
-                shutil.copyfileobj(src, out)
+            try:
+                src = tar.extractfile(m)
+                if src is None:
+                    continue
+                with src, open(target, "xb") as out:
+                    budget -= copy_capped(src, out, min(MAX_FILE_BYTES, budget), path.name)
+            except READ_ERRORS as exc:
+                raise HandinError(f"{path.name} is a damaged tar archive ({exc}); build it again with `make handin`") from None
     return notes
