@@ -1,0 +1,359 @@
+"""Typical student bugs in attention.py each lose exactly the points they should.
+
+Every bug is a precise textual edit of solutions/attention.py (the edit is
+asserted to apply) or a small hand-written class. Next to it is the set of
+(rubric line, visibility) tests it must fail, worked out by hand from the
+maths and from which cases are public or hidden:
+
+- public cases: single_batch (B=1), batched (B=3), batched_float32,
+  large_scores_float32 -- all with T > 1 and Dk == Dv;
+- hidden cases: dk_ne_dv, wide_float32, narrow_input, large_scores_float64
+  (T > 1, Dk != Dv) and single_step, single_step_batched_float32 (T = 1).
+
+A line fails on a visibility when any case of that visibility fails one of
+its quantities, so a bug visible on one case of a set fails the whole set.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autograder import rubric
+from conftest import SOLUTIONS, grade_files
+
+REFERENCE = (SOLUTIONS / "attention.py").read_text()
+
+PROBLEM = rubric.load()["attention"]
+GROUPS = {g.id: g for g in PROBLEM.groups}
+BOTH = ("public", "hidden")
+
+FORWARD_DOWNSTREAM = ("forward_softmax", "forward_output", "backward_values", "backward_queries_keys",
+                      "backward_weights", "backward_input")
+SCORE_GRADIENT_DOWNSTREAM = ("backward_queries_keys", "backward_weights", "backward_input")
+
+
+def lines_of(groups: tuple[str, ...], visibilities: tuple[str, ...] = BOTH) -> set[tuple[str, str]]:
+    return {(g, v) for g in groups for v in visibilities}
+
+
+def edit(source: str, replacements: list[tuple[str, str, int]]) -> str:
+    """Apply (old, new, count) edits; each `old` must occur exactly `count` times."""
+    for old, new, count in replacements:
+        found = source.count(old)
+        assert found == count, f"expected {count} occurrence(s) of {old!r} in the reference, found {found}"
+        source = source.replace(old, new)
+    return source
+
+
+def line_of(result_test) -> tuple[str, str]:
+    """(group id, visibility) of a graded test, from its name."""
+    for g in PROBLEM.groups:
+        if result_test.name == f"attention: {g.title} [{result_test.visibility}]":
+            return g.id, result_test.visibility
+    raise AssertionError(f"test {result_test.name!r} matches no rubric line")
+
+
+
+
+def expected_score(failing: set[tuple[str, str]]) -> float:
+    return sum(PROBLEM.share(g, v) for g in PROBLEM.groups for v in g.visibilities if (g.id, v) not in failing)
+
+
+def grade_attention(tmp_path, source: str):
+    return grade_files(tmp_path, {"attention.py": source}, only=["attention"])
+
+
+# name -> (edits of the reference, failing tests, a fragment every failing message shares or None)
+BUGS = {
+    # A_sig is wrong on every case with T > 1; each visibility has one, and
+    # every backward quantity goes through A_sig.
+    "no_scaling": (
+        [('scores = (self.A_w / math.sqrt(d_k)).masked_fill', "scores = self.A_w.masked_fill", 1),
+         ("dLdA_w = self.A_sig * (dLdA_sig - row_dot) / math.sqrt(d_k)",
+          "dLdA_w = self.A_sig * (dLdA_sig - row_dot)", 1)],
+        lines_of(FORWARD_DOWNSTREAM),
+        None,
+    ),
+    # Normalising columns instead of rows: same reach as a missing scale.
+    "softmax_wrong_axis": (
+        [("scores.max(dim=-1, keepdim=True)", "scores.max(dim=1, keepdim=True)", 1),
+         ("weights.sum(dim=-1, keepdim=True)", "weights.sum(dim=1, keepdim=True)", 1)],
+        lines_of(FORWARD_DOWNSTREAM),
+        None,
+    ),
+    # Position 0 only ever sees itself, but every other row with T > 1 differs.
+    "missing_causal_mask": (
+        [('.masked_fill(future, float("-inf"))', "", 1)],
+        lines_of(FORWARD_DOWNSTREAM),
+        None,
+    ),
+    # mean over the batch equals the sum only for B = 1: 'batched' (public)
+    # and 'dk_ne_dv' (hidden) have B > 1.
+    "weight_grads_averaged": (
+        [(").sum(dim=0)  # (D, D", ").mean(dim=0)  # (D, D", 3)],
+        lines_of(("backward_weights",)),
+        None,
+    ),
+    "weight_grads_first_batch_only": (
+        [("(X_t @ self.dLdQ).sum(dim=0)", "X_t[0] @ self.dLdQ[0]", 1),
+         ("(X_t @ self.dLdK).sum(dim=0)", "X_t[0] @ self.dLdK[0]", 1),
+         ("(X_t @ self.dLdV).sum(dim=0)", "X_t[0] @ self.dLdV[0]", 1)],
+        lines_of(("backward_weights",)),
+        None,
+    ),
+    # (Dk, D) instead of (D, Dk): a shape failure on every case with D != Dk.
+    "weight_grads_transposed": (
+        [("(X_t @ self.dLdQ).sum(dim=0)", "(self.dLdQ.transpose(1, 2) @ self.X).sum(dim=0)", 1),
+         ("(X_t @ self.dLdK).sum(dim=0)", "(self.dLdK.transpose(1, 2) @ self.X).sum(dim=0)", 1),
+         ("(X_t @ self.dLdV).sum(dim=0)", "(self.dLdV.transpose(1, 2) @ self.X).sum(dim=0)", 1)],
+        lines_of(("backward_weights",)),
+        "'dLdWq' has the wrong shape: got (",
+    ),
+    # exp() overflows on large_scores_float32 (public) and large_scores_float64
+    # (hidden): inf / inf gives NaN rows that reach every later quantity.
+    "naive_softmax_overflow": (
+        [("        scores = scores - scores.max(dim=-1, keepdim=True).values\n", "", 1)],
+        lines_of(FORWARD_DOWNSTREAM),
+        "NaN",
+    ),
+    # For T = 1 dLdA_w is (B, 1, 1), so the transpose is a no-op there only.
+    "dLdK_missing_transpose": (
+        [("self.dLdK = dLdA_w.transpose(1, 2) @ self.Q", "self.dLdK = dLdA_w @ self.Q", 1)],
+        lines_of(SCORE_GRADIENT_DOWNSTREAM),
+        None,
+    ),
+    # Public cases all have Dk == Dv, so only hidden tests see it; every hidden
+    # case with T > 1 has Dk != Dv.
+    "scale_by_sqrt_dv": (
+        [("d_k = self.W_k.shape[1]", "d_k = self.W_v.shape[1]", 2)],
+        lines_of(FORWARD_DOWNSTREAM, ("hidden",)),
+        None,
+    ),
+    # dLdV = A_sig^T dLdXnew does not involve the scale; Q, K and what they feed do.
+    "backward_missing_inverse_sqrt_dk": (
+        [("dLdA_w = self.A_sig * (dLdA_sig - row_dot) / math.sqrt(d_k)",
+          "dLdA_w = self.A_sig * (dLdA_sig - row_dot)", 1)],
+        lines_of(SCORE_GRADIENT_DOWNSTREAM),
+        None,
+    ),
+    # dLdX is still returned, so only the stored gradients are missing.
+    "grads_not_stored_on_self": (
+        [("self.dLd", "dLd", 12)],
+        lines_of(("backward_values", "backward_queries_keys", "backward_weights")),
+        "did not store it on self",
+    ),
+    # The diagonal of the softmax Jacobian only: right for T = 1 (both are 0), wrong elsewhere.
+    "softmax_jacobian_elementwise": (
+        [("dLdA_w = self.A_sig * (dLdA_sig - row_dot) / math.sqrt(d_k)",
+          "dLdA_w = self.A_sig * (1 - self.A_sig) * dLdA_sig / math.sqrt(d_k)", 1)],
+        lines_of(SCORE_GRADIENT_DOWNSTREAM),
+        None,
+    ),
+    "dLdX_missing_value_path": (
+        [(" + self.dLdV @ self.W_v.T", "", 1)],
+        lines_of(("backward_input",)),
+        None,
+    ),
+    # The contract stores A_w raw; scaling it before storing loses that line alone.
+    "A_w_stored_scaled": (
+        [("self.A_w = self.Q @ self.K.transpose(1, 2)  # (B, T, T)",
+          "self.A_w = self.Q @ self.K.transpose(1, 2) / math.sqrt(self.W_k.shape[1])", 1),
+         ("scores = (self.A_w / math.sqrt(d_k)).masked_fill", "scores = self.A_w.masked_fill", 1)],
+        lines_of(("forward_scores",)),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_bug_fails_exactly_its_tests(tmp_path, reference_attention, bug):
+    replacements, failing, fragment = BUGS[bug]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    got_failing = {line_of(t) for t in result.tests if not t.passed}
+    assert got_failing == failing, "\n".join(f"{t.name}: {t.output}" for t in result.tests if not t.passed)
+    assert result.score == pytest.approx(expected_score(failing))
+    for t in result.tests:
+        if t.passed:
+            assert t.score == t.max_score
+        else:
+            assert t.score == 0.0
+            assert "failed on" in t.output and "Hint:" in t.output, t.output
+            if fragment:
+                assert fragment in t.output, t.output
+
+
+def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attention):
+    replacements, _, _ = BUGS["naive_softmax_overflow"]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "public"))
+    assert "large_scores_float32" in softmax.output
+    assert "'A_sig' has" in softmax.output and "NaN" in softmax.output
+    assert "subtract each row's max" in softmax.output
+
+
+def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
+    replacements, _, _ = BUGS["scale_by_sqrt_dv"]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "hidden"))
+    assert "dk_ne_dv" in softmax.output and "max abs error" in softmax.output
+
+
+BMM_STYLE = '''
+import math
+import torch
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = weights_keys, weights_queries, weights_values
+
+    def forward(self, X):
+        B, T, D = X.shape
+        self.X = X
+        W_q = self.W_q.unsqueeze(0).expand(B, -1, -1)
+        W_k = self.W_k.unsqueeze(0).expand(B, -1, -1)
+        W_v = self.W_v.unsqueeze(0).expand(B, -1, -1)
+        self.Q, self.K, self.V = torch.bmm(X, W_q), torch.bmm(X, W_k), torch.bmm(X, W_v)
+        self.A_w = torch.bmm(self.Q, self.K.permute(0, 2, 1))
+        scaled = self.A_w / math.sqrt(self.W_k.shape[1])
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        scaled = torch.where(mask, scaled, torch.full_like(scaled, float("-inf")))
+        self.A_sig = torch.softmax(scaled, dim=2)
+        return torch.bmm(self.A_sig, self.V)
+
+    def backward(self, dLdXnew):
+        B = dLdXnew.shape[0]
+        dA = torch.bmm(dLdXnew, self.V.permute(0, 2, 1))
+        dS = self.A_sig * (dA - (dA * self.A_sig).sum(2, keepdim=True)) / math.sqrt(self.W_k.shape[1])
+        self.dLdV = torch.bmm(self.A_sig.permute(0, 2, 1), dLdXnew)
+        self.dLdQ = torch.bmm(dS, self.K)
+        self.dLdK = torch.bmm(dS.permute(0, 2, 1), self.Q)
+        Xt = self.X.permute(0, 2, 1)
+        self.dLdWq = torch.bmm(Xt, self.dLdQ).sum(0)
+        self.dLdWk = torch.bmm(Xt, self.dLdK).sum(0)
+        self.dLdWv = torch.bmm(Xt, self.dLdV).sum(0)
+        back = lambda g, W: torch.bmm(g, W.t().unsqueeze(0).expand(B, -1, -1))
+        return back(self.dLdQ, self.W_q) + back(self.dLdK, self.W_k) + back(self.dLdV, self.W_v)
+'''
+
+EINSUM_STYLE = '''
+import torch
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = weights_keys, weights_queries, weights_values
+
+    def forward(self, X):
+        self.X = X
+        self.Q = torch.einsum("btd,dk->btk", X, self.W_q)
+        self.K = torch.einsum("btd,dk->btk", X, self.W_k)
+        self.V = torch.einsum("btd,dv->btv", X, self.W_v)
+        self.A_w = torch.einsum("bik,bjk->bij", self.Q, self.K)
+        T, dk = X.shape[1], self.W_k.shape[1]
+        s = self.A_w * dk ** -0.5 + torch.triu(torch.full((T, T), float("-inf"), dtype=X.dtype), 1)
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        self.A_sig = e / e.sum(-1, keepdim=True)
+        return torch.einsum("bij,bjv->biv", self.A_sig, self.V)
+
+    def backward(self, dLdXnew):
+        dk = self.W_k.shape[1]
+        dA = torch.einsum("biv,bjv->bij", dLdXnew, self.V)
+        dS = self.A_sig * (dA - torch.einsum("bij,bij->bi", dA, self.A_sig)[..., None]) * dk ** -0.5
+        self.dLdV = torch.einsum("bij,biv->bjv", self.A_sig, dLdXnew)
+        self.dLdQ = torch.einsum("bij,bjk->bik", dS, self.K)
+        self.dLdK = torch.einsum("bij,bik->bjk", dS, self.Q)
+        self.dLdWq = torch.einsum("btd,btk->dk", self.X, self.dLdQ)
+        self.dLdWk = torch.einsum("btd,btk->dk", self.X, self.dLdK)
+        self.dLdWv = torch.einsum("btd,btv->dv", self.X, self.dLdV)
+        return (torch.einsum("btk,dk->btd", self.dLdQ, self.W_q)
+                + torch.einsum("btk,dk->btd", self.dLdK, self.W_k)
+                + torch.einsum("btv,dv->btd", self.dLdV, self.W_v))
+'''
+
+
+@pytest.mark.parametrize("style", ["bmm", "einsum"])
+def test_other_correct_styles_get_full_marks(tmp_path, style):
+    source = {"bmm": BMM_STYLE, "einsum": EINSUM_STYLE}[style]
+    result = grade_attention(tmp_path, source)
+    assert [t.name + ": " + t.output for t in result.tests if not t.passed] == []
+    assert result.score == result.max_score == pytest.approx(PROBLEM.points)
+
+
+AUTOGRAD_BACKWARD = '''
+import math
+import torch
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = (
+            w.detach().clone().requires_grad_(True) for w in (weights_keys, weights_queries, weights_values)
+        )
+
+    def forward(self, X):
+        self.X = X.detach().clone().requires_grad_(True)
+        self.Q, self.K, self.V = self.X @ self.W_q, self.X @ self.W_k, self.X @ self.W_v
+        for t in (self.Q, self.K, self.V):
+            t.retain_grad()
+        self.A_w = self.Q @ self.K.transpose(1, 2)
+        T = X.shape[1]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = (self.A_w / math.sqrt(self.W_k.shape[1])).masked_fill(~mask, float("-inf"))
+        self.A_sig = torch.softmax(scores, dim=-1)
+        self.out = self.A_sig @ self.V
+        return self.out.detach()
+
+    def backward(self, dLdXnew):
+        self.out.backward(dLdXnew)
+        self.dLdQ, self.dLdK, self.dLdV = self.Q.grad, self.K.grad, self.V.grad
+        self.dLdWq, self.dLdWk, self.dLdWv = self.W_q.grad, self.W_k.grad, self.W_v.grad
+        return self.X.grad
+'''
+
+
+SDPA_FORWARD = edit(
+    REFERENCE,
+    [("X_new = self.A_sig @ self.V  # (B, T, Dv)",
+      "X_new = torch.nn.functional.scaled_dot_product_attention(self.Q, self.K, self.V, is_causal=True)", 1)],
+)
+
+
+@pytest.mark.parametrize("source,flagged", [(AUTOGRAD_BACKWARD, "backward"), (SDPA_FORWARD, "scaled_dot_product_attention")])
+def test_autograd_and_builtin_attention_lose_exactly_the_backward_points(tmp_path, source, flagged):
+    result = grade_attention(tmp_path, source)
+    backward = {g.id for g in PROBLEM.groups if g.backward}
+    failing = {line_of(t) for t in result.tests if not t.passed}
+    assert failing == lines_of(tuple(backward)), [t.name + ": " + t.output for t in result.tests if not t.passed]
+    assert result.score == pytest.approx(expected_score(failing))
+    for t in result.tests:
+        if not t.passed:
+            assert t.output.startswith("Backward points withheld"), t.output
+            assert "hand-derived gradients" in t.output and flagged in t.output
+
+
+CALLS_OWN_BACKWARD = edit(
+    REFERENCE,
+    [("        return dLdX\n",
+      "        return dLdX\n\n"
+      "    def step(self, X, dLdXnew):\n"
+      "        \"\"\"Forward then backward, as a training loop would call them.\"\"\"\n"
+      "        self.forward(X)\n"
+      "        return self.backward(dLdXnew)\n", 1)],
+)
+
+
+def test_own_backward_method_is_not_mistaken_for_autograd(tmp_path):
+    assert "self.backward(" in CALLS_OWN_BACKWARD
+    result = grade_attention(tmp_path, CALLS_OWN_BACKWARD)
+    assert [t.name + ": " + t.output for t in result.tests if not t.passed] == []
+    assert result.score == pytest.approx(PROBLEM.points)
+
+
+def test_transposed_weight_gradient_message_gives_both_shapes(tmp_path):
+    replacements, _, _ = BUGS["weight_grads_transposed"]
+    result = grade_attention(tmp_path, edit(REFERENCE, replacements))
+    weights = next(t for t in result.tests if line_of(t) == ("backward_weights", "public"))
+    # single_batch has D = 5, Dk = 3.
+    assert "case 'single_batch'" in weights.output
+    assert "'dLdWq' has the wrong shape: got (3, 5), expected (5, 3)" in weights.output
