@@ -1,0 +1,464 @@
+"""Hostile submissions are contained: each scores 0 for what it did not compute,
+the grader finishes in time, and nobody else's results change.
+
+Most attacks are graded in one instructor-CLI batch that starts and ends with
+the reference solution, so the reference's results before and after the
+attacks can be compared. Each attack reports what it managed (or why it
+could not) in the exception it raises, so a test also sees that the attack
+really ran and what stopped it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder import rubric
+from autograder.sandbox import isolation_report, landlock_abi
+from conftest import FIXTURES, REPO, SOLUTIONS, grade_files
+
+PYTHON = sys.executable
+CLI = REPO / "autograder" / "autograder.py"
+POINTS = rubric.load()["attention"].points
+BATCH_TIMEOUT_S = 10  # per problem run; the infinite loop spends all of it
+DAEMON_SLEEP_S = 3
+
+needs_landlock = pytest.mark.skipif(
+    landlock_abi() == 0, reason="file-system containment relies on Landlock, which this kernel lacks: "
+    + "; ".join(isolation_report())
+)
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="dropping privileges needs root; here: " + "; ".join(isolation_report())
+)
+
+# Each attack is an attention.py. @OUT@, @REPO@ and @MARKER@ are filled in per run.
+ATTACKS: dict[str, str] = {}
+
+ATTACKS["forged_results"] = r'''
+import json, os
+FORGED = {"score": 999.0, "tests": [{"name": "attention", "score": 999.0, "max_score": 30.0}]}
+report = []
+for label, path in [
+    ("cwd", "results.json"),
+    ("parent", "../results.json"),
+    ("grandparent", "../../results.json"),
+    ("own_out", "@OUT@/forged_results/results.json"),
+    ("other_out", "@OUT@/reference_before/results.json"),
+    ("out_root", "@OUT@/results.json"),
+    ("tmp", "/tmp/forged-@MARKER@.json"),
+]:
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(FORGED, fh)
+        report.append(f"{label}:written")
+    except OSError as exc:
+        report.append(f"{label}:{type(exc).__name__}")
+raise RuntimeError("forgery " + " ".join(report))
+'''
+
+ATTACKS["exit_at_import"] = r'''
+import os
+os._exit(0)
+'''
+
+ATTACKS["infinite_loop"] = r'''
+import signal
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+    signal.signal(sig, signal.SIG_IGN)
+while True:
+    pass
+'''
+
+ATTACKS["huge_allocation"] = r'''
+import numpy as np
+hoard = [np.ones(2**30)]  # 8 GiB of float64, past the address-space cap
+'''
+
+# Patch every comparison a grader might use, bypass the child's own type check
+# and claim a plain tensor -- but the values are still only what it computed.
+ATTACKS["patch_comparisons"] = r'''
+import sys
+import numpy as np
+import torch
+
+always = lambda *a, **k: True
+silent = lambda *a, **k: None
+np.allclose = np.array_equal = np.array_equiv = always
+np.isclose = lambda a, b, *x, **k: np.ones(np.broadcast(a, b).shape, dtype=bool)
+np.testing.assert_allclose = np.testing.assert_array_equal = np.testing.assert_array_almost_equal = silent
+np.testing.assert_equal = np.testing.assert_almost_equal = silent
+torch.allclose = torch.equal = always
+torch.testing.assert_close = silent
+torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)
+main = sys.modules["__main__"]
+main.to_array = lambda obj: np.asarray(obj.detach().numpy() if hasattr(obj, "detach") else obj)
+sys.modules["child_common"].type_name = lambda obj: "torch.Tensor"
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = weights_keys, weights_queries, weights_values
+
+    def forward(self, X):
+        B, T, D = X.shape
+        Dk, Dv = self.W_k.shape[1], self.W_v.shape[1]
+        self.Q = self.K = torch.zeros(B, T, Dk, dtype=X.dtype)
+        self.V = torch.zeros(B, T, Dv, dtype=X.dtype)
+        self.A_w = self.A_sig = torch.zeros(B, T, T, dtype=X.dtype)
+        self.X = X
+        return torch.zeros(B, T, Dv, dtype=X.dtype)
+
+    def backward(self, dLdXnew):
+        self.dLdQ, self.dLdK, self.dLdV = torch.zeros_like(self.Q), torch.zeros_like(self.K), torch.zeros_like(self.V)
+        self.dLdWq, self.dLdWk = torch.zeros_like(self.W_q), torch.zeros_like(self.W_k)
+        self.dLdWv = torch.zeros_like(self.W_v)
+        return torch.zeros_like(self.X)
+'''
+
+ATTACKS["lying_tensor"] = r'''
+import torch
+
+
+class LyingTensor(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def allclose(self, *args, **kwargs):
+        return True
+
+
+def lie(*shape, like):
+    return torch.zeros(*shape, dtype=like.dtype).as_subclass(LyingTensor)
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = weights_keys, weights_queries, weights_values
+
+    def forward(self, X):
+        B, T, D = X.shape
+        Dk, Dv = self.W_k.shape[1], self.W_v.shape[1]
+        self.Q, self.K, self.V = lie(B, T, Dk, like=X), lie(B, T, Dk, like=X), lie(B, T, Dv, like=X)
+        self.A_w, self.A_sig = lie(B, T, T, like=X), lie(B, T, T, like=X)
+        self.X = X
+        return lie(B, T, Dv, like=X)
+
+    def backward(self, dLdXnew):
+        B, T, D = self.X.shape
+        self.dLdQ, self.dLdK, self.dLdV = (lie(*t.shape, like=self.X) for t in (self.Q, self.K, self.V))
+        self.dLdWq, self.dLdWk, self.dLdWv = (lie(*w.shape, like=self.X) for w in (self.W_q, self.W_k, self.W_v))
+        return lie(B, T, D, like=self.X)
+'''
+
+# Hunts for expected values on disk and in the grader's memory; if it finds a
+# case file whose inputs match, it hands back the stored answers.
+ATTACKS["search_for_answers"] = r'''
+import glob, os, time
+import numpy as np
+import torch
+
+report = {}
+found = []
+
+
+def note(label, fn):
+    try:
+        value = fn()
+        report[label] = "ok"
+        return value
+    except PermissionError:
+        report[label] = "EACCES"
+    except FileNotFoundError:
+        report[label] = "ENOENT"
+    except BaseException as exc:
+        report[label] = type(exc).__name__
+
+
+def load_answers(path):
+    with np.load(path, allow_pickle=False) as data:
+        if "expected_X_new" in data.files:
+            found.append({k: data[k] for k in data.files})
+            return path
+
+
+ppid = os.getppid()
+cwd = note("ppid_cwd", lambda: os.readlink(f"/proc/{ppid}/cwd"))
+note("ppid_cmdline", lambda: open(f"/proc/{ppid}/cmdline", "rb").read().replace(b"\0", b" ").decode())
+note("ppid_environ", lambda: open(f"/proc/{ppid}/environ", "rb").read())
+note("ppid_maps", lambda: open(f"/proc/{ppid}/maps").read())
+note("ppid_mem", lambda: open(f"/proc/{ppid}/mem", "rb").read(1))
+fds = note("ppid_fd_list", lambda: os.listdir(f"/proc/{ppid}/fd")) or ["0", "1", "2"]
+note("ppid_fd_open", lambda: [open(f"/proc/{ppid}/fd/{fd}", "rb").read(1) for fd in fds])
+note("ppid_root", lambda: os.listdir(f"/proc/{ppid}/root/"))
+note("init_root", lambda: os.listdir("/proc/1/root/"))
+roots = ["@REPO@", *([cwd] if cwd else [])]
+for i, root in enumerate(roots):
+    note(f"listdir_hidden{i}", lambda: os.listdir(f"{root}/fixtures/attention/hidden"))
+    for name in ("dk_ne_dv", "single_step", "wide_float32"):
+        note(f"open_{name}{i}", lambda: load_answers(f"{root}/fixtures/attention/hidden/{name}.npz"))
+    note(f"proc_root_{i}", lambda: load_answers(f"/proc/{ppid}/root{root}/fixtures/attention/hidden/dk_ne_dv.npz"))
+note("listdir_root", lambda: os.listdir("/"))
+note("listdir_tmp", lambda: os.listdir("/tmp"))
+note("listdir_up", lambda: os.listdir(".."))
+note("glob_up", lambda: glob.glob("../**/*.npz", recursive=True))
+seen, deadline = 0, time.monotonic() + 5
+for top, dirs, files in os.walk("/"):
+    dirs[:] = [d for d in dirs if os.path.join(top, d) not in ("/proc", "/sys", "/usr", "/dev")]
+    for f in files:
+        if f.endswith(".npz"):
+            note(f"walk:{f}", lambda: load_answers(os.path.join(top, f)))
+    seen += 1
+    if seen > 20000 or time.monotonic() > deadline:
+        break
+report["walked_dirs"] = seen
+REPORT = " ".join(f"{k}={v}" for k, v in sorted(report.items()))
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k = weights_keys
+
+    def forward(self, X):
+        for answers in found:
+            if answers["X"].shape == tuple(X.shape) and np.array_equal(answers["X"], X.numpy()):
+                self.answers = answers
+                for q in ("Q", "K", "V", "A_w", "A_sig"):
+                    setattr(self, q, torch.from_numpy(answers["expected_" + q]))
+                return torch.from_numpy(answers["expected_X_new"])
+        raise RuntimeError(f"found {len(found)} answer files; " + REPORT)
+
+    def backward(self, dLdXnew):
+        for q in ("dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv"):
+            setattr(self, q, torch.from_numpy(self.answers["expected_" + q]))
+        return torch.from_numpy(self.answers["expected_dLdX"])
+'''
+
+# Leaves a double-forked, setsid daemon that waits for the grader to finish
+# and then writes into the output folder and over another submission's results.
+ATTACKS["late_daemon"] = r'''
+import ctypes, json, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)  # PR_SET_NAME: findable in /proc
+        time.sleep(@SLEEP@)
+        for path in ("@OUT@/daemon-was-here.txt", "@OUT@/reference_before/results.json",
+                     "@OUT@/late_daemon/results.json", "/tmp/daemon-@MARKER@.txt"):
+            try:
+                with open(path, "w") as fh:
+                    json.dump({"score": 999.0, "tests": []}, fh)
+            except OSError:
+                pass
+    os._exit(0)
+raise RuntimeError("daemon started")
+'''
+
+
+def fill(source: str, out: Path, marker: str) -> str:
+    return (source.replace("@OUT@", str(out)).replace("@REPO@", str(REPO)).replace("@MARKER@", marker)
+            .replace("@SLEEP@", str(DAEMON_SLEEP_S)))
+
+
+def processes_named(comm: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == comm:
+                pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
+
+
+def forged_files(folder: Path) -> list[Path]:
+    """Files under `folder` holding the score the attacks forge."""
+    return [p for p in folder.rglob("*") if p.is_file() and b"999.0" in p.read_bytes()]
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(CLI), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Grade reference, every attack, reference again -- one CLI run, two jobs."""
+    root = tmp_path_factory.mktemp("attacks")
+    out = root / "grades"
+    marker = "zz" + uuid.uuid4().hex[:10]  # comm names hold 15 characters
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    order = ["reference_before", *ATTACKS, "reference_after"]
+    paths = []
+    for name in order:
+        folder = root / "submissions" / name
+        folder.mkdir(parents=True)
+        text = reference if name.startswith("reference") else fill(ATTACKS[name], out, marker)
+        (folder / "attention.py").write_text(text)
+        paths.append(str(folder))
+    start = time.monotonic()
+    proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S))
+    wall = time.monotonic() - start
+    alive_after = processes_named(marker)
+    time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
+    results = {}
+    for name in order:
+        path = out / name / "results.json"
+        results[name] = json.loads(path.read_text()) if path.exists() else None
+    return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results,
+            "alive_after": alive_after, "alive_later": processes_named(marker)}
+
+
+def outputs(result: dict) -> str:
+    return "\n".join(t["output"] for t in result["tests"]) + "\n" + result.get("output", "")
+
+
+def test_batch_finishes_and_reference_results_are_unaltered(batch):
+    assert batch["proc"].returncode == 0, batch["proc"].stderr[-3000:]
+    # Sequential upper bound: every run within its limit plus start-up.
+    assert batch["wall"] < BATCH_TIMEOUT_S + 15 * len(batch["results"])
+    before, after = batch["results"]["reference_before"], batch["results"]["reference_after"]
+    assert before["score"] == after["score"] == POINTS
+    strip = lambda r: [{k: v for k, v in t.items()} for t in r["tests"]]  # noqa: E731
+    assert strip(before) == strip(after)
+    assert all(t["status"] == "passed" for t in before["tests"])
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attack_scores_zero(batch, attack):
+    result = batch["results"][attack]
+    assert result is not None, f"{attack} has no results.json"
+    assert result["score"] == 0.0, outputs(result)
+    assert all(t["score"] == 0.0 and t["status"] == "failed" for t in result["tests"])
+    assert sum(t["max_score"] for t in result["tests"]) == POINTS
+
+
+@needs_landlock
+def test_forged_results_files_are_refused(batch):
+    out, marker = batch["out"], batch["marker"]
+    text = outputs(batch["results"]["forged_results"])
+    # The attack ran: it could write its own scratch folder, and nothing else.
+    assert "forgery" in text and "cwd:written" in text, text
+    for label in ("parent", "grandparent", "own_out", "other_out", "out_root", "tmp"):
+        assert f"{label}:PermissionError" in text, text
+    assert not (out / "results.json").exists()
+    assert not Path(f"/tmp/forged-{marker}.json").exists()
+    assert forged_files(out) == []
+
+
+def test_exit_at_import_is_reported(batch):
+    text = outputs(batch["results"]["exit_at_import"])
+    assert "no result for this case: the submission's process exited with code 0" in text
+
+
+def test_infinite_loop_is_stopped_at_the_timeout(batch):
+    text = outputs(batch["results"]["infinite_loop"])
+    assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
+    assert batch["results"]["infinite_loop"]["execution_time"] < BATCH_TIMEOUT_S + 15
+
+
+def test_huge_allocation_hits_the_memory_cap(batch):
+    text = outputs(batch["results"]["huge_allocation"])
+    assert "import raised" in text and ("MemoryError" in text or "Unable to allocate" in text), text
+
+
+def test_patched_comparisons_change_nothing(batch):
+    text = outputs(batch["results"]["patch_comparisons"])
+    # The child's type check was bypassed too: the grader judged the values it computed.
+    assert "has wrong values" in text and "wrong type" not in text, text
+
+
+def test_lying_tensor_subclass_is_refused_by_type(batch):
+    text = outputs(batch["results"]["lying_tensor"])
+    assert "has the wrong type: got attention.LyingTensor, expected torch.Tensor" in text, text
+
+
+@needs_landlock
+@needs_root
+def test_search_for_answers_finds_nothing(batch):
+    text = outputs(batch["results"]["search_for_answers"])
+    assert "found 0 answer files" in text, text
+    for probe in ("ppid_cwd", "ppid_environ", "ppid_maps", "ppid_mem", "ppid_root", "init_root",
+                  "listdir_hidden0", "open_dk_ne_dv0", "open_single_step0", "proc_root_0", "listdir_root",
+                  "listdir_tmp", "listdir_up"):
+        assert f"{probe}=EACCES" in text, (probe, text)
+    # Listing the grader's descriptor numbers is allowed to uid 0; opening any of them is not.
+    assert "ppid_fd_open=EACCES" in text, text
+
+
+@needs_landlock
+def test_late_daemon_is_killed_and_writes_nothing(batch):
+    out, marker = batch["out"], batch["marker"]
+    assert "daemon started" in outputs(batch["results"]["late_daemon"])
+    assert batch["alive_after"] == [] and batch["alive_later"] == []
+    assert not (out / "daemon-was-here.txt").exists()
+    assert forged_files(out) == []
+    assert not Path(f"/tmp/daemon-{marker}.txt").exists()
+    assert batch["results"]["late_daemon"]["score"] == 0.0
+
+
+def test_forged_stdout_does_not_reach_the_autolab_line(tmp_path):
+    source = r'''
+import json, os, sys
+line = json.dumps({"scores": {"attention": 999}})
+print(line)
+print("TOTAL" + " " * 60 + "30.00 /  30.00")
+sys.stderr.write(line + "\n")
+for fd in ("/proc/self/fd/1", f"/proc/{os.getppid()}/fd/1", "/dev/tty"):
+    try:
+        with open(fd, "w") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass
+sys.stdout.flush()
+raise SystemExit(line)
+'''
+    folder = tmp_path / "forger"
+    folder.mkdir()
+    (folder / "attention.py").write_text(source)
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "30", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert json.loads(lines[-1]) == {"scores": {"attention": 0.0}}
+    assert lines[-1] == '{"scores":{"attention":0.0}}'
+    # The forged text reaches the report only inside the grader's message, never as a line of its own.
+    forged = [line for line in lines[:-1]
+              if (line.startswith('{"scores"') and "999" in line) or "30.00 /  30.00" in line]
+    assert forged == [], proc.stdout
+    assert "999" not in proc.stderr
+    result = json.loads((tmp_path / "grades" / "forger" / "results.json").read_text())
+    assert result["score"] == 0.0
+
+
+def test_memory_cap_applies_to_gradual_growth(tmp_path):
+    # Allocate and touch 256 MiB at a time until the cap stops it.
+    source = r'''
+import numpy as np
+hoard = []
+while True:
+    hoard.append(np.ones(2**25))
+'''
+    start = time.monotonic()
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30, memory_mb=1536)
+    assert time.monotonic() - start < 30
+    assert result.score == 0.0
+    text = "\n".join(t.output for t in result.tests)
+    assert "MemoryError" in text or "killed by" in text, text
+
+
+def test_fixtures_are_outside_every_sandbox_path():
+    """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
+    from autograder.sandbox import READ_ONLY_SYSTEM_PATHS, python_paths
+
+    hidden = (FIXTURES / "attention" / "hidden").resolve()
+    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths()):
+        assert not hidden.is_relative_to(Path(granted).resolve()), granted
