@@ -1,0 +1,129 @@
+"""Generate the language-model data: training text, validation text and the .npz fixtures.
+
+Default: the toy-English source (autograder/lm/source.py) writes everything, and
+the source itself is the scoring oracle. With --corpus PATH an instructor's text
+is used instead (plain text, or 11-785-style transcript rows `<eos> W H O ... <eos>`);
+then a character n-gram model fitted to its training part is the oracle until a
+reference-model checkpoint replaces it (see autograder/lm/oracle.py).
+
+Output under <out>/lm/:
+  train.txt, valid.txt     one sentence per line (A-Z, apostrophe, single spaces)
+  prediction.npz           inp (128, 30), out (128, 20) int64   validation, public
+  prediction_test.npz      inp (128, 30) int64                  public inputs
+  hidden/prediction_test_out.npz   out (128, 20) int64          targets, grader only
+  generation_test.npz      inp (128, 40) int64
+  oracle.json              which oracle scores generations, and corpus statistics
+
+Every fixture row is a window of a held-out id stream <eos> s1 <eos> s2 <eos> ...
+that starts at an <eos>, i.e. at a sentence start, so the oracle's starting state
+is known exactly; windows cross sentence boundaries (targets may be <eos>).
+
+    python -m autograder.fixturegen.lm_fixtures [--out fixtures] [--corpus PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from autograder import npzio
+from autograder.lm.source import ToySource
+from autograder.lm.vocab import EOS, stream
+
+SOURCE_SEED = 0  # Zipf ranks of the words
+SEEDS = {"train": 1, "valid": 2, "prediction": 3, "prediction_test": 4, "generation_test": 5}
+N_TRAIN = 50_000  # sentences: about 1.8 MB, learnable by a small model on 2 CPU cores in minutes
+N_VALID = 2_000
+N_ROWS = 128
+PROMPT, TARGET, GEN_PROMPT = 30, 20, 40
+
+
+def windows(ids: np.ndarray, length: int, n: int) -> np.ndarray:
+    """n non-overlapping windows of `length` ids, each starting at an <eos> of the stream. (n, length)"""
+    starts, next_free = [], 0
+    for e in np.nonzero(ids == EOS)[0].tolist():
+        if e >= next_free and e + length <= len(ids):
+            starts.append(e)
+            next_free = e + length
+        if len(starts) == n:
+            break
+    if len(starts) < n:
+        raise ValueError(f"held-out text too short: {len(starts)} windows of {length} ids, need {n}")
+    return np.stack([ids[s : s + length] for s in starts]).astype(np.int64)
+
+
+def toy_sentences(source: ToySource, split: str, n: int) -> list[str]:
+    return source.sample_sentences(n, np.random.default_rng(SEEDS[split]))
+
+
+def write(out: Path, corpus: Path | None = None) -> list[Path]:
+    lm = out / "lm"
+    (lm / "hidden").mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    info: dict = {}
+    if corpus is None:
+        source = ToySource(SOURCE_SEED)
+        train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
+        held = {k: stream(toy_sentences(source, k, 3 * N_ROWS)) for k in ("prediction", "prediction_test", "generation_test")}
+        auto = source.automaton
+        info = {
+            "oracle": {"kind": "toy_source", "seed": SOURCE_SEED},
+            "entropy_rate_nats_per_char": auto.entropy_rate(),
+            "mean_sentence_chars_with_eos": auto.mean_sentence_length(),
+            "automaton_states": auto.n_states,
+            "words": len(source.vocabulary()),
+            "seeds": SEEDS,
+        }
+    else:
+        from autograder.lm import corpus as corpus_mod  # only instructors' corpora need it
+
+        loaded = corpus_mod.load(corpus)
+        print(loaded.report())
+        train, valid, held = corpus_mod.split(loaded.sentences, N_ROWS, (PROMPT + TARGET, PROMPT + TARGET, GEN_PROMPT))
+        info = corpus_mod.fit_oracle(train, lm)
+        info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "dropped": loaded.dropped_summary()}
+    for name, lines in (("train.txt", train), ("valid.txt", valid)):
+        path = lm / name
+        path.write_text("".join(s + "\n" for s in lines), encoding="ascii")
+        written.append(path)
+        print(f"lm/{name}: {len(lines)} sentences, {path.stat().st_size / 1e6:.2f} MB")
+    pred = windows(held["prediction"], PROMPT + TARGET, N_ROWS)
+    test = windows(held["prediction_test"], PROMPT + TARGET, N_ROWS)
+    gen = windows(held["generation_test"], GEN_PROMPT, N_ROWS)
+    arrays = {
+        "prediction.npz": {"inp": pred[:, :PROMPT], "out": pred[:, PROMPT:]},
+        "prediction_test.npz": {"inp": test[:, :PROMPT]},
+        "hidden/prediction_test_out.npz": {"out": test[:, PROMPT:]},
+        "generation_test.npz": {"inp": gen},
+    }
+    for name, data in arrays.items():
+        npzio.save(lm / name, data)
+        written.append(lm / name)
+        shapes = ", ".join(f"{k} {v.shape} {v.dtype}" for k, v in data.items())
+        print(f"lm/{name}: {shapes}")
+    info["fixtures"] = {"rows": N_ROWS, "prompt": PROMPT, "target": TARGET, "generation_prompt": GEN_PROMPT}
+    (lm / "oracle.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    written.append(lm / "oracle.json")
+    if "entropy_rate_nats_per_char" in info:
+        print(
+            f"lm: toy source, {info['words']} words, {info['automaton_states']} automaton states, "
+            f"entropy rate {info['entropy_rate_nats_per_char']:.6f} nats/char "
+            f"(perplexity {np.exp(info['entropy_rate_nats_per_char']):.4f}), "
+            f"{info['mean_sentence_chars_with_eos']:.2f} chars per sentence with <eos>"
+        )
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("fixtures"))
+    ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
+    args = ap.parse_args()
+    write(args.out, args.corpus)
+
+
+if __name__ == "__main__":
+    main()
