@@ -15,9 +15,22 @@ import tempfile
 from pathlib import Path
 
 from .grade import PROBLEM_MODULES, grade_submission
-from .handin import HANDIN_FILES
+from .handin import HANDIN_FILES, check_folder
 from .rubric import load
 from .sandbox import Limits
+from .submission import HandinError, open_handin
+
+
+def handin_check_text(handin: Path, scratch: Path) -> str:
+    """What the grader will find in a built handin: each file's problems, before any test runs."""
+    try:
+        notes = open_handin(handin, scratch)
+    except HandinError as exc:
+        return f"{handin} cannot be opened by the grader: {exc}"
+    lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
+    for name, problems in check_folder(scratch).items():
+        lines.append(f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else ""))
+    return "\n".join(lines) + "\n"
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
@@ -32,6 +45,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="local-handin-") as tmp:
         if args.handin:
             submission = args.handin
+            print(handin_check_text(args.handin, Path(tmp) / "unpacked"))
         else:
             submission = Path(tmp) / "handin"
             submission.mkdir()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
@@ -114,6 +114,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; graders and TAs share these files
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2)
@@ -125,5 +126,26 @@ def write_json_atomic(path: Path, data: dict) -> None:
         raise
 
 
-def asdict_result(result: SubmissionResult) -> dict:
-    return asdict(result)
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; graders and TAs share these files
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_submission(result: SubmissionResult, folder: Path) -> None:
+    """results.json (Gradescope's format) and feedback.txt (the score table) for one submission.
+
+    feedback.txt is written first: a folder with results.json counts as graded.
+    """
+    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
+    write_json_atomic(folder / "results.json", result.to_gradescope())
