@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test demo bench handout fixtures check-generated clean
+.PHONY: help setup test demo bench handout fixtures check-generated clean gradescope autolab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,12 @@ handout: setup ## regenerate handout/ from solutions/ and public fixtures
 
 fixtures: setup ## regenerate fixtures/ (attention cases, ...) and their manifest
 	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
+
+gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
+	$(PY) -m autograder.build.platforms gradescope
+
+autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
+	$(PY) -m autograder.build.platforms autolab
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build grades .pytest_cache
