@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test demo bench handout fixtures check-generated clean gradescope autolab
+.PHONY: help setup test demo bench handout fixtures notebooks check-generated clean gradescope autolab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ handout: setup ## regenerate handout/ from solutions/ and public fixtures
 
 fixtures: setup ## regenerate fixtures/ (attention cases, ...) and their manifest
 	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
+	$(PY) -m autograder.fixturegen.notebook_cases --out fixtures
+
+notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
+	$(PY) -m autograder.build.notebooks --execute
 
 gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
 	$(PY) -m autograder.build.platforms gradescope

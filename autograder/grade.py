@@ -25,6 +25,8 @@ from .submission import HandinError, open_handin
 # Problem id -> module under autograder/problems/ with grade(ctx, problem).
 PROBLEM_MODULES = {
     "attention": "attention",
+    "losses": "losses",
+    "masks": "masks",
 }
 
 

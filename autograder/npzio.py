@@ -23,7 +23,10 @@ def save(path: Path | str, arrays: dict[str, np.ndarray]) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for key in sorted(arrays):
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            # np.ascontiguousarray would turn a 0-d array into shape (1,); copy only when needed.
+            arr = np.asarray(arrays[key])
+            arr = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            np.lib.format.write_array(buf, arr, allow_pickle=False)
             info = zipfile.ZipInfo(f"{key}.npy", date_time=FIXED_TIME)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())

@@ -21,6 +21,9 @@ def reference_handin(dest: Path) -> Path:
     """The handin a perfect student would submit, from solutions/."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "solutions" / "attention.py", dest / "attention.py")
+    # The otter masters are the notebooks in solved form (otter's markers are raw cells, its tests plain asserts).
+    for name in ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb"):
+        shutil.copyfile(REPO / "solutions" / name, dest / name)
     return dest
 
 

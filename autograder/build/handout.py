@@ -3,6 +3,8 @@
 - solutions/attention.py -> handout/attention.py with every region between
   `# BEGIN SOLUTION task="..."` and `# END SOLUTION` replaced by
   `raise NotImplementedError("TODO <task>")`.
+- solutions/0*.ipynb (otter-assign masters) -> the student notebooks and their
+  public otter tests (handout/tests/<question>.py), see build/notebooks.py.
 - The grading modules a student needs -> handout/gradelib/, the local runner
   -> handout/autograder.py, public cases -> handout/tests/.
 - Hidden cases never leave fixtures/; tests/test_handout.py checks that.
@@ -17,6 +19,8 @@ import argparse
 import re
 import shutil
 from pathlib import Path
+
+from autograder.build import notebooks
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -39,8 +43,12 @@ GRADELIB_FILES = (
     "local.py",
     "harness/child_common.py",
     "harness/attention_child.py",
+    "harness/notebook_child.py",
+    "nbgrade.py",
     "problems/__init__.py",
     "problems/attention.py",
+    "problems/losses.py",
+    "problems/masks.py",
 )
 
 BEGIN = re.compile(r'^(?P<indent>\s*)# BEGIN SOLUTION(?: task="(?P<task>[^"]*)")?\s*$')
@@ -99,6 +107,11 @@ def build(out: Path) -> list[Path]:
         put(f"gradelib/{rel}", (AUTOGRADER / rel).read_bytes())
     for src in sorted((FIXTURES / "attention" / "public").iterdir()):
         put(f"tests/attention/public/{src.name}", src.read_bytes())
+    # Student notebooks and their public otter tests (handout/tests/<question>.py).
+    for rel, data in sorted(notebooks.build().items()):
+        put(rel, data)
+    for src in sorted((FIXTURES / "notebooks" / "public").iterdir()):
+        put(f"tests/notebooks/public/{src.name}", src.read_bytes())
     return written
 
 

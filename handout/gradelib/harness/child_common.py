@@ -67,7 +67,8 @@ class Recorder:
                 arr = None
                 entry["note"] = f"could not be read back: {short_exception(exc)}"
             if arr is not None:
-                arr = np.ascontiguousarray(arr)
+                # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
+                arr = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
                 if arr.dtype.kind in "biuf":
                     np.save(self.dir / f"{name}.npy", arr, allow_pickle=False)
                 else:

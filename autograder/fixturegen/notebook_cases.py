@@ -1,0 +1,272 @@
+"""Generate the notebook test cases (problems `losses` and `masks`), public and hidden.
+
+Every case is one row of LOSSES_CASES or MASKS_CASES: sizes, seed, visibility
+and what it is for. A case holds the inputs of every graded function of its
+notebook plus expected_<quantity> arrays. Expected values come from torch
+(torch.nn.functional.cross_entropy with ignore_index, torch.softmax, boolean
+tril, per-row loops for masked attention), never from the solution notebooks.
+Output: fixtures/notebooks/<visibility>/<name>.npz and a cases.json index.
+
+    python -m autograder.fixturegen.notebook_cases [--out fixtures]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from autograder import npzio
+
+IGNORE_INDEX = -100
+# exp() of a float64 above this overflows; "large" cases exceed it.
+EXP_OVERFLOW_FLOAT64 = 709.8
+
+
+@dataclass(frozen=True)
+class LossesCase:
+    name: str
+    visibility: str
+    seed: int
+    T: int  # sequence length for attention and the causal mask
+    d_k: int
+    d_v: int
+    N: int  # positions of the logits
+    V: int  # vocabulary size
+    n_ignored: int  # positions whose target is ignore_index
+    ignore_index: int
+    logit_scale: float  # large scales overflow a softmax without max-subtraction
+    window: int | None  # attention mask: causal, or causal within a window of this width
+    why: str
+
+
+LOSSES_CASES = (
+    LossesCase("toy_sentence", "public", 301, 7, 3, 3, 7, 10, 3, IGNORE_INDEX, 1.0, None,
+               "sizes of the notebook's sentence: T = 7, d = 3, V = 10"),
+    LossesCase("short_sequence", "public", 302, 4, 2, 3, 5, 6, 1, IGNORE_INDEX, 2.0, None, "d_k != d_v, one ignored target"),
+    LossesCase("large_logits", "hidden", 401, 5, 4, 4, 6, 12, 2, IGNORE_INDEX, 900.0, None,
+               "logits and scores large enough that exp() without max-subtraction overflows"),
+    LossesCase("mostly_ignored", "hidden", 402, 9, 5, 7, 12, 30, 8, IGNORE_INDEX, 3.0, None,
+               "8 of 12 targets ignored: the mean runs over 4 positions"),
+    LossesCase("custom_ignore_index", "hidden", 403, 6, 3, 2, 8, 10, 3, 3, 1.5, None,
+               "ignore_index = 3 instead of -100"),
+    LossesCase("windowed_mask", "hidden", 404, 8, 6, 5, 9, 15, 2, IGNORE_INDEX, 1.0, 3,
+               "attention mask that also blocks keys more than 2 steps back"),
+    LossesCase("single_position", "hidden", 405, 1, 2, 2, 3, 5, 0, IGNORE_INDEX, 1.0, None,
+               "T = 1 (a 1 x 1 causal mask) and no ignored target"),
+)
+
+
+@dataclass(frozen=True)
+class MasksCase:
+    name: str
+    visibility: str
+    seed: int
+    B: int
+    Tq: int
+    Tk: int
+    D: int
+    Dv: int
+    T: int  # token sequence length (masks and loss)
+    V: int
+    pad_id: int
+    lengths: tuple[int, ...]  # real tokens per sequence; the rest is padding
+    left_padded: bool
+    empty_rows: int  # rows of the attention mask with no allowed key
+    score_scale: float
+    why: str
+
+
+MASKS_CASES = (
+    MasksCase("small_batch", "public", 501, 2, 4, 4, 3, 3, 5, 30, 1, (5, 3), False, 0, 1.0,
+              "B = 2, right padding, square attention"),
+    MasksCase("padded_words", "public", 502, 3, 3, 6, 4, 2, 8, 30, 1, (5, 8, 6), False, 1, 1.0,
+              "three padded sequences, Tq != Tk, one query with no allowed key"),
+    MasksCase("fully_masked_rows", "hidden", 601, 3, 5, 5, 4, 6, 6, 30, 1, (6, 2, 4), False, 4, 1.0,
+              "four queries with no allowed key: zeros, not NaN"),
+    MasksCase("left_padding", "hidden", 602, 2, 3, 7, 5, 3, 7, 30, 1, (4, 7), True, 1, 1.0,
+              "left-padded tokens: the first queries see no real key"),
+    MasksCase("large_scores", "hidden", 603, 2, 6, 6, 8, 4, 6, 30, 1, (6, 4), False, 0, 2000.0,
+              "scores large enough that exp() without max-subtraction overflows"),
+    MasksCase("pad_id_zero", "hidden", 604, 4, 2, 3, 3, 5, 9, 12, 0, (9, 1, 5, 7), False, 0, 1.0,
+              "pad_id = 0 and a sequence with a single real token"),
+    MasksCase("no_padding", "hidden", 605, 2, 4, 4, 2, 2, 4, 30, 1, (4, 4), False, 0, 1.0,
+              "no padding: the masked mean is the plain mean"),
+    MasksCase("single_step", "hidden", 606, 1, 1, 1, 4, 3, 1, 30, 1, (1,), False, 0, 1.0, "T = 1"),
+)
+
+
+def losses_inputs(c: LossesCase) -> dict[str, np.ndarray]:
+    g = torch.Generator().manual_seed(c.seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    Q, K, V = randn(c.T, c.d_k), randn(c.T, c.d_k), randn(c.T, c.d_v)
+    if c.logit_scale > 100:
+        # Scale Q so that the largest scaled score reaches the requested size.
+        scores = Q @ K.T / math.sqrt(c.d_k)
+        Q = Q * (c.logit_scale / scores.abs().max())
+    i, j = torch.meshgrid(torch.arange(c.T), torch.arange(c.T), indexing="ij")
+    blocked = j > i
+    if c.window is not None:
+        blocked |= j <= i - c.window
+    mask = torch.zeros(c.T, c.T, dtype=torch.float64).masked_fill(blocked, float("-inf"))
+    logits = randn(c.N, c.V) * c.logit_scale
+    z = randn(3, c.N, c.V) * c.logit_scale
+    nll_targets = torch.randint(0, c.V, (c.N,), generator=g)
+    targets = nll_targets.clone()
+    ignored = torch.randperm(c.N, generator=g)[: c.n_ignored]
+    targets[ignored] = c.ignore_index
+    if c.ignore_index >= 0:
+        # A real target equal to ignore_index would be ignored too; keep the count exact.
+        keep = torch.ones(c.N, dtype=torch.bool)
+        keep[ignored] = False
+        targets[keep & (targets == c.ignore_index)] = (c.ignore_index + 1) % c.V
+    arrays = {"Q": Q, "K": K, "V": V, "mask": mask, "logits": logits, "z": z,
+              "nll_targets": nll_targets, "targets": targets}
+    out = {k: v.numpy() for k, v in arrays.items()}
+    out["T"] = np.array(c.T, dtype=np.int64)
+    out["ignore_index"] = np.array(c.ignore_index, dtype=np.int64)
+    return out
+
+
+def losses_expected(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    t = {k: torch.from_numpy(v) for k, v in x.items()}
+    d_k = t["K"].shape[-1]
+    scores = t["Q"] @ t["K"].T / math.sqrt(d_k)
+    weights = torch.softmax(scores, dim=-1)
+    masked = torch.softmax(scores + t["mask"], dim=-1)
+    T = int(x["T"])
+    expected = {
+        "softmax": torch.softmax(t["z"], dim=-1),
+        "attn_weights": weights,
+        "attn_output": weights @ t["V"],
+        "masked_weights": masked,
+        "masked_output": masked @ t["V"],
+        "predicted_ids": torch.argmax(t["logits"], dim=-1),
+        "token_nll": F.cross_entropy(t["logits"], t["nll_targets"], reduction="none"),
+        "cross_entropy_loss": F.cross_entropy(t["logits"], t["targets"], ignore_index=int(x["ignore_index"]), reduction="mean"),
+        "causal_mask": torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1),
+    }
+    return {f"expected_{k}": v.numpy() for k, v in expected.items()}
+
+
+def masks_inputs(c: MasksCase) -> dict[str, np.ndarray]:
+    g = torch.Generator().manual_seed(c.seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    X = randn(c.B, c.T, c.D)
+    Q, K, V = randn(c.B, c.Tq, c.D), randn(c.B, c.Tk, c.D), randn(c.B, c.Tk, c.Dv)
+    if c.score_scale > 100:
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(c.D)
+        Q = Q * (c.score_scale / scores.abs().max())
+    mask = torch.rand(c.B, c.Tq, c.Tk, generator=g) < 0.6
+    mask[..., 0] = True  # every row has a key, except the rows emptied below
+    flat = mask.view(-1, c.Tk)
+    for row in torch.randperm(flat.shape[0], generator=g)[: c.empty_rows]:
+        flat[row] = False
+    tokens = torch.full((c.B, c.T), c.pad_id, dtype=torch.int64)
+    targets = torch.full((c.B, c.T), c.pad_id, dtype=torch.int64)
+    real_ids = [i for i in range(c.V) if i != c.pad_id]
+    for b, n in enumerate(c.lengths):
+        span = slice(c.T - n, c.T) if c.left_padded else slice(0, n)
+        pick = torch.randint(0, len(real_ids), (2, n), generator=g)
+        tokens[b, span] = torch.tensor(real_ids)[pick[0]]
+        targets[b, span] = torch.tensor(real_ids)[pick[1]]
+    logits = randn(c.B, c.T, c.V) * 3
+    arrays = {"X": X, "Q": Q, "K": K, "V": V, "mask": mask, "tokens": tokens, "targets": targets, "logits": logits}
+    out = {k: v.numpy() for k, v in arrays.items()}
+    out["T"] = np.array(c.T, dtype=np.int64)
+    out["pad_id"] = np.array(c.pad_id, dtype=np.int64)
+    return out
+
+
+def masked_attention_by_rows(Q, K, V, mask):
+    """Softmax over each row's allowed keys only, one row at a time; no allowed key -> zeros."""
+    B, Tq, _ = Q.shape
+    A = torch.zeros(B, Tq, K.shape[1], dtype=Q.dtype)
+    for b in range(B):
+        for i in range(Tq):
+            keys = mask[b, i].nonzero().flatten()
+            if len(keys):
+                A[b, i, keys] = torch.softmax(Q[b, i] @ K[b, keys].T / math.sqrt(Q.shape[-1]), dim=-1)
+    return A, A @ V
+
+
+def masks_expected(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    t = {k: torch.from_numpy(v) for k, v in x.items()}
+    X, tokens, pad_id, T = t["X"], t["tokens"], int(x["pad_id"]), int(x["T"])
+    uniform = torch.stack([X[:, : s + 1].mean(dim=1) for s in range(X.shape[1])], dim=1)
+    A, C = masked_attention_by_rows(t["Q"], t["K"], t["V"], torch.ones_like(t["mask"]))
+    A_m, C_m = masked_attention_by_rows(t["Q"], t["K"], t["V"], t["mask"])
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    combined = torch.zeros(tokens.shape[0], T, T, dtype=torch.bool)
+    for b in range(tokens.shape[0]):
+        for i in range(T):
+            for j in range(i + 1):
+                combined[b, i, j] = bool(tokens[b, j] != pad_id)
+    Vsize = t["logits"].shape[-1]
+    loss = F.cross_entropy(t["logits"].reshape(-1, Vsize), t["targets"].reshape(-1), ignore_index=pad_id)
+    expected = {
+        "uniform": uniform, "A": A, "C": C, "A_masked": A_m, "C_masked": C_m,
+        "causal_mask": causal, "padding_mask": tokens != pad_id, "combined_mask": combined,
+        "masked_mean_loss": loss, "perplexity": torch.exp(loss),
+    }
+    return {f"expected_{k}": v.numpy() for k, v in expected.items()}
+
+
+def describe_losses(c: LossesCase) -> str:
+    return f"T={c.T}, d_k={c.d_k}, d_v={c.d_v}, N={c.N}, V={c.V}, {c.n_ignored} ignored; {c.why}"
+
+
+def describe_masks(c: MasksCase) -> str:
+    return f"B={c.B}, Tq={c.Tq}, Tk={c.Tk}, T={c.T}, V={c.V}, pad_id={c.pad_id}; {c.why}"
+
+
+def write(out: Path) -> list[Path]:
+    torch.set_num_threads(1)
+    written = []
+    for vis in ("public", "hidden"):
+        folder = out / "notebooks" / vis
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.npz"):
+            stale.unlink()
+        index = []
+        for c in (c for c in LOSSES_CASES if c.visibility == vis):
+            x = losses_inputs(c)
+            if c.logit_scale > 100:
+                assert np.abs(x["logits"]).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: logits too small to overflow"
+            npzio.save(folder / f"{c.name}.npz", {**x, **losses_expected(x)})
+            index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c)})
+        for c in (c for c in MASKS_CASES if c.visibility == vis):
+            x = masks_inputs(c)
+            npzio.save(folder / f"{c.name}.npz", {**x, **masks_expected(x)})
+            index.append({"name": c.name, "problem": "masks", "seed": c.seed, "description": describe_masks(c)})
+        names = [e["name"] for e in index]
+        assert len(set(names)) == len(names), f"case names repeat in {folder}: {names}"
+        written += [folder / f"{e['name']}.npz" for e in index]
+        (folder / "cases.json").write_text(json.dumps(index, indent=2) + "\n")
+        written.append(folder / "cases.json")
+        for problem in ("losses", "masks"):
+            names = [e["name"] for e in index if e["problem"] == problem]
+            print(f"notebooks/{vis}: {len(names)} {problem} cases: {', '.join(names)}")
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("fixtures"))
+    write(ap.parse_args().out)
+
+
+if __name__ == "__main__":
+    main()

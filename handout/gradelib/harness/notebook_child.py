@@ -1,0 +1,304 @@
+"""Runs a student notebook's code and calls its graded functions (inside the child).
+
+task.json names the notebook, the cells to skip, the timeouts, the calls to make
+and the cases whose inputs feed them. The child
+
+1. executes the notebook's code cells in order, in one namespace, like "Run All":
+   markdown and raw cells, cells tagged `skip_tags` and otter's own cells
+   (`grader = otter.Notebook(...)`, `grader.check(...)`) are skipped; a cell that
+   raises or runs past its timeout is recorded and the next cell runs anyway;
+2. calls every graded function on every case's inputs, each call under a timeout,
+   and records what it returned as arrays (outputs/<case>/<quantity>.npy + meta.json).
+
+It knows the inputs and the notebook, never an expected value. Why a quantity is
+missing (not attempted, not defined, raised, timed out) is written as a sentence
+for the student; outputs/notebook.json says what happened to each cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import linecache
+import os
+import re
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from child_common import OUTPUTS, SCRATCH, Recorder, load_task, short_exception  # noqa: E402
+
+MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
+CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
+
+
+class GradingTimeout(BaseException):
+    """Raised in the student's code when its time is up (BaseException: `except Exception` cannot catch it)."""
+
+
+class BoundedSink:
+    """Stands in for stdout/stderr while student code runs: keeps the first bytes, drops the rest."""
+
+    def __init__(self, limit: int):
+        self.left = limit
+
+    def write(self, text: str) -> int:
+        if self.left > 0:
+            chunk = str(text)[: self.left]
+            self.left -= len(chunk)
+            sys.__stdout__.write(chunk)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.__stdout__.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _on_alarm(signum, frame):
+    raise GradingTimeout()
+
+
+class time_limit:
+    """Interrupt the block after `seconds`, and keep interrupting every 0.2 s if the code swallows it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = max(0.05, seconds)
+
+    def __enter__(self):
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, 0.2)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        return False
+
+
+def first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            text = line.strip()
+            return text if len(text) <= 60 else text[:57] + "..."
+    return "(empty)"
+
+
+def strip_magics(source: str) -> str:
+    """IPython-only lines (%magic, !shell) are not Python: blank them, keeping line numbers."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
+    """Top-level functions of a cell -> whether their body still holds a `...` or NotImplementedError."""
+    found = {}
+    for node in getattr(tree, "body", []):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        marked = False
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and sub.value is Ellipsis:
+                marked = True
+            elif isinstance(sub, ast.Raise) and sub.exc is not None:
+                target = sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc
+                if isinstance(target, ast.Name) and target.id == "NotImplementedError":
+                    marked = True
+        found[node.name] = marked
+    return found
+
+
+def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
+    """Execute the code cells; return the per-cell log and where each graded function is defined."""
+    report: dict = {"read_error": None, "cells": [], "functions": {}}
+    try:
+        with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
+            nb = json.load(fh)
+        cells = nb["cells"]
+        if not isinstance(cells, list):
+            raise ValueError("'cells' is not a list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        return report
+
+    skip_tags = set(task.get("skip_tags", []))
+    skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
+    graded = set(task["functions"])
+    defined_in: dict[str, dict] = {}
+    deadline = time.monotonic() + budget_s
+    code_index = 0
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        code_index += 1
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
+        entry = {"cell": code_index, "first_line": first_line(source), "status": "ran", "message": ""}
+        report["cells"].append(entry)
+        names = set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded
+        for name in names:
+            defined_in[name] = entry
+        if isinstance(tags, list) and skip_tags & set(map(str, tags)):
+            entry["status"] = "skipped"
+            entry["message"] = f"tagged {', '.join(sorted(skip_tags & set(map(str, tags))))}"
+            continue
+        if any(p.search(source) for p in skip_patterns):
+            entry["status"] = "skipped"
+            entry["message"] = "otter's own cell"
+            continue
+        filename = f"<code cell {code_index}>"
+        source = strip_magics(source)
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        try:
+            tree = ast.parse(source, filename)
+            code = compile(tree, filename, "exec")
+        except SyntaxError as exc:
+            entry["status"] = "syntax error"
+            entry["message"] = f"line {exc.lineno}: {exc.msg}"
+            continue
+        for name, marked in placeholder_functions(tree).items():
+            if name in graded:
+                report["functions"].setdefault(name, {})["placeholder"] = marked
+        remaining = deadline - time.monotonic()
+        seconds = min(float(task["cell_timeout_s"]), max(remaining, 0.5))
+        try:
+            with time_limit(seconds):
+                exec(code, namespace)
+        except GradingTimeout:
+            entry["status"] = "timed out"
+            entry["message"] = f"stopped after {seconds:.0f} s"
+        except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
+            entry["status"] = "raised"
+            entry["message"] = short_exception(exc)
+    for name in graded:
+        info = report["functions"].setdefault(name, {})
+        info.setdefault("placeholder", False)
+        where = defined_in.get(name)
+        info["cell"] = where["cell"] if where else None
+        info["cell_status"] = f"{where['status']}{': ' + where['message'] if where['message'] else ''}" if where else ""
+        info["cell_first_line"] = where["first_line"] if where else ""
+    return report
+
+
+def not_defined_reason(name: str, info: dict) -> str:
+    if info.get("cell") is None:
+        return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
+    return (
+        f"`{name}` is not defined after running the notebook: code cell {info['cell']} "
+        f"(`{info['cell_first_line']}`) {info['cell_status']}"
+    )
+
+
+def convert(obj):
+    """A returned value as an ndarray, for the types the grader accepts; None otherwise."""
+    if type(obj) is np.ndarray:
+        return obj
+    if isinstance(obj, np.generic) or type(obj) in (bool, int, float):
+        return np.asarray(obj)
+    torch = sys.modules.get("torch")
+    if torch is not None and type(obj) is torch.Tensor:
+        return obj.detach().cpu().numpy()
+    return None
+
+
+def argument(spec: str, inputs: dict):
+    """'kind:key' -> the input `key` as a numpy array, torch tensor or Python int."""
+    kind, key = spec.split(":", 1)
+    value = inputs[key]
+    if kind == "array":
+        return value.copy()
+    if kind == "tensor":
+        import torch
+
+        return torch.from_numpy(value.copy())
+    if kind == "int":
+        return int(value)
+    raise ValueError(f"unknown argument kind {kind!r}")
+
+
+def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float) -> None:
+    name = call["function"]
+    info = report["functions"].get(name, {})
+    outputs: dict = call["outputs"]
+    fn = namespace.get(name)
+
+    def absent(why: str) -> None:
+        for q in outputs:
+            rec.record(q, None, convert=convert)
+            rec.meta["errors"][q] = why
+
+    if not callable(fn):
+        absent(not_defined_reason(name, info))
+        return
+    placeholder = info.get("placeholder", False)
+    try:
+        args = [argument(a, inputs) for a in call.get("args", [])]
+        kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
+        with time_limit(timeout_s):
+            value = fn(*args, **kwargs)
+    except GradingTimeout:
+        absent(f"`{name}` did not return within {timeout_s:g} s (an endless loop?)")
+        return
+    except NotImplementedError as exc:
+        absent(f"not attempted: `{name}` raises NotImplementedError({str(exc)[:200]!r})")
+        return
+    except BaseException as exc:
+        if placeholder:
+            absent(f"not attempted: `{name}` still has a `...` placeholder and raised {short_exception(exc)}")
+        else:
+            absent(f"`{name}` raised {short_exception(exc)}")
+        return
+    if value is None or value is Ellipsis:
+        if placeholder:
+            absent(f"not attempted: `{name}` still has a `...` placeholder and returned {value!r}")
+        else:
+            absent(f"`{name}` returned {value!r}; it must return a value (did you forget `return`?)")
+        return
+    for quantity, index in outputs.items():
+        part = value
+        if index is not None:
+            if not isinstance(value, tuple) or len(value) <= index:
+                what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
+                rec.record(quantity, None, convert=convert)
+                rec.meta["errors"][quantity] = (
+                    f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})"
+                )
+                continue
+            part = value[index]
+        rec.record(quantity, part, convert=convert)
+
+
+def main() -> None:
+    task = load_task()
+    started = time.monotonic()
+    budget = float(task.get("budget_s", 60.0))
+    OUTPUTS.mkdir(exist_ok=True)
+    sys.stdout = sys.stderr = BoundedSink(MAX_CAPTURED_OUTPUT)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    report = run_notebook(task, namespace, budget * (1 - CALLS_SHARE))
+    with open(OUTPUTS / "notebook.json.tmp", "w") as fh:
+        json.dump(report, fh)
+    os.replace(OUTPUTS / "notebook.json.tmp", OUTPUTS / "notebook.json")
+    if report["read_error"]:
+        return
+    for case in task["cases"]:
+        rec = Recorder(case["name"])
+        with np.load(SCRATCH / case["inputs"], allow_pickle=False) as data:
+            inputs = {k: data[k] for k in data.files}
+        for call in task["calls"]:
+            left = budget - (time.monotonic() - started)
+            call_and_record(rec, call, inputs, namespace, report, min(float(task["call_timeout_s"]), max(left / 4, 0.5)))
+        rec.write()
+
+
+if __name__ == "__main__":
+    main()
