@@ -1,0 +1,378 @@
+"""The handout: no solution, no hidden case, reproducible, and its local autograder works.
+
+`find_leaks` is the leak check; it is run on the committed handout and on
+copies with something secret planted in them, to show it would notice.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder.build.handout import BEGIN, END, build
+from conftest import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
+
+PYTHON = sys.executable
+HIDDEN_DIRS = sorted(p for p in FIXTURES.glob("*/hidden") if p.is_dir())
+# Build outputs and student work that may sit in a handout folder without being part of it.
+NOT_HANDOUT = ("__pycache__", ".ipynb_checkpoints", "experiments", "handin.tar")
+
+
+# --- what is secret ---------------------------------------------------------------
+
+def solution_regions(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(lines inside BEGIN/END SOLUTION regions or marked '# SOLUTION', all other lines)."""
+    inside, secret, public = False, [], []
+    for line in lines:
+        s = line.strip()
+        if BEGIN.match(line) or s.startswith("# BEGIN SOLUTION"):
+            inside = True
+        elif END.match(line) or s == "# END SOLUTION":
+            inside = False
+        elif inside:
+            secret.append(s)
+        elif s.endswith("# SOLUTION"):
+            secret.append(s[: -len("# SOLUTION")].strip())
+        else:
+            public.append(s)
+    return secret, public
+
+
+def meaningful(line: str) -> bool:
+    """Lines that say something: not blank, not a lone bracket, not a comment."""
+    return bool(line) and not line.startswith("#") and bool(re.search(r"[A-Za-z0-9]", line))
+
+
+def secret_lines(secret: list[str], public: list[str]) -> set[str]:
+    """Secret lines that never appear in the public part of the same source."""
+    return {s for s in secret if meaningful(s)} - set(public)
+
+
+def notebook_lines(path: Path, hidden_tests: bool = False) -> tuple[list[str], list[str]]:
+    """Code-cell lines of a notebook, split as (secret, public) like solution_regions.
+
+    With otter-assign masters, a raw '# BEGIN SOLUTION' cell opens a solution
+    block and hidden test cells carry '# HIDDEN' or 'hidden: true'.
+    """
+    nb = json.loads(path.read_text())
+    secret, public = [], []
+    for cell in nb.get("cells", []):
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        if cell.get("cell_type") != "code":
+            continue
+        if hidden_tests and ("# HIDDEN" in src or re.search(r"^hidden:\s*true", src, re.M)):
+            secret += [s.strip() for s in src.splitlines()]
+            continue
+        s, p = solution_regions(src.splitlines())
+        secret += s
+        public += p
+    return secret, public
+
+
+@functools.cache
+def hidden_cases() -> dict[str, dict[str, np.ndarray]]:
+    """Every hidden case file's arrays, by file name."""
+    cases = {}
+    for folder in HIDDEN_DIRS:
+        for path in sorted(folder.glob("*.npz")):
+            with np.load(path, allow_pickle=False) as data:
+                cases[path.name] = {k: data[k] for k in data.files}
+    return cases
+
+
+@functools.cache
+def hidden_names() -> tuple[set[str], set[str]]:
+    """(hidden case names, text that identifies a hidden case when found in a file).
+
+    Short names such as 'no_padding' may be ordinary words in a notebook, so
+    text is searched for the file names, the longer case names and the case
+    descriptions, which no handout has a reason to contain.
+    """
+    names, marks = set(), set()
+    for folder in HIDDEN_DIRS:
+        for p in folder.glob("*.npz"):
+            names.add(p.stem)
+            marks.add(p.name)
+        index = folder / "cases.json"
+        if index.exists():
+            for case in json.loads(index.read_text()):
+                names.add(case["name"])
+                if case["name"].count("_") >= 2:
+                    marks.add(case["name"])
+                if len(case.get("description", "")) > 20:
+                    marks.add(case["description"])
+    return names, marks
+
+
+def distinctive(arr: np.ndarray) -> bool:
+    """Large and varied enough that finding it elsewhere is no coincidence."""
+    if arr.dtype.kind == "f":
+        return arr.size >= 8 and np.unique(arr).size >= 4
+    return arr.dtype.kind in "iu" and arr.size >= 32 and np.unique(arr).size >= 8
+
+
+NUMBER = re.compile(rb"-?\d+\.\d{4,}(?:[eE][-+]?\d+)?")
+
+
+def text_numbers(blob: bytes) -> np.ndarray:
+    """Every decimal number with at least 4 decimals written in `blob`, sorted."""
+    return np.unique(np.array([float(m) for m in NUMBER.findall(blob)], dtype=np.float64))
+
+
+def written_as_text(arr: np.ndarray, numbers: np.ndarray, needed: int = 4) -> bool:
+    """Whether `needed` values of `arr` appear among `numbers` (to 5 significant digits)."""
+    if numbers.size == 0:
+        return False
+    values = np.unique(arr.astype(np.float64).ravel())
+    idx = np.clip(np.searchsorted(numbers, values), 1, numbers.size - 1)
+    nearest = np.minimum(np.abs(numbers[idx] - values), np.abs(numbers[idx - 1] - values))
+    return int((nearest <= 1e-5 * np.abs(values)).sum()) >= needed
+
+
+# --- the leak check -------------------------------------------------------------------
+
+def handout_files(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and not any(part in NOT_HANDOUT for part in p.relative_to(root).parts)
+    )
+
+
+def read_arrays(path: Path) -> list[np.ndarray]:
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return [data[k] for k in data.files]
+        if path.suffix == ".npy":
+            return [np.load(path, allow_pickle=False)]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
+def find_leaks(root: Path) -> list[str]:
+    """Everything in the handout at `root` that gives away a solution or a hidden case."""
+    leaks = []
+    files = handout_files(root)
+
+    secret, public = solution_regions((SOLUTIONS / "attention.py").read_text().splitlines())
+    stub = root / "attention.py"
+    if stub.exists():
+        shown = {s.strip() for s in stub.read_text().splitlines()}
+        leaks += [f"attention.py holds solution line {s!r}" for s in sorted(secret_lines(secret, public) & shown)]
+    for master in sorted(SOLUTIONS.glob("*.ipynb")):
+        student = root / master.name
+        if student.exists():
+            if student.read_bytes() == master.read_bytes():
+                leaks.append(f"{master.name} is the solution notebook itself")
+                continue
+            shown = set(notebook_lines(student)[1]) | set(notebook_lines(student)[0])
+            hidden = secret_lines(*notebook_lines(master, hidden_tests=True))
+            leaks += [f"{master.name} holds solution or hidden-test line {s!r}" for s in sorted(hidden & shown)]
+    for path in files:
+        if path.suffix == ".ipynb":
+            text = path.read_text(errors="replace")
+            for marker in ("# BEGIN SOLUTION", "# END SOLUTION", "# HIDDEN", "# BEGIN QUESTION"):
+                if marker in text:
+                    leaks.append(f"{path.relative_to(root)} holds the otter marker {marker!r}")
+
+    names, marks = hidden_names()
+    cases = hidden_cases()
+    blobs = {p: p.read_bytes() for p in files}
+    for path, blob in blobs.items():
+        rel = str(path.relative_to(root))
+        leaks += [f"{rel}: its path names hidden case {n!r}" for n in sorted(names)
+                  if any(part.split(".")[0] == n for part in path.relative_to(root).parts)]
+        text = blob.decode("utf-8", errors="replace")
+        numbers = text_numbers(blob)
+        leaks += [f"{rel}: mentions hidden case {m!r}" for m in sorted(marks)
+                  if re.search(rf"(?<![\w.]){re.escape(m)}(?![\w])", text)]
+        arrays = read_arrays(path)
+        for case, data in cases.items():
+            for key, arr in data.items():
+                if not distinctive(arr):
+                    continue
+                if arr.tobytes() in blob:
+                    leaks.append(f"{rel}: holds the bytes of {case}:{key}")
+                elif arr.dtype.kind == "f" and written_as_text(arr, numbers):
+                    leaks.append(f"{rel}: holds the values of {case}:{key} as text")
+                elif any(a.size == arr.size and a.dtype.kind in "fiu"
+                         and np.allclose(a.astype(np.float64).ravel(), arr.astype(np.float64).ravel(), rtol=1e-5, atol=0)
+                         for a in arrays):
+                    leaks.append(f"{rel}: holds the values of {case}:{key}")
+    return leaks
+
+
+def copy_handout(dest: Path) -> Path:
+    shutil.copytree(HANDOUT, dest, ignore=shutil.ignore_patterns(*NOT_HANDOUT))
+    return dest
+
+
+def test_handout_contains_no_solution_and_no_hidden_case():
+    assert HIDDEN_DIRS, "no hidden case folders under fixtures/"
+    assert find_leaks(HANDOUT) == []
+
+
+def test_solution_regions_are_found_in_the_reference():
+    """The leak check would be empty if it found no solution lines to look for."""
+    secret, public = solution_regions((SOLUTIONS / "attention.py").read_text().splitlines())
+    lines = secret_lines(secret, public)
+    assert "self.A_sig = weights / weights.sum(dim=-1, keepdim=True)  # (B, T, T)" in lines
+    assert len(lines) >= 20
+
+
+def planted_case_file(root: Path) -> str:
+    shutil.copyfile(FIXTURES / "attention" / "hidden" / "dk_ne_dv.npz", root / "tests" / "attention" / "public" / "dk_ne_dv.npz")
+    return "dk_ne_dv"
+
+
+def planted_renamed_file(root: Path) -> str:
+    shutil.copyfile(FIXTURES / "attention" / "hidden" / "wide_float32.npz", root / "tests" / "extra.npz")
+    return "holds the bytes of wide_float32.npz"
+
+
+def planted_recast_values(root: Path) -> str:
+    with np.load(FIXTURES / "attention" / "hidden" / "narrow_input.npz") as data:
+        np.save(root / "cache.npy", data["expected_dLdX"].astype(np.float32))
+    return "holds the values of narrow_input.npz:expected_dLdX"
+
+
+def planted_text_values(root: Path) -> str:
+    with np.load(FIXTURES / "attention" / "hidden" / "large_scores_float64.npz") as data:
+        values = data["expected_X_new"]
+    (root / "gradelib" / "table.py").write_text(f"VALUES = {np.array2string(values.ravel()[:12], separator=', ')}\n")
+    return "holds the values of large_scores_float64.npz:expected_X_new as text"
+
+
+def planted_solution_line(root: Path) -> str:
+    stub = root / "attention.py"
+    stub.write_text(stub.read_text() + "        self.dLdK = dLdA_w.transpose(1, 2) @ self.Q  # (B, T, Dk)\n")
+    return "solution line 'self.dLdK = dLdA_w.transpose(1, 2) @ self.Q  # (B, T, Dk)'"
+
+
+def planted_case_index(root: Path) -> str:
+    shutil.copyfile(FIXTURES / "attention" / "hidden" / "cases.json", root / "tests" / "notes.json")
+    return "mentions hidden case 'single_step_batched_float32'"
+
+
+def first_master() -> Path:
+    masters = sorted(SOLUTIONS.glob("*.ipynb"))
+    if not masters:
+        pytest.skip("no solution notebooks in solutions/")
+    return masters[0]
+
+
+def planted_solution_notebook(root: Path) -> str:
+    master = first_master()
+    shutil.copyfile(master, root / master.name)
+    return f"{master.name} is the solution notebook itself"
+
+
+def planted_notebook_solution_line(root: Path) -> str:
+    master = first_master()
+    line = sorted(secret_lines(*notebook_lines(master, hidden_tests=True)))[0]
+    student = root / master.name
+    nb = json.loads(student.read_text()) if student.exists() else {"cells": [], "metadata": {}, "nbformat": 4,
+                                                                   "nbformat_minor": 5}
+    nb["cells"].append({"cell_type": "code", "source": f"{line}\n", "metadata": {}, "outputs": [],
+                        "execution_count": None})
+    student.write_text(json.dumps(nb))
+    return f"{master.name} holds solution or hidden-test line {line!r}"
+
+
+@pytest.mark.parametrize("plant", [planted_case_file, planted_renamed_file, planted_recast_values,
+                                   planted_text_values, planted_solution_line, planted_case_index,
+                                   planted_solution_notebook, planted_notebook_solution_line],
+                         ids=lambda f: f.__name__)
+def test_leak_check_catches_a_planted_secret(tmp_path, plant):
+    root = copy_handout(tmp_path / "handout")
+    assert find_leaks(root) == []
+    expected = plant(root)
+    leaks = find_leaks(root)
+    assert any(expected in leak for leak in leaks), leaks
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in handout_files(root)}
+
+
+def ignored_by_git(paths: list[str]) -> set[str]:
+    """Paths (relative to handout/) that .gitignore keeps out of the committed handout."""
+    if not paths or shutil.which("git") is None or not (REPO / ".git").exists():
+        return set()
+    proc = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(f"handout/{p}" for p in paths),
+                          capture_output=True, text=True, cwd=REPO)
+    return {line.removeprefix("handout/") for line in proc.stdout.splitlines()}
+
+
+def test_handout_build_is_deterministic_and_matches_the_committed_handout(tmp_path):
+    build(tmp_path / "one")
+    build(tmp_path / "two")
+    one, two = tree_bytes(tmp_path / "one"), tree_bytes(tmp_path / "two")
+    assert one == two
+    committed = tree_bytes(HANDOUT)
+    for rel in ignored_by_git(list(committed)):
+        committed.pop(rel)
+    stale = sorted(set(one) ^ set(committed)) + sorted(r for r in set(one) & set(committed) if one[r] != committed[r])
+    assert stale == [], f"handout/ differs from what `make handout` builds (run it and commit): {stale}"
+
+
+def test_stub_scores_zero_with_messages_naming_the_todo(tmp_path):
+    result = grade_files(tmp_path, {"attention.py": (HANDOUT / "attention.py").read_text()}, only=["attention"])
+    assert result.score == 0.0 and result.max_score > 0
+    for t in result.tests:
+        stage = "backward" if ": backward:" in t.name else "forward"
+        assert f"{stage} raised NotImplementedError: TODO 1.1 {stage}" in t.output, t.output
+
+
+# --- the local runner -------------------------------------------------------------------
+
+ROW = re.compile(r"^\s+(PASS|FAIL) (?P<problem>[a-z_]+): .*\[(?P<vis>public|hidden)\]\s+(?P<got>[\d.]+) /\s+(?P<max>[\d.]+)$")
+
+
+def run_local(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    proc = subprocess.run([PYTHON, "autograder.py", *args], cwd=folder, capture_output=True, text=True, timeout=300)
+    rows = [m.groupdict() for m in map(ROW.match, proc.stdout.splitlines()) if m]
+    return proc, rows
+
+
+@pytest.fixture(scope="module")
+def local_handout(tmp_path_factory) -> Path:
+    return copy_handout(tmp_path_factory.mktemp("local") / "handout")
+
+
+def test_local_autograder_on_the_blank_handout_exits_0_with_public_tests_only(local_handout):
+    proc, rows = run_local(local_handout)
+    assert proc.returncode == 0, proc.stderr
+    assert rows, proc.stdout
+    assert {r["vis"] for r in rows} == {"public"}
+    attention = [r for r in rows if r["problem"] == "attention"]
+    assert attention and all(float(r["got"]) == 0.0 for r in attention)
+    assert "TODO 1.1 forward" in proc.stdout and "TODO 1.1 backward" in proc.stdout
+
+
+def test_local_autograder_gives_the_reference_full_public_marks(local_handout, tmp_path):
+    folder = shutil.copytree(local_handout, tmp_path / "solved")
+    shutil.copyfile(SOLUTIONS / "attention.py", folder / "attention.py")
+    proc, rows = run_local(folder, "--only", "attention")
+    assert proc.returncode == 0, proc.stderr
+    assert rows and {r["problem"] for r in rows} == {"attention"}
+    assert {r["vis"] for r in rows} == {"public"}
+    assert all(r["got"] == r["max"] for r in rows), proc.stdout
+    assert sum(float(r["max"]) for r in rows) == pytest.approx(15.0)
+    assert "[hidden]" not in proc.stdout
+
+
+def test_local_autograder_refuses_an_unknown_problem(local_handout):
+    proc, _ = run_local(local_handout, "--only", "no_such_problem")
+    assert proc.returncode != 0
+    assert "no_such_problem" in proc.stderr
