@@ -27,6 +27,8 @@ PROBLEM_MODULES = {
     "attention": "attention",
     "losses": "losses",
     "masks": "masks",
+    "prediction": "prediction",
+    "generation": "generation",
 }
 
 

@@ -16,6 +16,7 @@ the build did not write are removed, so handout/ is exactly this output.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 from pathlib import Path
@@ -49,7 +50,19 @@ GRADELIB_FILES = (
     "problems/attention.py",
     "problems/losses.py",
     "problems/masks.py",
+    "problems/prediction.py",
+    "problems/generation.py",
+    "npzio.py",
+    "lm/__init__.py",
+    "lm/vocab.py",
+    "lm/automaton.py",
+    "lm/source.py",
+    "lm/ngram.py",
+    "lm/oracle.py",
+    "lm/metrics.py",
 )
+# Language-model fixtures the local grader reads (the prediction targets stay hidden).
+LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz", "oracle.json")
 
 BEGIN = re.compile(r'^(?P<indent>\s*)# BEGIN SOLUTION(?: task="(?P<task>[^"]*)")?\s*$')
 END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -107,6 +120,11 @@ def build(out: Path) -> list[Path]:
         put(f"gradelib/{rel}", (AUTOGRADER / rel).read_bytes())
     for src in sorted((FIXTURES / "attention" / "public").iterdir()):
         put(f"tests/attention/public/{src.name}", src.read_bytes())
+    for name in LM_PUBLIC_FILES:
+        put(f"tests/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
+    oracle_file = json.loads((FIXTURES / "lm" / "oracle.json").read_text())["oracle"].get("path")
+    if oracle_file:  # an instructor's corpus: the n-gram or model file that scores generations
+        put(f"tests/lm/{oracle_file}", (FIXTURES / "lm" / oracle_file).read_bytes())
     # Student notebooks and their public otter tests (handout/tests/<question>.py).
     for rel, data in sorted(notebooks.build().items()):
         put(rel, data)
