@@ -306,7 +306,7 @@ def batch(tmp_path_factory):
         (folder / "attention.py").write_text(text)
         paths.append(str(folder))
     start = time.monotonic()
-    proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S))
+    proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention")
     wall = time.monotonic() - start
     alive_after = processes_named(marker)
     time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
@@ -425,7 +425,7 @@ raise SystemExit(line)
     folder = tmp_path / "forger"
     folder.mkdir()
     (folder / "attention.py").write_text(source)
-    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "30", timeout=120)
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "30", "--only", "attention", timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert json.loads(lines[-1]) == {"scores": {"attention": 0.0}}

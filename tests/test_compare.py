@@ -1,0 +1,101 @@
+"""compare.check: stages in order, each failure message naming what, where and by how much."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autograder.compare import Observed, check
+
+EXPECTED = np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7.0
+
+
+def tensor(arr: np.ndarray) -> Observed:
+    return Observed(True, "torch.Tensor", arr)
+
+
+def run(got: Observed, expected: np.ndarray = EXPECTED, **kw):
+    kw.setdefault("rtol", 1e-7)
+    kw.setdefault("atol", 1e-9)
+    return check("dLdK", got, expected, hint="transpose dLdA_w first.", **kw)
+
+
+def test_matching_values_pass_and_report_the_error():
+    c = run(tensor(EXPECTED + 1e-12))
+    assert c.passed and c.stage == "ok"
+    assert c.max_abs_error == pytest.approx(1e-12, rel=0.5)
+
+
+def test_absent_quantity_says_why_and_gives_the_hint():
+    c = run(Observed(False, note="backward raised ValueError: bad (in attention.py, line 9)"))
+    assert not c.passed and c.stage == "present"
+    assert c.message == ("'dLdK' was not produced (backward raised ValueError: bad (in attention.py, line 9)). "
+                         "Hint: transpose dLdA_w first.")
+
+
+def test_wrong_type_names_both_types():
+    c = run(Observed(True, "numpy.ndarray", EXPECTED))
+    assert c.stage == "type"
+    assert "'dLdK' has the wrong type: got numpy.ndarray, expected torch.Tensor" in c.message
+
+
+def test_unreadable_object_fails_at_type_with_its_note():
+    c = run(Observed(True, "torch.Tensor", None, note="could not be read back: RuntimeError: boom"))
+    assert c.stage == "type" and "could not be read back: RuntimeError: boom" in c.message
+
+
+def test_wrong_shape_gives_got_and_expected():
+    c = run(tensor(EXPECTED.transpose(0, 2, 1)))
+    assert c.stage == "shape"
+    assert "'dLdK' has the wrong shape: got (2, 4, 3), expected (2, 3, 4)." in c.message
+
+
+def test_one_dimensional_shapes_keep_their_comma():
+    c = check("v", tensor(np.zeros(3)), np.zeros(4), rtol=0, atol=0)
+    assert "got (3,), expected (4,)" in c.message
+
+
+def test_shape_is_checked_before_dtype():
+    c = run(tensor(EXPECTED.reshape(4, 3, 2).astype(np.float32)))
+    assert c.stage == "shape"
+
+
+def test_wrong_dtype_gives_got_and_expected():
+    c = run(tensor(EXPECTED.astype(np.float32)))
+    assert c.stage == "dtype"
+    assert "'dLdK' has the wrong dtype: got float32, expected float64" in c.message
+
+
+def test_wrong_values_give_count_max_error_and_index():
+    got = EXPECTED.copy()
+    got[1, 2, 3] += 0.5
+    got[0, 0, 1] += 0.25
+    c = run(tensor(got))
+    assert c.stage == "values" and not c.passed
+    assert c.max_abs_error == pytest.approx(0.5)
+    assert "2 of 24 entries outside tolerance" in c.message
+    assert "max abs error 0.5" in c.message and "at index (1, 2, 3)" in c.message
+    assert f"got {got[1, 2, 3]:.6g}, expected {EXPECTED[1, 2, 3]:.6g}" in c.message
+    assert c.message.endswith("Hint: transpose dLdA_w first.")
+
+
+def test_nan_and_inf_are_counted_and_located():
+    got = EXPECTED.copy()
+    got[0, 1, 2] = np.nan
+    got[1, 0, 0] = np.inf
+    c = run(tensor(got))
+    assert c.stage == "values" and c.max_abs_error == float("inf")
+    assert "'dLdK' has 1 NaN and 1 inf entries of 24, first at index (0, 1, 2)" in c.message
+
+
+def test_tolerance_scales_with_the_largest_expected_magnitude():
+    """An entry that cancels to ~0 is judged against the size of its neighbours."""
+    error = np.array([0.0, 5e-4])
+    large = np.array([1e6, 1e-3])  # allowed error: 1e-9 * 1e6 + 1e-7 * 1e-3
+    small = np.array([1.0, 1e-3])  # allowed error: 1e-9 * 1 + 1e-7 * 1e-3
+    assert check("g", tensor(large + error), large, rtol=1e-7, atol=1e-9).passed
+    assert not check("g", tensor(small + error), small, rtol=1e-7, atol=1e-9).passed
+
+
+def test_empty_arrays_match():
+    assert check("e", tensor(np.zeros((0, 3))), np.zeros((0, 3)), rtol=0, atol=0).passed

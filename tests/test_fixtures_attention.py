@@ -1,0 +1,97 @@
+"""The committed attention cases are reproducible and have the properties grading relies on."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autograder.fixturegen import attention_cases
+from conftest import FIXTURES
+
+CASE_DIR = FIXTURES / "attention"
+
+
+def cases(visibility: str) -> list[dict]:
+    return json.loads((CASE_DIR / visibility / "cases.json").read_text())
+
+
+def arrays(visibility: str, name: str) -> dict[str, np.ndarray]:
+    with np.load(CASE_DIR / visibility / f"{name}.npz", allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def all_cases():
+    return [(vis, c["name"]) for vis in ("public", "hidden") for c in cases(vis)]
+
+
+def test_regenerating_gives_byte_identical_files(tmp_path):
+    written = attention_cases.write(tmp_path)
+    fresh = {p.relative_to(tmp_path / "attention"): p.read_bytes() for p in written}
+    committed = {p.relative_to(CASE_DIR): p.read_bytes() for p in CASE_DIR.rglob("*") if p.is_file()}
+    assert sorted(map(str, fresh)) == sorted(map(str, committed))
+    changed = [str(k) for k in fresh if fresh[k] != committed[k]]
+    assert changed == [], f"fixtures/attention differs from `make fixtures` output: {changed}"
+
+
+def naive_softmax(scores: np.ndarray) -> np.ndarray:
+    """exp / sum without subtracting the row maximum, in the scores' own dtype."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("vis,name", all_cases())
+def test_large_magnitude_cases_overflow_a_naive_softmax(vis, name):
+    spec = next(c for c in attention_cases.CASES if c.name == name)
+    data = arrays(vis, name)
+    T, Dk = data["X"].shape[1], data["W_k"].shape[1]
+    scores = (data["expected_A_w"] / np.asarray(math.sqrt(Dk), dtype=data["X"].dtype)).astype(data["X"].dtype)
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf).astype(data["X"].dtype)
+    naive = naive_softmax(scores)
+    if spec.max_score is None:
+        np.testing.assert_allclose(naive, data["expected_A_sig"], rtol=1e-4, atol=1e-6)
+    else:
+        assert not np.isfinite(naive).all(), f"{name}: a softmax without max-subtraction stays finite"
+        assert np.isfinite(data["expected_A_sig"]).all()
+
+
+def test_large_magnitude_cases_exist_in_both_sets():
+    large = {c.visibility for c in attention_cases.CASES if c.max_score is not None}
+    assert large == {"public", "hidden"}
+
+
+def test_public_cases_have_dk_equal_dv_and_a_hidden_case_does_not():
+    """Scaling by sqrt(Dv) passes every public case; some hidden case must catch it."""
+    dims = {vis: [(arrays(vis, c["name"])["W_k"].shape[1], arrays(vis, c["name"])["W_v"].shape[1]) for c in cases(vis)]
+            for vis in ("public", "hidden")}
+    assert all(dk == dv for dk, dv in dims["public"]), dims["public"]
+    assert any(dk != dv for dk, dv in dims["hidden"]), dims["hidden"]
+
+
+@pytest.mark.parametrize("vis,name", all_cases())
+def test_expected_values_match_an_independent_float64_computation(vis, name):
+    """The stored answers agree with numpy in float64 (forward) and the chain rule written out per entry."""
+    d = {k: v.astype(np.float64) for k, v in arrays(vis, name).items()}
+    X, Wk, Wq, Wv, G = d["X"], d["W_k"], d["W_q"], d["W_v"], d["dLdXnew"]
+    T, Dk = X.shape[1], Wk.shape[1]
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    A_w = Q @ K.transpose(0, 2, 1)
+    s = np.where(np.tril(np.ones((T, T), dtype=bool)), A_w / math.sqrt(Dk), -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    A = e / e.sum(axis=-1, keepdims=True)
+    dA = G @ V.transpose(0, 2, 1)
+    # Full softmax Jacobian per row: J = diag(a) - a a^T.
+    J = np.einsum("bij,jk->bijk", A, np.eye(T)) - np.einsum("bij,bik->bijk", A, A)
+    dS = np.einsum("bijk,bij->bik", J, dA) / math.sqrt(Dk)
+    dQ, dK, dV = dS @ K, dS.transpose(0, 2, 1) @ Q, A.transpose(0, 2, 1) @ G
+    mine = {"Q": Q, "K": K, "V": V, "A_w": A_w, "A_sig": A, "X_new": A @ V, "dLdQ": dQ, "dLdK": dK, "dLdV": dV,
+            "dLdWq": np.einsum("btd,btk->dk", X, dQ), "dLdWk": np.einsum("btd,btk->dk", X, dK),
+            "dLdWv": np.einsum("btd,btv->dv", X, dV), "dLdX": dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T}
+    rtol = 1e-9 if arrays(vis, name)["X"].dtype == np.float64 else 1e-5
+    for q, value in mine.items():
+        expected = d[f"expected_{q}"]
+        scale = max(1.0, float(np.abs(value).max()))
+        np.testing.assert_allclose(expected, value, rtol=rtol, atol=rtol * scale, err_msg=f"{name}: {q}")

@@ -1,0 +1,92 @@
+"""Result formats: Gradescope's results.json, Autolab's last line, and results even after a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autograder import rubric
+from autograder.grade import PROBLEM_MODULES
+from conftest import REPO, SOLUTIONS
+
+CLI = REPO / "autograder" / "autograder.py"
+TEST_KEYS = {"name", "score", "max_score", "status", "visibility", "output"}
+GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
+
+# Correct except dLdX, which drops its V path: both passed and failed tests.
+PARTLY_RIGHT = (SOLUTIONS / "attention.py").read_text().replace(" + self.dLdV @ self.W_v.T", "")
+# The child dies of a segmentation fault while importing the submission.
+SEGFAULT = "import ctypes\nctypes.string_at(0)\n"
+
+
+def grade_cli(tmp_path, name: str, source: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    folder = tmp_path / "submissions" / name
+    folder.mkdir(parents=True)
+    (folder / "attention.py").write_text(source)
+    out = tmp_path / "grades"
+    proc = subprocess.run([sys.executable, str(CLI), str(folder), "--out", str(out), "--timeout", "30", *args],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads((out / name / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def partly_right(tmp_path_factory):
+    assert PARTLY_RIGHT != (SOLUTIONS / "attention.py").read_text()
+    return grade_cli(tmp_path_factory.mktemp("results"), "partly_right", PARTLY_RIGHT)
+
+
+def test_results_json_follows_the_gradescope_schema(partly_right):
+    _, data = partly_right
+    assert isinstance(data["score"], float)
+    assert data["tests"], data
+    for t in data["tests"]:
+        assert TEST_KEYS <= set(t), t
+        assert isinstance(t["name"], str) and isinstance(t["output"], str)
+        assert isinstance(t["score"], (int, float)) and isinstance(t["max_score"], (int, float))
+        assert 0 <= t["score"] <= t["max_score"]
+        assert t["status"] == ("passed" if t["score"] == t["max_score"] else "failed")
+        assert t["visibility"] in ("visible", "after_published")
+        if t["visibility"] == "after_published":
+            assert t["name"].endswith("[hidden]")
+        else:
+            assert t["name"].endswith("[public]")
+    assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"]))
+    statuses = {t["status"] for t in data["tests"] if "attention" in t["name"]}
+    assert statuses == {"passed", "failed"}
+
+
+def test_every_rubric_line_is_one_test_per_visibility(partly_right):
+    _, data = partly_right
+    names = {t["name"] for t in data["tests"]}
+    problems = rubric.load()
+    expected = {f"{pid}: {g.title} [{v}]" for pid, p in problems.items() if pid in PROBLEM_MODULES
+                for g in p.groups for v in g.visibilities}
+    assert names == expected
+    for t in data["tests"]:
+        vis = "hidden" if t["name"].endswith("[hidden]") else "public"
+        assert t["visibility"] == GRADESCOPE_VISIBILITY[vis]
+
+
+def test_autolab_line_is_the_last_stdout_line_and_agrees_with_results_json(partly_right):
+    proc, data = partly_right
+    last = proc.stdout.rstrip("\n").splitlines()[-1]
+    scores = json.loads(last)["scores"]
+    assert set(scores) == set(PROBLEM_MODULES)
+    by_problem = {pid: 0.0 for pid in scores}
+    for t in data["tests"]:
+        by_problem[t["name"].split(":")[0]] += t["score"]
+    assert scores == pytest.approx(by_problem)
+    attention = rubric.load()["attention"]
+    assert scores["attention"] == pytest.approx(attention.points - 4)  # dLdX's line, both halves
+
+
+def test_a_crashing_submission_still_gets_results_json(tmp_path):
+    proc, data = grade_cli(tmp_path, "segfault", SEGFAULT, "--only", "attention")
+    assert data["score"] == 0.0
+    assert data["tests"] and all(t["status"] == "failed" for t in data["tests"])
+    assert all("killed by SIGSEGV" in t["output"] for t in data["tests"]), data["tests"][0]["output"]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"scores": {"attention": 0.0}}
