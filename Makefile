@@ -30,9 +30,11 @@ bench: setup ## print speed figures (local and hidden grading times, ratios to o
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout
 
-fixtures: setup ## regenerate fixtures/ (attention cases, ...) and their manifest
+fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text) and their manifest
 	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
 	$(PY) -m autograder.fixturegen.notebook_cases --out fixtures
+	$(PY) -m autograder.fixturegen.lm_fixtures --out fixtures $(if $(CORPUS),--corpus $(CORPUS))
+	$(PY) -m autograder.fixturegen.manifest --out fixtures
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
 	$(PY) -m autograder.build.notebooks --execute

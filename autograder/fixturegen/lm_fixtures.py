@@ -31,7 +31,7 @@ import numpy as np
 
 from autograder import npzio
 from autograder.lm.source import ToySource
-from autograder.lm.vocab import EOS, stream
+from autograder.lm.vocab import stream, windows
 
 SOURCE_SEED = 0  # Zipf ranks of the words
 SEEDS = {"train": 1, "valid": 2, "prediction": 3, "prediction_test": 4, "generation_test": 5}
@@ -39,20 +39,6 @@ N_TRAIN = 50_000  # sentences: about 1.8 MB, learnable by a small model on 2 CPU
 N_VALID = 2_000
 N_ROWS = 128
 PROMPT, TARGET, GEN_PROMPT = 30, 20, 40
-
-
-def windows(ids: np.ndarray, length: int, n: int) -> np.ndarray:
-    """n non-overlapping windows of `length` ids, each starting at an <eos> of the stream. (n, length)"""
-    starts, next_free = [], 0
-    for e in np.nonzero(ids == EOS)[0].tolist():
-        if e >= next_free and e + length <= len(ids):
-            starts.append(e)
-            next_free = e + length
-        if len(starts) == n:
-            break
-    if len(starts) < n:
-        raise ValueError(f"held-out text too short: {len(starts)} windows of {length} ids, need {n}")
-    return np.stack([ids[s : s + length] for s in starts]).astype(np.int64)
 
 
 def toy_sentences(source: ToySource, split: str, n: int) -> list[str]:
@@ -64,6 +50,9 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
     (lm / "hidden").mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     info: dict = {}
+    stale = lm / "oracle_ngram.npz"  # the oracle of an earlier instructor's corpus
+    if corpus is None and stale.exists():
+        stale.unlink()
     if corpus is None:
         source = ToySource(SOURCE_SEED)
         train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
@@ -83,7 +72,7 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
         loaded = corpus_mod.load(corpus)
         print(loaded.report())
         train, valid, held = corpus_mod.split(loaded.sentences, N_ROWS, (PROMPT + TARGET, PROMPT + TARGET, GEN_PROMPT))
-        info = corpus_mod.fit_oracle(train, lm)
+        info = corpus_mod.fit_oracle(train, valid, lm)
         info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "dropped": loaded.dropped_summary()}
     for name, lines in (("train.txt", train), ("valid.txt", valid)):
         path = lm / name

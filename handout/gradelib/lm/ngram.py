@@ -9,8 +9,10 @@ h, and h' the context one id shorter; below the unigram (empty context) lies the
 uniform distribution over the 29 ids a text can contain (<eos> and 28 characters). A context that reaches back
 over the start of a row is read as if preceded by <eos>, the start of a sentence.
 
-Saved as .npz: `order`, and per context length k = 0..n-1 `keys_k` (sorted
-base-30 codes of the contexts) and `counts_k` (contexts x 30).
+Saved as .npz: `order`, and per context length k = 0..n-1 the sorted base-30
+codes of the contexts `keys_k` (M,) and their counts in compressed rows: the
+ids seen after context i are `ids_k[offsets_k[i]:offsets_k[i+1]]` with counts
+`counts_k[...]` (only non-zero counts are stored).
 """
 
 from __future__ import annotations
@@ -36,39 +38,56 @@ def _codes(ids: np.ndarray, k: int) -> np.ndarray:
 class NGramModel:
     """Witten-Bell interpolated character n-gram model (order 2 is the bigram baseline)."""
 
-    def __init__(self, order: int, keys: list[np.ndarray], counts: list[np.ndarray]):
-        if order < 1 or len(keys) != order or len(counts) != order:
-            raise ValueError(f"an order-{order} model needs {order} key and count tables")
+    def __init__(self, order: int, tables: list[dict[str, np.ndarray]]):
+        if order < 1 or len(tables) != order:
+            raise ValueError(f"an order-{order} model needs {order} count tables")
         self.order = order
-        self.keys = keys
-        self.counts = counts
+        self.tables = tables  # per context length: keys (M,), offsets (M+1,), ids (nnz,), counts (nnz,)
 
     @classmethod
     def fit(cls, sentences: list[str], order: int) -> "NGramModel":
         ids = stream(sentences)[None, :]  # (1, L)
-        nxt = ids[:, 1:]
-        keys, counts = [], []
+        nxt = ids[0, 1:]
+        tables = []
         for k in range(order):
-            code = _codes(ids[:, :-1], k)[0] if k else np.zeros(nxt.shape[1], dtype=np.int64)
-            uniq, inv = np.unique(code, return_inverse=True)
-            table = np.zeros((len(uniq), VOCAB_SIZE), dtype=np.int64)
-            np.add.at(table, (inv, nxt[0]), 1)
-            keys.append(uniq)
-            counts.append(table)
-        return cls(order, keys, counts)
+            code = _codes(ids[:, :-1], k)[0] if k else np.zeros(len(nxt), dtype=np.int64)
+            pair, counts = np.unique(code * VOCAB_SIZE + nxt, return_counts=True)  # sorted by (context, id)
+            ctx = pair // VOCAB_SIZE
+            keys, first = np.unique(ctx, return_index=True)
+            tables.append({
+                "keys": keys,
+                "offsets": np.append(first, len(pair)).astype(np.int64),
+                "ids": (pair % VOCAB_SIZE).astype(np.int64),
+                "counts": counts.astype(np.int64),
+            })
+        return cls(order, tables)
 
     def save(self, path: Path | str) -> None:
         arrays = {"order": np.array(self.order)}
-        for k in range(self.order):
-            arrays[f"keys_{k}"] = self.keys[k]
-            arrays[f"counts_{k}"] = self.counts[k]
+        for k, table in enumerate(self.tables):
+            arrays.update({f"{name}_{k}": value for name, value in table.items()})
         npzio.save(path, arrays)
 
     @classmethod
     def load(cls, path: Path | str) -> "NGramModel":
         with np.load(path, allow_pickle=False) as data:
             order = int(data["order"])
-            return cls(order, [data[f"keys_{k}"] for k in range(order)], [data[f"counts_{k}"] for k in range(order)])
+            names = ("keys", "offsets", "ids", "counts")
+            return cls(order, [{n: data[f"{n}_{k}"] for n in names} for k in range(order)])
+
+    def _counts(self, k: int, code: np.ndarray) -> np.ndarray:
+        """Dense counts (..., 30) of what followed each context code (zeros for unseen contexts)."""
+        table = self.tables[k]
+        flat = code.reshape(-1)
+        pos = np.clip(np.searchsorted(table["keys"], flat), 0, len(table["keys"]) - 1)
+        found = table["keys"][pos] == flat
+        rows = np.nonzero(found)[0]
+        lo, hi = table["offsets"][pos[rows]], table["offsets"][pos[rows] + 1]
+        n = hi - lo
+        entry = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)
+        out = np.zeros((len(flat), VOCAB_SIZE))
+        out[np.repeat(rows, n), table["ids"][entry]] = table["counts"][entry]
+        return out.reshape(code.shape + (VOCAB_SIZE,))
 
     def next_id_probs(self, ids: np.ndarray) -> np.ndarray:
         """P(next id | ids[:, :t+1]) for every t. ids (B, T) -> (B, T, 30) float64."""
@@ -76,10 +95,7 @@ class NGramModel:
         probs = np.full(ids.shape + (VOCAB_SIZE,), 1.0 / (VOCAB_SIZE - 1))  # uniform base
         probs[..., PAD] = 0.0
         for k in range(self.order):
-            code = _codes(ids, k) if k else np.zeros(ids.shape, dtype=np.int64)
-            pos = np.clip(np.searchsorted(self.keys[k], code), 0, len(self.keys[k]) - 1)
-            found = self.keys[k][pos] == code
-            c = np.where(found[..., None], self.counts[k][pos], 0).astype(np.float64)  # (B, T, 30)
+            c = self._counts(k, _codes(ids, k) if k else np.zeros(ids.shape, dtype=np.int64))  # (B, T, 30)
             n = c.sum(-1, keepdims=True)
             u = (c > 0).sum(-1, keepdims=True)
             mixed = (c + u * probs) / np.maximum(n + u, 1)

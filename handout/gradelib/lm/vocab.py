@@ -48,3 +48,17 @@ def stream(sentences: list[str]) -> np.ndarray:
         ids += encode(s)
         ids.append(EOS)
     return np.asarray(ids, dtype=np.int64)
+
+
+def windows(ids: np.ndarray, length: int, n: int) -> np.ndarray:
+    """n non-overlapping windows of `length` ids, each starting at an <eos> of the stream. (n, length)"""
+    starts, next_free = [], 0
+    for e in np.nonzero(ids == EOS)[0].tolist():
+        if e >= next_free and e + length <= len(ids):
+            starts.append(e)
+            next_free = e + length
+        if len(starts) == n:
+            break
+    if len(starts) < n:
+        raise ValueError(f"held-out text too short: {len(starts)} windows of {length} ids, need {n}")
+    return np.stack([ids[s : s + length] for s in starts]).astype(np.int64)
