@@ -1,0 +1,190 @@
+"""`make bench`: how long grading takes, next to `otter run` on a trivial notebook.
+
+Every figure is the median wall-clock time of --runs runs (default 5) of a
+whole command, interpreter start included, on this machine:
+
+- local: `python autograder.py` in a copy of handout/ holding the reference
+  attention.py (public cases), with `--only attention` and with every problem;
+- hidden: the instructor CLI grading one reference handin on public and hidden
+  cases, and a batch of handins with --jobs 2 (time per handin);
+- otter: `otter run` on a one-question notebook, made here with `otter assign`
+  from a tiny master notebook, answered correctly; it runs offline.
+
+Then the ratios ours / otter. Each command's output is checked (full marks
+where full marks are due), so a broken grader cannot look fast.
+
+    python -m autograder.build.bench [--runs N] [--batch N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
+
+REPO = Path(__file__).resolve().parents[2]
+HANDOUT = REPO / "handout"
+REFERENCE = REPO / "solutions" / "attention.py"
+CLI = REPO / "autograder" / "autograder.py"
+PY = sys.executable
+# Files in a handout folder that a student's work adds; not part of the handout itself.
+STUDENT_WORK = ("__pycache__", ".ipynb_checkpoints", "experiments", "handin.tar")
+
+
+class BenchError(RuntimeError):
+    """A benchmarked command failed or printed something other than what is due."""
+
+
+def timed(cmd: list[str], cwd: Path, runs: int, check) -> list[float]:
+    """Wall times of `runs` runs of `cmd`; `check(stdout)` raises if an output is wrong."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        times.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise BenchError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        check(proc.stdout)
+    return times
+
+
+def expect(fragment: str):
+    def check(stdout: str) -> None:
+        if fragment not in stdout:
+            raise BenchError(f"expected {fragment!r} in the output:\n{stdout[-3000:]}")
+
+    return check
+
+
+def attention_full_marks(points: str):
+    """The score table's attention line reads `points / points`."""
+    def check(stdout: str) -> None:
+        line = next((ln for ln in stdout.splitlines() if ln.startswith("attention ")), "")
+        if f"{points} / {points}".replace(" ", "") not in line.replace(" ", ""):
+            raise BenchError(f"attention did not get {points} / {points}:\n{stdout[-3000:]}")
+
+    return check
+
+
+def trivial_otter_notebook(folder: Path) -> tuple[Path, Path]:
+    """An otter-assign master with one question; returns (autograder zip, answered student notebook)."""
+    cells = [
+        new_raw_cell(
+            "# ASSIGNMENT CONFIG\nname: trivial\ngenerate: true\ninit_cell: true\n"
+            "check_all_cell: false\nexport_cell: false\nrun_tests: false\n"
+        ),
+        new_markdown_cell("# A one-question notebook"),
+        new_raw_cell("# BEGIN QUESTION\nname: q1\npoints: 1"),
+        new_markdown_cell("Set `x` to 2."),
+        new_raw_cell("# BEGIN SOLUTION"),
+        new_code_cell("x = 2 # SOLUTION"),
+        new_raw_cell("# END SOLUTION"),
+        new_raw_cell("# BEGIN TESTS"),
+        new_code_cell("assert x == 2"),
+        new_raw_cell("# END TESTS"),
+        new_raw_cell("# END QUESTION"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "master.ipynb")
+    proc = subprocess.run([PY, "-m", "otter", "assign", "--no-pdfs", "master.ipynb", "dist"], cwd=folder,
+                          capture_output=True, text=True)
+    zips = sorted((folder / "dist" / "autograder").glob("*.zip"))
+    if proc.returncode != 0 or not zips:
+        raise BenchError(f"otter assign failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    student = folder / "dist" / "student" / "master.ipynb"
+    answered = nbformat.read(student, as_version=4)
+    for cell in answered.cells:
+        if cell.cell_type == "code" and cell.source.strip() == "x = ...":
+            cell.source = "x = 2"
+            break
+    else:
+        raise BenchError("the student notebook has no `x = ...` cell to answer")
+    nbformat.write(answered, student)
+    return zips[0], student
+
+
+def otter_full_marks(out: Path):
+    def check(_stdout: str) -> None:
+        results = json.loads((out / "results.json").read_text())
+        score = sum(t.get("score") or 0 for t in results["tests"])
+        if score != 1:
+            raise BenchError(f"otter run gave {score} / 1: {json.dumps(results)[:2000]}")
+
+    return check
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Time the local and hidden graders and `otter run`.")
+    ap.add_argument("--runs", type=int, default=5, help="runs per figure; the median is reported (default 5)")
+    ap.add_argument("--batch", type=int, default=8, help="handins in the batch figure (default 8)")
+    args = ap.parse_args(argv)
+    rows: list[tuple[str, list[float], str]] = []
+
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        tmp = Path(tmp)
+        local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
+        shutil.copyfile(REFERENCE, local / "attention.py")
+        rows.append(("local: python autograder.py --only attention", timed(
+            [PY, "autograder.py", "--only", "attention"], local, args.runs, attention_full_marks("15.00")),
+            "target < 3 s"))
+        rows.append(("local: python autograder.py, every problem (blank notebooks)", timed(
+            [PY, "autograder.py"], local, args.runs, attention_full_marks("15.00")), ""))
+
+        handin = tmp / "handins" / "reference"
+        handin.mkdir(parents=True)
+        shutil.copyfile(REFERENCE, handin / "attention.py")
+        grades = tmp / "grades"
+        one = [PY, str(CLI), str(handin), "--out", str(grades), "--force"]
+        rows.append(("hidden: CLI, one handin, --only attention", timed(
+            [*one, "--only", "attention"], REPO, args.runs, attention_full_marks("30.00")), "target < 10 s"))
+        rows.append(("hidden: CLI, one handin (attention.py only), every problem", timed(
+            one, REPO, args.runs, attention_full_marks("30.00")), ""))
+        many = []
+        for i in range(args.batch):
+            folder = tmp / "class" / f"student{i:02d}"
+            folder.mkdir(parents=True)
+            shutil.copyfile(REFERENCE, folder / "attention.py")
+            many.append(str(folder))
+        batch = timed([PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
+                       "--only", "attention"], REPO, args.runs, expect(f"graded {args.batch} of {args.batch}"))
+        rows.append((f"hidden: CLI, batch of {args.batch}, --jobs 2, per handin",
+                     [t / args.batch for t in batch], "target < 10 s"))
+
+        otter_dir = tmp / "otter"
+        otter_dir.mkdir()
+        autograder_zip, student = trivial_otter_notebook(otter_dir)
+        out = otter_dir / "out"
+        out.mkdir()
+        rows.append(("otter run, one-question notebook", timed(
+            [PY, "-m", "otter", "run", "--no-logo", "-a", str(autograder_zip), "-o", str(out), str(student)],
+            otter_dir, args.runs, otter_full_marks(out)), ""))
+
+    load = os.getloadavg()
+    print(f"bench: median of {args.runs} runs each, wall clock with interpreter start; "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    width = max(len(r[0]) for r in rows)
+    for label, times, target in rows:
+        spread = f"[{min(times):.2f} .. {max(times):.2f}]"
+        print(f"  {label:<{width}}  {statistics.median(times):6.2f} s  {spread:<16} {target}")
+    otter = statistics.median(rows[-1][1])
+    print("ratios ours / otter run:")
+    for label, times, _ in rows[:-1]:
+        print(f"  {label:<{width}}  {statistics.median(times) / otter:6.2f}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as exc:
+        sys.exit(f"bench: {exc}")
