@@ -357,3 +357,33 @@ def test_transposed_weight_gradient_message_gives_both_shapes(tmp_path):
     # single_batch has D = 5, Dk = 3.
     assert "case 'single_batch'" in weights.output
     assert "'dLdWq' has the wrong shape: got (3, 5), expected (5, 3)" in weights.output
+
+
+SELF_TEST = '''
+
+if __name__ == "__main__":
+    # The student's own check against autograd; never runs when the grader imports the file.
+    X = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    att = Attention(*[torch.randn(4, 3, dtype=torch.float64) for _ in range(3)])
+    out = att.forward(X)
+    dX = att.backward(torch.ones_like(out))
+    out.sum().backward()
+    print(torch.allclose(dX, X.grad))
+'''
+
+
+def test_self_test_under_main_guard_is_not_mistaken_for_autograd(tmp_path):
+    result = grade_attention(tmp_path, REFERENCE + SELF_TEST)
+    assert [t.name + ": " + t.output for t in result.tests if not t.passed] == []
+    assert result.score == pytest.approx(PROBLEM.points)
+
+
+def test_autograd_outside_the_main_guard_is_still_found():
+    from autograder.problems.attention import autograd_uses
+
+    source = ("import torch\n"
+              "if __name__ == '__main__':\n    x.backward()\n"
+              "else:\n    y.backward()\n"
+              "if '__main__' == __name__:\n    z.backward()\n"
+              "if __name__ != '__main__':\n    w.backward()\n")
+    assert autograd_uses(source) == ["line 5: y.backward()", "line 9: w.backward()"]
