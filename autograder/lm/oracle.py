@@ -16,8 +16,9 @@ Kinds, named by oracle.json's "oracle": {"kind": ...}:
 - "ngram": a character n-gram model file (`path`, relative to fixtures/lm/),
   written by `make fixtures CORPUS=...` for an instructor's corpus.
 - "model": a checkpoint of autograder/lm/model.py's CausalLanguageModel (`path`),
-  a dict {"config": ModelConfig fields, "state_dict": ...}; set it by hand once a
-  reference model is trained on the instructor's corpus.
+  either {"config": ModelConfig fields, "state_dict": ...} or a bare state dict
+  with its config in <stem>.json; set it by hand once a reference model is
+  trained on the instructor's corpus.
 """
 
 from __future__ import annotations
@@ -64,14 +65,7 @@ class ModelOracle:
     """A CausalLanguageModel checkpoint: softmax of its logits, in float64."""
 
     def __init__(self, path: Path):
-        import torch
-
-        from .model import CausalLanguageModel, ModelConfig
-
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        self.model = CausalLanguageModel(ModelConfig(**ckpt["config"]))
-        self.model.load_state_dict(ckpt["state_dict"])
-        self.model.eval()
+        self.model = load_model(path)
         self.description = f"reference model checkpoint {path.name}"
 
     def next_id_probs(self, ids: np.ndarray) -> np.ndarray:
@@ -80,6 +74,24 @@ class ModelOracle:
         with torch.no_grad():
             logits = self.model(torch.as_tensor(np.asarray(ids), dtype=torch.long))  # (B, T, 30)
             return torch.softmax(logits.double(), dim=-1).numpy()
+
+
+def load_model(path: Path):
+    """A CausalLanguageModel from a checkpoint: {"config": ..., "state_dict": ...}, or a bare
+    state dict whose config is in <path stem>.json (default ModelConfig when there is none)."""
+    import torch
+
+    from .model import CausalLanguageModel, ModelConfig
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(ckpt, dict) and "state_dict" in ckpt:
+        config, state = ckpt.get("config", {}), ckpt["state_dict"]
+    else:
+        sidecar = Path(path).with_suffix(".json")
+        config, state = (json.loads(sidecar.read_text()) if sidecar.exists() else {}), ckpt
+    model = CausalLanguageModel(ModelConfig(**config))
+    model.load_state_dict(state)
+    return model.eval()
 
 
 class NGramOracle:

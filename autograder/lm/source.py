@@ -140,6 +140,7 @@ class ToySource:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.states: dict[str, GrammarState] = {}
+        self._choices: dict[str, dict[str, tuple[float, str]]] = {}
         self._build()
         self._check_deterministic()
 
@@ -303,12 +304,14 @@ class ToySource:
 
     def word_choices(self, state: str) -> dict[str, tuple[float, str]]:
         """word -> (probability of emitting it from `state`, next state); duplicates merged."""
-        out: dict[str, tuple[float, str]] = {}
-        for e in self.states[state].entries:
-            for w, p in e.words:
-                prev = out.get(w, (0.0, e.next))[0]
-                out[w] = (prev + e.prob * p, e.next)
-        return out
+        if state not in self._choices:
+            out: dict[str, tuple[float, str]] = {}
+            for e in self.states[state].entries:
+                for w, p in e.words:
+                    prev = out.get(w, (0.0, e.next))[0]
+                    out[w] = (prev + e.prob * p, e.next)
+            self._choices[state] = out
+        return self._choices[state]
 
     @cached_property
     def _samplers(self) -> dict[str, tuple[list[str], np.ndarray, list[str]]]:
