@@ -169,7 +169,7 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
                 exec(code, namespace)
         except GradingTimeout:
             entry["status"] = "timed out"
-            entry["message"] = f"stopped after {seconds:.0f} s"
+            entry["message"] = f"stopped after {seconds:.1f} s"
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry["status"] = "raised"
             entry["message"] = short_exception(exc)

@@ -1,0 +1,67 @@
+"""Typical student bugs, made by editing a solution notebook's cell, lose exactly the intended points.
+
+Each row: the notebook, the function whose cell is edited, the edit, and the
+rubric lines (group, visibility) that must fail -- written by hand from what
+the bug breaks, not read off the grader.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from notebook_tools import NB1, NB2, PROBLEM_OF, all_groups, edited, failing, grade, message
+
+BOTH = ("public", "hidden")
+
+
+def lines(*groups: str, vis: tuple[str, ...] = BOTH) -> set[tuple[str, str]]:
+    return {(g, v) for g in groups for v in vis}
+
+
+BUGS = [
+    pytest.param(
+        NB1, "predicted_ids", "np.argmax(logits, axis=-1)", "np.argmax(logits, axis=0)",
+        lines("predicted_ids"), "wrong shape", id="argmax_over_the_wrong_axis"),
+    pytest.param(
+        NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum() / len(target_ids)",
+        lines("cross_entropy_loss"), "not by N", id="loss_averaged_over_ignored_positions"),
+    pytest.param(
+        NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum()",
+        lines("cross_entropy_loss"), "do not sum", id="loss_summed_not_averaged"),
+    pytest.param(
+        NB1, "causal_mask", "np.full((T, T), -np.inf), k=1)", "np.full((T, T), -np.inf), k=0)",
+        lines("causal_mask"), "got -inf, expected 0", id="minus_inf_on_the_diagonal"),
+    # Without max-subtraction only the hidden case with huge logits overflows, in
+    # softmax and in both attention lines that use it.
+    pytest.param(
+        NB1, "softmax", "shifted = z - z.max(axis=-1, keepdims=True)", "shifted = z",
+        lines("softmax", "attention", "masked_attention", vis=("hidden",)), "NaN", id="softmax_without_max_subtraction"),
+    pytest.param(
+        NB2, "combined_mask", "padding_mask(tokens, pad_id)[:, None, :]", "padding_mask(tokens, pad_id)[:, :, None]",
+        lines("combined_mask"), "key axis", id="padding_mask_on_the_query_side"),
+    # perplexity is exp(masked_mean_loss), so it inherits the bug.
+    pytest.param(
+        NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll.mean()",
+        lines("masked_mean_loss", "perplexity"), "not pad_id", id="mean_over_padded_positions"),
+    pytest.param(
+        NB2, "perplexity", "torch.exp(masked_mean_loss(logits, targets, pad_id))",
+        "torch.exp(masked_mean_loss(logits, targets, pad_id) * (targets != pad_id).sum())",
+        lines("perplexity"), "not exp of the summed NLL", id="perplexity_from_the_summed_nll"),
+    # The textbook masked softmax, without the rule for a query that has no allowed key.
+    pytest.param(
+        NB2, "attention", ("scores = scores.masked_fill(no_key, 0.0)", "A = A.masked_fill(~mask, 0.0)"), ("pass", "pass"),
+        lines("masked_attention"), "NaN", id="fully_masked_row_gives_nan"),
+    pytest.param(
+        NB2, "uniform_attention", "X.cumsum(dim=1) / counts[None, :, None]", "X.cumsum(dim=1) / X.shape[1]",
+        lines("uniform_attention"), "mean of X", id="uniform_attention_divides_by_T"),
+]
+
+
+@pytest.mark.parametrize("notebook,function,old,new,expected,hint", BUGS)
+def test_bug_loses_exactly_the_intended_lines(tmp_path, notebook, function, old, new, expected, hint):
+    problem = PROBLEM_OF[notebook]
+    result = grade(tmp_path, {notebook: edited(notebook, function, old, new)}, only=[problem])
+    assert failing(result, problem) == expected
+    assert expected < all_groups(problem)
+    group, vis = sorted(expected)[0]
+    assert hint in message(result, problem, group, vis)

@@ -1,0 +1,84 @@
+"""Broken notebooks are graded as far as they can be, explained, and within the time limit."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from notebook_tools import NB1, NB2, all_groups, edited, failing, function_cell, grade, message, source, student_form, with_problem_settings
+
+
+def with_cell_after(name: str, after_function: str, code: str) -> str:
+    """The master with a new code cell right after the cell that defines `after_function`."""
+    nb = student_form(name)
+    index = nb["cells"].index(function_cell(nb, after_function))
+    nb["cells"].insert(index + 1, {"cell_type": "code", "execution_count": None, "id": "student-cell",
+                                   "metadata": {}, "outputs": [], "source": code})
+    return json.dumps(nb)
+
+
+def test_endless_cell_is_stopped_and_the_rest_of_the_notebook_graded(tmp_path):
+    problems = with_problem_settings("losses", cell_timeout_s=2)
+    nb = with_cell_after(NB1, "softmax", "while True:\n    pass\n")
+    start = time.monotonic()
+    result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
+    assert time.monotonic() - start < 15
+    assert failing(result, "losses") == set()
+    assert any("(`while True:`) timed out: stopped after 2.0 s" in n for n in result.notes), result.notes
+
+
+def test_endless_function_loses_its_lines_and_the_lines_that_call_it(tmp_path):
+    problems = with_problem_settings("losses", call_timeout_s=0.25)
+    nb = edited(NB1, "softmax", "e = np.exp(shifted)", "while True:\n        pass")
+    start = time.monotonic()
+    result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
+    assert time.monotonic() - start < 20
+    # scaled_dot_product_attention calls softmax; token_nll and cross_entropy_loss do not.
+    assert failing(result, "losses") == {(g, v) for g in ("softmax", "attention", "masked_attention") for v in ("public", "hidden")}
+    assert "`softmax` did not return within 0.25 s" in message(result, "losses", "softmax", "public")
+
+
+def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanation(tmp_path):
+    code = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n        pass\n"
+    problems = with_problem_settings("losses", cell_timeout_s=1)
+    start = time.monotonic()
+    result = grade(tmp_path, {NB1: with_cell_after(NB1, "softmax", code)}, only=["losses"], problems=problems, timeout_s=6)
+    assert time.monotonic() - start < 15
+    assert result.score == 0.0
+    assert "no result: the notebook's process" in message(result, "losses", "softmax", "hidden")
+    assert "6 s time limit" in message(result, "losses", "softmax", "hidden")
+    assert any("before it finished running the cells" in n for n in result.notes), result.notes
+
+
+def test_syntax_error_costs_only_the_function_in_that_cell(tmp_path):
+    nb = edited(NB1, "causal_mask", "return np.triu(", "return np.triu((")
+    result = grade(tmp_path, {NB1: nb}, only=["losses"])
+    assert failing(result, "losses") == {("causal_mask", "public"), ("causal_mask", "hidden")}
+    text = message(result, "losses", "causal_mask", "public")
+    assert "`causal_mask` is not defined after running the notebook" in text and "syntax error" in text
+    assert any("syntax error" in n for n in result.notes)
+
+
+def test_deleted_cell_costs_its_function_and_the_functions_that_use_it(tmp_path):
+    nb = student_form(NB1)
+    nb["cells"].remove(function_cell(nb, "token_nll"))
+    result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
+    # cross_entropy_loss calls token_nll.
+    assert failing(result, "losses") == {(g, v) for g in ("token_nll", "cross_entropy_loss") for v in ("public", "hidden")}
+    assert "no code cell defines it" in message(result, "losses", "token_nll", "hidden")
+    assert "NameError" in message(result, "losses", "cross_entropy_loss", "hidden")
+
+
+def test_deleted_import_cell_is_explained_by_the_name_error(tmp_path):
+    nb = student_form(NB2)
+    nb["cells"] = [c for c in nb["cells"] if not source(c).startswith("import math")]
+    result = grade(tmp_path, {NB2: json.dumps(nb)}, only=["masks"])
+    # Every function but padding_mask (a plain comparison) reaches for torch or math.
+    assert failing(result, "masks") == all_groups("masks") - {("padding_mask", "public"), ("padding_mask", "hidden")}
+    assert "NameError: name 'torch' is not defined" in message(result, "masks", "uniform_attention", "public")
+
+
+def test_file_that_is_not_a_notebook_scores_zero_saying_so(tmp_path):
+    result = grade(tmp_path, {NB2: "print('hello')\n"}, only=["masks"])
+    assert result.score == 0.0
+    assert all("could not be read as a notebook" in t.output for t in result.tests)
