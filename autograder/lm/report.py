@@ -84,7 +84,7 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5) -> dict:
     rows = []
 
     t = time.monotonic()
-    bayes_logits = M.oracle_prediction_logits(oracle, pred["inp"], T_pred, eps)
+    bayes_logits = M.oracle_prediction_logits(oracle, pred["inp"], T_pred, 0.0)
     bayes_gen = M.oracle_greedy_generation(oracle, gen_inp, T_gen)
     rows.append(evaluate("Bayes-optimal (the source)", bayes_logits, bayes_gen, pred, gen_inp, oracle, eps, time.monotonic() - t))
     full = np.concatenate([pred["inp"], pred["out"][:, :-1]], axis=1)

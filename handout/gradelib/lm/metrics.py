@@ -15,9 +15,12 @@ finite cost:
     q(c) = (1 - eps) * p(c) / sum_{c' generatable} p(c') + eps / 28
     perplexity = exp(mean over b, t of -log q(generated[b, t]))
 
-Bayes-optimal figures under the same protocols: for prediction, the oracle's
-smoothed log-probabilities as logits, conditioned on its own greedy picks; for
-generation, greedy decoding under the oracle.
+Prediction is graded on the on-track steps only (see prediction_report).
+
+Bayes-optimal figures under the same protocols: for prediction, the oracle's own
+log-probabilities as logits, conditioned on its own greedy picks (eps = 0: an
+on-track step never meets a character the source rules out); for generation,
+greedy decoding under the oracle.
 """
 
 from __future__ import annotations

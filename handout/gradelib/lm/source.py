@@ -368,19 +368,19 @@ class ToySource:
 
         for g in sorted(self.states, key=lambda s: (s != "start", s)):
             choices = self.word_choices(g)
-            # mass[prefix] = probability that the word starts with prefix
+            # mass[prefix] = probability that the word starts with prefix;
+            # children[prefix][c] = probability that it starts with prefix + c.
             mass: dict[str, float] = {}
+            children: dict[str, dict[str, float]] = {}
             for word, (p, _) in choices.items():
                 for k in range(len(word) + 1):
                     mass[word[:k]] = mass.get(word[:k], 0.0) + p
+                    if k < len(word):
+                        after = children.setdefault(word[:k], {})
+                        after[word[k]] = after.get(word[k], 0.0) + p
             for prefix in sorted(mass):
                 here = state_id(g, prefix)
-                children: dict[str, float] = {}
-                for word, (p, _) in choices.items():
-                    if len(word) > len(prefix) and word.startswith(prefix):
-                        c = word[len(prefix)]
-                        children[c] = children.get(c, 0.0) + p
-                for c, p in sorted(children.items()):
+                for c, p in sorted(children.get(prefix, {}).items()):
                     src.append(here), char.append(encode(c)[0]), dst.append(state_id(g, prefix + c))
                     w.append(p / mass[prefix])
                 if prefix in choices:
