@@ -33,14 +33,17 @@ REFERENCE = "reference_model.pt"
 NGRAM_ORDERS = (8, 4, 2)  # order 2 is the bigram baseline, which must fail both thresholds
 
 
-def _ngram_runner(model: NGramModel):
-    def logits(x):
-        return np.log(np.maximum(model.next_id_probs(x)[:, -1], 1e-30))
+def _ngram_model(model: NGramModel):
+    def predict(inp, steps):
+        return M.greedy_predict(lambda x: np.log(np.maximum(model.next_id_probs(x)[:, -1], 1e-30)), inp, steps)
 
-    return logits, lambda x: model.next_id_probs(x)[:, -1]
+    def generate(inp, steps):
+        return M.greedy_generate(lambda x: model.next_id_probs(x)[:, -1], inp, steps)
+
+    return predict, generate
 
 
-def _reference_runner(path: Path):
+def _reference_model(path: Path):
     import torch
 
     from .model import generate, predict
@@ -48,13 +51,10 @@ def _reference_runner(path: Path):
 
     model = load_model(path)
     torch.set_num_threads(2)
-    return model, predict, generate
-
-
-def evaluate(name, predict_logits, generated, pred, gen_inp, oracle, eps, seconds) -> dict:
-    report = M.prediction_report(predict_logits, pred["out"])
-    tok = M.generation_token_nll(oracle, gen_inp, generated, eps)
-    return {"model": name, **report, "generation_perplexity": float(np.exp(tok.mean())), "seconds": seconds}
+    return (
+        lambda inp, steps: predict(model, torch.as_tensor(inp), steps).double().numpy(),
+        lambda inp, steps: generate(model, torch.as_tensor(inp), steps).numpy(),
+    )
 
 
 def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5) -> dict:
@@ -69,54 +69,56 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5) -> dict:
     start = time.monotonic()
     oracle = load_oracle(lm, eps)
     if info["oracle"]["kind"] == "toy_source":
-        auto = toy_source(int(info["oracle"]["seed"])).automaton
+        source = toy_source(int(info["oracle"]["seed"]))
         out["source"] = {
-            "entropy_rate": auto.entropy_rate(),
-            "mean_sentence_chars": auto.mean_sentence_length(),
-            "automaton_states": auto.n_states,
-            "words": len(toy_source(int(info["oracle"]["seed"])).vocabulary()),
+            "entropy_rate": source.automaton.entropy_rate(),
+            "mean_sentence_chars": source.automaton.mean_sentence_length(),
+            "automaton_states": source.automaton.n_states,
+            "words": len(source.vocabulary()),
         }
     out["oracle_load_s"] = time.monotonic() - start
 
-    pred = dict(np.load(lm / "prediction.npz"))
+    val = dict(np.load(lm / "prediction.npz"))
+    test_inp = np.load(lm / "prediction_test.npz")["inp"]
+    hidden = lm / "hidden" / "prediction_test_out.npz"
+    test_out = np.load(hidden)["out"] if hidden.is_file() else None
     gen_inp = np.load(lm / "generation_test.npz")["inp"]
-    T_pred, T_gen = pred["out"].shape[1], 30
-    rows = []
+    T_pred, T_gen = val["out"].shape[1], 30
 
-    t = time.monotonic()
-    bayes_logits = M.oracle_prediction_logits(oracle, pred["inp"], T_pred, 0.0)
-    bayes_gen = M.oracle_greedy_generation(oracle, gen_inp, T_gen)
-    rows.append(evaluate("Bayes-optimal (the source)", bayes_logits, bayes_gen, pred, gen_inp, oracle, eps, time.monotonic() - t))
-    full = np.concatenate([pred["inp"], pred["out"][:, :-1]], axis=1)
-    probs = oracle.next_id_probs(full)[:, pred["inp"].shape[1] - 1 :]
-    out["teacher_forced_nll"] = float(-np.log(np.take_along_axis(probs, pred["out"][..., None], axis=-1)).mean())
-
+    models = [(
+        "Bayes-optimal (the source)",
+        lambda inp, steps: M.oracle_prediction_logits(oracle, inp, steps, 0.0),
+        lambda inp, steps: M.oracle_greedy_generation(oracle, inp, steps),
+    )]
     if (lm / REFERENCE).is_file():
-        import torch
-
-        t = time.monotonic()
-        model, predict, generate = _reference_runner(lm / REFERENCE)
-        logits = predict(model, torch.as_tensor(pred["inp"]), T_pred).double().numpy()
-        ids = generate(model, torch.as_tensor(gen_inp), T_gen).numpy()
-        rows.append(evaluate(f"reference model ({REFERENCE})", logits, ids, pred, gen_inp, oracle, eps, time.monotonic() - t))
-
+        models.append((f"reference model ({REFERENCE})", *_reference_model(lm / REFERENCE)))
     train = (lm / "train.txt").read_text().splitlines()
     for order in NGRAM_ORDERS:
-        t = time.monotonic()
-        model = NGramModel.fit(train, order)
-        logits_fn, probs_fn = _ngram_runner(model)
-        logits = M.greedy_predict(logits_fn, pred["inp"], T_pred)
-        ids = M.greedy_generate(probs_fn, gen_inp, T_gen)
         name = "bigram baseline" if order == 2 else f"character {order}-gram"
-        rows.append(evaluate(name, logits, ids, pred, gen_inp, oracle, eps, time.monotonic() - t))
-        if order == 2:
-            bigram_ids = ids
+        models.append((name, *_ngram_model(NGramModel.fit(train, order))))
+
+    rows, generations = [], {}
+    for name, predict, generate in models:
+        t = time.monotonic()
+        row = {"model": name, **M.prediction_report(predict(val["inp"], T_pred), val["out"])}
+        if test_out is not None:
+            row["test_nll"] = M.prediction_report(predict(test_inp, T_pred), test_out)["on_track_nll"]
+        generations[name] = generate(gen_inp, T_gen)
+        tok = M.generation_token_nll(oracle, gen_inp, generations[name], eps)
+        row["generation_perplexity"] = float(np.exp(tok.mean()))
+        row["seconds"] = time.monotonic() - t
+        rows.append(row)
+
+    full = np.concatenate([val["inp"], val["out"][:, :-1]], axis=1)
+    probs = oracle.next_id_probs(full)[:, val["inp"].shape[1] - 1 :]
+    out["teacher_forced_nll"] = float(-np.log(np.take_along_axis(probs, val["out"][..., None], axis=-1)).mean())
 
     bayes = rows[0]
     for r in rows:
         r["nll_ratio"] = r["on_track_nll"] / bayes["on_track_nll"]
         r["perplexity_ratio"] = r["generation_perplexity"] / bayes["generation_perplexity"]
-        r["prediction_credit"] = credit(r["on_track_nll"], float(p_set["full_credit_nll"]), float(p_set["zero_credit_nll"]))
+        graded_nll = r.get("test_nll", r["on_track_nll"])
+        r["prediction_credit"] = credit(graded_nll, float(p_set["full_credit_nll"]), float(p_set["zero_credit_nll"]))
         r["generation_credit"] = credit(
             math.log(r["generation_perplexity"]),
             math.log(float(g_set["full_credit_perplexity"])),
@@ -126,11 +128,11 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5) -> dict:
 
     # Scoring time of 128 x 30 generations (what the grader does per handin), warm oracle.
     times = {}
-    for label, ids in (("greedy source text", bayes_gen), ("bigram text", bigram_ids)):
+    for label, name in (("greedy source text", bayes["model"]), ("bigram text", "bigram baseline")):
         runs = []
         for _ in range(repeats):
             t = time.perf_counter()
-            M.generation_token_nll(oracle, gen_inp, ids, eps)
+            M.generation_token_nll(oracle, gen_inp, generations[name], eps)
             runs.append(time.perf_counter() - t)
         times[label] = statistics.median(runs)
     out["scoring_s"] = times
@@ -154,12 +156,15 @@ def format_figures(f: dict) -> str:
         f"generation perplexity full <= {g['full_credit_perplexity']}, zero >= {g['zero_credit_perplexity']} "
         f"(eps {g['smoothing_eps']})"
     )
-    head = f"{'model':34s} {'pred NLL':>9s} {'x Bayes':>8s} {'steps':>6s} {'step0':>7s} {'all':>7s} {'credit':>7s}   {'gen ppl':>9s} {'x Bayes':>8s} {'credit':>7s} {'time':>6s}"
+    lines.append("pred NLL: on-track NLL on prediction.npz (validation); test: the same on prediction_test (graded, hidden);")
+    lines.append("step0 / all: NLL of step 0 / of all 20 steps (not graded); gen ppl: oracle perplexity of greedy generations.")
+    head = (f"{'model':34s} {'pred NLL':>9s} {'x Bayes':>8s} {'steps':>6s} {'step0':>7s} {'all':>7s} {'test':>7s} {'credit':>7s}   "
+            f"{'gen ppl':>9s} {'x Bayes':>8s} {'credit':>7s} {'time':>6s}")
     lines += ["", head, "-" * len(head)]
     for r in f["models"]:
         lines.append(
             f"{r['model']:34s} {r['on_track_nll']:9.4f} {r['nll_ratio']:8.3f} {r['on_track_steps']:6d} "
-            f"{r['step0_nll']:7.3f} {r['all_steps_nll']:7.3f} {r['prediction_credit']:7.0%}   "
+            f"{r['step0_nll']:7.3f} {r['all_steps_nll']:7.3f} {r.get('test_nll', float('nan')):7.3f} {r['prediction_credit']:7.0%}   "
             f"{r['generation_perplexity']:9.3f} {r['perplexity_ratio']:8.2f} {r['generation_credit']:7.0%} {r['seconds']:5.1f}s"
         )
     lines.append("")
