@@ -1,0 +1,124 @@
+"""The student notebooks: built reproducibly by otter assign, and grader.check works offline from handout/."""
+
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.build import notebooks
+from conftest import HANDOUT
+from notebook_tools import NB1, NB2
+
+ANSWER_TAG = "otter_answer_cell"
+SKIP_TAG = "skip-grading"
+# Prepended to executed copies: any attempt to reach the network fails loudly.
+NO_NETWORK = '''import socket
+def _refuse(*args, **kwargs):
+    raise OSError("network access attempted")
+socket.socket.connect = socket.socket.connect_ex = _refuse
+socket.create_connection = socket.getaddrinfo = _refuse'''
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    staff = tmp_path_factory.mktemp("staff")
+    return notebooks.build(staff_out=staff), staff
+
+
+def test_student_build_reproduces_the_committed_handout_byte_for_byte(built):
+    """The committed handout was built by an earlier `make handout`: a second build changes no byte."""
+    files, _ = built
+    for rel, data in files.items():
+        assert (HANDOUT / rel).read_bytes() == data, f"handout/{rel} differs from the build: run `make handout`"
+    committed_tests = {f"tests/{p.name}" for p in (HANDOUT / "tests").glob("nb[0-9]_*.py")}
+    assert committed_tests == {rel for rel in files if rel.startswith("tests/")}
+
+
+def test_solutions_and_hidden_tests_stay_out_of_the_handout(built):
+    files, staff = built
+    for name in (NB1, NB2):
+        text = files[name].decode()
+        assert "BEGIN SOLUTION" not in text and "# BEGIN PROMPT" not in text
+        assert "np.triu(np.full" not in text and "torch.log_softmax(logits" not in text
+        assert (staff / name.removesuffix(".ipynb") / name).is_file(), "the solutions notebook goes to the staff output"
+    public = [data.decode() for rel, data in files.items() if rel.startswith("tests/")]
+    assert all("'hidden': True" not in t for t in public)
+    staff_tests = [p.read_text() for p in staff.glob("*/tests/*.py")]
+    assert any("'hidden': True" in t for t in staff_tests), "hidden otter tests exist, for the staff only"
+
+
+def filled_with_solutions(name: str, staff) -> nbformat.NotebookNode:
+    """The handout notebook with each answer cell replaced by the staff notebook's solution cell."""
+    student = nbformat.read(HANDOUT / name, as_version=4)
+    solved = nbformat.read(staff / name.removesuffix(".ipynb") / name, as_version=4)
+    assert [c.cell_type for c in student.cells] == [c.cell_type for c in solved.cells]
+    for mine, theirs in zip(student.cells, solved.cells):
+        if ANSWER_TAG in mine.metadata.get("tags", []):
+            mine.source = theirs.source
+    return student
+
+
+def run_in_handout_copy(nb: nbformat.NotebookNode, name: str, tmp_path, allow_errors: bool):
+    """Execute `nb` as handout/<name> in a copy of the handout folder, with the network blocked."""
+    folder = tmp_path / "handout"
+    shutil.copytree(HANDOUT / "tests", folder / "tests")
+    nb.cells.insert(0, nbformat.v4.new_code_cell(NO_NETWORK))
+    nbformat.write(nb, folder / name)
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
+
+
+def check_outputs(nb) -> dict[str, str]:
+    """question -> the text grader.check showed for it."""
+    shown = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.startswith("grader.check("):
+            question = cell.source.split('"')[1]
+            texts = [o.get("data", {}).get("text/plain", "") for o in cell.outputs if o.output_type == "execute_result"]
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors, f"grader.check({question!r}) raised {errors[0].ename}: {errors[0].evalue}"
+            shown[question] = "".join(texts)
+    return shown
+
+
+def public_test_counts(name: str) -> dict[str, int]:
+    nb = nbformat.read(HANDOUT / name, as_version=4)
+    questions = [c.source.split('"')[1] for c in nb.cells if c.source.startswith("grader.check(")]
+    counts = {}
+    for q in questions:
+        text = (HANDOUT / "tests" / f"{q}.py").read_text()
+        counts[q] = text.count("'code':")
+    return counts
+
+
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_grader_check_passes_every_public_test_offline_with_the_solution_pasted_in(built, name, tmp_path):
+    _, staff = built
+    nb = run_in_handout_copy(filled_with_solutions(name, staff), name, tmp_path, allow_errors=False)
+    shown = check_outputs(nb)
+    assert set(shown) == set(public_test_counts(name))
+    for question, text in shown.items():
+        assert text.strip() == f"{question} results: All test cases passed!", text
+
+
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_grader_check_on_the_blank_notebook_fails_each_public_test_by_name(name, tmp_path):
+    nb = run_in_handout_copy(nbformat.read(HANDOUT / name, as_version=4), name, tmp_path, allow_errors=True)
+    shown = check_outputs(nb)
+    for question, n_tests in public_test_counts(name).items():
+        text = shown[question]
+        assert text.startswith(f"{question} results:") and "All test cases passed" not in text
+        for k in range(1, n_tests + 1):
+            assert f"{question} - {k} result:" in text, text
+            assert f"{question} - {k} message:" in text, "each public test names what it checks"
+        assert "NotImplementedError" in text
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                # A demo calls an unfinished function, or uses what an earlier demo failed to define.
+                assert out.ename in ("NotImplementedError", "NameError"), f"{out.ename}: {out.evalue}"
+                assert SKIP_TAG in cell.metadata.get("tags", []), "only demo cells call unfinished functions"
