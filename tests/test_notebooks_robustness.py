@@ -82,3 +82,11 @@ def test_file_that_is_not_a_notebook_scores_zero_saying_so(tmp_path):
     result = grade(tmp_path, {NB2: "print('hello')\n"}, only=["masks"])
     assert result.score == 0.0
     assert all("could not be read as a notebook" in t.output for t in result.tests)
+
+
+def test_ellipsis_placeholder_reads_as_not_attempted(tmp_path):
+    nb = edited(NB1, "predicted_ids", "return np.argmax(logits, axis=-1)", "...")
+    result = grade(tmp_path, {NB1: nb}, only=["losses"])
+    assert failing(result, "losses") == {("predicted_ids", "public"), ("predicted_ids", "hidden")}
+    assert "not attempted: `predicted_ids` still has a `...` placeholder and returned None" in message(
+        result, "losses", "predicted_ids", "public")
