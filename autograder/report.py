@@ -129,9 +129,10 @@ def _table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _first_line(text: str, limit: int = 240) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+def _head(text: str, lines: int = 6, width: int = 200) -> str:
+    """The first lines of a message, each cut to `width` characters."""
+    kept = [ln if len(ln) <= width else ln[: width - 3] + "..." for ln in text.strip().splitlines()[:lines]]
+    return "\n".join(kept)
 
 
 def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
@@ -170,7 +171,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
     flagged = [r for r in rows if r.notes.strip() or r.total <= 1e-9]
     failed_rows = [
         [f'<a href="{escape(r.submission)}/feedback.txt">{escape(r.submission)}</a>', f"{r.total:g}",
-         escape(_first_line(r.notes) or "scored 0 on every test")]
+         f"<pre>{escape(_head(r.notes) or 'scored 0 on every test')}</pre>"]
         for r in flagged
     ]
 
@@ -184,7 +185,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
         "table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
         "vertical-align:top}th{background:#f0f0f0}.rate{display:inline-block;width:120px;height:10px;background:#eee;"
-        "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}"
+        "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}pre{margin:0;white-space:pre-wrap;font-size:12px}"
     )
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     return "\n".join([

@@ -32,6 +32,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
+from autograder.build.bench_class import BenchError as ClassBenchError
+from autograder.build.bench_class import print_class_figures
+
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
 REFERENCE = REPO / "solutions" / "attention.py"
@@ -181,10 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     print("ratios ours / otter run:")
     for label, times, _ in rows[:-1]:
         print(f"  {label:<{width}}  {statistics.median(times) / otter:6.2f}")
+    print()
+    print_class_figures(min(args.runs, 3))
 
 
 if __name__ == "__main__":
     try:
         main()
-    except BenchError as exc:
+    except (BenchError, ClassBenchError) as exc:
         sys.exit(f"bench: {exc}")

@@ -66,7 +66,13 @@ BUGS_SCORING_ZERO = {"no_max_subtraction", "queries_from_key_weights"}
 # Attacks: each is a complete attention.py that computes nothing correct and misbehaves.
 ATTACKS: dict[str, str] = {
     "infinite_loop_at_import": "while True:\n    pass\n",
-    "sleeps_forever": "import time\ntime.sleep(10**6)\n",
+    # Its output reaches the feedback (the last lines before the timeout), so it
+    # also tries to inject markup into report.html.
+    "sleeps_forever": (
+        "import time\n"
+        "print('<script>document.title=\"pwned\"</script><img src=x onerror=\"document.title=1\">', flush=True)\n"
+        "time.sleep(10**6)\n"
+    ),
     "exit_with_forged_scores": (
         "import json, os, sys\n"
         "print(json.dumps({'scores': {'attention': 30, 'losses': 100, 'prediction': 100}}))\n"
