@@ -122,3 +122,23 @@ def test_grader_check_on_the_blank_notebook_fails_each_public_test_by_name(name,
                 # A demo calls an unfinished function, or uses what an earlier demo failed to define.
                 assert out.ename in ("NotImplementedError", "NameError"), f"{out.ename}: {out.evalue}"
                 assert SKIP_TAG in cell.metadata.get("tags", []), "only demo cells call unfinished functions"
+
+
+def test_local_autograder_grades_the_notebooks_on_public_cases(tmp_path):
+    """The student's `python autograder.py` runs the same checks: full public marks for the solutions."""
+    import subprocess
+    import sys
+
+    from conftest import SOLUTIONS
+
+    folder = tmp_path / "handout"
+    shutil.copytree(HANDOUT, folder, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    for name in (NB1, NB2):
+        shutil.copyfile(SOLUTIONS / name, folder / name)
+    run = subprocess.run([sys.executable, "autograder.py", "--only", "losses", "masks"], cwd=folder,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert any(line.split()[:1] == ["losses"] and line.split()[-3:] == ["10.00", "/", "10.00"] for line in lines), run.stdout
+    assert any(line.split()[:1] == ["masks"] and line.split()[-3:] == ["10.00", "/", "10.00"] for line in lines), run.stdout
+    assert "[hidden]" not in run.stdout
