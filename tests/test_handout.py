@@ -94,14 +94,13 @@ def hidden_names() -> tuple[set[str], set[str]]:
     """(hidden case names, text that identifies a hidden case when found in a file).
 
     Short names such as 'no_padding' may be ordinary words in a notebook, so
-    text is searched for the file names, the longer case names and the case
-    descriptions, which no handout has a reason to contain.
+    text is searched for the longer case names and the case descriptions,
+    which no handout has a reason to contain. File names are checked against
+    paths only: grading code may name the hidden file it would read.
     """
     names, marks = set(), set()
     for folder in HIDDEN_DIRS:
-        for p in folder.glob("*.npz"):
-            names.add(p.stem)
-            marks.add(p.name)
+        names |= {p.stem for p in folder.glob("*.npz")}
         index = folder / "cases.json"
         if index.exists():
             for case in json.loads(index.read_text()):
@@ -111,6 +110,13 @@ def hidden_names() -> tuple[set[str], set[str]]:
                 if len(case.get("description", "")) > 20:
                     marks.add(case["description"])
     return names, marks
+
+
+@functools.cache
+def secret_arrays() -> tuple[tuple[str, np.ndarray], ...]:
+    """('<case file>:<array>', array) for every hidden array worth searching for."""
+    return tuple((f"{case}:{key}", arr) for case, data in hidden_cases().items() for key, arr in data.items()
+                 if distinctive(arr))
 
 
 def distinctive(arr: np.ndarray) -> bool:
@@ -186,7 +192,6 @@ def find_leaks(root: Path) -> list[str]:
                     leaks.append(f"{path.relative_to(root)} holds the otter marker {marker!r}")
 
     names, marks = hidden_names()
-    cases = hidden_cases()
     blobs = {p: p.read_bytes() for p in files}
     for path, blob in blobs.items():
         rel = str(path.relative_to(root))
@@ -195,20 +200,17 @@ def find_leaks(root: Path) -> list[str]:
         text = blob.decode("utf-8", errors="replace")
         numbers = text_numbers(blob)
         leaks += [f"{rel}: mentions hidden case {m!r}" for m in sorted(marks)
-                  if re.search(rf"(?<![\w.]){re.escape(m)}(?![\w])", text)]
+                  if m in text and re.search(rf"(?<![\w.]){re.escape(m)}(?![\w])", text)]
         arrays = read_arrays(path)
-        for case, data in cases.items():
-            for key, arr in data.items():
-                if not distinctive(arr):
-                    continue
-                if arr.tobytes() in blob:
-                    leaks.append(f"{rel}: holds the bytes of {case}:{key}")
-                elif arr.dtype.kind == "f" and written_as_text(arr, numbers):
-                    leaks.append(f"{rel}: holds the values of {case}:{key} as text")
-                elif any(a.size == arr.size and a.dtype.kind in "fiu"
-                         and np.allclose(a.astype(np.float64).ravel(), arr.astype(np.float64).ravel(), rtol=1e-5, atol=0)
-                         for a in arrays):
-                    leaks.append(f"{rel}: holds the values of {case}:{key}")
+        for label, arr in secret_arrays():
+            if arr.tobytes() in blob:
+                leaks.append(f"{rel}: holds the bytes of {label}")
+            elif arr.dtype.kind == "f" and written_as_text(arr, numbers):
+                leaks.append(f"{rel}: holds the values of {label} as text")
+            elif any(a.size == arr.size and a.dtype.kind in "fiu"
+                     and np.allclose(a.astype(np.float64).ravel(), arr.astype(np.float64).ravel(), rtol=1e-5, atol=0)
+                     for a in arrays):
+                leaks.append(f"{rel}: holds the values of {label}")
     return leaks
 
 
@@ -295,7 +297,6 @@ def planted_notebook_solution_line(root: Path) -> str:
                          ids=lambda f: f.__name__)
 def test_leak_check_catches_a_planted_secret(tmp_path, plant):
     root = copy_handout(tmp_path / "handout")
-    assert find_leaks(root) == []
     expected = plant(root)
     leaks = find_leaks(root)
     assert any(expected in leak for leak in leaks), leaks
