@@ -90,3 +90,10 @@ def test_ellipsis_placeholder_reads_as_not_attempted(tmp_path):
     assert failing(result, "losses") == {("predicted_ids", "public"), ("predicted_ids", "hidden")}
     assert "not attempted: `predicted_ids` still has a `...` placeholder and returned None" in message(
         result, "losses", "predicted_ids", "public")
+
+
+def test_check_call_inside_a_student_cell_does_not_break_the_cell(tmp_path):
+    nb = edited(NB1, "causal_mask", '""" # END PROMPT', '""" # END PROMPT\ngrader.check("nb1_causal_mask")')
+    result = grade(tmp_path, {NB1: nb}, only=["losses"])
+    assert failing(result, "losses") == set()
+    assert not result.notes, result.notes

@@ -60,6 +60,13 @@ class BoundedSink:
         return False
 
 
+class OfflineGrader:
+    """Stands in for otter's `grader` when a check call shares a cell with student code: does nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 def _on_alarm(signum, frame):
     raise GradingTimeout()
 
@@ -283,7 +290,7 @@ def main() -> None:
         torch.set_num_threads(1)
     except ImportError:
         pass
-    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report = run_notebook(task, namespace, budget * (1 - CALLS_SHARE))
     with open(OUTPUTS / "notebook.json.tmp", "w") as fh:
         json.dump(report, fh)
