@@ -90,10 +90,10 @@ ATTACKS: dict[str, str] = {
         "        raise RuntimeError('PASS')\n"
     ),
     "kills_the_grader": (
-        "import os, signal, time\n"
-        "for target in (os.getppid(), 1):\n"
-        "    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n        pass\n"
-        "time.sleep(10**6)\n"
+        "import os, signal\n"
+        "for kill, target in ((os.kill, os.getppid()), (os.killpg, os.getppid())):\n"
+        "    try:\n        kill(target, signal.SIGKILL)\n    except OSError:\n        pass\n"
+        "raise SystemExit(0)\n"
     ),
     "orphaned_sleepers": (
         "import os, time\n"
@@ -104,7 +104,8 @@ ATTACKS: dict[str, str] = {
         "        os._exit(0)\n"
         "os._exit(0)\n"
     ),
-    "memory_blow_up": "blocks = []\nwhile True:\n    blocks.append(bytearray(256 * 1024 * 1024))\n",
+    # Each block is zero-filled, so the memory is really used, up to the address-space cap.
+    "memory_blow_up": "blocks = []\nwhile True:\n    blocks.append(bytearray(1024 * 1024 * 1024))\n",
     "steals_hidden_cases": (
         "import glob, numpy as np, torch\n"
         f"FIXTURES = {str(REPO / 'fixtures')!r}\n"

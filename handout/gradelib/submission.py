@@ -98,7 +98,7 @@ def _extract_tar(path: Path, dest: Path) -> list[str]:
     try:
         tar = tarfile.open(path, mode="r:*")
     except READ_ERRORS as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
         raise HandinError(
             f"{path.name} is not a tar archive ({first}); build it with `make handin`, which writes handin.tar"
         ) from None

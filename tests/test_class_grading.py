@@ -1,0 +1,296 @@
+"""A whole class graded end to end with --jobs 2: nothing lost, attacks get 0, runs repeat and resume.
+
+The class (autograder/build/classgen.py) has 57 handins: correct ones packed
+every way, typical attention bugs, attacks, unsafe and malformed archives,
+missing files and malformed language-model arrays. It is graded three times
+into one folder -- stopped by SIGINT, stopped by SIGTERM, then finished -- and
+once more, uninterrupted, with --force into another folder; both must agree.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import rubric
+from autograder.build.classgen import make_class
+from autograder.cli import submission_names
+from conftest import FIXTURES, REPO
+
+CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]
+# Per problem run: each hanging attack costs this much, and a correct attention.py
+# needs ~1 s on a quiet core, so 10 s keeps a loaded machine from timing out honest code.
+TIMEOUT_S = "10"
+ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _processes_under(root: Path) -> list[str]:
+    """Processes whose working directory lies under `root` (sandboxed children run in scratch folders there)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                continue
+            if cwd.startswith(str(root)):
+                found.append(f"{entry} in {cwd}")
+    return found
+
+
+def _run(args: list[str], env: dict, stop_after: int | None = None, sig: int = signal.SIGINT, out: Path | None = None):
+    """Run the CLI in its own process group; with stop_after, signal the group once that many results exist."""
+    proc = subprocess.Popen(CLI + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    if stop_after is not None:
+        deadline = time.monotonic() + 120
+        while len(list(out.glob("*/results.json"))) < stop_after and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    return proc.returncode, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    base = tmp_path_factory.mktemp("class")
+    expected = make_class(base)
+    paths = [base / "submissions" / name for name in expected]
+    names = dict(zip(expected, submission_names(paths)))
+    # Scratch folders go under a private TMPDIR, so leftover processes can be found by their cwd.
+    scratch = Path(tempfile.mkdtemp(prefix="classrun-"))
+    scratch.chmod(0o711)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    fixtures_before = _digest(FIXTURES / "attention")
+    owned_before = os.path.exists("/tmp/owned")
+    common = [*map(str, paths), "--jobs", "2", "--timeout", TIMEOUT_S]
+    resumed, fresh = base / "resumed", base / "fresh"
+
+    start = time.monotonic()
+    first = _run([*common, "--out", str(resumed)], env, stop_after=10, sig=signal.SIGINT, out=resumed)
+    after_first = len(list(resumed.glob("*/results.json")))
+    leftovers_first = _processes_under(scratch)
+    second = _run([*common, "--out", str(resumed)], env, stop_after=after_first + 8, sig=signal.SIGTERM, out=resumed)
+    after_second = len(list(resumed.glob("*/results.json")))
+    third = _run([*common, "--out", str(resumed)], env)
+    resumed_s = time.monotonic() - start
+    start = time.monotonic()
+    repeat = _run([*common, "--out", str(fresh), "--force"], env)
+    fresh_s = time.monotonic() - start
+    time.sleep(0.5)
+    state = {
+        "base": base, "expected": expected, "names": names, "resumed": resumed, "fresh": fresh,
+        "runs": {"sigint": first, "sigterm": second, "finish": third, "repeat": repeat},
+        "counts": (after_first, after_second), "leftovers_after_sigint": leftovers_first,
+        "leftovers_at_end": _processes_under(scratch), "fixtures_changed": _digest(FIXTURES / "attention") != fixtures_before,
+        "owned_created": os.path.exists("/tmp/owned") and not owned_before, "times": (resumed_s, fresh_s),
+    }
+    yield state
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rows(folder: Path) -> dict[str, dict[str, str]]:
+    with open(folder / "grades.csv", newline="") as fh:
+        return {r["submission"]: r for r in csv.DictReader(fh)}
+
+
+def test_class_is_large_and_covers_every_kind(graded_class):
+    kinds = {k.split("_")[0] for k in graded_class["expected"]}
+    assert len(graded_class["expected"]) >= 50
+    assert kinds == {"correct", "bug", "attack", "archive", "missing", "npy"}
+
+
+def test_interrupted_runs_stop_cleanly_and_the_rerun_completes(graded_class):
+    runs = graded_class["runs"]
+    assert runs["sigint"][0] == 128 + signal.SIGINT, runs["sigint"][2][-2000:]
+    assert runs["sigterm"][0] == 128 + signal.SIGTERM, runs["sigterm"][2][-2000:]
+    assert "run the same command again" in runs["sigint"][2]
+    first, second = graded_class["counts"]
+    total = len(graded_class["expected"])
+    assert 10 <= first < second < total, (first, second, total)
+    assert graded_class["leftovers_after_sigint"] == []
+    assert runs["finish"][0] == 0, runs["finish"][2][-2000:]
+    assert f"{second} already had results" in runs["finish"][1]
+
+
+def test_every_submission_has_results_feedback_and_one_gradebook_row(graded_class):
+    names = graded_class["names"]
+    for out in (graded_class["resumed"], graded_class["fresh"]):
+        rows = _rows(out)
+        assert sorted(rows) == sorted(names.values())
+        for name in names.values():
+            data = json.loads((out / name / "results.json").read_text())
+            assert data["tests"] and all(t["visibility"] in ("visible", "after_published") for t in data["tests"])
+            assert (out / name / "feedback.txt").read_text().startswith(f"Submission: {name}")
+        assert (out / "report.html").is_file()
+        assert not list(out.rglob("*.tmp")), "a temporary file was left behind"
+
+
+def test_scores_match_what_each_submission_deserves(graded_class):
+    rows = _rows(graded_class["fresh"])
+    wrong = []
+    for sub, kind in graded_class["expected"].items():
+        row = rows[graded_class["names"][sub]]
+        attention, total = float(row["attention"]), float(row["total"])
+        ok = {
+            "full": attention == ATTENTION_MAX,
+            "partial": 0 < attention < ATTENTION_MAX,
+            "zero": total == 0,
+        }[kind]
+        if not ok:
+            wrong.append(f"{sub}: expected {kind}, got attention {attention}, total {total}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_attacks_and_unsafe_archives_score_zero_and_say_why(graded_class):
+    rows = _rows(graded_class["fresh"])
+    out = graded_class["fresh"]
+    for sub in graded_class["expected"]:
+        if sub.startswith(("attack_", "archive_")):
+            assert float(rows[graded_class["names"][sub]]["total"]) == 0, sub
+    reasons = {
+        "archive_absolute_path": "points outside the archive",
+        "archive_dotdot_path": "points outside the archive",
+        "archive_symlink": "is a link",
+        "archive_hardlink": "is a link",
+        "archive_char_device": "device or FIFO",
+        "archive_fifo": "device or FIFO",
+        "archive_too_many_members": "more than 64 members",
+        "archive_gzip_bomb": "unpacks to more than",
+        "archive_not_a_tar": "is not a tar archive",
+        "archive_zip_not_tar": "is not a tar archive",
+        "archive_zero_bytes": "is not a tar archive",
+        "archive_empty_tar": "is an empty archive",
+        "archive_only_a_folder": "is an empty archive",
+        "archive_truncated": "damaged",
+        "attack_infinite_loop_at_import": "time limit",
+    }
+    for sub, fragment in reasons.items():
+        name = graded_class["names"][next(k for k in graded_class["expected"] if k.startswith(sub))]
+        feedback = (out / name / "feedback.txt").read_text()
+        assert fragment in feedback, f"{name}: {fragment!r} not in\n{feedback[:600]}"
+
+
+def test_forged_score_lines_never_reach_the_grader_output(graded_class):
+    stdout = graded_class["runs"]["repeat"][1]
+    assert '"scores"' not in stdout and "PASS" not in stdout
+    assert stdout.strip().splitlines()[0].startswith("graded 57 of 57")
+
+
+def test_submissions_cannot_touch_the_cases_or_outlive_the_run(graded_class):
+    assert not graded_class["fixtures_changed"]
+    assert not graded_class["owned_created"]
+    assert graded_class["leftovers_at_end"] == []
+
+
+def test_repeated_and_resumed_runs_give_identical_grades(graded_class):
+    resumed, fresh = graded_class["resumed"], graded_class["fresh"]
+    assert (resumed / "grades.csv").read_bytes() == (fresh / "grades.csv").read_bytes()
+    for name in graded_class["names"].values():
+        a = json.loads((resumed / name / "results.json").read_text())
+        b = json.loads((fresh / name / "results.json").read_text())
+        assert [(t["name"], t["score"]) for t in a["tests"]] == [(t["name"], t["score"]) for t in b["tests"]], name
+
+
+def test_rerun_without_force_grades_nothing_again(graded_class, tmp_path):
+    rc, stdout, _ = _run([*map(str, graded_class["base"].glob("submissions/*")), "--out", str(graded_class["fresh"])],
+                         dict(os.environ))
+    assert rc == 0 and "graded 0 of 57" in stdout and "57 already had results" in stdout
+
+
+def test_a_grader_process_that_keeps_dying_is_recorded_as_zero(tmp_path):
+    sub = tmp_path / "student"
+    sub.mkdir()
+    shutil.copyfile(REPO / "solutions" / "attention.py", sub / "attention.py")
+    # 60 MB of address space is too little for the grader's own process to import numpy.
+    rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out"), "--worker-memory-mb", "60", "--retries", "1"],
+                              dict(os.environ))
+    assert rc == 0, stderr
+    data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
+    assert data["score"] == 0
+    assert "could not be graded" in data["output"] and "on each of 2 attempts" in data["output"]
+    assert stdout.strip().splitlines()[-1].startswith('{"scores":{"attention":0.0')
+    assert (tmp_path / "out" / ".logs" / "student.log").read_text().count("--- attempt") == 2
+
+
+def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):
+    sub = tmp_path / "hang"
+    sub.mkdir()
+    (sub / "attention.py").write_text("while True:\n    pass\n")
+    start = time.monotonic()
+    rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out"), "--timeout", "30", "--submission-timeout", "2"],
+                              dict(os.environ))
+    assert rc == 0, stderr
+    assert time.monotonic() - start < 15
+    data = json.loads((tmp_path / "out" / "hang" / "results.json").read_text())
+    assert data["score"] == 0 and "ran past the 2 s limit" in data["output"]
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _chromium() -> str:
+    """Path of Debian's chromium, installing chromium and chromium-driver when missing and running as root."""
+    path = shutil.which("chromium")
+    if path:
+        return path
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it needs root: apt-get install -y chromium chromium-driver")
+    proc = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True, text=True)
+    path = shutil.which("chromium")
+    if not path:
+        pytest.skip(f"apt-get install chromium chromium-driver failed (exit {proc.returncode}): {proc.stderr[-300:]}")
+    return path
+
+
+def _render(report: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, report.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_renders_in_headless_chromium_with_every_section(graded_class, tmp_path):
+    report = graded_class["fresh"] / "report.html"
+    dom = _render(report, tmp_path / "profile", "--dump-dom").stdout
+    assert "57 submissions" in dom
+    for section in ('id="score-histogram"', 'id="pass-rates"', 'id="slowest"', 'id="failed"', 'id="all"'):
+        assert section in dom, section
+    counts = [int(c) for c in __import__("re").findall(r'data-count="(\d+)"', dom)]
+    assert sum(counts) == 57
+    rows = _rows(graded_class["fresh"])
+    full = sum(float(r["total"]) == float(r["max"]) for r in rows.values())
+    zero = sum(float(r["total"]) == 0 for r in rows.values())
+    assert f"zero {zero}" in dom and f"full marks {full}" in dom
+    assert "attack_steals_hidden_cases" in dom and "archive_gzip_bomb" in dom
+
+
+def test_report_escapes_what_a_submission_printed(graded_class, tmp_path):
+    report = graded_class["fresh"] / "report.html"
+    html = report.read_text()
+    assert "&lt;script&gt;document.title" in html  # the sleeper's output, shown as text
+    dom = _render(report, tmp_path / "profile", "--dump-dom").stdout
+    assert "<script" not in dom and "<img" not in dom
+    assert "<title>Class report</title>" in dom
+
+
+def test_report_screenshot_is_written(graded_class, tmp_path):
+    shot = graded_class["base"] / "report.png"
+    _render(graded_class["fresh"] / "report.html", tmp_path / "profile", f"--screenshot={shot}", "--window-size=1100,1800")
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000

@@ -1,0 +1,170 @@
+"""`make handin` in the handout packs exactly the manifest, refuses what the grader could not use, and
+`python autograder.py --handin` reads the result the way the course grader does."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from autograder import handin
+from autograder.handin import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
+from conftest import HANDOUT, SOLUTIONS
+
+NOTEBOOKS = ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb")
+
+
+@pytest.fixture
+def student(tmp_path) -> Path:
+    """A copy of the handout with a solved attention.py, three notebooks and an experiment at epoch 3."""
+    root = tmp_path / "handout"
+    shutil.copytree(HANDOUT, root, ignore=shutil.ignore_patterns("experiments", "handin.tar", "__pycache__"))
+    shutil.copyfile(SOLUTIONS / "attention.py", root / "attention.py")
+    for name in NOTEBOOKS:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+        nbformat.write(nb, root / name)
+    run = root / "experiments" / "run1"
+    run.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    np.save(run / "predictions_test_3.npy", rng.standard_normal(PREDICTION_SHAPE).astype(np.float32))
+    np.save(run / "generated_3.npy", rng.integers(2, 30, size=GENERATION_SHAPE))
+    (run / "generated_3.txt").write_text("THE CAT SAT\n")
+    (run / "losses.csv").write_text("not handed in\n")
+    return root
+
+
+def make_handin(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "handin", f"PYTHON={sys.executable}", *args], cwd=root, capture_output=True, text=True)
+
+
+def pack(root: Path, capsys, *args: str) -> tuple[int, str, str]:
+    """What `make handin` runs, in this process (importing nbformat once keeps the tests fast)."""
+    rc = handin.main(["--root", str(root), "--out", str(root / "handin.tar"), *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_handin_holds_exactly_the_manifest_files(student):
+    proc = make_handin(student, "runid=run1", "epoch=3")
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(student / "handin.tar") as tar:
+        names = tar.getnames()
+        generated = tar.extractfile("generated.npy").read()
+    assert names == [n for n in HANDIN_FILES if n != "model.pt"]
+    assert generated == (student / "experiments" / "run1" / "generated_3.npy").read_bytes()
+    assert "wrote handin.tar" in proc.stdout and "model.pt" in proc.stdout  # the optional checkpoint is noted
+
+
+def test_handin_is_byte_identical_when_built_twice(student, capsys):
+    pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    first = (student / "handin.tar").read_bytes()
+    (student / "handin.tar").unlink()
+    pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert (student / "handin.tar").read_bytes() == first
+
+
+def _break(student: Path, what: str) -> str:
+    run = student / "experiments" / "run1"
+    rng = np.random.default_rng(1)
+    if what == "predictions_shape":
+        np.save(run / "predictions_test_3.npy", np.zeros((128, 20, 29), np.float32))
+        return "has shape (128, 20, 29), expected (128, 20, 30)"
+    if what == "predictions_int":
+        np.save(run / "predictions_test_3.npy", np.zeros(PREDICTION_SHAPE, np.int64))
+        return "expected a float dtype"
+    if what == "predictions_nan":
+        arr = rng.standard_normal(PREDICTION_SHAPE).astype(np.float32)
+        arr[5, 6, 7] = np.nan
+        np.save(run / "predictions_test_3.npy", arr)
+        return "NaN or infinite values (first at index (5, 6, 7))"
+    if what == "predictions_pickle":
+        np.save(run / "predictions_test_3.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        return "holds Python objects"
+    if what == "generated_eos":
+        arr = rng.integers(2, 30, size=GENERATION_SHAPE)
+        arr[9, 2] = 0
+        np.save(run / "generated_3.npy", arr)
+        return "holds <eos> (id 0) 1 times (first at index (9, 2))"
+    if what == "generated_pad":
+        arr = rng.integers(2, 30, size=GENERATION_SHAPE)
+        arr[0, 0] = 1
+        np.save(run / "generated_3.npy", arr)
+        return "holds <pad> (id 1)"
+    if what == "generated_out_of_vocab":
+        np.save(run / "generated_3.npy", np.full(GENERATION_SHAPE, 31))
+        return "outside the vocabulary 0..29"
+    if what == "generated_float":
+        np.save(run / "generated_3.npy", np.full(GENERATION_SHAPE, 3.0))
+        return "expected an integer dtype"
+    if what == "generated_missing":
+        (run / "generated_3.npy").unlink()
+        return "generated.npy: experiments/run1/generated_3.npy is missing"
+    if what == "notebook_broken":
+        (student / "02_attention_and_masks.ipynb").write_text("{ not json")
+        return "02_attention_and_masks.ipynb (from 02_attention_and_masks.ipynb) is not a notebook"
+    if what == "notebook_invalid":
+        (student / "01_mlm_and_next_token.ipynb").write_text('{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+        return "is not a valid notebook"
+    if what == "attention_syntax":
+        (student / "attention.py").write_text("def forward(self, X)\n    pass\n")
+        return "attention.py (from attention.py) does not parse: line 1"
+    raise AssertionError(what)
+
+
+@pytest.mark.parametrize("what", [
+    "predictions_shape", "predictions_int", "predictions_nan", "predictions_pickle", "generated_eos", "generated_pad",
+    "generated_out_of_vocab", "generated_float", "generated_missing", "notebook_broken", "notebook_invalid",
+    "attention_syntax",
+])
+def test_a_file_the_grader_cannot_use_stops_the_handin_with_what_to_fix(student, capsys, what):
+    message = _break(student, what)
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc == 1
+    assert "handin.tar was NOT written" in err
+    assert message in err, err
+    assert not (student / "handin.tar").exists()
+
+
+def test_runid_and_epoch_are_required_unless_partial(student, capsys):
+    rc, _, err = pack(student, capsys)
+    assert rc == 1 and "runid= and epoch= are required" in err and "partial=1" in err
+    proc = make_handin(student, "partial=1")
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(student / "handin.tar") as tar:
+        assert tar.getnames() == ["attention.py", *NOTEBOOKS]
+
+
+def test_wrong_epoch_names_the_missing_files(student, capsys):
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "7")
+    assert rc == 1
+    assert "experiments/run1/predictions_test_7.npy is missing" in err
+    assert "experiments/run1/generated_7.npy is missing" in err
+
+
+def test_local_check_of_a_built_handin_reads_it_like_the_grader(student):
+    assert make_handin(student, "runid=run1", "epoch=3").returncode == 0
+    # What `make check-handin` runs, on one problem to keep it quick; the file report covers every file.
+    proc = subprocess.run([sys.executable, "autograder.py", "--handin", "handin.tar", "--only", "attention"], cwd=student,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for name in ("attention.py", *NOTEBOOKS, "predictions.npy", "generated.npy", "generated.txt"):
+        assert f"ok      {name}" in out, out[:1500]
+    assert "Submission: handin.tar" in out
+    assert "attention: forward: projections Q, K, V [public]" in out
+
+
+def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_path):
+    bad = tmp_path / "handin.tar"
+    with tarfile.open(bad, "w") as tar:
+        info = tarfile.TarInfo("attention.py")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    proc = subprocess.run([sys.executable, "autograder.py", "--handin", str(bad)], cwd=student, capture_output=True, text=True)
+    assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout

@@ -1,0 +1,137 @@
+"""The Gradescope and Autolab packages grade in each platform's own directory flow, reproduced in a temp folder.
+
+Gradescope: the zip unpacked to <root>/source, run_autograder copied to
+<root>/run_autograder, the upload in <root>/submission, results expected in
+<root>/results/results.json (AUTOGRADER_ROOT and AUTOGRADER_PYTHON point the
+script at the temp folder and at this interpreter).
+Autolab: autograde.tar, autograde-Makefile (as Makefile) and handin.tar in one
+folder; `make`; the last stdout line is the autoresult.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import rubric
+from autograder.build.platforms import build_autolab, build_gradescope
+from autograder.grade import PROBLEM_MODULES
+from conftest import SOLUTIONS
+
+ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
+PROBLEM_IDS = [p for p in rubric.load() if p in PROBLEM_MODULES]
+
+
+def _handin(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, __import__("io").BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    out = tmp_path_factory.mktemp("packages")
+    return {"zip": build_gradescope(out / "gradescope"), "autolab": build_autolab(out / "autolab")}
+
+
+def gradescope_run(tmp_path: Path, zip_path: Path, upload: dict[str, bytes]) -> tuple[dict, subprocess.CompletedProcess]:
+    root = tmp_path / "autograder"
+    for sub in ("submission", "results"):
+        (root / sub).mkdir(parents=True)
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+    shutil.copyfile(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "run_autograder").chmod(0o755)
+    for name, data in upload.items():
+        (root / "submission" / name).write_bytes(data)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return json.loads((root / "results" / "results.json").read_text()), proc
+
+
+def test_gradescope_zip_has_its_scripts_at_the_root_and_no_build_tools(packages):
+    with zipfile.ZipFile(packages["zip"]) as z:
+        names = z.namelist()
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    assert names[:2] == ["setup.sh", "run_autograder"] and modes["run_autograder"] & 0o111
+    assert "requirements.txt" in names and "autograder/cli.py" in names
+    assert any(n.startswith("fixtures/attention/hidden/") for n in names)
+    assert not any(n.startswith(("autograder/build/", "solutions/", "tests/")) or "__pycache__" in n for n in names)
+    setup = zipfile.ZipFile(packages["zip"]).read("setup.sh").decode()
+    assert "-r requirements.txt" in setup and "download.pytorch.org/whl/cpu" in setup
+    assert "torch==2.13.0" in zipfile.ZipFile(packages["zip"]).read("requirements.txt").decode()
+
+
+def test_packages_are_byte_identical_when_built_twice(packages, tmp_path):
+    again = build_gradescope(tmp_path / "gs")
+    tar_path, _ = build_autolab(tmp_path / "al")
+    assert again.read_bytes() == packages["zip"].read_bytes()
+    assert tar_path.read_bytes() == packages["autolab"][0].read_bytes()
+
+
+def test_gradescope_grades_an_uploaded_handin_tar(packages, tmp_path):
+    reference = (SOLUTIONS / "attention.py").read_bytes()
+    results, proc = gradescope_run(tmp_path, packages["zip"], {"handin.tar": _handin(tmp_path / "h.tar", {"attention.py": reference}).read_bytes()})
+    assert proc.returncode == 0, proc.stderr
+    attention = [t for t in results["tests"] if t["tags"] == ["attention"]]
+    assert sum(t["score"] for t in attention) == ATTENTION_MAX
+    assert {t["visibility"] for t in attention} == {"visible", "after_published"}
+    assert all(set(t) >= {"name", "score", "max_score", "status", "output", "visibility"} for t in results["tests"])
+
+
+def test_gradescope_grades_loose_uploaded_files(packages, tmp_path):
+    results, _ = gradescope_run(tmp_path, packages["zip"], {"attention.py": (SOLUTIONS / "attention.py").read_bytes()})
+    assert sum(t["score"] for t in results["tests"] if t["tags"] == ["attention"]) == ATTENTION_MAX
+
+
+def test_gradescope_writes_a_zero_result_for_an_unusable_upload(packages, tmp_path):
+    results, proc = gradescope_run(tmp_path, packages["zip"], {"handin.tar": b"this is not a tar"})
+    assert proc.returncode == 0
+    assert results["score"] == 0 and "is not a tar archive" in results["output"]
+
+
+def autolab_run(tmp_path: Path, packages, handin: bytes) -> subprocess.CompletedProcess:
+    work = tmp_path / "autolab"
+    work.mkdir()
+    tar_path, makefile = packages["autolab"]
+    shutil.copyfile(tar_path, work / "autograde.tar")
+    shutil.copyfile(makefile, work / "Makefile")
+    (work / "handin.tar").write_bytes(handin)
+    return subprocess.run(["make", f"PYTHON={sys.executable}"], cwd=work, capture_output=True, text=True, timeout=300)
+
+
+def test_autolab_last_line_scores_every_problem(packages, tmp_path):
+    handin = _handin(tmp_path / "h.tar", {"attention.py": (SOLUTIONS / "attention.py").read_bytes()}).read_bytes()
+    proc = autolab_run(tmp_path, packages, handin)
+    assert proc.returncode == 0, proc.stderr
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert list(last) == ["scores"] and list(last["scores"]) == PROBLEM_IDS
+    assert last["scores"]["attention"] == ATTENTION_MAX
+    assert "PASS" in proc.stdout and "TOTAL" in proc.stdout
+
+
+def test_autolab_ignores_forged_score_lines_from_the_submission(packages, tmp_path):
+    forged = b'import os\nprint(\'{"scores": {"attention": 30}}\', flush=True)\nos._exit(0)\n'
+    proc = autolab_run(tmp_path, packages, _handin(tmp_path / "h.tar", {"attention.py": forged}).read_bytes())
+    lines = proc.stdout.strip().splitlines()
+    assert json.loads(lines[-1])["scores"]["attention"] == 0
+    assert not any('"attention": 30' in line for line in lines)
+
+
+def test_autolab_shows_hidden_tests_by_score_only(packages, tmp_path):
+    buggy = (SOLUTIONS / "attention.py").read_text().replace("d_k = self.W_k.shape[1]\n        future", "d_k = self.W_v.shape[1]\n        future")
+    proc = autolab_run(tmp_path, packages, _handin(tmp_path / "h.tar", {"attention.py": buggy.encode()}).read_bytes())
+    scores = json.loads(proc.stdout.strip().splitlines()[-1])["scores"]
+    assert 0 < scores["attention"] < ATTENTION_MAX
+    assert "FAIL" in proc.stdout and "dk_ne_dv" not in proc.stdout  # the failing case is hidden
