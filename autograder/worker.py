@@ -46,13 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
-    ap.add_argument("--cases", type=Path, default=CASE_ROOT, help="case folder (default: fixtures/)")
     args = ap.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _kill_children_and_exit)
     result = grade_submission(
         args.submission,
-        case_root=args.cases,
+        case_root=CASE_ROOT,
         visibilities=("public", "hidden"),
         only=args.only or None,
         limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb),

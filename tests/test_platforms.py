@@ -73,6 +73,18 @@ def test_gradescope_zip_has_its_scripts_at_the_root_and_no_build_tools(packages)
     assert "torch==2.13.0" in zipfile.ZipFile(packages["zip"]).read("requirements.txt").decode()
 
 
+def test_platform_scripts_are_valid_shell(packages, tmp_path):
+    with zipfile.ZipFile(packages["zip"]) as z:
+        z.extract("setup.sh", tmp_path)
+        z.extract("run_autograder", tmp_path)
+    for name in ("setup.sh", "run_autograder"):
+        proc = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    makefile = packages["autolab"][1]
+    proc = subprocess.run(["make", "-n", "-f", str(makefile)], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0 and "autograder.platforms autolab ../handin.tar" in proc.stdout, proc.stderr
+
+
 def test_packages_are_byte_identical_when_built_twice(packages, tmp_path):
     again = build_gradescope(tmp_path / "gs")
     tar_path, _ = build_autolab(tmp_path / "al")

@@ -22,6 +22,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from autograder.cli import selected_problems
+
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_FILES = Path(__file__).resolve().parent / "platform_files"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -82,8 +84,9 @@ def main() -> None:
               "upload it as the assignment's autograder (base image with Python >= 3.11, e.g. Ubuntu 24.04)")
     else:
         tar_path, makefile = build_autolab(out)
+        ids = ", ".join(p.id for p in selected_problems(None))
         print(f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
-              "handin file name: handin.tar; problems: see the comment at the top of autograde-Makefile")
+              f"handin file name: handin.tar; problem names: {ids}")
 
 
 if __name__ == "__main__":
