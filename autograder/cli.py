@@ -38,6 +38,7 @@ TERM_GRACE_S = 5.0
 
 def submission_names(paths: list[Path]) -> list[str]:
     """A distinct, filesystem-safe name per submission (handin.tar -> its folder's name)."""
+    reserved = {"grades.csv", "report.html"}  # the class outputs beside the per-submission folders
     names: list[str] = []
     for p in paths:
         base = p.name
@@ -49,7 +50,7 @@ def submission_names(paths: list[Path]) -> list[str]:
             base = p.parent.name
         base = "".join(c if c.isalnum() or c in "-_." else "_" for c in base).strip(".") or "submission"
         name, k = base, 2
-        while name in names:
+        while name in names or name in reserved:
             name, k = f"{base}-{k}", k + 1
         names.append(name)
     return names
