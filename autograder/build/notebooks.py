@@ -95,6 +95,21 @@ def build(staff_out: Path | None = STAFF_OUT) -> dict[str, bytes]:
     return files
 
 
+def coalesce_streams(nb: nbformat.NotebookNode) -> None:
+    """Join adjacent stdout/stderr chunks: how the kernel splits them depends on timing, not on the code."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged: list = []
+        for out in cell.outputs:
+            last = merged[-1] if merged else None
+            if last is not None and out.output_type == last.output_type == "stream" and out.name == last.name:
+                last.text += out.text
+            else:
+                merged.append(out)
+        cell.outputs = merged
+
+
 def execute_masters(timeout_s: int = 120) -> None:
     """Run each master top to bottom and save it with its outputs (plots included)."""
     from nbclient import NotebookClient
@@ -106,6 +121,7 @@ def execute_masters(timeout_s: int = 120) -> None:
             nb, timeout=timeout_s, kernel_name="python3", record_timing=False,
             resources={"metadata": {"path": str(SOLUTIONS)}},
         ).execute()
+        coalesce_streams(nb)
         nb.metadata.pop("widgets", None)
         nb.metadata["language_info"] = {"name": "python"}
         path.write_text(nbformat.writes(nb) + "\n")
