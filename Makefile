@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test demo bench handout fixtures notebooks check-generated clean gradescope autolab
+.PHONY: help setup test demo bench handout fixtures notebooks check-generated clean gradescope autolab reference-model
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -34,10 +34,15 @@ fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus
 	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
 	$(PY) -m autograder.fixturegen.notebook_cases --out fixtures
 	$(PY) -m autograder.fixturegen.lm_fixtures --out fixtures $(if $(CORPUS),--corpus $(CORPUS))
+	$(PY) -m autograder.fixturegen.lm_function_cases --out fixtures
 	$(PY) -m autograder.fixturegen.manifest --out fixtures
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
 	$(PY) -m autograder.build.notebooks --execute
+
+reference-model: setup ## train the reference LM on 2 threads (minutes) -> fixtures/lm/reference_model.pt + its predictions
+	$(PY) -m autograder.lm.train_reference --lm-dir fixtures/lm
+	$(PY) -m autograder.fixturegen.manifest --out fixtures
 
 gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
 	$(PY) -m autograder.build.platforms gradescope

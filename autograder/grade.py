@@ -29,6 +29,7 @@ PROBLEM_MODULES = {
     "masks": "masks",
     "prediction": "prediction",
     "generation": "generation",
+    "lm_functions": "lm_functions",
 }
 
 

@@ -60,9 +60,14 @@ GRADELIB_FILES = (
     "lm/ngram.py",
     "lm/oracle.py",
     "lm/metrics.py",
+    "lm/fixed_models.py",
+    "harness/lm_child.py",
+    "problems/lm_functions.py",
 )
 # Language-model fixtures the local grader reads (the prediction targets stay hidden).
 LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz", "oracle.json")
+# What notebook 3 trains and evaluates on, in handout/data/lm/ (prediction.npz is the validation set).
+LM_DATA_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
 
 BEGIN = re.compile(r'^(?P<indent>\s*)# BEGIN SOLUTION(?: task="(?P<task>[^"]*)")?\s*$')
 END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -130,6 +135,10 @@ def build(out: Path) -> list[Path]:
         put(rel, data)
     for src in sorted((FIXTURES / "notebooks" / "public").iterdir()):
         put(f"tests/notebooks/public/{src.name}", src.read_bytes())
+    for src in sorted((FIXTURES / "lm_functions" / "public").iterdir()):
+        put(f"tests/lm_functions/public/{src.name}", src.read_bytes())
+    for name in LM_DATA_FILES:
+        put(f"data/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
     return written
 
 

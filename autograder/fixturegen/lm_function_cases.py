@@ -1,0 +1,158 @@
+"""Cases for notebook 3's predict() and generate() on fixed-weight models (`make fixtures`).
+
+    python -m autograder.fixturegen.lm_function_cases --out fixtures
+
+writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
+holds a fixed model (see autograder/lm/fixed_models.py), prompts and settings,
+and the expected outputs, computed by the prediction and generation protocols of
+autograder/lm/metrics.py (greedy_predict, greedy_generate: numpy, independent of
+any torch code):
+
+    expected_predict_logits  (B, steps, 30) float32   predict(model, inp, steps)
+    expected_greedy_ids      (B, steps) int64          generate(model, inp, steps)
+
+Every case also carries the sampling settings (top_k, top_p, temperature) and a
+"d" model for the distribution check; the grader checks those samples by their
+properties (each id inside its top-k set or nucleus, frequencies close to
+softmax(logits / temperature)). Tables are drawn so that no argmax, k-th best
+logit or nucleus boundary is a near tie, so float32 and float64 agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..lm import fixed_models
+from ..lm.metrics import greedy_generate, greedy_predict
+from ..lm.vocab import EOS, PAD, VOCAB_SIZE
+from ..npzio import save
+
+SEED = 785
+SPECIAL = [EOS, PAD]
+# Sampling settings shared by every case; the grader reads them from the case file.
+TOP_K = 3
+TOP_P = 0.6
+TINY_P = 1e-6
+COLD = 0.01
+DIST_SAMPLES = 8000
+DIST_TEMPERATURE = 2.0
+MARGIN = 0.05  # least gap between competing logits, and between a nucleus boundary and top_p
+
+# name -> (visibility, description, kind, K, batch, prompt length, steps, specials favoured, train offset)
+CASES = {
+    "last_token": ("public", "the last token decides the logits; 4 prompts of 6 ids, 8 steps", "last", 30, 4, 6, 8, False, True),
+    "prefix_sum": ("public", "logits depend on the sum of all earlier ids; 3 prompts of 5, 10 steps", "prefix_sum", 30, 3, 5, 10, False, True),
+    "eos_favoured": (
+        "hidden", "<eos> and <pad> score highest in most rows; 4 prompts of 6, 8 steps", "last", 30, 4, 6, 8, True, True,
+    ),
+    "position": ("hidden", "logits depend only on the input's length; 2 prompts of 7, 12 steps", "position", 30, 2, 7, 12, False, True),
+    "long_prompts": (
+        "hidden", "generation-sized: 5 prompts of 40 ids, 30 steps, sum of all ids", "prefix_sum", 30, 5, 40, 30, True, True,
+    ),
+    "one_step": ("hidden", "a single prompt of one <eos>, one step", "prefix_sum", 30, 1, 1, 1, False, False),
+}
+
+
+def separated_table(rng: np.random.Generator, K: int, favour_specials: bool) -> np.ndarray:
+    """(K, 30) float32 logits with no near ties among the allowed ids, nucleus edges away from TOP_P."""
+    table = np.empty((K, VOCAB_SIZE), dtype=np.float32)
+    for k in range(K):
+        favour = favour_specials and rng.random() < 0.8
+        while True:
+            row = (rng.standard_normal(VOCAB_SIZE) * 2.0).astype(np.float32)
+            if favour:
+                row[EOS] = row.max() + 1.0
+                row[PAD] = row[EOS] - 0.5
+            if _row_ok(row):
+                table[k] = row
+                break
+    return table
+
+
+def _row_ok(row: np.ndarray) -> bool:
+    allowed = np.sort(np.delete(row, SPECIAL).astype(np.float64))[::-1]
+    if np.min(allowed[: TOP_K + 1][:-1] - allowed[1 : TOP_K + 1]) < MARGIN:
+        return False
+    if abs(row[EOS] - allowed[0]) < MARGIN or abs(np.sort(row)[-1] - np.sort(row)[-2]) < MARGIN:
+        return False
+    p = np.exp(allowed - allowed.max())
+    cum = np.cumsum(p / p.sum())
+    return bool(np.min(np.abs(cum - TOP_P)) > MARGIN / 10)
+
+
+def distribution_table(rng: np.random.Generator) -> np.ndarray:
+    """(1, 30): one row for every context, peaked at temperature 1 and flat at DIST_TEMPERATURE."""
+    row = np.full(VOCAB_SIZE, -1.0, dtype=np.float32)
+    picks = rng.choice(np.arange(2, VOCAB_SIZE), size=4, replace=False)
+    row[picks] = [4.0, 3.0, 2.5, 1.0]
+    row[EOS], row[PAD] = 6.0, 5.0  # the grader's sample must still hold none of them
+    return row[None, :]
+
+
+def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
+    _vis, _desc, kind, K, B, T, steps, favour, offset = spec
+    table = separated_table(rng, K, favour)
+    inp = rng.integers(2, VOCAB_SIZE, size=(B, T))
+    inp[:, 0] = EOS
+    train_offset = (rng.standard_normal(VOCAB_SIZE) * 5.0).astype(np.float32) if offset else np.zeros(VOCAB_SIZE, np.float32)
+    next_logits = fixed_models.next_logits(kind, table)
+    return {
+        "m_table": table,
+        "m_kind": np.int64(fixed_models.KINDS.index(kind)),
+        "m_train_offset": train_offset,
+        "d_table": distribution_table(rng),
+        "d_kind": np.int64(fixed_models.KINDS.index("last")),
+        "d_train_offset": np.zeros(VOCAB_SIZE, np.float32),
+        "inp": inp.astype(np.int64),
+        "steps": np.int64(steps),
+        "dist_inp": np.zeros((DIST_SAMPLES, 1), dtype=np.int64),
+        "one": np.int64(1),
+        "unit_temperature": np.float64(1.0),
+        "cold_temperature": np.float64(COLD),
+        "dist_temperature": np.float64(DIST_TEMPERATURE),
+        "top_k": np.int64(TOP_K),
+        "top_p": np.float64(TOP_P),
+        "tiny_p": np.float64(TINY_P),
+        "seed": np.int64(rng.integers(1 << 30)),
+        "expected_predict_logits": greedy_predict(next_logits, inp, steps).astype(np.float32),
+        "expected_greedy_ids": greedy_generate(next_logits, inp, steps).astype(np.int64),
+    }
+
+
+def build(out: Path) -> list[Path]:
+    rng = np.random.default_rng(SEED)
+    written = []
+    index: dict[str, list] = {"public": [], "hidden": []}
+    for name, spec in CASES.items():
+        arrays = make_case(rng, spec)
+        folder = out / "lm_functions" / spec[0]
+        save(folder / f"{name}.npz", arrays)
+        written.append(folder / f"{name}.npz")
+        index[spec[0]].append({"name": name, "description": spec[1]})
+    for vis, entries in index.items():
+        keep = {f"{e['name']}.npz" for e in entries} | {"cases.json"}
+        for stale in (out / "lm_functions" / vis).iterdir():
+            if stale.name not in keep:  # a case renamed or removed since the last run
+                stale.unlink()
+        path = out / "lm_functions" / vis / "cases.json"
+        path.write_text(json.dumps(entries, indent=2) + "\n")
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Write the fixed-model cases for predict() and generate().")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "fixtures")
+    args = ap.parse_args()
+    for path in build(args.out):
+        print(f"wrote {path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path}")
+    counts = {v: sum(1 for s in CASES.values() if s[0] == v) for v in ("public", "hidden")}
+    print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {SEED})")
+
+
+if __name__ == "__main__":
+    main()
