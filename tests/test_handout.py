@@ -315,6 +315,7 @@ def ignored_by_git(paths: list[str]) -> set[str]:
     return {line.removeprefix("handout/") for line in proc.stdout.splitlines()}
 
 
+@pytest.mark.slow  # two full builds, otter assign included
 def test_handout_build_is_deterministic_and_matches_the_committed_handout(tmp_path):
     build(tmp_path / "one")
     build(tmp_path / "two")
