@@ -34,7 +34,10 @@ from autograder.lm.source import ToySource
 from autograder.lm.vocab import stream, windows
 
 SOURCE_SEED = 0  # Zipf ranks of the words
-SEEDS = {"train": 1, "valid": 2, "prediction": 3, "prediction_test": 4, "generation_test": 5}
+# The hidden prediction targets come from a 96-bit seed drawn once from os.urandom and kept out of
+# the handout (which holds the source's code): with a small seed a student could find it by trying
+# seeds until the public prediction_test inputs appear, and read off the targets.
+SEEDS = {"train": 1, "valid": 2, "prediction": 3, "prediction_test": 56008886218775764195894794573, "generation_test": 5}
 N_TRAIN = 50_000  # sentences: about 1.8 MB, learnable by a small model on 2 CPU cores in minutes
 N_VALID = 2_000
 N_ROWS = 128
@@ -64,7 +67,6 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
             "mean_sentence_chars_with_eos": auto.mean_sentence_length(),
             "automaton_states": auto.n_states,
             "words": len(source.vocabulary()),
-            "seeds": SEEDS,
         }
     else:
         from autograder.lm import corpus as corpus_mod  # only instructors' corpora need it
