@@ -168,3 +168,16 @@ def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_pa
         tar.addfile(info)
     proc = subprocess.run([sys.executable, "autograder.py", "--handin", str(bad)], cwd=student, capture_output=True, text=True)
     assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout
+
+
+def test_checkpoint_is_handed_in_when_present_and_left_out_when_too_large(student, capsys, monkeypatch):
+    ckpt = student / "experiments" / "run1" / "model_3.pt"
+    ckpt.write_bytes(bytes(3 * 2**19))  # 1.5 MB, larger than every other handin file here
+    assert pack(student, capsys, "--runid", "run1", "--epoch", "3")[0] == 0
+    with tarfile.open(student / "handin.tar") as tar:
+        assert tar.getnames()[-1] == "model.pt"
+    monkeypatch.setattr(handin, "MAX_FILE_BYTES", 2**20)
+    rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc == 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in out and "left out" in out
+    with tarfile.open(student / "handin.tar") as tar:
+        assert "model.pt" not in tar.getnames()
