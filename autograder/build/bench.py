@@ -1,7 +1,8 @@
 """`make bench`: how long grading takes, next to `otter run` on a trivial notebook.
 
 Every figure is the median wall-clock time of --runs runs (default 5) of a
-whole command, interpreter start included, on this machine:
+whole command, interpreter start included, on this machine; the commands
+take turns, so a change in load affects them alike:
 
 - local: `python autograder.py` in a copy of handout/ holding the reference
   attention.py (public cases), with `--only attention` and with every problem;
@@ -27,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
@@ -48,17 +51,26 @@ class BenchError(RuntimeError):
     """A benchmarked command failed or printed something other than what is due."""
 
 
-def timed(cmd: list[str], cwd: Path, runs: int, check) -> list[float]:
-    """Wall times of `runs` runs of `cmd`; `check(stdout)` raises if an output is wrong."""
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-        times.append(time.perf_counter() - start)
-        if proc.returncode != 0:
-            raise BenchError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-        check(proc.stdout)
-    return times
+@dataclass
+class Figure:
+    """One benchmarked command; `per` divides each time (handins in a batch)."""
+
+    label: str
+    cmd: list[str]
+    cwd: Path
+    check: Callable[[str], None]
+    target: str = ""
+    per: int = 1
+    times: list[float] = field(default_factory=list)
+
+
+def run_once(fig: Figure) -> None:
+    start = time.perf_counter()
+    proc = subprocess.run(fig.cmd, cwd=fig.cwd, capture_output=True, text=True)
+    fig.times.append((time.perf_counter() - start) / fig.per)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(fig.cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    fig.check(proc.stdout)
 
 
 def expect(fragment: str):
@@ -132,58 +144,61 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=5, help="runs per figure; the median is reported (default 5)")
     ap.add_argument("--batch", type=int, default=8, help="handins in the batch figure (default 8)")
     args = ap.parse_args(argv)
-    rows: list[tuple[str, list[float], str]] = []
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         tmp = Path(tmp)
         local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
         shutil.copyfile(REFERENCE, local / "attention.py")
-        rows.append(("local: python autograder.py --only attention", timed(
-            [PY, "autograder.py", "--only", "attention"], local, args.runs, attention_full_marks("15.00")),
-            "target < 3 s"))
-        rows.append(("local: python autograder.py, every problem (blank notebooks)", timed(
-            [PY, "autograder.py"], local, args.runs, attention_full_marks("15.00")), ""))
-
+        figures = [
+            Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
+                   local, attention_full_marks("15.00"), "target < 3 s"),
+            Figure("local: python autograder.py, every problem (blank notebooks)", [PY, "autograder.py"],
+                   local, attention_full_marks("15.00")),
+        ]
         handin = tmp / "handins" / "reference"
         handin.mkdir(parents=True)
         shutil.copyfile(REFERENCE, handin / "attention.py")
-        grades = tmp / "grades"
-        one = [PY, str(CLI), str(handin), "--out", str(grades), "--force"]
-        rows.append(("hidden: CLI, one handin, --only attention", timed(
-            [*one, "--only", "attention"], REPO, args.runs, attention_full_marks("30.00")), "target < 10 s"))
-        rows.append(("hidden: CLI, one handin (attention.py only), every problem", timed(
-            one, REPO, args.runs, attention_full_marks("30.00")), ""))
+        one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
         many = []
         for i in range(args.batch):
             folder = tmp / "class" / f"student{i:02d}"
             folder.mkdir(parents=True)
             shutil.copyfile(REFERENCE, folder / "attention.py")
             many.append(str(folder))
-        batch = timed([PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
-                       "--only", "attention"], REPO, args.runs, expect(f"graded {args.batch} of {args.batch}"))
-        rows.append((f"hidden: CLI, batch of {args.batch}, --jobs 2, per handin",
-                     [t / args.batch for t in batch], "target < 10 s"))
-
+        figures += [
+            Figure("hidden: CLI, one handin, --only attention", [*one, "--only", "attention"], REPO,
+                   attention_full_marks("30.00"), "target < 10 s"),
+            Figure("hidden: CLI, one handin (attention.py only), every problem", one, REPO,
+                   attention_full_marks("30.00")),
+            Figure(f"hidden: CLI, batch of {args.batch}, --jobs 2, per handin",
+                   [PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
+                    "--only", "attention"], REPO, expect(f"graded {args.batch} of {args.batch}"), "target < 10 s",
+                   per=args.batch),
+        ]
         otter_dir = tmp / "otter"
         otter_dir.mkdir()
         autograder_zip, student = trivial_otter_notebook(otter_dir)
         out = otter_dir / "out"
         out.mkdir()
-        rows.append(("otter run, one-question notebook", timed(
-            [PY, "-m", "otter", "run", "--no-logo", "-a", str(autograder_zip), "-o", str(out), str(student)],
-            otter_dir, args.runs, otter_full_marks(out)), ""))
+        otter = Figure("otter run, one-question notebook",
+                       [PY, "-m", "otter", "run", "--no-logo", "-a", str(autograder_zip), "-o", str(out), str(student)],
+                       otter_dir, otter_full_marks(out))
+        figures.append(otter)
+        # Round robin, so a change in the machine's load touches every figure alike.
+        for _ in range(args.runs):
+            for fig in figures:
+                run_once(fig)
 
     load = os.getloadavg()
     print(f"bench: median of {args.runs} runs each, wall clock with interpreter start; "
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    width = max(len(r[0]) for r in rows)
-    for label, times, target in rows:
-        spread = f"[{min(times):.2f} .. {max(times):.2f}]"
-        print(f"  {label:<{width}}  {statistics.median(times):6.2f} s  {spread:<16} {target}")
-    otter = statistics.median(rows[-1][1])
+    width = max(len(f.label) for f in figures)
+    for f in figures:
+        spread = f"[{min(f.times):.2f} .. {max(f.times):.2f}]"
+        print(f"  {f.label:<{width}}  {statistics.median(f.times):6.2f} s  {spread:<16} {f.target}")
     print("ratios ours / otter run:")
-    for label, times, _ in rows[:-1]:
-        print(f"  {label:<{width}}  {statistics.median(times) / otter:6.2f}")
+    for f in figures[:-1]:
+        print(f"  {f.label:<{width}}  {statistics.median(f.times) / statistics.median(otter.times):6.2f}")
     print()
     print_class_figures(min(args.runs, 3))
 
