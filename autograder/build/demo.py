@@ -22,8 +22,16 @@ def reference_handin(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "solutions" / "attention.py", dest / "attention.py")
     # The otter masters are the notebooks in solved form (otter's markers are raw cells, its tests plain asserts).
-    for name in ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb"):
+    for name in ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb"):
         shutil.copyfile(REPO / "solutions" / name, dest / name)
+    # What notebook 3 writes for the reference model (`make reference-model`), so no training is needed here.
+    lm = REPO / "fixtures" / "lm"
+    for src, name in (
+        ("reference_predictions.npy", "predictions.npy"),
+        ("reference_generated.npy", "generated.npy"),
+        ("reference_generated.txt", "generated.txt"),
+    ):
+        shutil.copyfile(lm / src, dest / name)
     return dest
 
 

@@ -83,11 +83,11 @@ class LMDataLoader:
 class ModelConfig:
     vocab_size: int = VOCAB_SIZE
     max_len: int = 256  # longest input the positional encoding covers
-    d_model: int = 128
+    d_model: int = 96
     n_heads: int = 4
     n_layers: int = 3
-    d_ff: int = 512
-    dropout: float = 0.1  # on attention weights and on each residual branch
+    d_ff: int = 384
+    dropout: float = 0.05  # on attention weights and on each residual branch
     emb_dropout: float = 0.05  # fraction of vocabulary rows dropped from the input embedding
 
 

@@ -1,0 +1,179 @@
+"""Notebook 3 (solutions/03_language_model.ipynb): it runs, it matches autograder/lm/model.py, and the
+grader's predict/generate lines give it full marks, the blank handout zero, and planted bugs exactly
+the lines they break."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES, HANDOUT, SOLUTIONS, grade_files
+
+from autograder.lm import model as ref
+
+NOTEBOOK = "03_language_model.ipynb"
+LINES = {
+    "lm_functions: predict(): raw logits of each step after the greedy picks of the earlier steps": "predict",
+    "lm_functions: generate(): greedy by default, never <eos>/<pad>": "greedy",
+    "lm_functions: generate(): temperature, top_k and top_p sampling": "sampling",
+}
+
+
+def master() -> nbformat.NotebookNode:
+    return nbformat.read(SOLUTIONS / NOTEBOOK, as_version=4)
+
+
+def graded_code(nb: nbformat.NotebookNode) -> str:
+    """The code the grader runs: every code cell not tagged skip-grading (the master's otter tests included)."""
+    return "\n\n".join(
+        c.source for c in nb.cells if c.cell_type == "code" and "skip-grading" not in c.metadata.get("tags", [])
+    )
+
+
+def function_scores(result) -> dict[tuple[str, str], float]:
+    """(line, visibility) -> fraction earned, for the predict/generate lines."""
+    out = {}
+    for t in result.tests:
+        line = LINES.get(t.name.rsplit(" [", 1)[0])
+        if line:
+            out[(line, t.visibility)] = t.score / t.max_score
+    return out
+
+
+def test_training_and_plotting_cells_are_tagged_skip_grading():
+    nb = master()
+    tagged = [c.source for c in nb.cells if "skip-grading" in c.metadata.get("tags", [])]
+    assert any("def train(" in s for s in tagged) and any("plt." in s for s in tagged)
+    untagged = graded_code(nb)
+    for heavy in ("train_sentences", "model, runid, history = train()", "plt.subplots"):
+        assert heavy not in untagged, f"{heavy!r} would run in the grader"
+
+
+def test_solution_notebook_runs_without_its_training_cells(tmp_path):
+    from nbclient import NotebookClient
+
+    nb = master()
+    nb.cells = [c for c in nb.cells if "skip-grading" not in c.metadata.get("tags", [])]
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors[0]
+
+
+def test_notebook_model_is_the_reference_model():
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(graded_code(master()), NOTEBOOK, "exec"), namespace)
+    cfg = dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=80)
+    torch.manual_seed(0)
+    reference = ref.CausalLanguageModel(ref.ModelConfig(**cfg)).eval()
+    student = namespace["CausalLanguageModel"](namespace["ModelConfig"](**cfg)).eval()
+    student.load_state_dict(reference.state_dict(), strict=True)
+    inp = torch.randint(2, 30, (3, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(student(inp), reference(inp))
+    torch.testing.assert_close(namespace["predict"](student, inp, 5), ref.predict(reference, inp, 5))
+    assert torch.equal(namespace["generate"](student, inp, 5), ref.generate(reference, inp, 5))
+    x_nb, y_nb = namespace["collate"]([torch.tensor([0, 4, 5]), torch.tensor([6, 7, 8, 9])])
+    x_ref, y_ref = ref.collate([torch.tensor([0, 4, 5]), torch.tensor([6, 7, 8, 9])])
+    assert torch.equal(x_nb, x_ref) and torch.equal(y_nb, y_ref)
+
+
+def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch):
+    from autograder.handin import check_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").symlink_to(FIXTURES, target_is_directory=True)  # data/lm/ as in the handout
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace: dict = {"__name__": "__main__"}
+    for cell in master().cells:
+        if cell.cell_type != "code":
+            continue
+        if "def train(" in cell.source:  # one short epoch of a tiny model on the first 20k ids
+            namespace["CONFIG"] = namespace["ModelConfig"](d_model=16, n_heads=2, n_layers=1, d_ff=32)
+            namespace["EPOCHS"] = 1
+            namespace["train_stream"] = namespace["train_stream"][:20_000]
+        exec(compile(cell.source, NOTEBOOK, "exec"), namespace)
+    run = tmp_path / "experiments" / namespace["runid"]
+    names = {p.name for p in run.iterdir()}
+    assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
+    for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"), ("generated.txt", "generated_1.txt")):
+        assert check_file(handin_name, run / file) == [], file
+    state = torch.load(run / "model_1.pt", weights_only=True)
+    assert state["token_embedding.weight"].shape == (30, 16)
+
+
+def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_path):
+    (tmp_path / "solved").mkdir()
+    (tmp_path / "blank").mkdir()
+    solved = grade_files(tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=["lm_functions"], timeout_s=90)
+    scores = function_scores(solved)
+    assert len(scores) == 6 and all(v == 1.0 for v in scores.values()), scores
+    blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=["lm_functions"], timeout_s=90)
+    scores = function_scores(blank)
+    assert len(scores) == 6 and all(v == 0.0 for v in scores.values()), scores
+    assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LINES)
+
+
+# bug -> (text in the master's solution, its buggy replacement, the lines that must fail)
+BUGS = {
+    "predict_in_training_mode_and_sampling_ignores_temperature": (
+        [("    model.eval()\n    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []",
+          "    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []"),
+         ("    logits = logits / temperature\n", "")],
+        {("predict", "public"), ("predict", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
+    ),
+    "eos_and_pad_not_excluded": (
+        [('    logits[:, [EOS, PAD]] = float("-inf")                        # never generated\n', "")],
+        # Public sampling fails too: its distribution check uses a model where <eos> scores highest.
+        {("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
+    ),
+    "generate_feeds_only_the_last_token": (
+        [("        logits = model(x)[:, -1, :]                                   # (B, V)\n        if temperature == 0:",
+          "        logits = model(x[:, -1:])[:, -1, :]\n        if temperature == 0:")],
+        {("greedy", "public"), ("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
+    edits, failing = BUGS[bug]
+    text = (SOLUTIONS / NOTEBOOK).read_text()
+    nb = json.loads(text)
+    for old, new in edits:
+        hits = [c for c in nb["cells"] if old in "".join(c["source"])]
+        assert len(hits) == 1, f"the master no longer holds {old!r}"
+        hits[0]["source"] = "".join(hits[0]["source"]).replace(old, new)
+    result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=["lm_functions"], timeout_s=90)
+    scores = function_scores(result)
+    assert {k for k, v in scores.items() if v < 1.0} == failing, scores
+
+
+def test_reference_handin_earns_full_lm_marks(tmp_path):
+    files = {
+        NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
+        "predictions.npy": (FIXTURES / "lm" / "reference_predictions.npy").read_bytes(),
+        "generated.npy": (FIXTURES / "lm" / "reference_generated.npy").read_bytes(),
+    }
+    result = grade_files(tmp_path, files, only=["prediction", "generation", "lm_functions"], timeout_s=90)
+    lost = [(t.name, t.score, t.max_score, t.output[:300]) for t in result.tests if t.score < t.max_score]
+    assert not lost, lost
+
+
+def test_committed_checkpoint_reproduces_committed_arrays():
+    ckpt = torch.load(FIXTURES / "lm" / "reference_model.pt", map_location="cpu", weights_only=True)
+    assert all(v.dtype == torch.float16 for v in ckpt["state_dict"].values() if v.is_floating_point())
+    model = ref.CausalLanguageModel(ref.ModelConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["state_dict"])
+    with np.load(FIXTURES / "lm" / "prediction_test.npz") as f:
+        test_inp = f["inp"]
+    with np.load(FIXTURES / "lm" / "generation_test.npz") as f:
+        gen_inp = f["inp"]
+    logits = ref.predict(model, test_inp, 20).numpy()
+    np.testing.assert_allclose(logits, np.load(FIXTURES / "lm" / "reference_predictions.npy"), rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(ref.generate(model, gen_inp, 30).numpy(), np.load(FIXTURES / "lm" / "reference_generated.npy"))
