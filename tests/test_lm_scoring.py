@@ -186,3 +186,19 @@ def test_local_run_reports_generation_perplexity_without_hidden_targets(tmp_path
     assert [t.visibility for t in result.tests] == ["public", "public"]
     gen = next(t for t in result.tests if t.problem == "generation")
     assert "Perplexity under the oracle: 1." in gen.output
+
+
+def test_reference_model_handin_passes_both_lines_with_margin(tmp_path):
+    """The arrays the reference model wrote (make reference-model) earn full points with room to spare."""
+    pred, gen = LM / "reference_predictions.npy", LM / "reference_generated.npy"
+    if not (pred.is_file() and gen.is_file()):
+        pytest.skip("no reference model arrays in fixtures/lm yet")
+    files = {"predictions.npy": pred.read_bytes(), "generated.npy": gen.read_bytes()}
+    result = grade_files(tmp_path, files, only=["prediction", "generation"])
+    assert all(t.passed for t in result.tests), [t.output for t in result.tests]
+    settings = {pid: p.settings for pid, p in load_rubric().items()}
+    targets = np.load(LM / "hidden" / "prediction_test_out.npz")["out"]
+    nll = M.prediction_report(np.load(pred), targets)["on_track_nll"]
+    assert nll <= settings["prediction"]["full_credit_nll"] - 0.1
+    ppl = M.generation_perplexity(load_oracle(LM, EPS), np.load(LM / "generation_test.npz")["inp"], np.load(gen), EPS)
+    assert ppl <= settings["generation"]["full_credit_perplexity"] / 2
