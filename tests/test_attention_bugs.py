@@ -387,3 +387,21 @@ def test_autograd_outside_the_main_guard_is_still_found():
               "if '__main__' == __name__:\n    z.backward()\n"
               "if __name__ != '__main__':\n    w.backward()\n")
     assert autograd_uses(source) == ["line 5: y.backward()", "line 9: w.backward()"]
+
+
+def test_requires_grad_keyword_is_found():
+    from autograder.problems.attention import autograd_uses
+
+    source = "import torch\nw = torch.zeros(3, requires_grad=True)\n"
+    assert autograd_uses(source) == ["line 2: w = torch.zeros(3, requires_grad=True)"]
+
+
+def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
+    source = edit(REFERENCE, [("        d_k = self.W_k.shape[1]\n\n        dLdA_sig", "        while True:\n            pass\n        dLdA_sig", 1)])
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=8)
+    forward = [t for t in result.tests if "forward" in t.name]
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert forward and all(t.passed for t in forward), [t.output for t in forward if not t.passed]
+    assert backward and not any(t.passed for t in backward)
+    assert result.score == sum(GROUPS[g].points for g in GROUPS if not GROUPS[g].backward)
+    assert any("time limit" in n for n in result.notes), result.notes

@@ -53,38 +53,46 @@ def to_array(obj):
     return obj.detach().cpu().numpy()
 
 
-def run_case(module, case: dict) -> None:
+def run_forward(module, case: dict):
+    """Build the Attention of one case and run forward; return (recorder, object, dLdXnew)."""
     rec = Recorder(case["name"])
     with np.load(case["inputs"], allow_pickle=False) as data:
         inputs = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
-    grad_tracking = False
     try:
         att = module.Attention(inputs["W_k"], inputs["W_q"], inputs["W_v"])
     except BaseException as exc:
         rec.error("init", exc)
         rec.write()
-        return
+        return rec, None, None
     x_new = None
     try:
         x_new = att.forward(inputs["X"])
     except BaseException as exc:
         rec.error("forward", exc)
     rec.record("X_new", x_new, convert=to_array)
+    grad_tracking = False
     for name in FORWARD_ATTRS:
         value = getattr(att, name, None)
-        grad_tracking |= bool(getattr(value, "requires_grad", False)) if type(value) is torch.Tensor else False
+        if type(value) is torch.Tensor:
+            grad_tracking |= bool(value.requires_grad)
         rec.record(name, value, convert=to_array)
+    rec.flag("grad_tracking", grad_tracking)
+    rec.flag("autograd_calls", sorted(autograd_calls))
+    rec.write()
+    return rec, att, inputs["dLdXnew"]
+
+
+def run_backward(rec: Recorder, att, dLdXnew) -> None:
     # Backward runs even after a failed forward, so its own TODO or error is reported too.
     dldx = None
     try:
-        dldx = att.backward(inputs["dLdXnew"])
+        dldx = att.backward(dLdXnew)
     except BaseException as exc:
         rec.error("backward", exc)
     rec.record("dLdX", dldx, convert=to_array)
     for name in BACKWARD_ATTRS:
         rec.record(name, getattr(att, name, None), convert=to_array)
     rec.flag("autograd_calls", sorted(autograd_calls))
-    rec.flag("grad_tracking", grad_tracking)
     rec.write()
 
 
@@ -104,8 +112,12 @@ def main() -> None:
             rec.write()
         print("import failed:", short_exception(exc))
         return
-    for case in task["cases"]:
-        run_case(module, case)
+    # Every forward first, each saved as it finishes: a backward that hangs or
+    # kills the process then costs only backward results.
+    started = [run_forward(module, case) for case in task["cases"]]
+    for rec, att, dLdXnew in started:
+        if att is not None:
+            run_backward(rec, att, dLdXnew)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ def autograd_uses(source: str) -> list[str]:
             )
             if node.attr == "backward" and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
                 bad = True
+        elif isinstance(node, ast.keyword):
+            bad = node.arg in AUTOGRAD_NAMES
         elif isinstance(node, ast.Name):
             bad = node.id in AUTOGRAD_NAMES
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -209,6 +211,9 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
                     if step == "backward" and "forward" in errors:
                         note += "; forward had failed first"
                     break
+            quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
+            if not note and q not in quantities:
+                note = f"{stage} never finished: the submission's process {run.describe()}"
             if not note:
                 note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
             obs = observed_from_child(case_dir, meta, q, note)

@@ -227,7 +227,8 @@ class ChildRun:
                 name = signal.Signals(-self.returncode).name
             except ValueError:
                 name = str(-self.returncode)
-            hint = " (usually the memory limit)" if name in ("SIGKILL", "SIGSEGV", "SIGABRT") else ""
+            hints = {"SIGKILL": " (usually the memory limit)", "SIGXCPU": " (the CPU-time limit)"}
+            hint = hints.get(name, "")
             return f"was killed by {name}{hint}"
         return f"exited with code {self.returncode}"
 
