@@ -120,6 +120,7 @@ def train(lm_dir: Path, epochs: int, seed: int) -> tuple[CausalLanguageModel, di
     figures: dict = {"parameters": model.num_parameters(), "config": asdict(CONFIG), "epochs": [], "seed": seed}
     step, tokens, train_s, cpu_s, start = 0, 0, 0.0, 0.0, time.perf_counter()
     thresholds = (float(pred_cfg["full_credit_nll"]), float(gen_cfg["full_credit_perplexity"]))
+    figures["full_credit"] = {"val_on_track_nll": thresholds[0], "generation_perplexity": thresholds[1]}
     for epoch in range(1, epochs + 1):
         model.train()
         t0, c0 = time.perf_counter(), time.process_time()
