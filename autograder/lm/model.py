@@ -228,6 +228,7 @@ class CausalLanguageModel(nn.Module):
 
 
 def config_dict(cfg: ModelConfig) -> dict:
+    """The config as the plain dict a checkpoint stores: {"config": config_dict(cfg), "state_dict": ...}."""
     return asdict(cfg)
 
 
