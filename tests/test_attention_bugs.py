@@ -405,3 +405,14 @@ def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
     assert backward and not any(t.passed for t in backward)
     assert result.score == sum(GROUPS[g].points for g in GROUPS if not GROUPS[g].backward)
     assert any("time limit" in n for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize(
+    "bug, diagnosis",
+    [("missing_causal_mask", "nonzero above the diagonal"), ("softmax_wrong_axis", "softmax over the last axis")],
+)
+def test_softmax_message_names_the_mistake(tmp_path, reference_attention, bug, diagnosis):
+    replacements, _, _ = BUGS[bug]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "public"))
+    assert diagnosis in softmax.output, softmax.output

@@ -217,7 +217,27 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
             if not note:
                 note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
             obs = observed_from_child(case_dir, meta, q, note)
-            outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=HINTS[q])
+            hint = HINTS[q]
+            if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
+                hint = diagnose_softmax(obs.array) or hint
+            outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
         outcomes.append(outcome)
     return outcomes, runtime_hits
 
+
+def diagnose_softmax(a_sig: np.ndarray) -> str:
+    """Name the usual mistake behind a wrong A_sig (B, T, T), or '' when none is evident."""
+    a = a_sig.astype(np.float64)
+    if not np.isfinite(a).all():
+        return "A_sig has NaN or inf: exp() overflowed; subtract each row's maximum before exp."
+    T = a.shape[-1]
+    above = np.triu(np.ones((T, T), dtype=bool), k=1)
+    if T > 1 and np.abs(a[:, above]).max() > 1e-6:
+        return ("A_sig is nonzero above the diagonal, so position i attends to later positions j > i: "
+                "set scores above the diagonal to -inf before the softmax (the causal mask).")
+    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
+    if not np.allclose(rows, 1.0, atol=1e-4) and np.allclose(cols, 1.0, atol=1e-4):
+        return "A_sig's columns sum to 1, not its rows: take the softmax over the last axis (dim=-1)."
+    if not np.allclose(rows, 1.0, atol=1e-4):
+        return "A_sig's rows do not sum to 1: normalise each row by its own sum of exponentials."
+    return ""
