@@ -29,7 +29,6 @@ PROBLEM_MODULES = {
     "masks": "masks",
     "prediction": "prediction",
     "generation": "generation",
-    "lm_functions": "lm_functions",
 }
 
 

@@ -1,11 +1,15 @@
-"""The handout: no solution, no hidden case, reproducible, and its local autograder works.
+"""The handout: no solution, no hidden case, no oracle, reproducible, and its local autograder works.
 
 `find_leaks` is the leak check; it is run on the committed handout and on
-copies with something secret planted in them, to show it would notice.
+copies with something secret planted in them, to show it would notice. The
+oracle (the toy source of the text, its automaton, the code that loads it, and
+an instructor's oracle file) is secret too: with it a student could write, or
+predict, the source's own text without training a model.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -144,6 +148,49 @@ def written_as_text(arr: np.ndarray, numbers: np.ndarray, needed: int = 4) -> bo
     return int((nearest <= 1e-5 * np.abs(values)).sum()) >= needed
 
 
+# Modules that rebuild the oracle, relative to autograder/; none may reach the handout.
+ORACLE_MODULES = ("lm/source.py", "lm/automaton.py", "lm/oracle.py", "lm/ngram.py")
+
+
+@functools.cache
+def oracle_marks() -> dict[str, str]:
+    """Text that only the oracle's code holds -> what it gives away.
+
+    The classes and public functions the oracle modules define ('class ToySource',
+    'def load_oracle('), and the start of each of the source's word lists written as a
+    Python literal ('"DOG", "DOGS"'): the corpus spells the words, never as literals.
+    """
+    marks = {'"toy_source"': "the oracle's description (oracle.json)"}
+    for rel in ORACLE_MODULES:
+        for node in ast.parse((REPO / "autograder" / rel).read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                marks[f"class {node.name}"] = f"the oracle's code ({rel}: class {node.name})"
+            elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                marks[f"def {node.name}("] = f"the oracle's code ({rel}: def {node.name})"
+    for node in ast.parse((REPO / "autograder" / "lm" / "source.py").read_text()).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        name = getattr(node.targets[0], "id", "?")
+        for seq in ast.walk(node.value):
+            words = [e.value for e in getattr(seq, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if isinstance(seq, (ast.List, ast.Tuple)) and len(words) == len(seq.elts) >= 2:
+                for q in ('"', "'"):
+                    marks[f"{q}{words[0]}{q}, {q}{words[1]}{q}"] = f"the source's word list {name}"
+    return marks
+
+
+def oracle_leaks(root: Path, files: list[Path]) -> list[str]:
+    leaks = []
+    for path in files:
+        rel = path.relative_to(root)
+        if path.name.startswith("oracle") or any(str(rel).endswith(m) for m in ORACLE_MODULES):
+            leaks.append(f"{rel}: the oracle's file itself")
+        # Notebooks are JSON: their code's quotes are escaped.
+        text = path.read_bytes().decode("utf-8", errors="replace").replace('\\"', '"')
+        leaks += [f"{rel}: holds {what} ({mark!r})" for mark, what in oracle_marks().items() if mark in text]
+    return leaks
+
+
 # --- the leak check -------------------------------------------------------------------
 
 def handout_files(root: Path) -> list[Path]:
@@ -190,6 +237,8 @@ def find_leaks(root: Path) -> list[str]:
             for marker in ("# BEGIN SOLUTION", "# END SOLUTION", "# HIDDEN", "# BEGIN QUESTION"):
                 if marker in text:
                     leaks.append(f"{path.relative_to(root)} holds the otter marker {marker!r}")
+
+    leaks += oracle_leaks(root, files)
 
     names, marks = hidden_names()
     blobs = {p: p.read_bytes() for p in files}
@@ -291,9 +340,37 @@ def planted_notebook_solution_line(root: Path) -> str:
     return f"{master.name} holds solution or hidden-test line {line!r}"
 
 
+def planted_source_module(root: Path) -> str:
+    shutil.copyfile(REPO / "autograder" / "lm" / "source.py", root / "gradelib" / "lm" / "source.py")
+    return "holds the oracle's code (lm/source.py: class ToySource)"
+
+
+def planted_renamed_automaton(root: Path) -> str:
+    shutil.copyfile(REPO / "autograder" / "lm" / "automaton.py", root / "gradelib" / "lm" / "tables.py")
+    return "gradelib/lm/tables.py: holds the oracle's code (lm/automaton.py: class Automaton)"
+
+
+def planted_word_list_in_notebook(root: Path) -> str:
+    source = (REPO / "autograder" / "lm" / "source.py").read_text()
+    start = source.index("ADJECTIVES = [")
+    words = source[start : source.index("]", start) + 1]
+    student = root / "03_language_model.ipynb"
+    nb = json.loads(student.read_text())
+    nb["cells"].append({"cell_type": "code", "source": f"{words}\n", "metadata": {}, "outputs": [], "execution_count": None})
+    student.write_text(json.dumps(nb))
+    return "03_language_model.ipynb: holds the source's word list ADJECTIVES"
+
+
+def planted_oracle_json(root: Path) -> str:
+    shutil.copyfile(FIXTURES / "lm" / "oracle.json", root / "tests" / "lm" / "oracle.json")
+    return "tests/lm/oracle.json: the oracle's file itself"
+
+
 @pytest.mark.parametrize("plant", [planted_case_file, planted_renamed_file, planted_recast_values,
                                    planted_text_values, planted_solution_line, planted_case_index,
-                                   planted_solution_notebook, planted_notebook_solution_line],
+                                   planted_solution_notebook, planted_notebook_solution_line,
+                                   planted_source_module, planted_renamed_automaton,
+                                   planted_word_list_in_notebook, planted_oracle_json],
                          ids=lambda f: f.__name__)
 def test_leak_check_catches_a_planted_secret(tmp_path, plant):
     root = copy_handout(tmp_path / "handout")

@@ -13,13 +13,15 @@ import torch
 from conftest import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
 from autograder.lm import model as ref
+from autograder.rubric import load as load_rubric
 
 NOTEBOOK = "03_language_model.ipynb"
 LINES = {
-    "lm_functions: predict(): raw logits of each step after the greedy picks of the earlier steps": "predict",
-    "lm_functions: generate(): greedy by default, never <eos>/<pad>": "greedy",
-    "lm_functions: generate(): temperature, top_k and top_p sampling": "sampling",
+    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps": "predict",
+    "generation: generate(): greedy by default, never <eos>/<pad>": "greedy",
+    "generation: generate(): temperature, top_k and top_p sampling": "sampling",
 }
+LM_PROBLEMS = ["prediction", "generation"]
 
 
 def master() -> nbformat.NotebookNode:
@@ -109,10 +111,13 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
 def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_path):
     (tmp_path / "solved").mkdir()
     (tmp_path / "blank").mkdir()
-    solved = grade_files(tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=["lm_functions"], timeout_s=90)
+    solved = grade_files(tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(solved)
     assert len(scores) == 6 and all(v == 1.0 for v in scores.values()), scores
-    blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=["lm_functions"], timeout_s=90)
+    # Without predictions.npy / generated.npy only the array lines are lost, each saying so.
+    arrays = [t for t in solved.tests if t.name.rsplit(" [", 1)[0] not in LINES]
+    assert len(arrays) == 4 and all(t.score == 0.0 and "is missing from the handin" in t.output for t in arrays), arrays
+    blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(blank)
     assert len(scores) == 6 and all(v == 0.0 for v in scores.values()), scores
     assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LINES)
@@ -149,7 +154,7 @@ def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
         hits = [c for c in nb["cells"] if old in "".join(c["source"])]
         assert len(hits) == 1, f"the master no longer holds {old!r}"
         hits[0]["source"] = "".join(hits[0]["source"]).replace(old, new)
-    result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=["lm_functions"], timeout_s=90)
+    result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(result)
     assert {k for k, v in scores.items() if v < 1.0} == failing, scores
 
@@ -160,9 +165,11 @@ def test_reference_handin_earns_full_lm_marks(tmp_path):
         "predictions.npy": (FIXTURES / "lm" / "reference_predictions.npy").read_bytes(),
         "generated.npy": (FIXTURES / "lm" / "reference_generated.npy").read_bytes(),
     }
-    result = grade_files(tmp_path, files, only=["prediction", "generation", "lm_functions"], timeout_s=90)
+    result = grade_files(tmp_path, files, only=LM_PROBLEMS, timeout_s=90)
     lost = [(t.name, t.score, t.max_score, t.output[:300]) for t in result.tests if t.score < t.max_score]
     assert not lost, lost
+    points = {pid: p.points for pid, p in load_rubric().items() if pid in LM_PROBLEMS}
+    assert result.problem_scores() == points and len(result.tests) == 10, result.problem_scores()
 
 
 def test_committed_checkpoint_reproduces_committed_arrays():

@@ -1,5 +1,8 @@
 """Problems prediction and generation: the metrics, malformed handins, and the calibration ends
-(the bigram baseline fails both lines, the source itself passes both)."""
+(the bigram baseline fails both lines, the source itself passes both).
+
+The handins here hold arrays only: the lines about notebook 3's functions score 0 for the missing
+notebook (tests/test_lm_notebook.py grades them), and the array lines are graded all the same."""
 
 from __future__ import annotations
 
@@ -20,6 +23,14 @@ from conftest import FIXTURES, grade_files
 
 LM = FIXTURES / "lm"
 EPS = float(load_rubric()["generation"].settings["smoothing_eps"])
+NOTEBOOK_MISSING = "03_language_model.ipynb is missing from the handin"
+
+
+def split_tests(result) -> tuple[list, list]:
+    """(tests of the array lines, tests of the notebook-function lines), by the rubric."""
+    function_titles = {f"{pid}: {g.title}" for pid, p in load_rubric().items() for g in p.groups if g.quantities}
+    arrays = [t for t in result.tests if t.name.rsplit(" [", 1)[0] not in function_titles]
+    return arrays, [t for t in result.tests if t not in arrays]
 
 
 def npy(arr) -> bytes:
@@ -103,7 +114,9 @@ def oracle_handin(oracle, prompts) -> dict[str, bytes]:
 
 def test_source_itself_passes_both_lines(tmp_path, oracle_handin):
     result = grade_files(tmp_path, oracle_handin, only=["prediction", "generation"])
-    assert result.tests and all(t.passed for t in result.tests), [t.output for t in result.tests]
+    arrays, functions = split_tests(result)
+    assert len(arrays) == 4 and all(t.passed for t in arrays), [t.output for t in arrays]
+    assert len(functions) == 6 and all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
     assert result.problem_scores() == {"prediction": 20.0, "generation": 20.0}
 
 
@@ -112,9 +125,11 @@ def test_bigram_baseline_fails_both_lines(tmp_path, prompts, bigram):
     ids = M.greedy_generate(lambda x: bigram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
     files = {"predictions.npy": npy(logits.astype(np.float32)), "generated.npy": npy(ids)}
     result = grade_files(tmp_path, files, only=["prediction", "generation"])
-    by_id = {t.name.split(":")[1].strip(): t for t in result.tests}
-    assert {t.visibility: t.passed for t in result.tests if t.visibility == "public"} == {"public": True}
-    graded = [t for t in result.tests if t.visibility == "hidden"]
+    arrays = split_tests(result)[0]
+    by_id = {t.name.split(":")[1].strip(): t for t in arrays}
+    public = [t for t in arrays if t.visibility == "public"]
+    assert len(public) == 2 and all(t.passed for t in public), [t.output for t in public]
+    graded = [t for t in arrays if t.visibility == "hidden"]
     assert len(graded) == 2 and all(t.score == 0.0 for t in graded), [t.output for t in graded]
     assert "prediction NLL 2." in by_id["prediction NLL on the hidden targets [hidden]"].output
 
@@ -149,8 +164,10 @@ def test_malformed_predictions_score_zero_with_message(tmp_path, case):
     data, needle = PREDICTION_CASES[case]
     files = {} if data is None else {"predictions.npy": data}
     result = grade_files(tmp_path, files, only=["prediction"])
-    assert len(result.tests) == 2
-    for t in result.tests:
+    arrays, functions = split_tests(result)
+    assert len(arrays) == 2 and len(functions) == 2
+    assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
+    for t in arrays:
         assert t.score == 0.0
         assert t.output.startswith("prediction: ") and needle in t.output, t.output
 
@@ -175,17 +192,21 @@ def test_malformed_generations_score_zero_with_message(tmp_path, case):
     data, needle = GENERATION_CASES[case]
     files = {} if data is None else {"generated.npy": data}
     result = grade_files(tmp_path, files, only=["generation"])
-    assert len(result.tests) == 2
-    for t in result.tests:
+    arrays, functions = split_tests(result)
+    assert len(arrays) == 2 and len(functions) == 4
+    assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
+    for t in arrays:
         assert t.score == 0.0
         assert t.output.startswith("generation: ") and needle in t.output, t.output
 
 
-def test_local_run_reports_generation_perplexity_without_hidden_targets(tmp_path, oracle_handin):
+def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(tmp_path, oracle_handin):
     result = grade_files(tmp_path, oracle_handin, visibilities=("public",), only=["prediction", "generation"])
-    assert [t.visibility for t in result.tests] == ["public", "public"]
-    gen = next(t for t in result.tests if t.problem == "generation")
-    assert "Perplexity under the oracle: 1." in gen.output
+    arrays = split_tests(result)[0]
+    assert [(t.visibility, t.passed) for t in arrays] == [("public", True), ("public", True)]
+    gen = next(t for t in arrays if t.problem == "generation")
+    assert "perplexity under the source of the text is computed by the course grader" in gen.output, gen.output
+    assert not any("oracle" in n for n in result.notes), result.notes
 
 
 def test_reference_model_handin_passes_both_lines_with_margin(tmp_path):
@@ -195,7 +216,8 @@ def test_reference_model_handin_passes_both_lines_with_margin(tmp_path):
         pytest.skip("no reference model arrays in fixtures/lm yet")
     files = {"predictions.npy": pred.read_bytes(), "generated.npy": gen.read_bytes()}
     result = grade_files(tmp_path, files, only=["prediction", "generation"])
-    assert all(t.passed for t in result.tests), [t.output for t in result.tests]
+    arrays = split_tests(result)[0]
+    assert len(arrays) == 4 and all(t.passed for t in arrays), [t.output for t in arrays]
     settings = {pid: p.settings for pid, p in load_rubric().items()}
     targets = np.load(LM / "hidden" / "prediction_test_out.npz")["out"]
     nll = M.prediction_report(np.load(pred), targets)["on_track_nll"]

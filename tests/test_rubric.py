@@ -89,3 +89,23 @@ def test_attention_is_worth_30_points_half_hidden():
 
 def test_every_graded_problem_is_in_the_rubric():
     assert set(PROBLEM_MODULES) <= set(rubric.load())
+
+
+def test_rubric_and_grader_use_exactly_the_five_contract_problem_ids():
+    """DESIGN.md's problem ids, in order: outside checks (Autolab scores, gradebooks) rely on them."""
+    contract = ["attention", "losses", "masks", "prediction", "generation"]
+    assert list(rubric.load()) == contract
+    assert list(PROBLEM_MODULES) == contract
+
+
+def test_lm_problems_grade_both_the_arrays_and_notebook_3s_functions():
+    problems = rubric.load()
+    lines = {pid: {g.id: (g.points, g.visibilities) for g in problems[pid].groups} for pid in ("prediction", "generation")}
+    assert lines["prediction"] == {
+        "format": (2, ("public",)), "nll": (18, ("hidden",)), "predict_function": (4, ("public", "hidden")),
+    }
+    assert lines["generation"] == {
+        "format": (2, ("public",)), "perplexity": (18, ("hidden",)),
+        "generate_greedy": (3, ("public", "hidden")), "generate_sampling": (3, ("public", "hidden")),
+    }
+    assert sum(p.points for p in problems.values()) == 120

@@ -16,7 +16,6 @@ the build did not write are removed, so handout/ is exactly this output.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 from pathlib import Path
@@ -55,17 +54,17 @@ GRADELIB_FILES = (
     "npzio.py",
     "lm/__init__.py",
     "lm/vocab.py",
-    "lm/automaton.py",
-    "lm/source.py",
-    "lm/ngram.py",
-    "lm/oracle.py",
     "lm/metrics.py",
     "lm/fixed_models.py",
     "harness/lm_child.py",
-    "problems/lm_functions.py",
+    "nb3grade.py",
 )
+# Never shipped: the oracle that scores generations and everything that rebuilds it (lm/source.py,
+# lm/automaton.py, lm/oracle.py, lm/ngram.py, fixtures/lm/oracle.json and an instructor's oracle
+# file). With it a student could write the source's own text, or predict with it, without
+# training; the local grader checks the arrays' format and the course grader scores them.
 # Language-model fixtures the local grader reads (the prediction targets stay hidden).
-LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz", "oracle.json")
+LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz")
 # What notebook 3 trains and evaluates on, in handout/data/lm/ (prediction.npz is the validation set).
 LM_DATA_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
 
@@ -127,9 +126,6 @@ def build(out: Path) -> list[Path]:
         put(f"tests/attention/public/{src.name}", src.read_bytes())
     for name in LM_PUBLIC_FILES:
         put(f"tests/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
-    oracle_file = json.loads((FIXTURES / "lm" / "oracle.json").read_text())["oracle"].get("path")
-    if oracle_file:  # an instructor's corpus: the n-gram or model file that scores generations
-        put(f"tests/lm/{oracle_file}", (FIXTURES / "lm" / oracle_file).read_bytes())
     # Student notebooks and their public otter tests (handout/tests/<question>.py).
     for rel, data in sorted(notebooks.build().items()):
         put(rel, data)

@@ -4,13 +4,17 @@ No student code runs here. The handin holds the ids its notebook generated after
 each prompt of generation_test.npz; this process checks their form and scores
 them with the oracle named by <case_root>/lm/oracle.json (the toy source, whose
 forward algorithm is exact, or an instructor's reference model). The oracle is
-not secret, so the local autograder computes the same perplexity.
+secret: with it a student could write the source's own text without training,
+so the handout ships neither its code nor oracle.json, and the local autograder
+checks the format only.
 
 - id "format" (public): well formed (shape, integer ids in the vocabulary, no
-  <eos>/<pad>); full points or 0. Its message shows the perplexity.
+  <eos>/<pad>); full points or 0.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
+- lines that list quantities (generate_greedy, generate_sampling): notebook 3's
+  generate() on fixed-weight models, graded by autograder/nb3grade.py.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 
 import numpy as np
 
+from .. import nb3grade
 from ..context import GradeContext
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
@@ -50,6 +55,11 @@ def check_ids(arr: np.ndarray) -> str:
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    arrays = nb3grade.split_lines(problem)[0]
+    return _grade_arrays(ctx, arrays) + nb3grade.grade(ctx, problem)
+
+
+def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
     inputs = ctx.case_root / INPUTS
     if not inputs.is_file():
@@ -67,9 +77,10 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     eps = float(settings["smoothing_eps"])
     full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
     scored = None
-    if ids is not None:
+    needs_oracle = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
+    if ids is not None and needs_oracle:
         try:
-            # Imported here: a copy of the grader without the oracle's code can still check the format.
+            # Imported here: the handout's copy of the grader has no oracle and never grades this line.
             from ..lm.oracle import load_oracle
 
             oracle = load_oracle(ctx.case_root / "lm", eps)
@@ -90,12 +101,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             if ids is None:
                 tests.append(TestResult(problem.id, name, 0.0, points, v, message))
             elif group.id == "format":
-                text = f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>)."
-                if scored is not None:
-                    ppl = scored[0]
-                    frac = credit(math.log(ppl), math.log(full), math.log(zero))
-                    text += (f" Perplexity under the oracle: {ppl:.3f} (full credit at <= {full:g}, none at >= {zero:g}; "
-                             f"graded after you submit: {frac:.0%} of that line's points).")
+                text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
+                        f"Its perplexity under the source of the text is computed by the course grader after you "
+                        f"submit (full credit at <= {full:g}, none at >= {zero:g}).")
                 tests.append(TestResult(problem.id, name, points, points, v, text))
             elif group.id == "perplexity":
                 if scored is None:

@@ -9,6 +9,8 @@ autograder/lm/metrics.py. Rubric lines (rubric.toml [problems.prediction]):
 - id "nll" (hidden): on-track NLL against the hidden targets, full credit at or
   below settings.full_credit_nll, none at or above settings.zero_credit_nll,
   linear in between.
+- lines that list quantities (predict_function): notebook 3's predict() on
+  fixed-weight models, graded by autograder/nb3grade.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import nb3grade
 from ..context import GradeContext
 from ..lm.metrics import prediction_report
 from ..lm.vocab import VOCAB_SIZE
@@ -88,6 +91,11 @@ def credit(value: float, full: float, zero: float) -> float:
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    arrays = nb3grade.split_lines(problem)[0]
+    return _grade_arrays(ctx, arrays) + nb3grade.grade(ctx, problem)
+
+
+def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
     inputs = ctx.case_root / INPUTS
     if not inputs.is_file():

@@ -1,20 +1,23 @@
-"""Problem `lm_functions`: notebook 3's predict() and generate() on fixed-weight models.
+"""Notebook 3's predict() and generate(), graded on fixed-weight models.
 
-Problems `prediction` and `generation` score the arrays a trained model wrote;
-this one checks the functions that wrote them, independent of training quality.
-The notebook runs in the sandboxed child (harness/lm_child.py on top of
-notebook_child.py; cells tagged skip-grading, such as training, are skipped) and
-its functions are called on the table-lookup models of
+Problems `prediction` and `generation` each have two kinds of rubric lines:
+lines about the arrays the trained model wrote (no `quantities`; graded by
+problems/prediction.py and problems/generation.py) and lines about the notebook
+functions that wrote them (with `quantities`; graded here, independent of
+training quality). The notebook runs in the sandboxed child (harness/lm_child.py
+on top of notebook_child.py; cells tagged skip-grading, such as training, are
+skipped) and its functions are called on the table-lookup models of
 autograder/lm/fixed_models.py. The child returns arrays; the judging happens here.
+Each problem runs the child once, with only the calls its own lines need.
 
 Cases: <case_root>/lm_functions/<visibility>/ (fixturegen/lm_function_cases.py).
-Rubric lines (rubric.toml [problems.lm_functions]), by the quantities they need:
+Function lines (rubric.toml), by the quantities they need:
 
-    predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
-    generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>
-    generate_sampling  top_k1_ids, top_p_tiny_ids, cold_ids (each equal to greedy),
-                       top_k_ids, top_p_ids (inside the top-k set / nucleus),
-                       sampled_ids (frequencies close to softmax(logits / temperature))
+    prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
+    generation  generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>
+    generation  generate_sampling  top_k1_ids, top_p_tiny_ids, cold_ids (each equal to greedy),
+                                   top_k_ids, top_p_ids (inside the top-k set / nucleus),
+                                   sampled_ids (frequencies close to softmax(logits / temperature))
 """
 
 from __future__ import annotations
@@ -26,15 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import sandbox
-from ..compare import Check, Observed, check
-from ..context import GradeContext
-from ..lm import fixed_models
-from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
-from ..nbgrade import OTTER_CELL, SKIP_TAGS, Call, NotebookSpec, _note_cells
-from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from . import sandbox
+from .compare import Check, Observed, check
+from .context import GradeContext
+from .lm import fixed_models
+from .lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
+from .nbgrade import OTTER_CELL, SKIP_TAGS, Call, NotebookSpec, _note_cells
+from .results import TestResult
+from .rubric import Problem
+from .scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
@@ -90,14 +93,26 @@ def load_cases(case_root: Path, visibilities: tuple[str, ...]) -> list[tuple[str
     return cases
 
 
+def split_lines(problem: Problem) -> tuple[Problem, Problem]:
+    """(the problem with its array lines only, the problem with its function lines only)."""
+    arrays = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
+    functions = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
+    return arrays, functions
+
+
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """One TestResult per (function line, visibility) of `problem`; its array lines are left out."""
+    problem = split_lines(problem)[1]
+    if not problem.groups:
+        return []
     vis = ctx.visibilities
     src = ctx.submission / NOTEBOOK
     if not src.is_file():
-        return all_zero(problem, vis, f"{NOTEBOOK} is missing from the handin; add it and submit again.")
+        return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} is missing from the handin; "
+                        "its predict() and generate() are graded from it: add it and submit again.")
     cases = load_cases(ctx.case_root, vis)
     if not cases:
-        return all_zero(problem, vis, f"no {CASE_FOLDER} cases under {ctx.case_root}")
+        return all_zero(problem, vis, f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
     settings = TIMEOUTS
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
@@ -111,7 +126,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
                 inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
             np.savez(scratch / "inputs" / f"{name}.npz", **inputs)
         for name in HARNESS:
-            shutil.copyfile(Path(__file__).parent.parent / "harness" / name, scratch / name)
+            shutil.copyfile(Path(__file__).parent / "harness" / name, scratch / name)
         task = {
             "notebook": f"submission/{NOTEBOOK}",
             "skip_tags": list(SKIP_TAGS),
