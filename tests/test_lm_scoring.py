@@ -207,6 +207,7 @@ def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(
     gen = next(t for t in arrays if t.problem == "generation")
     assert "perplexity under the source of the text is computed by the course grader" in gen.output, gen.output
     assert not any("oracle" in n for n in result.notes), result.notes
+    assert any("perplexity under the source of the text is computed by the course grader" in n for n in result.notes)
 
 
 def test_reference_model_handin_passes_both_lines_with_margin(tmp_path):

@@ -91,6 +91,9 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             start = time.monotonic()
             tok = generation_token_nll(oracle, prompts, ids.astype(np.int64), eps)  # (B, STEPS)
             scored = (float(np.exp(tok.mean())), tok, time.monotonic() - start)
+    elif ids is not None:  # the local grader: a passing line's message is not shown, a note is
+        ctx.note(f"generation: {FILENAME} is well formed; its perplexity under the source of the text is computed "
+                 f"by the course grader after you submit (full credit at <= {full:g}, none at >= {zero:g}).")
     tests = []
     for group in problem.groups:
         for v in vis:
