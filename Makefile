@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test demo bench handout fixtures notebooks check-generated clean gradescope autolab reference-model
+.PHONY: help setup test demo bench handout fixtures notebooks clean gradescope autolab reference-model
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'

@@ -201,6 +201,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {f.label:<{width}}  {statistics.median(f.times) / statistics.median(otter.times):6.2f}")
     print()
     print_class_figures(min(args.runs, 3))
+    print()
+    print_lm_figures(args.runs)
+
+
+def print_lm_figures(runs: int) -> None:
+    """The language-model figures: reference training as recorded, scores next to Bayes and bigram."""
+    from autograder.lm.report import format_figures, lm_figures
+
+    ref = json.loads((REPO / "fixtures" / "lm" / "reference_model.json").read_text())
+    print(
+        f"reference LM (as recorded by `make reference-model`): {ref['parameters']:,} parameters, "
+        f"{ref['train_tokens_per_s']:,.0f} training tokens/s on 2 threads, trained in {ref['train_s']:.0f} s, "
+        f"full credit on both lines after {ref['wall_s_to_full_credit']:.0f} s"
+    )
+    print(format_figures(lm_figures(REPO / "fixtures", repeats=runs)))
 
 
 if __name__ == "__main__":
