@@ -23,7 +23,6 @@ Function lines (rubric.toml), by the quantities they need:
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,10 +33,10 @@ from .compare import Check, Observed, check
 from .context import GradeContext
 from .lm import fixed_models
 from .lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
-from .nbgrade import OTTER_CELL, SKIP_TAGS, Call, NotebookSpec, _note_cells
+from .nbgrade import Call, NotebookSpec, _note_cells, observed, run_notebook
 from .results import TestResult
 from .rubric import Problem
-from .scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from .scoring import CaseOutcome, all_zero, group_results, read_meta
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
@@ -113,50 +112,18 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     cases = load_cases(ctx.case_root, vis)
     if not cases:
         return all_zero(problem, vis, f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
-    settings = TIMEOUTS
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
-    scratch = ctx.new_scratch(problem.id)
-    try:
-        (scratch / "submission").mkdir()
-        shutil.copyfile(src, scratch / "submission" / NOTEBOOK)
-        (scratch / "inputs").mkdir()
-        for name, _vis, _desc, path in cases:
-            with np.load(path, allow_pickle=False) as data:
-                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
-            np.savez(scratch / "inputs" / f"{name}.npz", **inputs)
-        for name in HARNESS:
-            shutil.copyfile(Path(__file__).parent / "harness" / name, scratch / name)
-        task = {
-            "notebook": f"submission/{NOTEBOOK}",
-            "skip_tags": list(SKIP_TAGS),
-            "skip_patterns": [OTTER_CELL],
-            "cell_timeout_s": float(settings["cell_timeout_s"]),
-            "call_timeout_s": float(settings["call_timeout_s"]),
-            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
-            "functions": sorted({c.function for c in calls}),
-            "calls": [
-                {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
-                for c in calls
-            ],
-            "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, *_ in cases],
-        }
-        (scratch / "task.json").write_text(json.dumps(task))
-        run = sandbox.run(["lm_child.py"], scratch, ctx.limits)
-        report = read_meta(scratch / "outputs" / "notebook.json")
-        outcomes = [_outcome(problem, case, scratch, run, report) for case in cases]
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+
+    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None) -> list[CaseOutcome]:
+        return [_outcome(problem, case, scratch, run, report) for case in cases]
+
+    outcomes, run, report = run_notebook(
+        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, TIMEOUTS,
+        collect, child="lm_child.py", harness=HARNESS,
+    )
     _note_cells(ctx, problem, SPEC, run, report)
     return group_results(problem, outcomes, vis)
-
-
-def _observed(q: str, case_dir: Path, meta: dict | None, run, report) -> Observed:
-    if meta is None:
-        stage = "running the notebook" if report is None else "calling its functions"
-        return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
-    errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800])
 
 
 def _as(got: Observed, kind: str, dtype) -> Observed:
@@ -177,7 +144,7 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     wanted = {q for g in problem.groups for q in g.quantities}
 
     def got(q: str, kind: str, dtype) -> Observed:
-        return _as(_observed(q, case_dir, meta, run, report), kind, dtype)
+        return _as(observed(q, case_dir, meta, run, report), kind, dtype)
 
     def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
         expected_type = obs.type_name if obs.type_name in types else types[0]

@@ -88,6 +88,68 @@ def load_cases(case_root: Path, visibilities: tuple[str, ...], problem_id: str) 
     return cases
 
 
+def run_notebook(
+    ctx: GradeContext,
+    label: str,
+    src: Path,
+    notebook: str,
+    cases: list[tuple[str, Path]],
+    calls,
+    settings: dict,
+    collect,
+    child: str = "notebook_child.py",
+    harness: tuple[str, ...] = HARNESS,
+):
+    """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
+
+    `cases` are (name, path of the case .npz); only its inputs (not the
+    expected_* arrays) enter the scratch folder. `collect(scratch, run, report)`
+    reads the child's outputs before the scratch folder is removed; returns
+    (what collect returned, the ChildRun, the child's notebook report).
+    """
+    scratch = ctx.new_scratch(label)
+    try:
+        (scratch / "submission").mkdir()
+        shutil.copyfile(src, scratch / "submission" / notebook)
+        (scratch / "inputs").mkdir()
+        for name, path in cases:
+            with np.load(path, allow_pickle=False) as data:
+                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
+            np.savez(scratch / "inputs" / f"{name}.npz", **inputs)
+        for name in harness:
+            shutil.copyfile(Path(__file__).parent / "harness" / name, scratch / name)
+        task = {
+            "notebook": f"submission/{notebook}",
+            "skip_tags": list(SKIP_TAGS),
+            "skip_patterns": [OTTER_CELL],
+            "cell_timeout_s": float(settings["cell_timeout_s"]),
+            "call_timeout_s": float(settings["call_timeout_s"]),
+            # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
+            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
+            "functions": sorted({c.function for c in calls}),
+            "calls": [
+                {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
+                for c in calls
+            ],
+            "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, _ in cases],
+        }
+        (scratch / "task.json").write_text(json.dumps(task))
+        run = sandbox.run([child], scratch, ctx.limits)
+        report = read_meta(scratch / "outputs" / "notebook.json")
+        return collect(scratch, run, report), run, report
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None) -> Observed:
+    """What the child recorded for quantity q of a case, or why there is nothing."""
+    if meta is None:
+        stage = "running the notebook" if report is None else "calling its functions"
+        return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
+    errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
+    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800])
+
+
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
     vis = ctx.visibilities
     src = ctx.submission / spec.notebook
@@ -98,46 +160,21 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
     settings = {**DEFAULT_SETTINGS, **problem.settings}
 
-    scratch = ctx.new_scratch(problem.id)
-    try:
-        (scratch / "submission").mkdir()
-        shutil.copyfile(src, scratch / "submission" / spec.notebook)
-        (scratch / "inputs").mkdir()
-        for case in cases:
-            with np.load(case.path, allow_pickle=False) as data:
-                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
-            np.savez(scratch / "inputs" / f"{case.name}.npz", **inputs)
-        for name in HARNESS:
-            shutil.copyfile(Path(__file__).parent / "harness" / name, scratch / name)
-        task = {
-            "notebook": f"submission/{spec.notebook}",
-            "skip_tags": list(SKIP_TAGS),
-            "skip_patterns": [OTTER_CELL],
-            "cell_timeout_s": float(settings["cell_timeout_s"]),
-            "call_timeout_s": float(settings["call_timeout_s"]),
-            # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
-            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
-            "functions": spec.functions,
-            "calls": [
-                {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
-                for c in spec.calls
-            ],
-            "cases": [{"name": c.name, "inputs": f"inputs/{c.name}.npz"} for c in cases],
-        }
-        (scratch / "task.json").write_text(json.dumps(task))
-        run = sandbox.run(["notebook_child.py"], scratch, ctx.limits)
-        report = read_meta(scratch / "outputs" / "notebook.json")
+    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None):
         if report is not None and report.get("read_error"):
-            return all_zero(
-                problem,
-                vis,
-                f"{spec.notebook} could not be read as a notebook ({str(report['read_error'])[:300]}); "
-                "submit the .ipynb file saved by Jupyter.",
-            )
-        outcomes = [_outcome(problem, spec, case, scratch, run, report) for case in cases]
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            return None
+        return [_outcome(problem, spec, case, scratch, run, report) for case in cases]
 
+    outcomes, run, report = run_notebook(
+        ctx, problem.id, src, spec.notebook, [(c.name, c.path) for c in cases], spec.calls, settings, collect
+    )
+    if outcomes is None:
+        return all_zero(
+            problem,
+            vis,
+            f"{spec.notebook} could not be read as a notebook ({str(report['read_error'])[:300]}); "
+            "submit the .ipynb file saved by Jupyter.",
+        )
     _note_cells(ctx, problem, spec, run, report)
     return group_results(problem, outcomes, vis)
 
@@ -153,13 +190,7 @@ def _outcome(
     for q, quantity in spec.quantities.items():
         exp = expected[q]
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        if meta is None:
-            stage = "running the notebook" if report is None else "calling its functions"
-            got = Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
-        else:
-            errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-            note = str(errors.get(q, "not produced"))[:800]
-            got = observed_from_child(case_dir, meta, q, note)
+        got = observed(q, case_dir, meta, run, report)
         outcome.checks[q] = _check(q, got, exp, quantity, tol)
     return outcome
 
