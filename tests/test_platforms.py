@@ -120,7 +120,11 @@ def autolab_run(tmp_path: Path, packages, handin: bytes) -> subprocess.Completed
     shutil.copyfile(tar_path, work / "autograde.tar")
     shutil.copyfile(makefile, work / "Makefile")
     (work / "handin.tar").write_bytes(handin)
-    return subprocess.run(["make", f"PYTHON={sys.executable}"], cwd=work, capture_output=True, text=True, timeout=300)
+    # Autolab starts `make` at the top level; under `make test` this would be a
+    # sub-make, which prints "Leaving directory" after the scores line.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(["make", f"PYTHON={sys.executable}"], cwd=work, capture_output=True, text=True,
+                          timeout=300, env=env)
 
 
 def test_autolab_last_line_scores_every_problem(packages, tmp_path):
