@@ -41,14 +41,14 @@ notebooks: setup ## re-run the solution notebooks in place so their outputs and 
 	$(PY) -m autograder.build.notebooks --execute
 
 reference-model: setup ## train the reference LM on 2 threads (minutes) -> fixtures/lm/reference_model.pt + its predictions
-	$(PY) -m autograder.lm.train_reference --lm-dir fixtures/lm
+	$(PY) -m autograder.reference.train --lm-dir fixtures/lm
 	$(PY) -m autograder.fixturegen.manifest --out fixtures
 
 gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
-	$(PY) -m autograder.build.platforms gradescope
+	$(PY) -m autograder.platforms.package gradescope
 
 autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
-	$(PY) -m autograder.build.platforms autolab
+	$(PY) -m autograder.platforms.package autolab
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build grades .pytest_cache

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 if sys.path and Path(sys.path[0]).resolve() == REPO / "autograder":
     sys.path[0] = str(REPO)
 
-from autograder.cli import main  # noqa: E402
+from autograder.batch.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

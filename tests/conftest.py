@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import grade_submission
-from autograder.results import SubmissionResult
-from autograder.sandbox import Limits
+from autograder.batch.worker import grade_hidden
+from gradelib.results import SubmissionResult
+from gradelib.sandbox import Limits
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -31,7 +31,7 @@ def grade_files(
     sub.mkdir(exist_ok=True)
     for name, data in files.items():
         (sub / name).write_bytes(data.encode() if isinstance(data, str) else data)
-    return grade_submission(
+    return grade_hidden(
         sub,
         case_root=FIXTURES,
         visibilities=visibilities,

@@ -6,8 +6,8 @@ import copy
 import json
 from pathlib import Path
 
-from autograder import rubric
-from autograder.results import SubmissionResult
+from gradelib import rubric
+from gradelib.results import SubmissionResult
 from conftest import SOLUTIONS
 
 NB1 = "01_mlm_and_next_token.ipynb"
@@ -102,15 +102,15 @@ def notebook_path(name: str) -> Path:
 
 def grade(tmp_path: Path, files: dict[str, str], only: list[str], problems: dict | None = None, timeout_s: float = 30.0):
     """Grade a handin made of `files` on public and hidden cases, like conftest.grade_files, with a rubric override."""
-    from autograder.grade import grade_submission
-    from autograder.sandbox import Limits
+    from autograder.batch.worker import grade_hidden
+    from gradelib.sandbox import Limits
     from conftest import FIXTURES
 
     sub = tmp_path / "handin"
     sub.mkdir(exist_ok=True)
     for name, text in files.items():
         (sub / name).write_text(text)
-    return grade_submission(
+    return grade_hidden(
         sub, case_root=FIXTURES, visibilities=("public", "hidden"), problems=problems, only=only,
         limits=Limits(timeout_s=timeout_s),
     )

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import rubric
-from autograder.sandbox import isolation_report, landlock_abi
+from gradelib import rubric
+from gradelib.sandbox import isolation_report, landlock_abi
 from conftest import FIXTURES, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable
@@ -457,7 +457,7 @@ while True:
 
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
-    from autograder.sandbox import READ_ONLY_SYSTEM_PATHS, python_paths
+    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, python_paths
 
     hidden = (FIXTURES / "attention" / "hidden").resolve()
     for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths()):

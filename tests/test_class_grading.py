@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import rubric
+from gradelib import rubric
 from autograder.build.classgen import make_class
-from autograder.cli import submission_names
+from autograder.batch.cli import submission_names
 from conftest import FIXTURES, REPO
 
 CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]

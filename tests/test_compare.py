@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autograder.compare import Observed, check
+from gradelib.compare import Observed, check
 
 EXPECTED = np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7.0
 

@@ -13,8 +13,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import handin
-from autograder.handin import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
+from gradelib import manifest as handin
+from gradelib.manifest import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
 from conftest import HANDOUT, SOLUTIONS
 
 NOTEBOOKS = ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb")

@@ -148,26 +148,63 @@ def written_as_text(arr: np.ndarray, numbers: np.ndarray, needed: int = 4) -> bo
     return int((nearest <= 1e-5 * np.abs(values)).sum()) >= needed
 
 
-# Modules that rebuild the oracle, relative to autograder/; none may reach the handout.
-ORACLE_MODULES = ("lm/source.py", "lm/automaton.py", "lm/oracle.py", "lm/ngram.py")
+# Nothing under autograder/ ships: the oracle (source, automaton, n-grams, the code that
+# loads it), the reference model (notebook 3's solution), the batch grader, the generators.
+STAFF = REPO / "autograder"
+# Lines this short say too little to tell one file from another.
+MIN_LINE = 20
+# A handout file holding this many distinctive lines of one staff module holds that module.
+SHARED_LINES = 5
+
+
+def code_lines(path: Path) -> set[str]:
+    """Stripped lines of a text file, or of a notebook's code cells."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return set()
+    if path.suffix == ".ipynb":
+        try:
+            cells = json.loads(text).get("cells", [])
+        except (ValueError, AttributeError):
+            cells = []
+        text = "\n".join("".join(c.get("source", "")) for c in cells if isinstance(c, dict))
+    return {line.strip() for line in text.splitlines()}
+
+
+@functools.cache
+def public_lines() -> frozenset[str]:
+    """Lines students may see: gradelib/ and the public parts of every authored handout file."""
+    lines = set()
+    for path in (REPO / "gradelib").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            lines |= code_lines(path)
+    for path in SOLUTIONS.iterdir():
+        if path.suffix == ".ipynb":
+            lines |= set(notebook_lines(path)[1])
+        elif path.is_file():
+            lines |= set(solution_regions(path.read_text().splitlines())[1])
+    return frozenset(lines)
+
+
+@functools.cache
+def staff_lines() -> dict[str, frozenset[str]]:
+    """autograder/<module> -> its distinctive lines (long, meaningful, in no public file)."""
+    out = {}
+    for path in sorted(STAFF.rglob("*.py")):
+        lines = {s for s in code_lines(path) if len(s) >= MIN_LINE and meaningful(s)} - public_lines()
+        if lines:
+            out[str(path.relative_to(REPO))] = frozenset(lines)
+    return out
 
 
 @functools.cache
 def oracle_marks() -> dict[str, str]:
-    """Text that only the oracle's code holds -> what it gives away.
-
-    The classes and public functions the oracle modules define ('class ToySource',
-    'def load_oracle('), and the start of each of the source's word lists written as a
-    Python literal ('"DOG", "DOGS"'): the corpus spells the words, never as literals.
-    """
+    """Text that gives the source away -> what it is: oracle.json's description, and the
+    start of each of the source's word lists written as a Python literal ('"DOG", "DOGS"'):
+    the corpus spells the words, never as literals."""
     marks = {'"toy_source"': "the oracle's description (oracle.json)"}
-    for rel in ORACLE_MODULES:
-        for node in ast.parse((REPO / "autograder" / rel).read_text()).body:
-            if isinstance(node, ast.ClassDef):
-                marks[f"class {node.name}"] = f"the oracle's code ({rel}: class {node.name})"
-            elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                marks[f"def {node.name}("] = f"the oracle's code ({rel}: def {node.name})"
-    for node in ast.parse((REPO / "autograder" / "lm" / "source.py").read_text()).body:
+    for node in ast.parse((STAFF / "oracle" / "source.py").read_text()).body:
         if not isinstance(node, ast.Assign):
             continue
         name = getattr(node.targets[0], "id", "?")
@@ -179,12 +216,17 @@ def oracle_marks() -> dict[str, str]:
     return marks
 
 
-def oracle_leaks(root: Path, files: list[Path]) -> list[str]:
+def staff_leaks(root: Path, files: list[Path]) -> list[str]:
     leaks = []
     for path in files:
         rel = path.relative_to(root)
-        if path.name.startswith("oracle") or any(str(rel).endswith(m) for m in ORACLE_MODULES):
+        if path.name.startswith("oracle"):
             leaks.append(f"{rel}: the oracle's file itself")
+        shown = code_lines(path)
+        for module, lines in staff_lines().items():
+            shared = len(lines & shown)
+            if shared >= min(SHARED_LINES, len(lines)):
+                leaks.append(f"{rel}: holds the code of {module} ({shared} of its {len(lines)} distinctive lines)")
         # Notebooks are JSON: their code's quotes are escaped.
         text = path.read_bytes().decode("utf-8", errors="replace").replace('\\"', '"')
         leaks += [f"{rel}: holds {what} ({mark!r})" for mark, what in oracle_marks().items() if mark in text]
@@ -238,7 +280,7 @@ def find_leaks(root: Path) -> list[str]:
                 if marker in text:
                     leaks.append(f"{path.relative_to(root)} holds the otter marker {marker!r}")
 
-    leaks += oracle_leaks(root, files)
+    leaks += staff_leaks(root, files)
 
     names, marks = hidden_names()
     blobs = {p: p.read_bytes() for p in files}
@@ -341,17 +383,27 @@ def planted_notebook_solution_line(root: Path) -> str:
 
 
 def planted_source_module(root: Path) -> str:
-    shutil.copyfile(REPO / "autograder" / "lm" / "source.py", root / "gradelib" / "lm" / "source.py")
-    return "holds the oracle's code (lm/source.py: class ToySource)"
+    shutil.copyfile(STAFF / "oracle" / "source.py", root / "gradelib" / "lm" / "source.py")
+    return "gradelib/lm/source.py: holds the code of autograder/oracle/source.py"
 
 
 def planted_renamed_automaton(root: Path) -> str:
-    shutil.copyfile(REPO / "autograder" / "lm" / "automaton.py", root / "gradelib" / "lm" / "tables.py")
-    return "gradelib/lm/tables.py: holds the oracle's code (lm/automaton.py: class Automaton)"
+    shutil.copyfile(STAFF / "oracle" / "automaton.py", root / "gradelib" / "lm" / "tables.py")
+    return "gradelib/lm/tables.py: holds the code of autograder/oracle/automaton.py"
+
+
+def planted_oracle_loader(root: Path) -> str:
+    shutil.copyfile(STAFF / "oracle" / "oracles.py", root / "gradelib" / "lm" / "scoring_helpers.py")
+    return "gradelib/lm/scoring_helpers.py: holds the code of autograder/oracle/oracles.py"
+
+
+def planted_reference_model(root: Path) -> str:
+    shutil.copyfile(STAFF / "reference" / "model.py", root / "gradelib" / "lm" / "model.py")
+    return "gradelib/lm/model.py: holds the code of autograder/reference/model.py"
 
 
 def planted_word_list_in_notebook(root: Path) -> str:
-    source = (REPO / "autograder" / "lm" / "source.py").read_text()
+    source = (STAFF / "oracle" / "source.py").read_text()
     start = source.index("ADJECTIVES = [")
     words = source[start : source.index("]", start) + 1]
     student = root / "03_language_model.ipynb"
@@ -370,6 +422,7 @@ def planted_oracle_json(root: Path) -> str:
                                    planted_text_values, planted_solution_line, planted_case_index,
                                    planted_solution_notebook, planted_notebook_solution_line,
                                    planted_source_module, planted_renamed_automaton,
+                                   planted_oracle_loader, planted_reference_model,
                                    planted_word_list_in_notebook, planted_oracle_json],
                          ids=lambda f: f.__name__)
 def test_leak_check_catches_a_planted_secret(tmp_path, plant):

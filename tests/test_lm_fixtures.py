@@ -12,13 +12,13 @@ import pytest
 
 from autograder.fixturegen import lm_fixtures
 from autograder.fixturegen.manifest import NAME as MANIFEST
-from autograder.lm import metrics as M
-from autograder.lm.corpus import load as load_corpus
-from autograder.lm.oracle import ModelOracle, NGramOracle, load_oracle
-from autograder.lm.source import ToySource
-from autograder.lm.vocab import EOS, VOCAB_SIZE, encode
-from autograder.grade import grade_submission
-from autograder.sandbox import Limits
+from gradelib.lm import metrics as M
+from autograder.oracle.corpus import load as load_corpus
+from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
+from autograder.oracle.source import ToySource
+from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
+from autograder.batch.worker import grade_hidden
+from gradelib.sandbox import Limits
 from conftest import FIXTURES
 
 LM_OUTPUTS = (
@@ -114,14 +114,14 @@ def test_instructor_corpus_builds_fixtures_and_an_ngram_oracle(tmp_path, sentenc
     sub = tmp_path / "handin"
     sub.mkdir()
     np.save(sub / "generated.npy", greedy)
-    result = grade_submission(sub, case_root=out, only=["generation"], limits=Limits(timeout_s=30))
+    result = grade_hidden(sub, case_root=out, only=["generation"], limits=Limits(timeout_s=30))
     hidden = next(t for t in result.tests if t.visibility == "hidden")
     assert hidden.passed, hidden.output
 
 
 def test_model_checkpoint_serves_as_oracle_through_the_same_interface(tmp_path):
     torch = pytest.importorskip("torch")
-    model_mod = pytest.importorskip("autograder.lm.model")
+    model_mod = pytest.importorskip("autograder.reference.model")
     torch.manual_seed(0)
     cfg = model_mod.ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=128)
     model = model_mod.CausalLanguageModel(cfg).eval()

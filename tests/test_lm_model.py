@@ -1,7 +1,7 @@
-"""The reference language model (autograder/lm/model.py): masks, loader, predict and generate contracts.
+"""The reference language model (autograder/reference/model.py): masks, loader, predict and generate contracts.
 
 Expected values come from loops written here (stepping the model by hand) or
-from the numpy protocols of autograder/lm/metrics.py, never from the function
+from the numpy protocols of gradelib/lm/metrics.py, never from the function
 under test.
 """
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.lm import fixed_models
-from autograder.lm.metrics import greedy_generate, greedy_predict
-from autograder.lm.model import (
+from gradelib.lm import fixed_models
+from gradelib.lm.metrics import greedy_generate, greedy_predict
+from autograder.reference.model import (
     EOS,
     PAD,
     CausalLanguageModel,
@@ -40,15 +40,15 @@ def small_model(seed: int = 0) -> CausalLanguageModel:
 
 def load_harness_model():
     """The torch twin of fixed_models that runs in the grader's child process."""
-    spec = importlib.util.spec_from_file_location("lm_child_under_test", REPO / "autograder" / "harness" / "lm_child.py")
+    spec = importlib.util.spec_from_file_location("lm_child_under_test", REPO / "gradelib" / "child" / "lm_child.py")
     module = importlib.util.module_from_spec(spec)
     import sys
 
-    sys.path.insert(0, str(REPO / "autograder" / "harness"))
+    sys.path.insert(0, str(REPO / "gradelib" / "child"))
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(REPO / "autograder" / "harness"))
+        sys.path.remove(str(REPO / "gradelib" / "child"))
     return module.FixedModel
 
 

@@ -1,4 +1,4 @@
-"""Notebook 3 (solutions/03_language_model.ipynb): it runs, it matches autograder/lm/model.py, and the
+"""Notebook 3 (solutions/03_language_model.ipynb): it runs, it matches autograder/reference/model.py, and the
 grader's predict/generate lines give it full marks, the blank handout zero, and planted bugs exactly
 the lines they break."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
-from autograder.lm import model as ref
-from autograder.rubric import load as load_rubric
+from autograder.reference import model as ref
+from gradelib.rubric import load as load_rubric
 
 NOTEBOOK = "03_language_model.ipynb"
 LINES = {
@@ -83,7 +83,7 @@ def test_notebook_model_is_the_reference_model():
 
 
 def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch):
-    from autograder.handin import check_file
+    from gradelib.manifest import check_file
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").symlink_to(FIXTURES, target_is_directory=True)  # data/lm/ as in the handout

@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from autograder.lm import automaton as automaton_mod
-from autograder.lm.automaton import Automaton
-from autograder.lm.ngram import NGramModel
-from autograder.lm.oracle import toy_source
-from autograder.lm.vocab import EOS, N_GENERATABLE, VOCAB_SIZE, decode, encode, stream, windows
+from autograder.oracle import automaton as automaton_mod
+from autograder.oracle.automaton import Automaton
+from autograder.oracle.ngram import NGramModel
+from autograder.oracle.oracles import toy_source
+from gradelib.lm.vocab import EOS, N_GENERATABLE, VOCAB_SIZE, decode, encode, stream, windows
 
 A, B = encode("A")[0], encode("B")[0]
 

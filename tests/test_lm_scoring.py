@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.lm import metrics as M
-from autograder.lm.ngram import NGramModel
-from autograder.lm.oracle import load_oracle, next_char_logprobs
-from autograder.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
-from autograder.rubric import load as load_rubric
+from gradelib.lm import metrics as M
+from autograder.oracle.ngram import NGramModel
+from autograder.oracle.oracles import load_oracle, next_char_logprobs
+from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.rubric import load as load_rubric
 from conftest import FIXTURES, grade_files
 
 LM = FIXTURES / "lm"

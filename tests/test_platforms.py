@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import rubric
-from autograder.build.platforms import build_autolab, build_gradescope
-from autograder.grade import PROBLEM_MODULES
+from gradelib import rubric
+from autograder.platforms.package import build_autolab, build_gradescope
+from gradelib.problems import GRADERS
 from conftest import SOLUTIONS
 
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
-PROBLEM_IDS = [p for p in rubric.load() if p in PROBLEM_MODULES]
+PROBLEM_IDS = [p for p in rubric.load() if p in GRADERS]
 
 
 def _handin(path: Path, files: dict[str, bytes]) -> Path:
@@ -65,7 +65,7 @@ def test_gradescope_zip_has_its_scripts_at_the_root_and_no_build_tools(packages)
         names = z.namelist()
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert names[:2] == ["setup.sh", "run_autograder"] and modes["run_autograder"] & 0o111
-    assert "requirements.txt" in names and "autograder/cli.py" in names
+    assert "requirements.txt" in names and "autograder/batch/cli.py" in names
     assert any(n.startswith("fixtures/attention/hidden/") for n in names)
     assert not any(n.startswith(("autograder/build/", "solutions/", "tests/")) or "__pycache__" in n for n in names)
     setup = zipfile.ZipFile(packages["zip"]).read("setup.sh").decode()
@@ -82,7 +82,7 @@ def test_platform_scripts_are_valid_shell(packages, tmp_path):
         assert proc.returncode == 0, proc.stderr
     makefile = packages["autolab"][1]
     proc = subprocess.run(["make", "-n", "-f", str(makefile)], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0 and "autograder.platforms autolab ../handin.tar" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "autograder.platforms.runtime autolab ../handin.tar" in proc.stdout, proc.stderr
 
 
 def test_packages_are_byte_identical_when_built_twice(packages, tmp_path):

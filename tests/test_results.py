@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from autograder import rubric
-from autograder.grade import PROBLEM_MODULES
+from gradelib import rubric
+from gradelib.problems import GRADERS
 from conftest import REPO, SOLUTIONS
 
 CLI = REPO / "autograder" / "autograder.py"
@@ -63,7 +63,7 @@ def test_every_rubric_line_is_one_test_per_visibility(partly_right):
     _, data = partly_right
     names = {t["name"] for t in data["tests"]}
     problems = rubric.load()
-    expected = {f"{pid}: {g.title} [{v}]" for pid, p in problems.items() if pid in PROBLEM_MODULES
+    expected = {f"{pid}: {g.title} [{v}]" for pid, p in problems.items() if pid in GRADERS
                 for g in p.groups for v in g.visibilities}
     assert names == expected
     for t in data["tests"]:
@@ -75,7 +75,7 @@ def test_autolab_line_is_the_last_stdout_line_and_agrees_with_results_json(partl
     proc, data = partly_right
     last = proc.stdout.rstrip("\n").splitlines()[-1]
     scores = json.loads(last)["scores"]
-    assert set(scores) == set(PROBLEM_MODULES)
+    assert set(scores) == set(GRADERS)
     by_problem = {pid: 0.0 for pid in scores}
     for t in data["tests"]:
         by_problem[t["name"].split(":")[0]] += t["score"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import rubric
-from autograder.grade import PROBLEM_MODULES
+from gradelib import rubric
+from gradelib.problems import GRADERS
 
 GOOD = """
 [problems.demo]
@@ -88,14 +88,14 @@ def test_attention_is_worth_30_points_half_hidden():
 
 
 def test_every_graded_problem_is_in_the_rubric():
-    assert set(PROBLEM_MODULES) <= set(rubric.load())
+    assert set(GRADERS) <= set(rubric.load())
 
 
 def test_rubric_and_grader_use_exactly_the_five_contract_problem_ids():
     """DESIGN.md's problem ids, in order: outside checks (Autolab scores, gradebooks) rely on them."""
     contract = ["attention", "losses", "masks", "prediction", "generation"]
     assert list(rubric.load()) == contract
-    assert list(PROBLEM_MODULES) == contract
+    assert list(GRADERS) == contract
 
 
 def test_lm_problems_grade_both_the_arrays_and_notebook_3s_functions():

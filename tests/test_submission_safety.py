@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from autograder import submission
-from autograder.submission import HandinError, copy_capped, open_handin
+from gradelib import intake as submission
+from gradelib.intake import HandinError, copy_capped, open_handin
 
 
 def _tar(path, members, mode="w"):

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def print_lm_figures(runs: int) -> None:
     """The language-model figures: reference training as recorded, scores next to Bayes and bigram."""
-    from autograder.lm.report import format_figures, lm_figures
+    from autograder.reference.calibrate import format_figures, lm_figures
 
     ref = json.loads((REPO / "fixtures" / "lm" / "reference_model.json").read_text())
     print(

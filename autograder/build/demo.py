@@ -10,8 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from autograder.cli import main as grade_main
-from autograder.handin import HANDIN_FILES
+from autograder.batch.cli import main as grade_main
+from gradelib.manifest import HANDIN_FILES
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "build" / "demo"

@@ -5,8 +5,8 @@
   `raise NotImplementedError("TODO <task>")`.
 - solutions/0*.ipynb (otter-assign masters) -> the student notebooks and their
   public otter tests (handout/tests/<question>.py), see build/notebooks.py.
-- The grading modules a student needs -> handout/gradelib/, the local runner
-  -> handout/autograder.py, public cases -> handout/tests/.
+- gradelib/, whole -> handout/gradelib/; solutions/handout_autograder.py (the
+  local runner) -> handout/autograder.py; public cases -> handout/tests/.
 - Hidden cases never leave fixtures/; tests/test_handout.py checks that.
 
 The build is deterministic: the same inputs give the same bytes, and files
@@ -25,44 +25,10 @@ from autograder.build import notebooks
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
 FIXTURES = REPO / "fixtures"
-AUTOGRADER = REPO / "autograder"
-
-# Modules of the grading engine the local autograder needs, relative to autograder/.
-GRADELIB_FILES = (
-    "__init__.py",
-    "compare.py",
-    "context.py",
-    "grade.py",
-    "results.py",
-    "rubric.py",
-    "rubric.toml",
-    "sandbox.py",
-    "scoring.py",
-    "submission.py",
-    "handin.py",
-    "local.py",
-    "harness/child_common.py",
-    "harness/attention_child.py",
-    "harness/notebook_child.py",
-    "nbgrade.py",
-    "problems/__init__.py",
-    "problems/attention.py",
-    "problems/losses.py",
-    "problems/masks.py",
-    "problems/prediction.py",
-    "problems/generation.py",
-    "npzio.py",
-    "lm/__init__.py",
-    "lm/vocab.py",
-    "lm/metrics.py",
-    "lm/fixed_models.py",
-    "harness/lm_child.py",
-    "nb3grade.py",
-)
-# Never shipped: the oracle that scores generations and everything that rebuilds it (lm/source.py,
-# lm/automaton.py, lm/oracle.py, lm/ngram.py, fixtures/lm/oracle.json and an instructor's oracle
-# file). With it a student could write the source's own text, or predict with it, without
-# training; the local grader checks the arrays' format and the course grader scores them.
+# gradelib/ ships whole; nothing under autograder/ ever does (the oracle that scores
+# generations, the reference model, fixture generators, the batch grader). With the oracle a
+# student could write the source's own text without training.
+GRADELIB = REPO / "gradelib"
 # Language-model fixtures the local grader reads (the prediction targets stay hidden).
 LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz")
 # What notebook 3 trains and evaluates on, in handout/data/lm/ (prediction.npz is the validation set).
@@ -101,6 +67,11 @@ def strip_solutions(source: str, filename: str) -> str:
     return "".join(out)
 
 
+def gradelib_files() -> list[Path]:
+    """Every source file of gradelib/, in a fixed order (caches left out)."""
+    return sorted(p for p in GRADELIB.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
 def build(out: Path) -> list[Path]:
     if out.exists():
         shutil.rmtree(out)
@@ -119,9 +90,9 @@ def build(out: Path) -> list[Path]:
     put("attention.py", strip_solutions((SOLUTIONS / "attention.py").read_text(), "attention.py"))
     put("README.md", (SOLUTIONS / "HANDOUT_README.md").read_text())
     put("Makefile", (SOLUTIONS / "handout_Makefile").read_text())
-    put("autograder.py", (AUTOGRADER / "local_main.py").read_text())
-    for rel in GRADELIB_FILES:
-        put(f"gradelib/{rel}", (AUTOGRADER / rel).read_bytes())
+    put("autograder.py", (SOLUTIONS / "handout_autograder.py").read_text())
+    for src in gradelib_files():
+        put(f"gradelib/{src.relative_to(GRADELIB).as_posix()}", src.read_bytes())
     for src in sorted((FIXTURES / "attention" / "public").iterdir()):
         put(f"tests/attention/public/{src.name}", src.read_bytes())
     for name in LM_PUBLIC_FILES:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autograder import npzio
+from autograder.fixturegen import npzio
 
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
 # exp() of a score above this overflows in the dtype; "large" cases exceed it.
@@ -89,7 +89,8 @@ def make_case(spec: CaseSpec) -> dict[str, np.ndarray]:
     if spec.max_score is not None:
         # Scores grow with the square of X's scale.
         scores = (X @ W_q) @ (X @ W_k).transpose(-1, -2) / math.sqrt(spec.Dk)
-        X = X * math.sqrt(spec.max_score / scores.abs().max().item())
+        # Rounded to 6 digits: the product's last bits depend on the CPU, the inputs must not.
+        X = X * float(f"{math.sqrt(spec.max_score / scores.abs().max().item()):.6g}")
     dtype = getattr(torch, spec.dtype)
     inputs = {"X": X, "W_k": W_k, "W_q": W_q, "W_v": W_v, "dLdXnew": dLdXnew}
     inputs = {k: v.to(dtype) for k, v in inputs.items()}

@@ -1,10 +1,10 @@
 """Generate the language-model data: training text, validation text and the .npz fixtures.
 
-Default: the toy-English source (autograder/lm/source.py) writes everything, and
+Default: the toy-English source (autograder/oracle/source.py) writes everything, and
 the source itself is the scoring oracle. With --corpus PATH an instructor's text
 is used instead (plain text, or 11-785-style transcript rows `<eos> W H O ... <eos>`);
 then a character n-gram model fitted to its training part is the oracle until a
-reference-model checkpoint replaces it (see autograder/lm/oracle.py).
+reference-model checkpoint replaces it (see autograder/oracle/oracles.py).
 
 Output under <out>/lm/:
   train.txt, valid.txt     one sentence per line (A-Z, apostrophe, single spaces)
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder import npzio
-from autograder.lm.source import ToySource
-from autograder.lm.vocab import stream, windows
+from autograder.fixturegen import npzio
+from autograder.oracle.source import ToySource
+from gradelib.lm.vocab import stream, windows
 
 SOURCE_SEED = 0  # Zipf ranks of the words
 # The hidden prediction targets come from a 96-bit seed drawn once from os.urandom and kept out of
@@ -69,7 +69,7 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
             "words": len(source.vocabulary()),
         }
     else:
-        from autograder.lm import corpus as corpus_mod  # only instructors' corpora need it
+        from autograder.oracle import corpus as corpus_mod  # only instructors' corpora need it
 
         loaded = corpus_mod.load(corpus)
         print(loaded.report())

@@ -3,9 +3,9 @@
     python -m autograder.fixturegen.lm_function_cases --out fixtures
 
 writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
-holds a fixed model (see autograder/lm/fixed_models.py), prompts and settings,
+holds a fixed model (see gradelib/lm/fixed_models.py), prompts and settings,
 and the expected outputs, computed by the prediction and generation protocols of
-autograder/lm/metrics.py (greedy_predict, greedy_generate: numpy, independent of
+gradelib/lm/metrics.py (greedy_predict, greedy_generate: numpy, independent of
 any torch code):
 
     expected_predict_logits  (B, steps, 30) float32   predict(model, inp, steps)
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lm import fixed_models
-from ..lm.metrics import greedy_generate, greedy_predict
-from ..lm.vocab import EOS, PAD, VOCAB_SIZE
-from ..npzio import save
+from gradelib.lm import fixed_models
+from gradelib.lm.metrics import greedy_generate, greedy_predict
+from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
+from .npzio import save
 
 SEED = 785
 SPECIAL = [EOS, PAD]

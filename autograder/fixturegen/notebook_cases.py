@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from autograder import npzio
+from autograder.fixturegen import npzio
 
 IGNORE_INDEX = -100
 # exp() of a float64 above this overflows; "large" cases exceed it.

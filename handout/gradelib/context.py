@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .sandbox import Limits
 
@@ -19,6 +20,8 @@ class GradeContext:
     visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
     limits: resources the submission's process may use.
     scratch_root: where per-run scratch folders are made (system temp if None).
+    oracle_loader: (lm_dir, eps) -> the oracle that scores generated text; None where
+        there is none (the handout).
     """
 
     submission: Path
@@ -26,6 +29,7 @@ class GradeContext:
     visibilities: tuple[str, ...]
     limits: Limits
     scratch_root: Path | None = None
+    oracle_loader: Callable | None = None
     notes: list[str] = field(default_factory=list)
 
     def new_scratch(self, label: str) -> Path:

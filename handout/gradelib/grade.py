@@ -8,28 +8,23 @@ parts it affects.
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from . import rubric as rubric_mod
 from .context import GradeContext
 from .results import SubmissionResult, TestResult
 from .sandbox import Limits
 from .scoring import all_zero
-from .submission import HandinError, open_handin
+from .intake import HandinError, open_handin
+from .lm.metrics import Oracle
+from .problems import GRADERS
 
-# Problem id -> module under autograder/problems/ with grade(ctx, problem).
-PROBLEM_MODULES = {
-    "attention": "attention",
-    "losses": "losses",
-    "masks": "masks",
-    "prediction": "prediction",
-    "generation": "generation",
-}
+OracleLoader = Callable[[Path, float], Oracle]
 
 
 def grade_submission(
@@ -41,11 +36,16 @@ def grade_submission(
     only: list[str] | None = None,
     limits: Limits = Limits(),
     name: str | None = None,
+    oracle_loader: OracleLoader | None = None,
 ) -> SubmissionResult:
-    """Grade the handin at `path` on the given case sets."""
+    """Grade the handin at `path` on the given case sets.
+
+    `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
+    grader passes one, the handout's local grader has none.
+    """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
-    selected = [p for p in problems.values() if p.id in PROBLEM_MODULES and (not only or p.id in only)]
+    selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = SubmissionResult(
         submission=name or Path(path).name,
         problems=tuple(p.id for p in selected),
@@ -67,10 +67,9 @@ def grade_submission(
                 result.tests += all_zero(p, visibilities, f"not graded: {exc}")
             return result
         for p in selected:
-            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir)
+            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir, oracle_loader=oracle_loader)
             try:
-                module = importlib.import_module(f"{__package__}.problems.{PROBLEM_MODULES[p.id]}")
-                tests: list[TestResult] = module.grade(ctx, p)
+                tests: list[TestResult] = GRADERS[p.id](ctx, p)
             except Exception:  # a grader bug must not cost the student a results file
                 detail = traceback.format_exc(limit=3)
                 tests = all_zero(p, visibilities, f"internal grader error; please tell the course staff.\n{detail}")

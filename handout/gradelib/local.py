@@ -14,11 +14,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .grade import PROBLEM_MODULES, grade_submission
-from .handin import HANDIN_FILES, check_folder
+from .grade import grade_submission
+from .manifest import HANDIN_FILES, check_folder
 from .rubric import load
 from .sandbox import Limits
-from .submission import HandinError, open_handin
+from .intake import HandinError, open_handin
+from .problems import GRADERS
 
 
 def handin_check_text(handin: Path, scratch: Path) -> str:
@@ -35,7 +36,7 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
     problems = load()
-    known = [p for p in problems if p in PROBLEM_MODULES]
+    known = [p for p in problems if p in GRADERS]
     ap = argparse.ArgumentParser(prog="autograder.py", description="Grade your work on the public test cases.")
     ap.add_argument("--only", nargs="+", choices=known, metavar="PROBLEM", help=f"problems to grade: {', '.join(known)}")
     ap.add_argument("--handin", type=Path, help="grade a built handin.tar the way the course's grader reads it")

@@ -15,7 +15,7 @@ train_offset catches one that leaves the model in training mode (as if dropout
 were on).
 
 This module is the grader's numpy version (fixtures and parent-side checks). The
-sandboxed child builds the same models in torch (harness/lm_child.py); the
+sandboxed child builds the same models in torch (child/lm_child.py); the
 project tests check that both agree.
 """
 

@@ -1,6 +1,6 @@
 """Problem `attention`: grade attention.py's forward and backward passes.
 
-The submission runs in a sandboxed child (harness/attention_child.py) on the
+The submission runs in a sandboxed child (child/attention_child.py) on the
 inputs of every case; this module compares what it returns with the expected
 values stored in the case files, which never leave this process.
 """
@@ -151,7 +151,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             np.savez(scratch / "inputs" / f"{case.name}.npz", **inputs)
             task_cases.append({"name": case.name, "inputs": f"inputs/{case.name}.npz"})
         for name in HARNESS:
-            shutil.copy2(Path(__file__).parent.parent / "harness" / name, scratch / name)
+            shutil.copy2(Path(__file__).parent.parent / "child" / name, scratch / name)
         (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}))
         run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
         outcomes, runtime_hits = _collect(problem, cases, scratch, run)

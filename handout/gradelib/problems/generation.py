@@ -2,8 +2,9 @@
 
 No student code runs here. The handin holds the ids its notebook generated after
 each prompt of generation_test.npz; this process checks their form and scores
-them with the oracle named by <case_root>/lm/oracle.json (the toy source, whose
-forward algorithm is exact, or an instructor's reference model). The oracle is
+them with the oracle the staff grader supplies (GradeContext.oracle_loader; it reads
+<case_root>/lm/oracle.json (the toy source, whose
+forward algorithm is exact, or an instructor's reference model)). The oracle is
 secret: with it a student could write the source's own text without training,
 so the handout ships neither its code nor oracle.json, and the local autograder
 checks the format only.
@@ -14,7 +15,7 @@ checks the format only.
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
 - lines that list quantities (generate_greedy, generate_sampling): notebook 3's
-  generate() on fixed-weight models, graded by autograder/nb3grade.py.
+  generate() on fixed-weight models, graded by problems/lm_functions.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 
 import numpy as np
 
-from .. import nb3grade
+from . import lm_functions
 from ..context import GradeContext
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
@@ -55,8 +56,8 @@ def check_ids(arr: np.ndarray) -> str:
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
-    arrays = nb3grade.split_lines(problem)[0]
-    return _grade_arrays(ctx, arrays) + nb3grade.grade(ctx, problem)
+    arrays = lm_functions.split_lines(problem)[0]
+    return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -80,10 +81,9 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     needs_oracle = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
     if ids is not None and needs_oracle:
         try:
-            # Imported here: the handout's copy of the grader has no oracle and never grades this line.
-            from ..lm.oracle import load_oracle
-
-            oracle = load_oracle(ctx.case_root / "lm", eps)
+            if ctx.oracle_loader is None:  # the handout's grader has no oracle
+                raise ValueError("this grader has no oracle")
+            oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
         except (ImportError, OSError, ValueError, KeyError) as exc:
             oracle = None
             ctx.note(f"generation: the oracle could not be loaded ({exc}); perplexity not computed.")

@@ -1,14 +1,14 @@
 """Problem `losses`: notebook 1, masked-LM and next-token losses in numpy.
 
 The notebook's graded functions are called on every case's inputs inside the
-sandboxed child (see nbgrade.py); their outputs are compared here with values
+sandboxed child (see notebook_functions.py); their outputs are compared here with values
 computed by torch (fixturegen/notebook_cases.py).
 """
 
 from __future__ import annotations
 
 from ..context import GradeContext
-from ..nbgrade import Call, NotebookSpec, Quantity, grade_notebook
+from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 from ..results import TestResult
 from ..rubric import Problem
 

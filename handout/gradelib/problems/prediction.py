@@ -3,14 +3,14 @@
 No student code runs here: the handin holds the logits its notebook computed
 for prediction_test.npz, and this process reads them as plain numbers (header
 first, no pickles, bounded size), checks their form, and scores them with
-autograder/lm/metrics.py. Rubric lines (rubric.toml [problems.prediction]):
+gradelib/lm/metrics.py. Rubric lines (rubric.toml [problems.prediction]):
 
 - id "format" (public): the file is present and well formed; full points or 0.
 - id "nll" (hidden): on-track NLL against the hidden targets, full credit at or
   below settings.full_credit_nll, none at or above settings.zero_credit_nll,
   linear in between.
 - lines that list quantities (predict_function): notebook 3's predict() on
-  fixed-weight models, graded by autograder/nb3grade.py.
+  fixed-weight models, graded by problems/lm_functions.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import nb3grade
+from . import lm_functions
 from ..context import GradeContext
 from ..lm.metrics import prediction_report
 from ..lm.vocab import VOCAB_SIZE
@@ -91,8 +91,8 @@ def credit(value: float, full: float, zero: float) -> float:
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
-    arrays = nb3grade.split_lines(problem)[0]
-    return _grade_arrays(ctx, arrays) + nb3grade.grade(ctx, problem)
+    arrays = lm_functions.split_lines(problem)[0]
+    return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:

@@ -1,0 +1,298 @@
+"""Command line of the instructor grader (see autograder/autograder.py).
+
+Each submission is graded by a worker process of its own (autograder/batch/worker.py),
+at most --jobs at a time, so one handin's crash, hang or memory blow-up ends
+its own worker only. A worker that dies is started again up to --retries
+times; after that, or when it runs past its deadline, the submission is
+recorded as graded 0 with a message saying why -- it is never lost and never
+retried forever. Results are written atomically, so a run stopped at any
+point (Ctrl-C, SIGTERM) leaves every submission either graded or not; the
+same command run again grades only what is missing (--force regrades all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradelib import rubric as rubric_mod
+from gradelib import sandbox
+from gradelib.problems import GRADERS
+from .report import read_row, write_gradebook, write_report
+from gradelib.results import SubmissionResult, write_submission
+from gradelib.scoring import all_zero
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PR_SET_PDEATHSIG = 1
+POLL_S = 0.05
+TERM_GRACE_S = 5.0
+
+
+def submission_names(paths: list[Path]) -> list[str]:
+    """A distinct, filesystem-safe name per submission (handin.tar -> its folder's name)."""
+    reserved = {"grades.csv", "report.html"}  # the class outputs beside the per-submission folders
+    names: list[str] = []
+    for p in paths:
+        base = p.name
+        for ext in (".tar.gz", ".tgz", ".tar"):
+            if base.endswith(ext):
+                base = base[: -len(ext)]
+                break
+        if base == "handin" and p.parent.name:
+            base = p.parent.name
+        base = "".join(c if c.isalnum() or c in "-_." else "_" for c in base).strip(".") or "submission"
+        name, k = base, 2
+        while name in names or name in reserved:
+            name, k = f"{base}-{k}", k + 1
+        names.append(name)
+    return names
+
+
+def selected_problems(only: list[str] | None) -> list[rubric_mod.Problem]:
+    problems = rubric_mod.load()
+    return [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
+
+
+def ungraded_result(name: str, only: list[str] | None, message: str) -> SubmissionResult:
+    """Every test 0 with `message`: what a submission gets when the grader could not finish it."""
+    vis = ("public", "hidden")
+    selected = selected_problems(only)
+    result = SubmissionResult(
+        submission=name,
+        problems=tuple(p.id for p in selected),
+        max_points={p.id: sum(p.share(g, v) for g in p.groups for v in vis if v in g.visibilities) for p in selected},
+        notes=[message],
+    )
+    for p in selected:
+        result.tests += all_zero(p, vis, message)
+    return result
+
+
+@dataclass
+class Job:
+    path: Path
+    name: str
+    attempts: int = 0
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+
+
+class Batch:
+    """Runs worker processes for a list of jobs; see the module docstring."""
+
+    def __init__(self, args: argparse.Namespace, jobs: list[Job], deadline_s: float):
+        self.args = args
+        self.queue: deque[Job] = deque(jobs)
+        self.active: list[Job] = []
+        self.deadline_s = deadline_s
+        self.stop_signal: int | None = None
+        self.graded = 0
+        self.failed: list[str] = []
+        self.logs = args.out / ".logs"
+
+    def _preexec(self) -> None:  # in the worker, between fork and exec
+        import resource
+
+        cap = self.args.worker_memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        # The worker ends when this process does, however this process ends.
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    def _start(self, job: Job) -> None:
+        job.attempts += 1
+        argv = [
+            sys.executable, "-m", "autograder.batch.worker", str(job.path.resolve()),
+            "--name", job.name, "--out", str(self.args.out.resolve()),
+            "--timeout", str(self.args.timeout), "--memory-mb", str(self.args.memory_mb),
+        ]
+        if self.args.only:
+            argv += ["--only", *self.args.only]
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{job.name}.log", "ab") as log:
+            log.write(f"--- attempt {job.attempts}\n".encode())
+            log.flush()
+            job.proc = subprocess.Popen(
+                argv, cwd=PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=self._preexec,
+            )
+        job.started = time.monotonic()
+        self.active.append(job)
+
+    def _log_tail(self, job: Job) -> str:
+        text = sandbox.read_tail(self.logs / f"{job.name}.log", 600).strip().splitlines()
+        return "\n".join(f"    {line}" for line in text[-5:])
+
+    def _record_failure(self, job: Job, why: str) -> None:
+        message = (
+            f"This submission could not be graded: the grader's own process {why}. It was recorded as 0 so that "
+            f"nothing is lost; please tell the course staff, who can regrade it with --force."
+        )
+        tail = self._log_tail(job)
+        write_submission(ungraded_result(job.name, self.args.only, message + (f"\n  last output:\n{tail}" if tail else "")),
+                         self.args.out / job.name)
+        self.failed.append(job.name)
+
+    def _finished(self, job: Job, returncode: int | None, bar) -> None:
+        self.active.remove(job)
+        if self.stop_signal is not None:
+            return
+        if returncode == 0 and (self.args.out / job.name / "results.json").is_file():
+            self.graded += 1
+            bar.update(1)
+            return
+        if returncode is None:
+            self._record_failure(job, f"ran past the {self.deadline_s:.0f} s limit for one submission")
+        elif job.attempts <= self.args.retries:
+            self.queue.appendleft(job)
+            return
+        else:
+            self._record_failure(job, f"{_describe_exit(returncode)} on each of {job.attempts} attempts")
+        bar.update(1)
+
+    def _kill(self, job: Job, sig: int) -> None:
+        try:
+            os.killpg(job.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _reap_orphans(self, before: set[int]) -> None:
+        # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
+        workers = {j.proc.pid for j in self.active}
+        for pid in sandbox._children_of(os.getpid()) - before - workers:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+    def run(self, bar) -> None:
+        sandbox._become_subreaper()
+        before = sandbox._children_of(os.getpid())
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while (self.queue or self.active) and self.stop_signal is None:
+                while self.queue and len(self.active) < max(1, self.args.jobs) and self.stop_signal is None:
+                    self._start(self.queue.popleft())
+                time.sleep(POLL_S)
+                ended = False
+                for job in list(self.active):
+                    rc = job.proc.poll()
+                    if rc is None and time.monotonic() - job.started > self.deadline_s:
+                        self._kill(job, signal.SIGTERM)
+                        try:
+                            job.proc.wait(TERM_GRACE_S)
+                        except subprocess.TimeoutExpired:
+                            self._kill(job, signal.SIGKILL)
+                            job.proc.wait()
+                        self._finished(job, None, bar)
+                        ended = True
+                    elif rc is not None:
+                        self._finished(job, rc, bar)
+                        ended = True
+                if ended:
+                    self._reap_orphans(before)
+        finally:
+            for job in self.active:
+                self._kill(job, signal.SIGTERM)
+            limit = time.monotonic() + TERM_GRACE_S
+            for job in self.active:
+                try:
+                    job.proc.wait(max(0.0, limit - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self._kill(job, signal.SIGKILL)
+                    job.proc.wait()
+            self.active.clear()
+            self._reap_orphans(before)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.stop_signal = signum
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="autograder.py", description="Grade handins on public and hidden cases, each in an isolated process."
+    )
+    ap.add_argument("submissions", nargs="+", type=Path, help="handin.tar files or folders of handin files")
+    ap.add_argument("--out", type=Path, default=Path("grades"), help="output folder (default: grades/)")
+    ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per problem run (default 60)")
+    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of a submission's process")
+    ap.add_argument("--only", nargs="+", metavar="PROBLEM", help="grade only these problem ids")
+    ap.add_argument("--force", action="store_true", help="regrade submissions that already have results.json")
+    ap.add_argument("--retries", type=int, default=2, help="restarts of a grader process that died (default 2)")
+    ap.add_argument(
+        "--submission-timeout", type=float, default=None,
+        help="wall-clock cap on grading one submission (default: (problems + 1) x --timeout + 60 s)",
+    )
+    ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
+    ap.add_argument("--title", default="Class report", help="heading of report.html")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = parse_args(argv)
+    known = [p for p in rubric_mod.load() if p in GRADERS]
+    if args.only:
+        unknown = [p for p in args.only if p not in known]
+        if unknown:
+            print(f"unknown problem id(s) {unknown}; known: {known}", file=sys.stderr)
+            return 2
+    problem_ids = [p for p in known if not args.only or p in args.only]
+    names = submission_names(args.submissions)
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(p, n) for p, n in zip(args.submissions, names) if args.force or not (args.out / n / "results.json").exists()]
+    deadline = args.submission_timeout or (len(problem_ids) + 1) * args.timeout + 60.0
+    batch = Batch(args, jobs, deadline)
+    start = time.monotonic()
+    with tqdm(total=len(jobs), unit="handin", file=sys.stderr, disable=len(jobs) < 2, dynamic_ncols=True) as bar:
+        batch.run(bar)
+    wall = time.monotonic() - start
+    if batch.stop_signal is not None:
+        done = sum((args.out / n / "results.json").is_file() for n in names)
+        print(
+            f"stopped by {signal.Signals(batch.stop_signal).name}: {done} of {len(names)} submissions have results; "
+            "run the same command again to grade the rest",
+            file=sys.stderr,
+        )
+        return 128 + batch.stop_signal
+    rows = [read_row(args.out / n / "results.json", n) for n in names]
+    if len(names) == 1:
+        feedback = args.out / names[0] / "feedback.txt"
+        if not jobs:
+            print(f"{names[0]} was already graded (use --force to regrade)", file=sys.stderr)
+        print(feedback.read_text(encoding="utf-8", errors="replace").rstrip("\n"))
+        print(rows[0].autolab_line(problem_ids), flush=True)
+        return 0
+    write_gradebook(args.out / "grades.csv", rows, problem_ids)
+    write_report(args.out / "report.html", rows, problem_ids, args.title)
+    print(
+        f"graded {batch.graded + len(batch.failed)} of {len(names)} submissions in {wall:.1f} s "
+        f"({len(names) - len(jobs)} already had results, {len(batch.failed)} could not be graded)\n"
+        f"gradebook: {args.out / 'grades.csv'}\nreport:    {args.out / 'report.html'}"
+    )
+    return 0

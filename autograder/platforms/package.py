@@ -1,0 +1,93 @@
+"""Build the Gradescope and Autolab autograder packages (`make gradescope`, `make autolab`).
+
+Both carry the same payload: gradelib/ and the staff grader (autograder/, without
+the instructor-only build tools), fixtures/ with the hidden cases, and the pinned
+requirements.txt. The platform files live beside this module in platform_files/.
+
+- build/gradescope/autograder.zip: setup.sh and run_autograder at the root of
+  the zip (Gradescope unpacks it to /autograder/source), then the payload.
+- build/autolab/autograde.tar (the payload under autograde/) and
+  build/autolab/autograde-Makefile.
+
+The archives are byte-identical for identical inputs (sorted entries, fixed
+timestamps and modes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+from autograder.batch.cli import selected_problems
+
+REPO = Path(__file__).resolve().parents[2]
+PLATFORM_FILES = Path(__file__).resolve().parent / "platform_files"
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+EXECUTABLE = {"setup.sh", "run_autograder"}
+
+
+def payload() -> list[tuple[str, Path]]:
+    """(path inside the package, source file) for the grader, its cases and requirements."""
+    files = [("requirements.txt", REPO / "requirements.txt")]
+    for top in ("gradelib", "autograder", "fixtures"):
+        for path in sorted((REPO / top).rglob("*")):
+            rel = path.relative_to(REPO)
+            if not path.is_file() or "__pycache__" in rel.parts or path.suffix == ".pyc":
+                continue
+            if rel.parts[:2] == ("autograder", "build"):
+                continue
+            files.append((rel.as_posix(), path))
+    return files
+
+
+def build_gradescope(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "autograder.zip"
+    entries = [(name, PLATFORM_FILES / name) for name in ("setup.sh", "run_autograder")] + payload()
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, src in entries:
+            info = zipfile.ZipInfo(name, ZIP_TIME)
+            info.external_attr = (0o100755 if name in EXECUTABLE else 0o100644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, src.read_bytes())
+    return target
+
+
+def build_autolab(out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    tar_path = out / "autograde.tar"
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, src in payload():
+            data = src.read_bytes()
+            info = tarfile.TarInfo(f"autograde/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    makefile = out / "autograde-Makefile"
+    shutil.copyfile(PLATFORM_FILES / "autograde-Makefile", makefile)
+    return tar_path, makefile
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Build the Gradescope zip or the Autolab files.")
+    ap.add_argument("platform", choices=("gradescope", "autolab"))
+    ap.add_argument("--out", type=Path, default=None, help="default: build/<platform>/")
+    args = ap.parse_args()
+    out = args.out or REPO / "build" / args.platform
+    n = len(payload())
+    if args.platform == "gradescope":
+        target = build_gradescope(out)
+        print(f"gradescope: wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {n + 2} files); "
+              "upload it as the assignment's autograder (base image with Python >= 3.11, e.g. Ubuntu 24.04)")
+    else:
+        tar_path, makefile = build_autolab(out)
+        ids = ", ".join(p.id for p in selected_problems(None))
+        print(f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
+              f"handin file name: handin.tar; problem names: {ids}")
+
+
+if __name__ == "__main__":
+    main()

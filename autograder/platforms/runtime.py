@@ -1,0 +1,110 @@
+"""Grading one submission on Gradescope or Autolab, in each platform's own layout.
+
+Gradescope (run_autograder in the zip calls this with `gradescope`):
+    /autograder/submission/   what the student uploaded: handin.tar, or the loose files
+    /autograder/results/results.json   written here, in Gradescope's format
+  The root is /autograder unless --root (or AUTOGRADER_ROOT) says otherwise.
+
+Autolab (the autograde-Makefile calls this with `autolab handin.tar`):
+  prints the score table -- hidden tests by name and score only -- and, as the
+  last line on stdout, {"scores": {<problem id>: points, ...}}.
+
+Both grade through the batch grader (cli.py), so the submission runs in a
+worker process of its own and in the sandbox; nothing it prints reaches our
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..batch import cli
+from gradelib.results import write_json_atomic
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+def find_handin(submission_dir: Path) -> Path:
+    """The uploaded handin.tar when the upload is one archive, else the folder of loose files."""
+    entries = [p for p in submission_dir.iterdir() if not p.name.startswith(".")] if submission_dir.is_dir() else []
+    archives = [p for p in entries if p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES)]
+    if len(archives) == 1 and len(entries) == 1:
+        return archives[0]
+    named = [p for p in archives if p.name == "handin.tar"]
+    if named and not (submission_dir / "attention.py").exists():
+        return named[0]
+    return submission_dir
+
+
+def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
+    """Grade quietly; return results.json's content and the problem ids."""
+    argv = [str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli.main(argv)
+    name = cli.submission_names([handin])[0]
+    problem_ids = [p.id for p in cli.selected_problems(None)]
+    return json.loads((out / name / "results.json").read_text()), problem_ids
+
+
+def student_text(results: dict) -> str:
+    """The score table a student may see: messages of visible tests only."""
+    lines = [results.get("output", "")] if results.get("output") else []
+    for t in results["tests"]:
+        mark = "PASS" if t["status"] == "passed" else "FAIL"
+        lines.append(f"{mark} {t['score']:6.2f} / {t['max_score']:6.2f}  {t['name']}")
+    lines.append(f"TOTAL {results['score']:.2f} / {sum(t['max_score'] for t in results['tests']):.2f}")
+    shown = [t for t in results["tests"] if t["status"] != "passed" and t["visibility"] == "visible" and t["output"]]
+    if shown:
+        lines += ["", "Why points were lost (public cases; hidden cases are graded the same way):"]
+        for t in shown:
+            lines.append(f"- {t['name']}:")
+            lines += [f"    {line}" for line in t["output"].splitlines()]
+    return "\n".join(lines)
+
+
+def gradescope(root: Path, timeout: float) -> int:
+    handin = find_handin(root / "submission")
+    with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
+        results, _ = _grade(handin, Path(tmp), timeout)
+    write_json_atomic(root / "results" / "results.json", results)
+    print(f"graded {handin}: {results['score']} points; wrote {root / 'results' / 'results.json'}")
+    return 0
+
+
+def autolab(handin: Path, timeout: float) -> int:
+    with tempfile.TemporaryDirectory(prefix="autolab-") as tmp:
+        results, problem_ids = _grade(handin, Path(tmp), timeout)
+    scores = {p: 0.0 for p in problem_ids}
+    for t in results["tests"]:
+        for tag in t.get("tags", []):
+            if tag in scores:
+                scores[tag] = round(scores[tag] + t["score"], 4)
+    print(student_text(results))
+    print(json.dumps({"scores": scores}, separators=(",", ":")), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.platforms.runtime", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="platform", required=True)
+    gs = sub.add_parser("gradescope", help="grade <root>/submission into <root>/results/results.json")
+    gs.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
+    al = sub.add_parser("autolab", help="grade a handin; the last stdout line is Autolab's scores")
+    al.add_argument("handin", type=Path, nargs="?", default=Path("handin.tar"))
+    for p in (gs, al):
+        p.add_argument("--timeout", type=float, default=60.0, help="seconds per problem run (default 60)")
+    args = ap.parse_args(argv)
+    if args.platform == "gradescope":
+        return gradescope(args.root, args.timeout)
+    return autolab(args.handin, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""What a problem's grader gets: the handin, the cases, the limits, a place for notes."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .sandbox import Limits
+
+
+@dataclass
+class GradeContext:
+    """Everything one problem needs to grade one submission.
+
+    submission: folder holding the handin's files (already extracted and vetted).
+    case_root: folder with <problem>/<visibility>/ case sets (fixtures/ for the
+        instructor, tests/ in the handout).
+    visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
+    limits: resources the submission's process may use.
+    scratch_root: where per-run scratch folders are made (system temp if None).
+    oracle_loader: (lm_dir, eps) -> the oracle that scores generated text; None where
+        there is none (the handout).
+    """
+
+    submission: Path
+    case_root: Path
+    visibilities: tuple[str, ...]
+    limits: Limits
+    scratch_root: Path | None = None
+    oracle_loader: Callable | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def new_scratch(self, label: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)

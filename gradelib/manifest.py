@@ -1,0 +1,284 @@
+"""What a handin holds, how each file is checked, and how `make handin` packs it.
+
+HANDIN_FILES is the one list that `make handin`, the local autograder and the
+grader share. `make handin runid=<id> epoch=<n>` runs
+
+    python -m gradelib.manifest --runid <id> --epoch <n> --out handin.tar
+
+which collects the files below, checks every one of them the way the grader
+will read it (present, parses, arrays of the right shape, dtype and range),
+and writes handin.tar only when all checks pass; otherwise it prints what to
+fix and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .intake import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+
+# File name -> what it is. All live at the top level of handin.tar; a handin
+# may lack some, and what is missing scores 0 with a message saying so.
+HANDIN_FILES: dict[str, str] = {
+    "attention.py": "Attention class with forward and backward (problem attention)",
+    "01_mlm_and_next_token.ipynb": "notebook 1: masked-LM and next-token losses (problem losses)",
+    "02_attention_and_masks.ipynb": "notebook 2: attention with causal and padding masks (problem masks)",
+    "03_language_model.ipynb": "notebook 3: the language model, predict and generate",
+    "predictions.npy": "(128, 20, 30) float logits for prediction_test.npz (problem prediction)",
+    "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
+    "generated.txt": "the generations as readable text (optional)",
+    "model.pt": "the trained model's checkpoint (optional)",
+}
+OPTIONAL = ("generated.txt", "model.pt")
+
+# Vocabulary of DESIGN.md: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
+VOCAB_SIZE = 30
+SPECIAL_IDS = {0: "<eos>", 1: "<pad>"}
+PREDICTION_SHAPE = (128, 20, VOCAB_SIZE)  # prediction_test.npz: 128 sequences, 20 steps, logits
+GENERATION_SHAPE = (128, 30)  # generation_test.npz: 128 prompts, 30 generated ids each
+
+
+def sources(runid: str, epoch: str) -> dict[str, str]:
+    """Handin name -> where it lives in the handout folder for this experiment and epoch."""
+    run = f"experiments/{runid}"
+    return {
+        "attention.py": "attention.py",
+        "01_mlm_and_next_token.ipynb": "01_mlm_and_next_token.ipynb",
+        "02_attention_and_masks.ipynb": "02_attention_and_masks.ipynb",
+        "03_language_model.ipynb": "03_language_model.ipynb",
+        "predictions.npy": f"{run}/predictions_test_{epoch}.npy",
+        "generated.npy": f"{run}/generated_{epoch}.npy",
+        "generated.txt": f"{run}/generated_{epoch}.txt",
+        "model.pt": f"{run}/model_{epoch}.pt",
+    }
+
+
+def _check_python(path: Path) -> list[str]:
+    try:
+        ast.parse(path.read_bytes(), filename=path.name)
+    except SyntaxError as exc:
+        return [f"does not parse: line {exc.lineno}: {exc.msg}; fix it and run `python autograder.py`"]
+    except ValueError as exc:  # e.g. NUL bytes
+        return [f"is not Python source ({exc})"]
+    return []
+
+
+def _check_notebook(path: Path) -> list[str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return [f"is not a notebook (not JSON: {exc}); save it from Jupyter and do not edit it by hand"]
+    try:
+        import nbformat
+    except ImportError:
+        if not (isinstance(data, dict) and isinstance(data.get("cells"), list)):
+            return ["is not a notebook (no list of cells)"]
+        return []
+    try:
+        nb = nbformat.reads(json.dumps(data), as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # nbformat raises several kinds for a malformed file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"is not a valid notebook ({first[:200]}); open it in Jupyter, fix it and save it"]
+    return []
+
+
+def _load_npy(path: Path) -> tuple[np.ndarray | None, list[str]]:
+    """Read the header first, so a huge or pickled array is refused without loading it."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _fortran, dtype = read_header(fh)
+    except (OSError, ValueError, EOFError) as exc:
+        return None, [f"is not a .npy array ({exc}); save it with np.save"]
+    if dtype.hasobject:
+        return None, ["holds Python objects (a pickle); save a plain numeric array with np.save"]
+    if int(np.prod(shape, dtype=np.int64)) > 10 * int(np.prod(PREDICTION_SHAPE)):
+        return None, [f"has shape {tuple(shape)}, far larger than a handin array"]
+    try:
+        return np.load(path, allow_pickle=False), []
+    except (OSError, ValueError, EOFError) as exc:
+        return None, [f"could not be read ({exc}); save it again with np.save"]
+
+
+def _check_predictions(path: Path) -> list[str]:
+    arr, problems = _load_npy(path)
+    if arr is None:
+        return problems
+    if arr.shape != PREDICTION_SHAPE:
+        return [
+            f"has shape {arr.shape}, expected {PREDICTION_SHAPE}: raw logits of predict(inp, 20) for the 128 "
+            f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})"
+        ]
+    if arr.dtype.kind != "f":
+        return [f"has dtype {arr.dtype}, expected a float dtype (logits, e.g. float32)"]
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        return [f"holds {int(bad.sum())} NaN or infinite values (first at index {where}); logits must be finite"]
+    return []
+
+
+def _check_generated(path: Path) -> list[str]:
+    arr, problems = _load_npy(path)
+    if arr is None:
+        return problems
+    if arr.shape != GENERATION_SHAPE:
+        return [f"has shape {arr.shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"]
+    if arr.dtype.kind not in "iu":
+        return [f"has dtype {arr.dtype}, expected an integer dtype (token ids, e.g. int64)"]
+    outside = (arr < 0) | (arr >= VOCAB_SIZE)
+    if outside.any():
+        where = tuple(int(i) for i in np.argwhere(outside)[0])
+        return [f"holds ids outside the vocabulary 0..{VOCAB_SIZE - 1} (first {int(arr[where])} at index {where})"]
+    for token_id, token in SPECIAL_IDS.items():
+        hits = arr == token_id
+        if hits.any():
+            where = tuple(int(i) for i in np.argwhere(hits)[0])
+            return [
+                f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
+                f"generate must never emit {' or '.join(SPECIAL_IDS.values())}: mask their logits to -inf before choosing"
+            ]
+    return []
+
+
+def _check_text(path: Path) -> list[str]:
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return [f"is not UTF-8 text ({exc})"]
+    return []
+
+
+CHECKS = {
+    "attention.py": _check_python,
+    "01_mlm_and_next_token.ipynb": _check_notebook,
+    "02_attention_and_masks.ipynb": _check_notebook,
+    "03_language_model.ipynb": _check_notebook,
+    "predictions.npy": _check_predictions,
+    "generated.npy": _check_generated,
+    "generated.txt": _check_text,
+}
+
+
+def check_file(name: str, path: Path) -> list[str]:
+    """What is wrong with handin file `name` stored at `path` (empty when nothing)."""
+    if not path.is_file():
+        return ["is missing"]
+    if path.stat().st_size > MAX_FILE_BYTES:
+        return [f"is larger than {MAX_FILE_BYTES // 2**20} MB, the most the grader accepts for one file"]
+    check = CHECKS.get(name)
+    return check(path) if check else []
+
+
+def check_folder(folder: Path) -> dict[str, list[str]]:
+    """Problems of every handin file in an unpacked handin (missing optional files are fine)."""
+    report = {}
+    for name in HANDIN_FILES:
+        path = folder / name
+        if name in OPTIONAL and not path.exists():
+            continue
+        report[name] = check_file(name, path)
+    return report
+
+
+@dataclass
+class Packed:
+    files: dict[str, Path]  # handin name -> source path, in manifest order
+    problems: list[str]  # what to fix; empty when the handin may be written
+    notes: list[str]  # things worth knowing that do not block the handin
+
+
+def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed:
+    """Pick and check the files of a handin from the handout folder `root`."""
+    files: dict[str, Path] = {}
+    problems: list[str] = []
+    notes: list[str] = []
+    have_run = bool(runid and epoch)
+    if not have_run and not partial:
+        problems.append(
+            "runid= and epoch= are required: `make handin runid=<experiment folder> epoch=<n>` hands in "
+            "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
+            "`make handin partial=1` hands in the other files without them"
+        )
+    for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
+        path = root / rel
+        if rel.startswith("experiments/") and not have_run:
+            if partial and name not in OPTIONAL:
+                notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
+            continue
+        if not path.exists():
+            if name in OPTIONAL:
+                notes.append(f"{name}: {rel} not found; it is optional and left out")
+            elif partial:
+                notes.append(f"{name}: {rel} not found; handed in without it (it scores 0)")
+            else:
+                problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]})")
+            continue
+        found = check_file(name, path)
+        if found and name in OPTIONAL:
+            notes += [f"{name} (from {rel}) {p}; it is optional and left out" for p in found]
+        elif found:
+            problems += [f"{name} (from {rel}) {p}" for p in found]
+        else:
+            files[name] = path
+    total = sum(p.stat().st_size for p in files.values())
+    if total > MAX_TOTAL_BYTES:
+        problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB")
+    return Packed(files, problems, notes)
+
+
+def write_tar(files: dict[str, Path], out: Path) -> None:
+    """Write files at the top level of a plain tar, byte-identical for identical inputs."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, path in files.items():
+                data = path.read_bytes()
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make handin", description="Check and pack handin.tar.")
+    ap.add_argument("--runid", default="", help="experiment folder under experiments/")
+    ap.add_argument("--epoch", default="", help="epoch whose predictions and generations to hand in")
+    ap.add_argument("--out", type=Path, default=Path("handin.tar"))
+    ap.add_argument("--root", type=Path, default=Path("."), help="the handout folder")
+    ap.add_argument("--partial", action="store_true", help="hand in what exists; missing files score 0")
+    args = ap.parse_args(argv)
+    packed = collect(args.root, args.runid.strip(), args.epoch.strip(), args.partial)
+    for note in packed.notes:
+        print(f"note: {note}")
+    if packed.problems:
+        print(f"{args.out} was NOT written. Fix these and run `make handin` again:", file=sys.stderr)
+        for problem in packed.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    write_tar(packed.files, args.out)
+    size = args.out.stat().st_size
+    print(f"wrote {args.out} ({size / 1024:.0f} KiB): {', '.join(packed.files)}")
+    print(f"Check it the way the grader reads it: python autograder.py --handin {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

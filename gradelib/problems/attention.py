@@ -1,0 +1,243 @@
+"""Problem `attention`: grade attention.py's forward and backward passes.
+
+The submission runs in a sandboxed child (child/attention_child.py) on the
+inputs of every case; this module compares what it returns with the expected
+values stored in the case files, which never leave this process.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import sandbox
+from ..compare import Observed, check
+from ..context import GradeContext
+from ..results import TestResult
+from ..rubric import Problem
+from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+
+FILENAME = "attention.py"
+INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
+QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
+HARNESS = ("child_common.py", "attention_child.py")
+
+HINTS = {
+    "Q": "Q = X W_q with X (B, T, D) and W_q (D, Dk); '@' broadcasts over the batch.",
+    "K": "K = X W_k, shape (B, T, Dk).",
+    "V": "V = X W_v, shape (B, T, Dv).",
+    "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
+    "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal; "
+    "subtract each row's max before exp so large scores do not overflow.",
+    "X_new": "X_new = A_sig V, shape (B, T, Dv).",
+    "dLdV": "dLdV = A_sig^T dLdXnew, transposing the last two axes of A_sig.",
+    "dLdQ": "dLdQ = dLdA_w K, where dLdA_w includes the 1/sqrt(Dk) factor and the full softmax Jacobian.",
+    "dLdK": "dLdK = dLdA_w^T Q: transpose dLdA_w (last two axes) before multiplying.",
+    "dLdWq": "dLdWq = sum over the batch of X_b^T dLdQ_b, shape (D, Dk) like W_q.",
+    "dLdWk": "dLdWk = sum over the batch of X_b^T dLdK_b, shape (D, Dk) like W_k.",
+    "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
+    "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T.",
+}
+
+# Names whose use means gradients came from automatic differentiation.
+AUTOGRAD_NAMES = {
+    "autograd",
+    "requires_grad",
+    "requires_grad_",
+    "enable_grad",
+    "grad_fn",
+    "scaled_dot_product_attention",
+    "vjp",
+    "jacrev",
+    "jacfwd",
+    "functorch",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    visibility: str
+    description: str
+    path: Path
+    dtype: str
+
+
+def load_cases(case_root: Path, visibilities: tuple[str, ...]) -> list[Case]:
+    """Cases listed in <case_root>/attention/<visibility>/cases.json."""
+    cases = []
+    for vis in visibilities:
+        index = case_root / "attention" / vis / "cases.json"
+        if not index.exists():
+            continue
+        for entry in json.loads(index.read_text()):
+            cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz", entry["dtype"]))
+    return cases
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` (either order)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+        return False
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, *test.comparators]
+    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
+        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides
+    )
+
+
+def autograd_uses(source: str) -> list[str]:
+    """Lines of `source` that reach for automatic differentiation, as 'line N: code'."""
+    tree = ast.parse(source)
+    # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
+    # autograd) never runs when the grader imports the file; its `else` branch does.
+    tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
+    lines = source.splitlines()
+    hits = []
+    for node in ast.walk(tree):
+        bad = False
+        if isinstance(node, ast.Attribute):
+            bad = node.attr in AUTOGRAD_NAMES or (
+                node.attr == "func" and isinstance(node.value, ast.Name) and node.value.id == "torch"
+            )
+            if node.attr == "backward" and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                bad = True
+        elif isinstance(node, ast.keyword):
+            bad = node.arg in AUTOGRAD_NAMES
+        elif isinstance(node, ast.Name):
+            bad = node.id in AUTOGRAD_NAMES
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in names for part in (n, *n.split(".")))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            bad = node.value in AUTOGRAD_NAMES
+        if bad and hasattr(node, "lineno"):
+            hits.append(f"line {node.lineno}: {lines[node.lineno - 1].strip()}")
+    return sorted(set(hits), key=lambda h: int(h.split(":")[0].split()[1]))
+
+
+def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    vis = ctx.visibilities
+    src = ctx.submission / FILENAME
+    if not src.is_file():
+        return all_zero(problem, vis, f"{FILENAME} is missing from the handin; add it and submit again.")
+    source = src.read_text(encoding="utf-8", errors="replace")
+    try:
+        static_hits = autograd_uses(source)
+    except SyntaxError as exc:
+        return all_zero(
+            problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. Fix the syntax error and run the local autograder."
+        )
+    cases = load_cases(ctx.case_root, vis)
+    if not cases:
+        return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
+
+    scratch = ctx.new_scratch("attention")
+    try:
+        (scratch / "submission").mkdir()
+        shutil.copy2(src, scratch / "submission" / FILENAME)
+        (scratch / "inputs").mkdir()
+        task_cases = []
+        for case in cases:
+            with np.load(case.path, allow_pickle=False) as data:
+                inputs = {k: data[k] for k in INPUT_KEYS}
+            np.savez(scratch / "inputs" / f"{case.name}.npz", **inputs)
+            task_cases.append({"name": case.name, "inputs": f"inputs/{case.name}.npz"})
+        for name in HARNESS:
+            shutil.copy2(Path(__file__).parent.parent / "child" / name, scratch / name)
+        (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}))
+        run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
+        outcomes, runtime_hits = _collect(problem, cases, scratch, run)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    withheld = {}
+    reasons = []
+    if static_hits:
+        reasons.append("uses automatic differentiation or a built-in attention: " + "; ".join(static_hits[:5]))
+    if runtime_hits:
+        reasons.append("called " + ", ".join(sorted(runtime_hits)) + " while running")
+    if reasons:
+        msg = (
+            f"Backward points withheld: {FILENAME} "
+            + " and ".join(reasons)
+            + ". This assignment asks for hand-derived gradients with plain tensor operations; "
+            "remove torch.autograd, .backward(), requires_grad and scaled_dot_product_attention."
+        )
+        withheld = {g.id: msg for g in problem.groups if g.backward}
+    tests = group_results(problem, outcomes, vis, withheld)
+    if run.timed_out or (run.returncode not in (0, None) and any(o.notes for o in outcomes)):
+        log = run.log_tail.strip().splitlines()[-8:]
+        ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
+    return tests
+
+
+def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun):
+    outcomes = []
+    runtime_hits: set[str] = set()
+    for case in cases:
+        case_dir = scratch / "outputs" / case.name
+        meta = read_meta(case_dir / "meta.json")
+        outcome = CaseOutcome(case.name, case.visibility, case.description)
+        tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
+        with np.load(case.path, allow_pickle=False) as data:
+            expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
+        if meta is None:
+            why = f"no result for this case: the submission's process {run.describe()} before finishing it"
+            for q in QUANTITIES:
+                outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
+            outcomes.append(outcome)
+            continue
+        errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
+        flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
+        calls = flags.get("autograd_calls", [])
+        if isinstance(calls, list):
+            runtime_hits.update(str(c)[:80] for c in calls)
+        if flags.get("grad_tracking") is True:
+            runtime_hits.add("requires_grad tensors in forward")
+        for q in QUANTITIES:
+            stage = "backward" if q.startswith("dLd") else "forward"
+            note = ""
+            for step in ("import", "init", stage):
+                if step in errors:
+                    note = f"{step} raised {str(errors[step])[:600]}"
+                    if step == "backward" and "forward" in errors:
+                        note += "; forward had failed first"
+                    break
+            quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
+            if not note and q not in quantities:
+                note = f"{stage} never finished: the submission's process {run.describe()}"
+            if not note:
+                note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
+            obs = observed_from_child(case_dir, meta, q, note)
+            hint = HINTS[q]
+            if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
+                hint = diagnose_softmax(obs.array) or hint
+            outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
+        outcomes.append(outcome)
+    return outcomes, runtime_hits
+
+
+def diagnose_softmax(a_sig: np.ndarray) -> str:
+    """Name the usual mistake behind a wrong A_sig (B, T, T), or '' when none is evident."""
+    a = a_sig.astype(np.float64)
+    if not np.isfinite(a).all():
+        return "A_sig has NaN or inf: exp() overflowed; subtract each row's maximum before exp."
+    T = a.shape[-1]
+    above = np.triu(np.ones((T, T), dtype=bool), k=1)
+    if T > 1 and np.abs(a[:, above]).max() > 1e-6:
+        return ("A_sig is nonzero above the diagonal, so position i attends to later positions j > i: "
+                "set scores above the diagonal to -inf before the softmax (the causal mask).")
+    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
+    if not np.allclose(rows, 1.0, atol=1e-4) and np.allclose(cols, 1.0, atol=1e-4):
+        return "A_sig's columns sum to 1, not its rows: take the softmax over the last axis (dim=-1)."
+    if not np.allclose(rows, 1.0, atol=1e-4):
+        return "A_sig's rows do not sum to 1: normalise each row by its own sum of exponentials."
+    return ""

@@ -1,0 +1,69 @@
+"""Problem `losses`: notebook 1, masked-LM and next-token losses in numpy.
+
+The notebook's graded functions are called on every case's inputs inside the
+sandboxed child (see notebook_functions.py); their outputs are compared here with values
+computed by torch (fixturegen/notebook_cases.py).
+"""
+
+from __future__ import annotations
+
+from ..context import GradeContext
+from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
+from ..results import TestResult
+from ..rubric import Problem
+
+ARRAY = ("numpy.ndarray",)
+SCALAR = ("numpy.float64", "float", "numpy.ndarray")
+
+SPEC = NotebookSpec(
+    notebook="01_mlm_and_next_token.ipynb",
+    calls=(
+        Call("softmax", ("array:z",), {"softmax": None}),
+        Call("scaled_dot_product_attention", ("array:Q", "array:K", "array:V"), {"attn_weights": 0, "attn_output": 1}),
+        Call(
+            "scaled_dot_product_attention",
+            ("array:Q", "array:K", "array:V", "array:mask"),
+            {"masked_weights": 0, "masked_output": 1},
+        ),
+        Call("predicted_ids", ("array:logits",), {"predicted_ids": None}),
+        Call("token_nll", ("array:logits", "array:nll_targets"), {"token_nll": None}),
+        Call(
+            "cross_entropy_loss",
+            ("array:logits", "array:targets"),
+            {"cross_entropy_loss": None},
+            kwargs={"ignore_index": "int:ignore_index"},
+        ),
+        Call("causal_mask", ("int:T",), {"causal_mask": None}),
+    ),
+    quantities={
+        "softmax": Quantity(
+            ARRAY, "normalise over the last axis, and subtract each row's max before np.exp so large logits do not overflow."
+        ),
+        "attn_weights": Quantity(
+            ARRAY, "weights = softmax(Q K^T / sqrt(d_k)) over the last (key) axis; d_k is K.shape[-1], not V's width."
+        ),
+        "attn_output": Quantity(ARRAY, "output = weights @ V, shape (Tq, d_v)."),
+        "masked_weights": Quantity(
+            ARRAY, "add the mask to the scaled scores before the softmax; -inf entries must get weight exactly 0."
+        ),
+        "masked_output": Quantity(ARRAY, "output = weights @ V with the masked weights."),
+        "predicted_ids": Quantity(
+            ARRAY, "take the arg-max over the vocabulary axis (axis=-1): one id per position, shape (N,)."
+        ),
+        "token_nll": Quantity(
+            ARRAY, "nll[i] = -log softmax(logits[i])[target_ids[i]]; use the max-subtracted log-softmax, shape (N,)."
+        ),
+        "cross_entropy_loss": Quantity(
+            SCALAR,
+            "average -log p(target) over the positions whose target is not ignore_index: divide by the number of "
+            "scored positions, not by N, and do not sum.",
+        ),
+        "causal_mask": Quantity(
+            ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.", additive_mask=True
+        ),
+    },
+)
+
+
+def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    return grade_notebook(ctx, problem, SPEC)

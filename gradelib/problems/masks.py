@@ -1,0 +1,60 @@
+"""Problem `masks`: notebook 2, attention with causal and padding masks in torch.
+
+The notebook's graded functions are called on every case's inputs (float64 and
+int64 tensors) inside the sandboxed child (see notebook_functions.py); their outputs are
+compared here with values computed by torch (fixturegen/notebook_cases.py).
+"""
+
+from __future__ import annotations
+
+from ..context import GradeContext
+from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
+from ..results import TestResult
+from ..rubric import Problem
+
+TENSOR = ("torch.Tensor",)
+SCALAR = ("torch.Tensor", "float", "numpy.float64")
+
+SPEC = NotebookSpec(
+    notebook="02_attention_and_masks.ipynb",
+    calls=(
+        Call("uniform_attention", ("tensor:X",), {"uniform": None}),
+        Call("attention", ("tensor:Q", "tensor:K", "tensor:V"), {"A": 0, "C": 1}),
+        Call("attention", ("tensor:Q", "tensor:K", "tensor:V", "tensor:mask"), {"A_masked": 0, "C_masked": 1}),
+        Call("causal_mask", ("int:T",), {"causal_mask": None}),
+        Call("padding_mask", ("tensor:tokens", "int:pad_id"), {"padding_mask": None}),
+        Call("combined_mask", ("tensor:tokens", "int:pad_id"), {"combined_mask": None}),
+        Call("masked_mean_loss", ("tensor:logits", "tensor:targets", "int:pad_id"), {"masked_mean_loss": None}),
+        Call("perplexity", ("tensor:logits", "tensor:targets", "int:pad_id"), {"perplexity": None}),
+    ),
+    quantities={
+        "uniform": Quantity(TENSOR, "H[b, t] is the mean of X[b, 0..t]: cumsum over dim 1 divided by 1..T."),
+        "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes."),
+        "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv)."),
+        "A_masked": Quantity(
+            TENSOR,
+            "fill blocked scores (mask False) with -inf before the softmax; a row with no allowed key must be all "
+            "zeros, not NaN.",
+        ),
+        "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector."),
+        "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included)."),
+        "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
+        "combined_mask": Quantity(
+            TENSOR,
+            "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id: padding blocks the key axis (the last), "
+            "not the query axis.",
+        ),
+        "masked_mean_loss": Quantity(
+            SCALAR,
+            "average -log_softmax(logits)[target] over the targets that are not pad_id only; padded positions must "
+            "not enter the sum or the count.",
+        ),
+        "perplexity": Quantity(
+            SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss), not exp of the summed NLL."
+        ),
+    },
+)
+
+
+def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    return grade_notebook(ctx, problem, SPEC)

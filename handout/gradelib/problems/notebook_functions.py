@@ -1,0 +1,249 @@
+"""Grade a notebook problem: run the student's notebook in the sandboxed child, judge here.
+
+A notebook problem (problems/losses.py, problems/masks.py) is plain data, a
+NotebookSpec: the notebook's file name, the calls to make (graded function,
+arguments taken from a case's inputs, which return value is which quantity)
+and, per quantity, the types accepted and a hint. Cases live in
+<case_root>/notebooks/<visibility>/cases.json, each tagged with its problem id;
+a case's .npz holds the inputs and expected_<quantity> arrays, and only the
+inputs are copied to the child (child/notebook_child.py), which executes the
+notebook cell by cell and calls the functions. The comparison happens here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import sandbox
+from ..compare import Check, Observed, check
+from ..context import GradeContext
+from ..results import TestResult
+from ..rubric import Problem
+from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+
+CASE_FOLDER = "notebooks"
+HARNESS = ("child_common.py", "notebook_child.py")
+# Cells the grader does not run: plots and demos carry this tag in the handout.
+SKIP_TAGS = ("skip-grading",)
+# A cell made only of otter's client calls (init, check, export) needs otter and the
+# public tests; the grader has no use for it.
+OTTER_CELL = (
+    r"\A(?:[ \t]*(?:#[^\n]*|import otter|grader\s*=\s*otter\.Notebook\([^\n]*\)"
+    r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
+)
+DEFAULT_SETTINGS = {"cell_timeout_s": 10.0, "call_timeout_s": 5.0}
+MAX_CELL_NOTES = 6
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a graded function; args/kwargs are 'kind:key' (kind: array, tensor, int)."""
+
+    function: str
+    args: tuple[str, ...]
+    outputs: dict[str, int | None]  # quantity -> index into a returned tuple, None for the value itself
+    kwargs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    types: tuple[str, ...]  # accepted type names; the first is the one named in messages
+    hint: str
+    additive_mask: bool = False  # holds -inf on purpose: compared entry for entry, -inf == -inf
+
+
+@dataclass(frozen=True)
+class NotebookSpec:
+    notebook: str
+    calls: tuple[Call, ...]
+    quantities: dict[str, Quantity]
+
+    @property
+    def functions(self) -> list[str]:
+        return sorted({c.function for c in self.calls})
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    visibility: str
+    description: str
+    path: Path
+
+
+def load_cases(case_root: Path, visibilities: tuple[str, ...], problem_id: str) -> list[Case]:
+    cases = []
+    for vis in visibilities:
+        index = case_root / CASE_FOLDER / vis / "cases.json"
+        if not index.exists():
+            continue
+        for entry in json.loads(index.read_text()):
+            if entry["problem"] == problem_id:
+                cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz"))
+    return cases
+
+
+def run_notebook(
+    ctx: GradeContext,
+    label: str,
+    src: Path,
+    notebook: str,
+    cases: list[tuple[str, Path]],
+    calls,
+    settings: dict,
+    collect,
+    child: str = "notebook_child.py",
+    harness: tuple[str, ...] = HARNESS,
+):
+    """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
+
+    `cases` are (name, path of the case .npz); only its inputs (not the
+    expected_* arrays) enter the scratch folder. `collect(scratch, run, report)`
+    reads the child's outputs before the scratch folder is removed; returns
+    (what collect returned, the ChildRun, the child's notebook report).
+    """
+    scratch = ctx.new_scratch(label)
+    try:
+        (scratch / "submission").mkdir()
+        shutil.copyfile(src, scratch / "submission" / notebook)
+        (scratch / "inputs").mkdir()
+        for name, path in cases:
+            with np.load(path, allow_pickle=False) as data:
+                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
+            np.savez(scratch / "inputs" / f"{name}.npz", **inputs)
+        for name in harness:
+            shutil.copyfile(Path(__file__).parent.parent / "child" / name, scratch / name)
+        task = {
+            "notebook": f"submission/{notebook}",
+            "skip_tags": list(SKIP_TAGS),
+            "skip_patterns": [OTTER_CELL],
+            "cell_timeout_s": float(settings["cell_timeout_s"]),
+            "call_timeout_s": float(settings["call_timeout_s"]),
+            # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
+            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
+            "functions": sorted({c.function for c in calls}),
+            "calls": [
+                {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
+                for c in calls
+            ],
+            "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, _ in cases],
+        }
+        (scratch / "task.json").write_text(json.dumps(task))
+        run = sandbox.run([child], scratch, ctx.limits)
+        report = read_meta(scratch / "outputs" / "notebook.json")
+        return collect(scratch, run, report), run, report
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None) -> Observed:
+    """What the child recorded for quantity q of a case, or why there is nothing."""
+    if meta is None:
+        stage = "running the notebook" if report is None else "calling its functions"
+        return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
+    errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
+    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800])
+
+
+def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
+    vis = ctx.visibilities
+    src = ctx.submission / spec.notebook
+    if not src.is_file():
+        return all_zero(problem, vis, f"{spec.notebook} is missing from the handin; add it and submit again.")
+    cases = load_cases(ctx.case_root, vis, problem.id)
+    if not cases:
+        return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
+    settings = {**DEFAULT_SETTINGS, **problem.settings}
+
+    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None):
+        if report is not None and report.get("read_error"):
+            return None
+        return [_outcome(problem, spec, case, scratch, run, report) for case in cases]
+
+    outcomes, run, report = run_notebook(
+        ctx, problem.id, src, spec.notebook, [(c.name, c.path) for c in cases], spec.calls, settings, collect
+    )
+    if outcomes is None:
+        return all_zero(
+            problem,
+            vis,
+            f"{spec.notebook} could not be read as a notebook ({str(report['read_error'])[:300]}); "
+            "submit the .ipynb file saved by Jupyter.",
+        )
+    _note_cells(ctx, problem, spec, run, report)
+    return group_results(problem, outcomes, vis)
+
+
+def _outcome(
+    problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
+) -> CaseOutcome:
+    case_dir = scratch / "outputs" / case.name
+    meta = read_meta(case_dir / "meta.json")
+    outcome = CaseOutcome(case.name, case.visibility, case.description)
+    with np.load(case.path, allow_pickle=False) as data:
+        expected = {q: data[f"expected_{q}"] for q in spec.quantities}
+    for q, quantity in spec.quantities.items():
+        exp = expected[q]
+        tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
+        got = observed(q, case_dir, meta, run, report)
+        outcome.checks[q] = _check(q, got, exp, quantity, tol)
+    return outcome
+
+
+def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
+    expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
+    if not quantity.additive_mask:
+        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=quantity.hint)
+    # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
+    finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
+    early = check(
+        name,
+        Observed(got.present, got.type_name, finite, got.note),
+        np.nan_to_num(expected, neginf=0.0),
+        rtol=0.0,
+        atol=0.0,
+        expected_type=expected_type,
+        hint=quantity.hint,
+    )
+    if early.stage in ("present", "type", "shape", "dtype"):
+        return early
+    # ... then exact values, where -inf is a value like any other.
+    got64, exp64 = got.array.astype(np.float64), expected.astype(np.float64)
+    same = (got64 == exp64) | (np.isnan(got64) & np.isnan(exp64))
+    if same.all():
+        return Check(name, True, "ok", f"'{name}' matches.", 0.0)
+    wrong = np.argwhere(~same)
+    first = tuple(int(i) for i in wrong[0])
+    return Check(
+        name,
+        False,
+        "values",
+        f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, first at index "
+        f"({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. Hint: {quantity.hint}",
+        float("inf"),
+    )
+
+
+def _note_cells(ctx: GradeContext, problem: Problem, spec: NotebookSpec, run: sandbox.ChildRun, report: dict | None) -> None:
+    """Tell the student which cells failed to run, once per problem."""
+    lines = []
+    if report is None:
+        lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
+    else:
+        for cell in report.get("cells", []):
+            if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
+                continue
+            lines.append(
+                f"code cell {cell.get('cell')} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
+                f"{str(cell.get('message'))[:300]}"
+            )
+        if run.timed_out:
+            lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
+    if lines:
+        shown = lines[:MAX_CELL_NOTES] + ([f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else [])
+        ctx.note(f"{problem.id} ({spec.notebook}): " + "\n    ".join(["when the grader ran your notebook:", *shown]))
