@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from .grade import grade_submission
 from .manifest import HANDIN_FILES, check_folder
-from .rubric import load
+from .rubric import RubricError, load
 from .sandbox import Limits
 from .intake import HandinError, open_handin
 from .problems import GRADERS
@@ -35,7 +36,11 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
-    problems = load()
+    try:
+        problems = load()
+    except RubricError as exc:
+        print(f"gradelib/rubric.toml cannot be used ({exc}); download the handout again.", file=sys.stderr)
+        return 2
     known = [p for p in problems if p in GRADERS]
     ap = argparse.ArgumentParser(prog="autograder.py", description="Grade your work on the public test cases.")
     ap.add_argument("--only", nargs="+", choices=known, metavar="PROBLEM", help=f"problems to grade: {', '.join(known)}")

@@ -256,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     args = parse_args(argv)
-    known = [p for p in rubric_mod.load() if p in GRADERS]
+    try:
+        known = [p for p in rubric_mod.load() if p in GRADERS]
+    except rubric_mod.RubricError as exc:
+        print(f"The rubric cannot be used, so nothing was graded: {exc}", file=sys.stderr)
+        return 2
     if args.only:
         unknown = [p for p in args.only if p not in known]
         if unknown:

@@ -1,6 +1,6 @@
 """Cases for notebook 3's predict() and generate() on fixed-weight models (`make fixtures`).
 
-    python -m autograder.fixturegen.lm_function_cases --out fixtures
+    python -m autograder.fixturegen [--out fixtures]
 
 writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
 holds a fixed model (see gradelib/lm/fixed_models.py), prompts and settings,
@@ -20,7 +20,6 @@ logit or nucleus boundary is a near tie, so float32 and float64 agree.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -142,17 +141,3 @@ def build(out: Path) -> list[Path]:
         path.write_text(json.dumps(entries, indent=2) + "\n")
         written.append(path)
     return written
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Write the fixed-model cases for predict() and generate().")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "fixtures")
-    args = ap.parse_args()
-    for path in build(args.out):
-        print(f"wrote {path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path}")
-    counts = {v: sum(1 for s in CASES.values() if s[0] == v) for v in ("public", "hidden")}
-    print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {SEED})")
-
-
-if __name__ == "__main__":
-    main()

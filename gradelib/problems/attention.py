@@ -19,12 +19,13 @@ from .. import sandbox
 from ..compare import Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric import Problem, ProblemSchema
 from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
 
 FILENAME = "attention.py"
 INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
+SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES))
 HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {

@@ -35,17 +35,24 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric import Problem, Setting, fraction
 from ..scoring import CaseOutcome, all_zero, group_results, read_meta
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
 HARNESS = ("child_common.py", "notebook_child.py", "lm_child.py")
-# Largest total-variation distance between sampled frequencies and softmax(logits / T); a
-# correct sampler stays below it with overwhelming probability at 8000 samples (typical 0.01).
-MAX_TV = 0.05
-# Notebook 3 imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
-TIMEOUTS = {"cell_timeout_s": 30.0, "call_timeout_s": 10.0}
+# Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
+# imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
+FUNCTION_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 30.0, "Seconds one cell of notebook 3 may run (training cells never run)."),
+    "call_timeout_s": Setting((int, float), 10.0, "Seconds one call of predict() or generate() may take."),
+}
+# A correct sampler stays below this total-variation distance with overwhelming probability at
+# 8000 samples (typical 0.01).
+SAMPLING_SETTINGS = {
+    "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the frequencies "
+                               "of generate()'s samples and softmax(logits / temperature).", fraction),
+}
 
 MODEL = "model:m"
 STEPS = "int:steps"
@@ -65,6 +72,7 @@ SPEC = NotebookSpec(
     ),
     quantities={},
 )
+QUANTITIES = frozenset(q for c in SPEC.calls for q in c.outputs)
 
 HINTS = {
     "predict_logits": "step t is model(inp + greedy picks of steps < t)[:, -1]: raw logits (no softmax), the argmax "
@@ -119,7 +127,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return [_outcome(problem, case, scratch, run, report) for case in cases]
 
     outcomes, run, report = run_notebook(
-        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, TIMEOUTS,
+        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, problem.settings,
         collect, child="lm_child.py", harness=HARNESS,
     )
     _note_cells(ctx, problem, SPEC, run, report)
@@ -167,7 +175,7 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
         first = exact("sampled_ids", obs, shape_ref)
         outcome.checks["sampled_ids"] = (
             first if first.stage != "values" and not first.passed
-            else _frequencies(obs.array, c["d_table"][0], float(c["dist_temperature"]))
+            else _frequencies(obs.array, c["d_table"][0], float(c["dist_temperature"]), float(problem.settings["sampling_max_tv"]))
         )
     return outcome
 
@@ -206,7 +214,7 @@ def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarr
     return Check(q, True, "ok", f"'{q}': every id lies in its allowed set.", 0.0)
 
 
-def _frequencies(ids: np.ndarray, row: np.ndarray, temperature: float) -> Check:
+def _frequencies(ids: np.ndarray, row: np.ndarray, temperature: float, max_tv: float) -> Check:
     q = "sampled_ids"
     flat = ids.reshape(-1)
     special = np.isin(flat, [EOS, PAD]) | (flat < 0) | (flat >= VOCAB_SIZE)
@@ -218,11 +226,11 @@ def _frequencies(ids: np.ndarray, row: np.ndarray, temperature: float) -> Check:
     freq = np.bincount(flat, minlength=VOCAB_SIZE) / flat.size
     tv = 0.5 * float(np.abs(freq - expected)[GENERATABLE].sum())
     top = int(np.argmax(expected))
-    if tv > MAX_TV:
+    if tv > max_tv:
         return Check(
             q, False, "values",
             f"'{q}': the frequencies of {flat.size} samples at temperature {temperature:g} are {tv:.3f} (total "
-            f"variation) from softmax(logits / temperature), more than {MAX_TV}; e.g. id {top}: sampled "
+            f"variation) from softmax(logits / temperature), more than {max_tv:g}; e.g. id {top}: sampled "
             f"{freq[top]:.3f}, expected {expected[top]:.3f}. Hint: {HINTS[q]}",
             tv,
         )

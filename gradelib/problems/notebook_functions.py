@@ -23,7 +23,7 @@ from .. import sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric import Problem, ProblemSchema, Setting
 from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
 
 CASE_FOLDER = "notebooks"
@@ -36,7 +36,11 @@ OTTER_CELL = (
     r"\A(?:[ \t]*(?:#[^\n]*|import otter|grader\s*=\s*otter\.Notebook\([^\n]*\)"
     r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
 )
-DEFAULT_SETTINGS = {"cell_timeout_s": 10.0, "call_timeout_s": 5.0}
+# Settings of every notebook problem (rubric.toml [problems.<id>].settings).
+NOTEBOOK_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 10.0, "Seconds one notebook cell may run before the grader stops it and moves on."),
+    "call_timeout_s": Setting((int, float), 5.0, "Seconds one call of a graded function may take."),
+}
 MAX_CELL_NOTES = 6
 
 
@@ -66,6 +70,11 @@ class NotebookSpec:
     @property
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
+
+    def schema(self, **settings: Setting) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric."""
+        outputs = {q for c in self.calls for q in c.outputs}
+        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs)
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
     cases = load_cases(ctx.case_root, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    settings = {**DEFAULT_SETTINGS, **problem.settings}
+    settings = problem.settings
 
     def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None):
         if report is not None and report.get("read_error"):

@@ -42,7 +42,7 @@ HANDIN_FILES: dict[str, str] = {
 }
 OPTIONAL = ("generated.txt", "model.pt")
 
-# Vocabulary of DESIGN.md: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
+# The vocabulary: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
 VOCAB_SIZE = 30
 SPECIAL_IDS = {0: "<eos>", 1: "<pad>"}
 PREDICTION_SHAPE = (128, 20, VOCAB_SIZE)  # prediction_test.npz: 128 sequences, 20 steps, logits

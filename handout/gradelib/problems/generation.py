@@ -30,13 +30,27 @@ from ..context import GradeContext
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric import Problem, ProblemSchema, Setting, fraction
 from ..scoring import all_zero
-from .prediction import credit, load_npy
+from .prediction import below, credit, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
 STEPS = 30
+
+SCHEMA = ProblemSchema(
+    settings={
+        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters mixed "
+                                 "into the oracle (and its insertion-channel rate).", fraction),
+        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line earns all its points."),
+        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."),
+        **lm_functions.FUNCTION_SETTINGS,
+        **lm_functions.SAMPLING_SETTINGS,
+    },
+    line_ids=frozenset({"format", "perplexity"}),
+    quantities=lm_functions.QUANTITIES,
+    relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
+)
 
 
 def check_ids(arr: np.ndarray) -> str:

@@ -24,7 +24,7 @@ from ..context import GradeContext
 from ..lm.metrics import prediction_report
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric import Problem, ProblemSchema, Setting
 from ..scoring import all_zero
 
 FILENAME = "predictions.npy"
@@ -33,6 +33,23 @@ TARGETS = "lm/hidden/prediction_test_out.npz"
 STEPS = 20
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
+
+
+def below(low: str, high: str):
+    """A relation between two thresholds: full credit must be easier to reach than none."""
+    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
+
+
+SCHEMA = ProblemSchema(
+    settings={
+        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line earns all its points."),
+        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing (linear in between)."),
+        **lm_functions.FUNCTION_SETTINGS,
+    },
+    line_ids=frozenset({"format", "nll"}),
+    quantities=lm_functions.QUANTITIES,
+    relations=(below("full_credit_nll", "zero_credit_nll"),),
+)
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, str]:
