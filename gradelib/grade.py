@@ -66,8 +66,10 @@ def grade_submission(
             for p in selected:
                 result.tests += all_zero(p, visibilities, f"not graded: {exc}")
             return result
+        shared: dict = {}  # one run of the trained model serves every problem that grades it
         for p in selected:
-            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir, oracle_loader=oracle_loader)
+            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
+                               oracle_loader=oracle_loader, cache=shared)
             try:
                 tests: list[TestResult] = GRADERS[p.id](ctx, p)
             except Exception:  # a grader bug must not cost the student a results file
@@ -75,6 +77,7 @@ def grade_submission(
                 tests = all_zero(p, visibilities, f"internal grader error; please tell the course staff.\n{detail}")
             result.tests += tests
             result.notes += ctx.notes
+            result.flags.update(ctx.flags)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start

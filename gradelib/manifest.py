@@ -21,6 +21,7 @@ import os
 import sys
 import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,11 @@ HANDIN_FILES: dict[str, str] = {
     "predictions.npy": "(128, 20, 30) float logits for prediction_test.npz (problem prediction)",
     "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
     "generated.txt": "the generations as readable text (optional)",
-    "model.pt": "the trained model's checkpoint (optional)",
+    "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, generation)",
 }
-OPTIONAL = ("generated.txt", "model.pt")
+OPTIONAL = ("generated.txt",)
+# The reference model's float32 checkpoint is 1.4 MB; ten times the parameters still fit.
+MAX_CHECKPOINT_BYTES = 32 * 1024 * 1024
 
 # The vocabulary: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
 VOCAB_SIZE = 30
@@ -162,6 +165,18 @@ def _check_text(path: Path) -> list[str]:
     return []
 
 
+def _check_checkpoint(path: Path) -> list[str]:
+    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        return [f"is larger than {MAX_CHECKPOINT_BYTES // 2**20} MB; hand in the model's state_dict saved with torch.save"]
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist()):
+                return ["is not a torch.save checkpoint (no data.pkl inside); save the model with torch.save"]
+    except (zipfile.BadZipFile, OSError):
+        return ["is not a torch.save checkpoint; save the model with torch.save(...)"]
+    return []
+
+
 CHECKS = {
     "attention.py": _check_python,
     "01_mlm_and_next_token.ipynb": _check_notebook,
@@ -170,6 +185,7 @@ CHECKS = {
     "predictions.npy": _check_predictions,
     "generated.npy": _check_generated,
     "generated.txt": _check_text,
+    "model.pt": _check_checkpoint,
 }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+import torch
 
 from gradelib import manifest as handin
 from gradelib.manifest import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
@@ -35,6 +36,7 @@ def student(tmp_path) -> Path:
     np.save(run / "predictions_test_3.npy", rng.standard_normal(PREDICTION_SHAPE).astype(np.float32))
     np.save(run / "generated_3.npy", rng.integers(2, 30, size=GENERATION_SHAPE))
     (run / "generated_3.txt").write_text("THE CAT SAT\n")
+    torch.save({"config": {}, "state_dict": {"w": torch.zeros(2)}}, run / "model_3.pt")
     (run / "losses.csv").write_text("not handed in\n")
     return root
 
@@ -56,9 +58,9 @@ def test_handin_holds_exactly_the_manifest_files(student):
     with tarfile.open(student / "handin.tar") as tar:
         names = tar.getnames()
         generated = tar.extractfile("generated.npy").read()
-    assert names == [n for n in HANDIN_FILES if n != "model.pt"]
+    assert names == list(HANDIN_FILES)
     assert generated == (student / "experiments" / "run1" / "generated_3.npy").read_bytes()
-    assert "wrote handin.tar" in proc.stdout and "model.pt" in proc.stdout  # the optional checkpoint is noted
+    assert "wrote handin.tar" in proc.stdout
 
 
 def test_handin_is_byte_identical_when_built_twice(student, capsys):
@@ -170,14 +172,20 @@ def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_pa
     assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout
 
 
-def test_checkpoint_is_handed_in_when_present_and_left_out_when_too_large(student, capsys, monkeypatch):
+def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
     ckpt = student / "experiments" / "run1" / "model_3.pt"
-    ckpt.write_bytes(bytes(3 * 2**19))  # 1.5 MB, larger than every other handin file here
     assert pack(student, capsys, "--runid", "run1", "--epoch", "3")[0] == 0
     with tarfile.open(student / "handin.tar") as tar:
         assert tar.getnames()[-1] == "model.pt"
-    monkeypatch.setattr(handin, "MAX_FILE_BYTES", 2**20)
-    rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
-    assert rc == 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in out and "left out" in out
-    with tarfile.open(student / "handin.tar") as tar:
-        assert "model.pt" not in tar.getnames()
+    (student / "handin.tar").unlink()
+    monkeypatch.setattr(handin, "MAX_CHECKPOINT_BYTES", 100)
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in err, err
+    monkeypatch.undo()
+    ckpt.write_bytes(b"not a checkpoint")
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "is not a torch.save checkpoint" in err, err
+    ckpt.unlink()
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "model.pt: experiments/run1/model_3.pt is missing" in err, err
+    assert not (student / "handin.tar").exists()

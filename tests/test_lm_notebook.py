@@ -164,8 +164,10 @@ def test_reference_handin_earns_full_lm_marks(tmp_path):
         NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
         "predictions.npy": (FIXTURES / "lm" / "reference_predictions.npy").read_bytes(),
         "generated.npy": (FIXTURES / "lm" / "reference_generated.npy").read_bytes(),
+        "model.pt": (FIXTURES / "lm" / "reference_model.pt").read_bytes(),
     }
     result = grade_files(tmp_path, files, only=LM_PROBLEMS, timeout_s=90)
+    assert not result.flags, result.flags  # the arrays are what the model writes
     lost = [(t.name, t.score, t.max_score, t.output[:300]) for t in result.tests if t.score < t.max_score]
     assert not lost, lost
     points = {pid: p.points for pid, p in load_rubric().items() if pid in LM_PROBLEMS}

@@ -30,7 +30,7 @@ FIXTURES = REPO / "fixtures"
 # student could write the source's own text without training.
 GRADELIB = REPO / "gradelib"
 # Language-model fixtures the local grader reads (the prediction targets stay hidden).
-LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz")
+LM_PUBLIC_FILES = ("prediction.npz", "prediction_test.npz", "generation_test.npz")
 # What notebook 3 trains and evaluates on, in handout/data/lm/ (prediction.npz is the validation set).
 LM_DATA_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
 

@@ -1,16 +1,17 @@
-"""Problem `generation`: the perplexity of the handin's generated.npy under the oracle.
+"""Problem `generation`: the perplexity of what the handed-in model generates, and generated.npy's form.
 
-No student code runs here. The handin holds the ids its notebook generated after
-each prompt of generation_test.npz; this process checks their form and scores
-them with the oracle the staff grader supplies (GradeContext.oracle_loader; it reads
-<case_root>/lm/oracle.json (the toy source, whose
-forward algorithm is exact, or an instructor's reference model)). The oracle is
-secret: with it a student could write the source's own text without training,
-so the handout ships neither its code nor oracle.json, and the local autograder
-checks the format only.
+The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox
+(problems/lm_model.py), runs the notebook's generate(model, inp, 30) (greedy)
+on every prompt of generation_test.npz, and scores the result under the oracle
+the staff grader supplies (GradeContext.oracle_loader, which reads
+<case_root>/lm/oracle.json: the toy source, exact by the forward algorithm, or
+an instructor's reference model). The oracle is secret: with it a student could
+write the source's own text without training, so the handout ships neither its
+code nor oracle.json, and the local grader never scores text.
 
-- id "format" (public): well formed (shape, integer ids in the vocabulary, no
-  <eos>/<pad>); full points or 0.
+- id "format" (public): generated.npy is well formed (shape, integer ids in the
+  vocabulary, no <eos>/<pad>); full points or 0. It is compared with what the
+  model generates, and a mismatch is flagged for the course staff.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
@@ -25,13 +26,13 @@ import time
 
 import numpy as np
 
-from . import lm_functions
 from ..context import GradeContext
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting, fraction
 from ..scoring import all_zero
+from . import lm_functions, lm_model
 from .prediction import below, credit, load_npy
 
 FILENAME = "generated.npy"
@@ -89,25 +90,19 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         if message:
             ids = None
     settings = problem.settings
-    eps = float(settings["smoothing_eps"])
     full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
-    scored = None
-    needs_oracle = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
-    if ids is not None and needs_oracle:
-        try:
-            if ctx.oracle_loader is None:  # the handout's grader has no oracle
-                raise ValueError("this grader has no oracle")
-            oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
-        except (ImportError, OSError, ValueError, KeyError) as exc:
-            oracle = None
-            ctx.note(f"generation: the oracle could not be loaded ({exc}); perplexity not computed.")
-        if oracle is not None:
-            start = time.monotonic()
-            tok = generation_token_nll(oracle, prompts, ids.astype(np.int64), eps)  # (B, STEPS)
-            scored = (float(np.exp(tok.mean())), tok, time.monotonic() - start)
-    elif ids is not None:  # the local grader: a passing line's message is not shown, a note is
-        ctx.note(f"generation: {FILENAME} is well formed; its perplexity under the source of the text is computed "
-                 f"by the course grader after you submit (full credit at <= {full:g}, none at >= {zero:g}).")
+    needs_model = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
+    own, own_problem, scored = None, "", None
+    if needs_model:
+        own, own_problem = model_generation(ctx, problem, shape)
+        if own is not None:
+            scored, own_problem = _score(ctx, settings, prompts, own)
+    if ids is not None:
+        _compare(ctx, ids, ctx.cache.get(("lm_model", tuple(vis))))
+        if not needs_model:  # the local grader: a passing line's message is not shown, a note is
+            ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() "
+                     f"itself and computes the perplexity of what it writes under the source of the text "
+                     f"(full credit at <= {full:g}, none at >= {zero:g}).")
     tests = []
     for group in problem.groups:
         for v in vis:
@@ -115,21 +110,67 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
                 continue
             points = problem.share(group, v)
             name = f"{problem.id}: {group.title} [{v}]"
-            if ids is None:
+            if group.id == "perplexity":
+                if scored is None:
+                    tests.append(TestResult(problem.id, name, 0.0, points, v, f"generation: {own_problem}"))
+                else:
+                    tests.append(_perplexity_result(problem, name, points, v, prompts, own, scored, full, zero))
+            elif ids is None:
                 tests.append(TestResult(problem.id, name, 0.0, points, v, message))
             elif group.id == "format":
                 text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
-                        f"Its perplexity under the source of the text is computed by the course grader after you "
-                        f"submit (full credit at <= {full:g}, none at >= {zero:g}).")
+                        "The perplexity line grades what model.pt generates, after you submit.")
                 tests.append(TestResult(problem.id, name, points, points, v, text))
-            elif group.id == "perplexity":
-                if scored is None:
-                    tests.append(TestResult(problem.id, name, 0.0, points, v, "generation: the oracle was not available; see the notes."))
-                    continue
-                tests.append(_perplexity_result(problem, name, points, v, prompts, ids, scored, full, zero))
             else:
                 tests.append(TestResult(problem.id, name, 0.0, points, v, f"generation: unknown rubric line '{group.id}'"))
     return tests
+
+
+def model_generation(ctx: GradeContext, problem: Problem, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
+    """(the ids the handed-in model generates greedily with the notebook's generate(), '') or (None, why not)."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return None, run.problem
+    if run.generated is None:
+        why = run.call_problems.get("generate", "generate() returned nothing the grader could read")
+        return None, f"running your generate(model, inp, {STEPS}) on generation_test.npz: {why}"
+    own = run.generated
+    if own.shape != shape or own.dtype.kind not in "iu":
+        return None, (f"your generate(model, inp, {STEPS}) returned shape {own.shape} and dtype {own.dtype}; "
+                      f"expected {shape} integer ids")
+    bad = check_ids(own)
+    if bad:
+        return None, "what your model generates: " + bad.replace(f"generation: {FILENAME} holds", "it holds")
+    return own.astype(np.int64), ""
+
+
+def _score(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray):
+    """((perplexity, per-token NLL, seconds), '') or (None, why the oracle could not score)."""
+    eps = float(settings["smoothing_eps"])
+    try:
+        if ctx.oracle_loader is None:  # the handout's grader has no oracle
+            raise ValueError("this grader has no oracle")
+        oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
+    except (ImportError, OSError, ValueError, KeyError) as exc:
+        return None, f"the oracle could not be loaded ({exc}); perplexity not computed."
+    start = time.monotonic()
+    tok = generation_token_nll(oracle, prompts, ids, eps)  # (B, STEPS)
+    ppl = float(np.exp(tok.mean()))
+    if not math.isfinite(ppl):
+        return None, "the perplexity of your model's generations is not a finite number."
+    return (ppl, tok, time.monotonic() - start), ""
+
+
+def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
+    """Flag a generated.npy that is not what the handed-in model generates."""
+    if run is None or run.problem or run.generated is None:
+        return
+    same = lm_model.match_fraction(ids, run.generated)
+    if same is not None and same < 1.0:
+        message = (f"{FILENAME} is not what model.pt generates: {same * 100:.1f}% of its ids equal the model's own "
+                   "greedy generation. The grader scores its own run of the model, not the array.")
+        ctx.note(f"generation: {message}")
+        ctx.flags["generated_does_not_match_model"] = message
 
 
 def _perplexity_result(problem, name, points, vis, prompts, ids, scored, full, zero) -> TestResult:

@@ -108,6 +108,9 @@ def run_notebook(
     collect,
     child: str = "notebook_child.py",
     harness: tuple[str, ...] = HARNESS,
+    prepare=None,
+    companion=None,
+    limits: sandbox.Limits | None = None,
 ):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
@@ -115,7 +118,12 @@ def run_notebook(
     expected_* arrays) enter the scratch folder. `collect(scratch, run, report)`
     reads the child's outputs before the scratch folder is removed; returns
     (what collect returned, the ChildRun, the child's notebook report).
+    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)`
+    starts work that runs beside the child and returns a function, called once the
+    child is gone, whose result is passed to `collect` as a fourth argument.
+    `limits` replaces ctx.limits for this run.
     """
+    limits = limits or ctx.limits
     scratch = ctx.new_scratch(label)
     try:
         (scratch / "submission").mkdir()
@@ -134,7 +142,7 @@ def run_notebook(
             "cell_timeout_s": float(settings["cell_timeout_s"]),
             "call_timeout_s": float(settings["call_timeout_s"]),
             # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
-            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
+            "budget_s": max(1.0, limits.timeout_s * 0.85 - 2.0),
             "functions": sorted({c.function for c in calls}),
             "calls": [
                 {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
@@ -142,9 +150,14 @@ def run_notebook(
             ],
             "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, _ in cases],
         }
+        if prepare is not None:
+            task.update(prepare(scratch))
         (scratch / "task.json").write_text(json.dumps(task))
-        run = sandbox.run([child], scratch, ctx.limits)
+        finish = companion(scratch) if companion is not None else None
+        run = sandbox.run([child], scratch, limits)
         report = read_meta(scratch / "outputs" / "notebook.json")
+        if finish is not None:
+            return collect(scratch, run, report, finish()), run, report
         return collect(scratch, run, report), run, report
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -50,6 +50,7 @@ class SubmissionResult:
     problems: tuple[str, ...] = ()  # ids graded, in rubric order
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
@@ -80,6 +81,7 @@ class SubmissionResult:
             "visibility": "visible",
             "stdout_visibility": "hidden",
             "tests": tests,
+            **({"extra_data": {"flags": dict(self.flags)}} if self.flags else {}),
         }
 
     def autolab_line(self) -> str:

@@ -1,14 +1,17 @@
-"""Problem `prediction`: the NLL of the handin's predictions.npy against the hidden targets.
+"""Problem `prediction`: the teacher-forced NLL of the handed-in model, and predictions.npy's form.
 
-No student code runs here: the handin holds the logits its notebook computed
-for prediction_test.npz, and this process reads them as plain numbers (header
-first, no pickles, bounded size), checks their form, and scores them with
-gradelib/lm/metrics.py. Rubric lines (rubric.toml [problems.prediction]):
+The quality line grades model.pt itself, rebuilt with the handin's notebook 3
+code in the sandbox (problems/lm_model.py): no array the student wrote decides
+it. Rubric lines (rubric.toml [problems.prediction]):
 
-- id "format" (public): the file is present and well formed; full points or 0.
-- id "nll" (hidden): on-track NLL against the hidden targets, full credit at or
-  below settings.full_credit_nll, none at or above settings.zero_credit_nll,
-  linear in between.
+- id "format" (public): predictions.npy is present and well formed; full points
+  or 0. It is also compared with what the model predicts, and a mismatch is
+  flagged for the course staff.
+- id "nll" (hidden): the mean NLL of the hidden continuations of
+  prediction_test.npz, each character predicted from the prompt and the true
+  characters before it (a proper score: no choice of the model's decides which
+  steps count); full credit at or below settings.full_credit_nll, none at or
+  above settings.zero_credit_nll, linear in between.
 - lines that list quantities (predict_function): notebook 3's predict() on
   fixed-weight models, graded by problems/lm_functions.py.
 """
@@ -19,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import lm_functions
 from ..context import GradeContext
-from ..lm.metrics import prediction_report
+from ..lm.metrics import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting
 from ..scoring import all_zero
+from . import lm_functions, lm_model
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
@@ -109,7 +112,19 @@ def credit(value: float, full: float, zero: float) -> float:
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
-    return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
+    tests = _grade_arrays(ctx, arrays)
+    if arrays.groups:
+        model_notes(ctx, problem, _handin_logits(ctx))
+    return tests + lm_functions.grade(ctx, problem)
+
+
+def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
+    inputs = ctx.case_root / INPUTS
+    if not inputs.is_file():
+        return None
+    with np.load(inputs, allow_pickle=False) as data:
+        rows = data["inp"].shape[0]
+    return load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", "")[0]
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -122,7 +137,6 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
     logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what)
-    settings = problem.settings
     tests = []
     for group in problem.groups:
         for v in vis:
@@ -130,39 +144,68 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
                 continue
             points = problem.share(group, v)
             name = f"{problem.id}: {group.title} [{v}]"
-            if logits is None:
+            if group.id == "nll":
+                tests.append(_score_nll(ctx, problem, name, points, v))
+            elif logits is None:
                 tests.append(TestResult(problem.id, name, 0.0, points, v, message))
             elif group.id == "format":
                 tests.append(TestResult(problem.id, name, points, points, v,
                                         f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
-                                        "Its NLL against the hidden targets is graded after you submit."))
-            elif group.id == "nll":
-                tests.append(_score_nll(ctx, problem, name, points, v, logits, settings))
+                                        "The NLL line grades model.pt itself, after you submit."))
             else:
                 tests.append(TestResult(problem.id, name, 0.0, points, v, f"prediction: unknown rubric line '{group.id}'"))
     return tests
 
 
-def _score_nll(ctx, problem, name, points, vis, logits, settings) -> TestResult:
-    path = ctx.case_root / TARGETS
-    if not path.is_file():
-        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: the targets {TARGETS} are missing under {ctx.case_root}.")
-    with np.load(path, allow_pickle=False) as data:
-        targets = data["out"]
-    report = prediction_report(logits, targets)
-    full, zero = float(settings["full_credit_nll"]), float(settings["zero_credit_nll"])
-    frac = credit(report["on_track_nll"], full, zero)
+def _score_nll(ctx: GradeContext, problem: Problem, name: str, points: float, vis: str) -> TestResult:
+    """Teacher-forced NLL of the handed-in model on the hidden continuations of prediction_test.npz."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: {run.problem}")
+    if "test" not in run.teacher_forced:
+        why = run.set_problems.get("test", "the model was not run on the test rows")
+        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: {why}")
+    logits, targets = run.teacher_forced["test"], run.targets["test"]
+    if not np.isfinite(logits).all():
+        return TestResult(problem.id, name, 0.0, points, vis,
+                          "prediction: your model's logits hold NaN or infinite values; they must be finite.")
+    nll = prediction_nll(logits, targets)
+    full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
+    frac = credit(nll, full, zero)
     text = (
-        f"prediction NLL {report['on_track_nll']:.4f} nats/char over the {report['on_track_steps']} on-track steps "
-        f"(step 0, and later steps while your greedy picks matched the true text); "
-        f"full credit at <= {full}, none at >= {zero}: {frac * points:.2f} of {points:g} points.\n"
-        f"For information: step-0 NLL {report['step0_nll']:.4f}; NLL over all {targets.size} steps "
-        f"{report['all_steps_nll']:.4f} (steps after a wrong greedy pick are not graded)."
+        f"prediction NLL {nll:.4f} nats/char: your model.pt, rebuilt with your notebook's code, predicted each of the "
+        f"{targets.size} hidden characters from the prompt and the true characters before it (teacher forcing); "
+        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * points:.2f} of {points:g} points."
     )
+    note = lm_model.causal_note(run)
     if frac < 1.0:
-        text += (
-            "\nHint: compare with the validation NLL the notebook prints for prediction.npz; if they differ "
-            "much, predict may not condition step t on the prompt plus the greedy picks of steps < t, or the "
-            "rows may be out of order."
-        )
+        text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
+                         "the checkpoint of the epoch with the lowest validation NLL.")
     return TestResult(problem.id, name, frac * points, points, vis, text)
+
+
+def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
+    """What the handed-in model did, said once: its validation figure locally, and whether
+    predictions.npy is what the model predicts."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        ctx.note(f"prediction: {run.problem}")
+        return
+    full = float(problem.settings["full_credit_nll"])
+    zero = float(problem.settings["zero_credit_nll"])
+    if "validation" in run.teacher_forced:
+        nll = prediction_nll(run.teacher_forced["validation"], run.targets["validation"])
+        ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char. "
+                 f"The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
+                 f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
+    note = lm_model.causal_note(run)
+    if note:
+        ctx.note(f"prediction: {note}")
+    if logits is not None and run.predicted is not None and run.predicted.shape == logits.shape:
+        differ = np.abs(run.predicted.astype(np.float64) - logits) > 1e-3 * max(1.0, float(np.abs(logits).max()))
+        if differ.any():
+            rows = int(differ.any(axis=(1, 2)).sum())
+            message = (f"{FILENAME} is not what model.pt predicts: {rows} of {logits.shape[0]} rows differ from the "
+                       "model's own predict(). The grader scores the model, not the array.")
+            ctx.note(f"prediction: {message}")
+            ctx.flags["predictions_do_not_match_model"] = message
