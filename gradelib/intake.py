@@ -398,11 +398,12 @@ def _open_zip(path: Path, label: str, dest: Path, intake: Intake, prefix: str) -
         for info in infos:
             name = info.filename
             _vet_path(label, name)
-            mode = info.external_attr >> 16
-            if info.create_system == 3 and mode:  # Unix: the high bits are st_mode
-                if stat.S_ISLNK(mode):
+            # Unix tools store st_mode in the high bits; many store permission bits only (no type).
+            kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0
+            if kind:
+                if stat.S_ISLNK(kind):
                     raise HandinError(f"{label}: member '{shown(name)}' is a link; handins hold regular files only")
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
                     raise HandinError(f"{label}: member '{shown(name)}' is a device or FIFO; refusing it")
             if info.flag_bits & ZIP_FLAG_ENCRYPTED:
                 raise HandinError(f"{label}: member '{shown(name)}' is encrypted; submit an archive without a password")
@@ -429,8 +430,7 @@ def _write_members(label: str, members: list[_Member], dest: Path, intake: Intak
     tops = {parts[0] for _, parts in paths}
     if len(tops) == 1 and all(len(parts) > 1 for _, parts in paths):
         paths = [(m, parts[1:]) for m, parts in paths]
-    seen: set[str] = set()
-    budget = MAX_TOTAL_BYTES
+    chosen: dict[str, _Member] = {}
     for m, parts in paths:
         if len(parts) != 1:
             intake.notes.append(f"skipped {shown('/'.join(parts))}: handin files belong at the top level of the archive")
@@ -440,9 +440,11 @@ def _write_members(label: str, members: list[_Member], dest: Path, intake: Intak
         if why:
             intake.notes.append(f"skipped a member of {label} whose name {why} ('{shown(name)}')")
             continue
-        if name in seen:
-            raise HandinError(f"{label} holds two members named {shown(name)}; which one is the handin is unclear. {REBUILD[0].upper()}{REBUILD[1:]}")
-        seen.add(name)
+        if name in chosen:
+            raise HandinError(f"{label} holds two members named {shown(name)}, so which one is the handin is unclear; {REBUILD}")
+        chosen[name] = m
+    budget = MAX_TOTAL_BYTES
+    for name, m in chosen.items():
         src = m.open()
         if src is None:
             continue
