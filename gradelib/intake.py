@@ -192,7 +192,8 @@ def _folder_shape(folder: Path, entries: list[Path]) -> tuple[str, Path]:
         )
     if len(archives) == 1:
         return "archive", archives[0]
-    if len(dirs) == 1:
+    # Only when nothing else is beside it: with stray files around, which folder is the handin is a guess.
+    if len(dirs) == 1 and len(entries) == 1:
         return "subfolder", dirs[0]
     return "files", folder
 

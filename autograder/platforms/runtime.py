@@ -63,9 +63,11 @@ def student_text(results: dict) -> str:
 
 
 def gradescope(root: Path, timeout: float) -> int:
-    handin = find_handin(root / "submission")
+    # The whole upload goes to the grader, so its notes can say what the upload held.
+    upload = root / "submission"
+    handin = find_handin(upload)
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
-        results, _ = _grade(handin, Path(tmp), timeout)
+        results, _ = _grade(upload, Path(tmp), timeout)
     write_json_atomic(root / "results" / "results.json", results)
     print(f"graded {handin}: {results['score']} points; wrote {root / 'results' / 'results.json'}")
     return 0
