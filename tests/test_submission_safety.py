@@ -1,16 +1,25 @@
-"""Opening a handin never writes outside the scratch folder and refuses every unsafe archive clearly."""
+"""Opening a handin never writes outside the scratch folder, refuses every unsafe archive (tar or zip) clearly,
+and takes in every upload shape a student or an LMS produces."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import os
+import stat
+import struct
 import tarfile
+import zipfile
 
 import pytest
 
+from autograder.batch.worker import grade_hidden
 from gradelib import intake as submission
-from gradelib.intake import HandinError, copy_capped, open_handin
+from gradelib import rubric
+from gradelib.intake import HandinError, copy_capped, open_handin, open_upload, resolve_upload
+from gradelib.results import write_submission
+from gradelib.sandbox import Limits
+from conftest import FIXTURES, SOLUTIONS
 
 
 def _tar(path, members, mode="w"):
@@ -125,17 +134,6 @@ def test_folder_handin_does_not_follow_symlinks(tmp_path):
 
 
 # ---------------------------------------------------------------- every upload shape, and zip vetted like tar
-
-import stat
-import struct
-import zipfile
-
-from autograder.batch.worker import grade_hidden
-from gradelib import rubric
-from gradelib.intake import open_upload, resolve_upload
-from gradelib.results import write_submission
-from gradelib.sandbox import Limits
-from conftest import FIXTURES, SOLUTIONS
 
 REFERENCE = (SOLUTIONS / "attention.py").read_bytes()
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)

@@ -208,11 +208,12 @@ def _walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
     for p in entries:
         rel = prefix + shown(p.name, 60)
         if p.is_dir() and not p.is_symlink():
-            if depth < 3:
-                inner = list(_walk(p, rel + "/", depth + 1))
-                yield from inner or [rel + "/"]
-            else:
-                yield rel + "/…"
+            empty = True
+            for inner in _walk(p, rel + "/", depth + 1) if depth < 3 else ():
+                empty = False
+                yield inner
+            if empty:
+                yield rel + ("/" if depth < 3 else "/…")
         else:
             yield rel
 
@@ -220,7 +221,8 @@ def _walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
 def _open_folder(src: Path, dest: Path, intake: Intake, depth: int) -> None:
     entries = _visible_entries(src)
     if depth == 0:
-        intake.found = list(_walk(src, ""))[: 4 * MAX_MEMBERS]
+        # Lazy and cut, so a tree of many nested folders costs a bounded listing.
+        intake.found = list(itertools.islice(_walk(src, ""), 4 * MAX_MEMBERS))
     kind, target = _folder_shape(src, entries)
     if kind == "archive":
         _open_archive(target, dest, intake, prefix=_relative(target, src, depth))
