@@ -17,13 +17,13 @@ from typing import Callable
 
 from . import rubric as rubric_mod
 from .context import GradeContext
+from .intake import HandinError, Intake, found_text, open_upload
+from .lm.metrics import Oracle
+from .manifest import HANDIN_FILES, OPTIONAL
+from .problems import GRADERS
 from .results import SubmissionResult, TestResult
 from .sandbox import Limits
 from .scoring import all_zero
-from .intake import HandinError, Intake, found_text, open_upload
-from .manifest import HANDIN_FILES, OPTIONAL
-from .lm.metrics import Oracle
-from .problems import GRADERS
 
 OracleLoader = Callable[[Path, float], Oracle]
 

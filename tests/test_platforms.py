@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric
 from autograder.platforms.package import build_autolab, build_gradescope
+from gradelib import rubric
 from gradelib.problems import GRADERS
+
 from conftest import SOLUTIONS
 
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)

@@ -19,6 +19,7 @@ from gradelib import rubric
 from gradelib.intake import HandinError, copy_capped, open_handin, open_upload, resolve_upload
 from gradelib.results import write_submission
 from gradelib.sandbox import Limits
+
 from conftest import FIXTURES, SOLUTIONS
 
 

@@ -26,9 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..batch import cli
 from gradelib.intake import resolve_upload
 from gradelib.results import write_json_atomic
+
+from ..batch import cli
 
 
 def find_handin(submission_dir: Path) -> Path:
