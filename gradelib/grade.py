@@ -17,14 +17,27 @@ from typing import Callable
 
 from . import rubric as rubric_mod
 from .context import GradeContext
+from .intake import HandinError, Intake, found_text, open_upload
+from .lm.metrics import Oracle
+from .manifest import HANDIN_FILES, OPTIONAL
+from .problems import GRADERS
 from .results import SubmissionResult, TestResult
 from .sandbox import Limits
 from .scoring import all_zero
-from .intake import HandinError, open_handin
-from .lm.metrics import Oracle
-from .problems import GRADERS
 
 OracleLoader = Callable[[Path, float], Oracle]
+
+
+def missing_files_notes(intake: Intake, files: Path) -> list[str]:
+    """One note, at the top, when expected files are missing: what was expected and what the upload held."""
+    missing = [n for n in HANDIN_FILES if n not in OPTIONAL and not (files / n).is_file()]
+    if not missing:
+        return []
+    expected = ", ".join(n if n not in OPTIONAL else f"{n} (optional)" for n in HANDIN_FILES)
+    return [
+        f"The handin lacks {', '.join(missing)}; what is missing scores 0. Expected at the top level of handin.tar "
+        f"(or of the uploaded folder or .zip): {expected}. Found: {found_text(intake.found)}."
+    ]
 
 
 def grade_submission(
@@ -60,12 +73,20 @@ def grade_submission(
         files = workdir / "files"
         files.mkdir(mode=0o700)
         try:
-            result.notes += open_handin(Path(path), files)
+            intake = open_upload(Path(path), files)
         except HandinError as exc:
             result.notes.append(f"The handin could not be opened: {exc}")
             for p in selected:
                 result.tests += all_zero(p, visibilities, f"not graded: {exc}")
             return result
+        except Exception as exc:  # an intake bug must not cost the student a results file
+            message = f"The handin could not be opened: internal grader error ({type(exc).__name__}); please tell the course staff."
+            result.notes.append(message)
+            for p in selected:
+                result.tests += all_zero(p, visibilities, f"not graded: {message}")
+            return result
+        # With --only the other problems' files are not wanted; a note about them would mislead.
+        result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         for p in selected:
             ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,

@@ -26,9 +26,10 @@ from pathlib import Path
 from gradelib import rubric as rubric_mod
 from gradelib import sandbox
 from gradelib.problems import GRADERS
-from .report import read_row, write_gradebook, write_report
 from gradelib.results import SubmissionResult, write_submission
 from gradelib.scoring import all_zero
+
+from .report import read_row, write_gradebook, write_report
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 PR_SET_PDEATHSIG = 1
@@ -42,7 +43,7 @@ def submission_names(paths: list[Path]) -> list[str]:
     names: list[str] = []
     for p in paths:
         base = p.name
-        for ext in (".tar.gz", ".tgz", ".tar"):
+        for ext in (".tar.gz", ".tgz", ".tar", ".zip"):
             if base.endswith(ext):
                 base = base[: -len(ext)]
                 break
@@ -235,7 +236,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="autograder.py", description="Grade handins on public and hidden cases, each in an isolated process."
     )
-    ap.add_argument("submissions", nargs="+", type=Path, help="handin.tar files or folders of handin files")
+    ap.add_argument(
+        "submissions", nargs="+", type=Path,
+        help="handins: .tar, .tar.gz or .zip files, or folders (of handin files, or holding one archive)",
+    )
     ap.add_argument("--out", type=Path, default=Path("grades"), help="output folder (default: grades/)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
     ap.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per problem run (default 60)")
