@@ -368,18 +368,20 @@ def test_html_is_self_contained_escaped_and_flags(cls, tmp_path):
 
 
 def test_fast_comparison_agrees_with_copydetect(cls):
-    """compare() is compare_files() without the per-hash loop: same similarities, same slices."""
+    """compare() and score_rows() compute compare_files() faster: same similarities, same slices."""
     _, _, subs = cls
     boiler = sim.boilerplate_hashes(sim.handout_sources())
     texts = [sim.load_submission(p, p.name).sources for p in subs]
     checked = 0
     for kind in ("attention.py", NB2):
         fps = [sim.fingerprint(t[kind].text, kind, boiler) for t in texts if kind in t]
+        matrix = sim.score_rows([sim.Prints(f) for f in fps], list(range(len(fps))))
         for i in range(len(fps)):
             for j in range(i + 1, len(fps)):
                 _, (ea, eb), (xa, xb) = compare_files(fps[i], fps[j])
                 a, b, sa, sb = sim.compare(sim.Prints(fps[i]), sim.Prints(fps[j]))
                 assert (a, b) == (ea, eb)
+                assert (matrix[i, j], matrix[j, i]) == (ea, eb)
                 if sa is not None:
                     checked += 1
                     assert np.array_equal(sim.raw_slices(fps[i], sa), xa)

@@ -29,6 +29,8 @@ import csv
 import io
 import json
 import multiprocessing
+import os
+import re
 import sys
 import tempfile
 import time
@@ -57,9 +59,12 @@ NOISE_T = 25
 GUARANTEE_T = 30
 WINDOW = GUARANTEE_T - NOISE_T + 1
 DEFAULT_THRESHOLD = 0.5
-# Rows below this score are counted but not written: in a class where everyone
-# solves the same small functions, almost every pair shares a little code.
+# similarity.csv lists the pair-files scoring at least LISTED_MIN, the best
+# MAX_LISTED of them: where everyone solves the same small functions, almost
+# every pair shares a little code, and working out the matched lines of
+# 100,000 rows nobody reads would take longer than the comparison itself.
 LISTED_MIN = 0.1
+MAX_LISTED = 10_000
 # Code beyond this many characters in one file is not compared (tokenizing
 # it would take seconds); the note says so.
 MAX_CODE_CHARS = 400_000
@@ -104,8 +109,12 @@ class Loaded:
     notes: list[str]
 
 
-def notebook_source(raw: str, label: str) -> Source:
-    """A notebook's code cells, in order, as one Python text; raise ValueError saying what is wrong."""
+def notebook_source(raw: str, label: str, given: frozenset[str] = frozenset()) -> Source:
+    """A notebook's code cells, in order, as one Python text; raise ValueError saying what is wrong.
+
+    Cells identical to a cell of the handout (`given`) are left out: all their
+    code is boilerplate anyway, and tokenizing is most of the time a run takes.
+    """
     try:
         nb = json.loads(raw)
     except ValueError as exc:
@@ -123,6 +132,8 @@ def notebook_source(raw: str, label: str) -> Source:
             src = "".join(src)
         if not isinstance(src, str):
             raise ValueError(f"{label}: cell {number} has a source that is not text")
+        if src.strip() in given:
+            continue
         # The marker is a comment, which the tokenizer drops: it only shows where a cell starts.
         lines.append(f"# cell {number}")
         code = src.split("\n")
@@ -132,7 +143,7 @@ def notebook_source(raw: str, label: str) -> Source:
     return Source("\n".join(lines), where)
 
 
-def read_sources(folder: Path) -> tuple[dict[str, Source], list[str]]:
+def read_sources(folder: Path, given: frozenset[str] = frozenset()) -> tuple[dict[str, Source], list[str]]:
     """The compared files found in an opened handin, and a note for each one missing or unreadable."""
     sources: dict[str, Source] = {}
     notes: list[str] = []
@@ -147,7 +158,7 @@ def read_sources(folder: Path) -> tuple[dict[str, Source], list[str]]:
             notes.append(f"{name} is not UTF-8 text; it was not compared")
             continue
         try:
-            source = notebook_source(raw, name) if name.endswith(".ipynb") else Source(raw)
+            source = notebook_source(raw, name, given) if name.endswith(".ipynb") else Source(raw)
         except ValueError as exc:
             notes.append(f"{exc}; it was not compared")
             continue
@@ -158,7 +169,7 @@ def read_sources(folder: Path) -> tuple[dict[str, Source], list[str]]:
     return sources, notes
 
 
-def load_submission(path: Path, name: str) -> Loaded:
+def load_submission(path: Path, name: str, given: frozenset[str] = frozenset()) -> Loaded:
     """Open one handin into a temporary folder (gone on return) and read the files compared."""
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         try:
@@ -167,8 +178,19 @@ def load_submission(path: Path, name: str) -> Loaded:
             return Loaded(name, {}, [f"not compared: {exc}"])
         except OSError as exc:
             return Loaded(name, {}, [f"not compared: {path} could not be read ({exc.strerror or exc})"])
-        sources, notes = read_sources(Path(tmp))
+        sources, notes = read_sources(Path(tmp), given)
     return Loaded(name, sources, notes)
+
+
+def given_cells(handout: Path = HANDOUT) -> frozenset[str]:
+    """The handout notebooks' code cells, stripped."""
+    cells = set()
+    for nb in NOTEBOOKS:
+        for cell in json.loads((handout / nb).read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                src = cell["source"]
+                cells.add(("".join(src) if isinstance(src, list) else src).strip())
+    return frozenset(cells)
 
 
 def handout_sources(handout: Path = HANDOUT) -> list[Source]:
@@ -197,6 +219,8 @@ class Prints:
         self.keys = np.sort(np.array(keys, dtype=np.int64))
         self.pos_hash = np.repeat(np.array(keys, dtype=np.int64), [len(fp.hash_idx[h]) for h in keys])
         self.pos = np.array([i for h in keys for i in fp.hash_idx[h]], dtype=np.int64)
+        by_pos = np.argsort(self.pos, kind="stable")
+        self.sorted_pos, self.sorted_hash = self.pos[by_pos], self.pos_hash[by_pos]
 
     def matched(self, other: Prints) -> np.ndarray:
         """Positions of this file's fingerprints that the other file has too."""
@@ -220,6 +244,43 @@ def compare(a: Prints, b: Prints) -> tuple[float, float, np.ndarray | None, np.n
     sim_a = float(np.sum(sa[1] - sa[0]) / a.fp.token_coverage) if len(a.fp.filtered_code) else 0.0
     sim_b = float(np.sum(sb[1] - sb[0]) / b.fp.token_coverage) if len(b.fp.filtered_code) else 0.0
     return sim_a, sim_b, sa, sb
+
+
+def score_rows(column: list[Prints | None], rows: list[int]) -> np.ndarray:
+    """S[r, b]: the share of file rows[r]'s fingerprinted code found in file b, for every b.
+
+    The similarity compare_files() gives, for one file against the whole class
+    at once: a pair's matched code is the union of the k-grams at the matched
+    fingerprint positions (what get_copied_slices measures), so with the
+    positions sorted, each matched one adds min(k, distance to the next matched
+    one). Tests check it equals compare_files() pair by pair.
+    """
+    n = len(column)
+    present = [f for f in range(n) if column[f] is not None]
+    all_h = np.concatenate([column[f].keys for f in present] or [np.zeros(0, np.int64)])
+    all_o = np.concatenate([np.full(len(column[f].keys), f) for f in present] or [np.zeros(0, np.int64)])
+    order = np.argsort(all_h, kind="stable")
+    table_h, table_o = all_h[order], all_o[order]
+    big = np.iinfo(np.int64).max // 2
+    out = np.zeros((len(rows), n))
+    for r, a in enumerate(rows):
+        pa = column[a]
+        if pa is None or len(pa.sorted_pos) == 0 or not len(pa.fp.filtered_code):
+            continue
+        h, pos = pa.sorted_hash, pa.sorted_pos
+        lo, hi = np.searchsorted(table_h, h, "left"), np.searchsorted(table_h, h, "right")
+        count = hi - lo
+        which = np.repeat(np.arange(len(h)), count)
+        at = np.arange(count.sum()) + np.repeat(lo - (np.cumsum(count) - count), count)
+        hit = np.zeros((len(h), n), dtype=bool)
+        hit[which, table_o[at]] = True
+        hit[:, a] = False
+        at_pos = np.where(hit, pos[:, None], big)
+        following = np.minimum.accumulate(at_pos[::-1], axis=0)[::-1]
+        following = np.vstack([following[1:], np.full((1, n), big)])
+        covered = np.where(hit, np.minimum(pa.fp.k, following - pos[:, None]), 0).sum(axis=0)
+        out[r] = covered / pa.fp.token_coverage
+    return out
 
 
 def raw_slices(fp: CodeFingerprint, slices: np.ndarray) -> np.ndarray:
@@ -250,7 +311,7 @@ _STATE: dict = {}
 
 def _load_and_fingerprint(task: tuple[str, str]) -> tuple[Loaded, dict[str, CodeFingerprint]]:
     path, name = task
-    loaded = load_submission(Path(path), name)
+    loaded = load_submission(Path(path), name, _STATE["given"])
     prints = {}
     for kind, source in loaded.sources.items():
         try:
@@ -260,27 +321,20 @@ def _load_and_fingerprint(task: tuple[str, str]) -> tuple[Loaded, dict[str, Code
     return loaded, prints
 
 
-def _compare_row(i: int) -> tuple[int, list]:
-    """Submission i against every later one, each file kind: rows with any matched code."""
-    prints, names, sources = _STATE["prints"], _STATE["names"], _STATE["sources"]
-    out = []
-    for kind in FILES:
-        column = prints[kind]
-        a = column[i]
-        if a is None:
-            continue
-        for j in range(i + 1, len(column)):
-            b = column[j]
-            if b is None:
-                continue
-            sim_a, sim_b, sa, sb = compare(a, b)
-            if max(sim_a, sim_b) < _STATE["listed_min"] or sa is None:
-                continue
-            src_a, src_b = sources[i][kind], sources[j][kind]
-            lines_a = line_ranges(src_a, raw_slices(a.fp, sa))
-            lines_b = line_ranges(src_b, raw_slices(b.fp, sb))
-            out.append((names[i], names[j], kind, sim_a, sim_b, lines_a, lines_b))
-    return i, out
+def _score_rows(task: tuple[str, list[int]]) -> tuple[str, list[int], np.ndarray]:
+    kind, rows = task
+    return kind, rows, score_rows(_STATE["prints"][kind], rows)
+
+
+def _detail(task: tuple[int, int, str]) -> tuple:
+    """One listed pair and file: its similarities and the line ranges of the matched code on each side."""
+    i, j, kind = task
+    a, b = _STATE["prints"][kind][i], _STATE["prints"][kind][j]
+    sim_a, sim_b, sa, sb = compare(a, b)
+    names, sources = _STATE["names"], _STATE["sources"]
+    lines_a = line_ranges(sources[i][kind], raw_slices(a.fp, sa))
+    lines_b = line_ranges(sources[j][kind], raw_slices(b.fp, sb))
+    return names[i], names[j], kind, sim_a, sim_b, lines_a, lines_b
 
 
 def _pool(jobs: int):
@@ -298,19 +352,24 @@ class Run:
     notes: dict[str, list[str]]
     sources: dict[str, dict[str, Source]]
     rows: list[tuple]
+    unlisted: int
+    flagged: int
     pairs: int
     file_pairs: int
     threshold: float
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshold: float = DEFAULT_THRESHOLD,
                  listed_min: float = LISTED_MIN, handout: Path = HANDOUT) -> Run:
     """Compare every pair of submissions; rows (a, b, file, score_a, score_b, lines_a, lines_b) best first."""
     started = time.perf_counter()
+    unlisted = flagged = 0
     _STATE.clear()
     _STATE["boilerplate"] = boilerplate_hashes(handout_sources(handout))
     _STATE["listed_min"] = listed_min
+    _STATE["given"] = given_cells(handout)
     tasks = [(str(p), n) for p, n in zip(paths, names, strict=True)]
     pool = _pool(jobs)
     try:
@@ -319,17 +378,32 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
         if pool:
             pool.close()
             pool.join()
+    phases = {"open and fingerprint": time.perf_counter() - started}
     prints = {kind: [Prints(fps[kind]) if kind in fps else None for _, fps in loaded] for kind in FILES}
     _STATE.update(prints=prints, names=names, sources=[sub.sources for sub, _ in loaded])
     n = len(names)
-    rows: list[tuple] = []
+    # Every file against the whole class (a few rows per task), then the pairs worth listing in detail.
+    tasks = [(kind, list(range(start, min(n, start + 8)))) for kind in FILES for start in range(0, n, 8)]
+    scores = {kind: np.zeros((n, n)) for kind in FILES}
     pool = _pool(jobs)
     try:
-        # Row i holds n - i - 1 pairs: interleave long and short rows so the workers finish together.
-        order = [i for pair in zip(range(n), reversed(range(n))) for i in pair][:n]
-        results = pool.imap_unordered(_compare_row, order, chunksize=2) if pool else map(_compare_row, order)
-        for _, out in results:
-            rows += out
+        for kind, rows_done, block in (pool.imap_unordered(_score_rows, tasks) if pool else map(_score_rows, tasks)):
+            scores[kind][rows_done] = block
+        phases["score every pair"] = time.perf_counter() - started - sum(phases.values())
+        candidates = []
+        best = np.zeros((n, n))
+        for kind in FILES:
+            both = np.maximum(scores[kind], scores[kind].T)
+            best = np.maximum(best, both)
+            i, j = np.nonzero(np.triu((both >= listed_min) & (both > 0), k=1))
+            candidates += [(-both[a, b], int(a), int(b), kind) for a, b in zip(i, j)]
+        candidates.sort()
+        details = [(a, b, kind) for _, a, b, kind in candidates[:MAX_LISTED]]
+        unlisted = len(candidates) - len(details)
+        flagged = int(np.count_nonzero(np.triu((best >= threshold) & (best > 0), k=1)))
+        chunk = max(1, len(details) // (8 * max(1, jobs)))
+        rows = list(pool.imap_unordered(_detail, details, chunksize=chunk) if pool else map(_detail, details))
+        phases["matched lines of listed pairs"] = time.perf_counter() - started - sum(phases.values())
     finally:
         if pool:
             pool.close()
@@ -342,8 +416,9 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
     )
     return Run(
         names=names, notes={sub.name: sub.notes for sub, _ in loaded if sub.notes},
-        sources={sub.name: sub.sources for sub, _ in loaded}, rows=rows,
+        sources={sub.name: sub.sources for sub, _ in loaded}, rows=rows, unlisted=unlisted, flagged=flagged,
         pairs=n * (n - 1) // 2, file_pairs=file_pairs, threshold=threshold, seconds=time.perf_counter() - started,
+        phases=phases,
     )
 
 
@@ -365,10 +440,6 @@ def top_pairs(run: Run, limit: int) -> list[dict]:
     return list(seen.values())
 
 
-def flagged_pairs(run: Run) -> int:
-    return len({(r[0], r[1]) for r in run.rows if max(r[3], r[4]) >= run.threshold})
-
-
 def _ranges_text(source: Source, ranges: list[tuple[int, int]]) -> str:
     return "; ".join(source.where(a, b) for a, b in ranges)
 
@@ -386,7 +457,7 @@ def write_outputs(run: Run, out: Path) -> None:
     write_json_atomic(out / "similarity.json", {
         "threshold": run.threshold, "noise_t": NOISE_T, "guarantee_t": GUARANTEE_T, "listed_min": LISTED_MIN,
         "submissions": len(run.names), "pairs": run.pairs, "file_pairs": run.file_pairs,
-        "flagged": flagged_pairs(run), "seconds": round(run.seconds, 2), "notes": run.notes,
+        "flagged": run.flagged, "unlisted": run.unlisted, "seconds": round(run.seconds, 2), "notes": run.notes,
         "top_pairs": top_pairs(run, REPORT_PAIRS),
     })
     write_text_atomic(out / "similarity.html", render_html(run))
@@ -421,7 +492,7 @@ def _code_block(source: Source, ranges: list[tuple[int, int]]) -> str:
 def render_html(run: Run) -> str:
     sources = run.sources
     pairs = top_pairs(run, HTML_PAIRS)
-    flagged = flagged_pairs(run)
+    flagged = run.flagged
     summary = (
         f"{len(run.names)} submissions, {run.pairs:,} pairs ({run.file_pairs:,} file pairs) compared in "
         f"{run.seconds:.1f} s; {flagged} pair(s) at or above the flag line {run.threshold:g}. A pair's score is the "
@@ -439,7 +510,10 @@ def render_html(run: Run) -> str:
         )
     table.append("</table>")
     if len({(r[0], r[1]) for r in run.rows}) > len(pairs):
-        table.append(f"<p>Only the top {len(pairs)} pairs are shown; similarity.csv lists them all.</p>")
+        table.append(f"<p>Only the top {len(pairs)} pairs are shown; similarity.csv lists more.</p>")
+    if run.unlisted:
+        table.append(f"<p>{run.unlisted:,} more pair-files scoring at least {LISTED_MIN:g} are not listed anywhere: "
+                     f"similarity.csv holds the best {MAX_LISTED:,}.</p>")
     details = []
     for k, p in enumerate(pairs[:HTML_DETAILS], start=1):
         a, b, kind = p["submission_a"], p["submission_b"], p["file"]
@@ -487,8 +561,80 @@ def summary_line(run: Run, out: Path) -> str:
     unread = len(run.notes)
     return (
         f"similarity: {len(run.names)} submissions, {run.pairs:,} pairs ({run.file_pairs:,} file pairs) compared, "
-        f"{flagged_pairs(run)} flagged at {run.threshold:g}, {unread} with notes, {run.seconds:.1f} s -> "
+        f"{run.flagged} flagged at {run.threshold:g}, {unread} with notes, {run.seconds:.1f} s"
+        + (f", {run.unlisted:,} pair-files beyond the {MAX_LISTED:,} listed" if run.unlisted else "")
+        + " -> "
         f"{out / 'similarity.html'}"
+    )
+
+
+def _student_cells(master: dict) -> list[str]:
+    """The code cells of a master notebook as a student holds them: no tests, no prompts, no markers."""
+    cells, in_tests = [], False
+    for cell in master["cells"]:
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "raw":
+            in_tests = text.startswith("# BEGIN TESTS") or (in_tests and not text.startswith("# END TESTS"))
+        elif cell["cell_type"] == "code" and not in_tests:
+            text = re.sub(r'\n\s*""" # BEGIN PROMPT.*?""" # END PROMPT', "", text, flags=re.S)
+            cells.append(text)
+    return cells
+
+
+def _vary(text: str, rng: np.random.Generator) -> str:
+    """One student's version: each solution block kept (minus some lines, plus some of their own) or rewritten."""
+    out, block, keep = [], False, True
+    for line in text.split("\n"):
+        if "# BEGIN SOLUTION" in line:
+            block, keep = True, rng.random() < 0.5
+            continue
+        if "# END SOLUTION" in line:
+            block = False
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        if block and (not keep or rng.random() < 0.25):
+            line = ""
+        if block and (not keep or rng.random() < 0.25):
+            a, b, c = rng.integers(0, 1000, 3)
+            op = "+-*/"[int(rng.integers(4))]
+            line += f"\n{indent}tmp{a} = x{b}.reshape({a}, -1)[:{c}] {op} y{c}.sum({b % 3})"
+        out.append(line)
+    return "\n".join(out)
+
+
+def make_bench_class(dest: Path, n: int, seed: int = 0) -> list[Path]:
+    """n handin folders derived from the solutions, each with its own changes: a class where most pairs share code."""
+    rng = np.random.default_rng(seed)
+    reference = (REPO / "solutions" / PY_FILE).read_text(encoding="utf-8")
+    masters = {nb: _student_cells(json.loads((REPO / "solutions" / nb).read_text(encoding="utf-8"))) for nb in NOTEBOOKS}
+    paths = []
+    for k in range(n):
+        folder = dest / f"student{k:03d}"
+        folder.mkdir(parents=True)
+        (folder / PY_FILE).write_text(_vary(reference, rng), encoding="utf-8")
+        for nb, cells in masters.items():
+            doc = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                   "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                              "source": _vary(c, rng)} for c in cells]}
+            (folder / nb).write_text(json.dumps(doc), encoding="utf-8")
+        paths.append(folder)
+    return paths
+
+
+def print_similarity_figures(n: int = 300, jobs: int = 2) -> None:
+    """`make bench`: the whole run (open, fingerprint, compare, write) on n generated submissions."""
+    with tempfile.TemporaryDirectory(prefix="similarity-bench-") as tmp:
+        paths = make_bench_class(Path(tmp) / "class", n)
+        started = time.perf_counter()
+        run = run_class(paths, Path(tmp) / "out", jobs=jobs)
+        run_class_s = time.perf_counter() - started
+        run.phases["write csv, html, json"] = run_class_s - run.seconds
+        wall = run_class_s
+    print(
+        f"similarity: {n} generated submissions, {run.pairs:,} pairs x {len(FILES)} files, --jobs {jobs}: "
+        f"{wall:.1f} s wall (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), "
+        f"{len(run.rows):,} rows listed, {run.flagged:,} pairs flagged; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items())
     )
 
 
