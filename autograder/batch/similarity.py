@@ -89,6 +89,15 @@ class Source:
     def __post_init__(self) -> None:
         self.newlines = [i for i, c in enumerate(self.text) if c == "\n"]
 
+    def label(self, line: int) -> str:
+        """How line `line` of `text` is shown: its number, or cell:line in a notebook."""
+        if not self.cells:
+            return str(line)
+        for start, end, number in self.cells:
+            if start <= line <= end:
+                return f"{number}:{line - start + 1}"
+        return ""
+
     def where(self, first: int, last: int) -> str:
         """Lines first..last of `text` (1-based), said in the file's own terms."""
         if not self.cells:
@@ -484,7 +493,7 @@ def _code_block(source: Source, ranges: list[tuple[int, int]]) -> str:
     lines = source.text.split("\n")
     parts = []
     for first, last in ranges:
-        body = "\n".join(f"{n:5d}  {lines[n - 1]}" for n in range(first, min(last, len(lines)) + 1))
+        body = "\n".join(f"{source.label(n):>6}  {lines[n - 1]}" for n in range(first, min(last, len(lines)) + 1))
         parts.append(f"<div class=where>{escape(source.where(first, last))}</div><pre>{escape(body)}</pre>")
     return "".join(parts)
 
@@ -621,18 +630,29 @@ def make_bench_class(dest: Path, n: int, seed: int = 0) -> list[Path]:
     return paths
 
 
+def _cpu_seconds() -> float:
+    """User + system time of this process and its reaped children (the worker pools)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def print_similarity_figures(n: int = 300, jobs: int = 2) -> None:
     """`make bench`: the whole run (open, fingerprint, compare, write) on n generated submissions."""
     with tempfile.TemporaryDirectory(prefix="similarity-bench-") as tmp:
         paths = make_bench_class(Path(tmp) / "class", n)
+        cpu_before = _cpu_seconds()
         started = time.perf_counter()
         run = run_class(paths, Path(tmp) / "out", jobs=jobs)
         run_class_s = time.perf_counter() - started
         run.phases["write csv, html, json"] = run_class_s - run.seconds
         wall = run_class_s
+        cpu = _cpu_seconds() - cpu_before
     print(
         f"similarity: {n} generated submissions, {run.pairs:,} pairs x {len(FILES)} files, --jobs {jobs}: "
-        f"{wall:.1f} s wall (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), "
+        f"{wall:.1f} s wall (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), {cpu:.1f} CPU-s "
+        f"(~{cpu / jobs:.0f} s on {jobs} idle cores), "
         f"{len(run.rows):,} rows listed, {run.flagged:,} pairs flagged; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items())
     )
@@ -662,8 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run = run_class(args.submissions, args.out, threshold=args.threshold, jobs=args.jobs)
     for name, notes in sorted(run.notes.items()):
-        for note in notes:
-            print(f"  {name}: {note}", file=sys.stderr)
+        print(f"  {name}: {'; '.join(notes)}", file=sys.stderr)
     print(summary_line(run, args.out))
     return 0
 
