@@ -111,14 +111,19 @@ class Revealer(threading.Thread):
                                            f"expected ({rows}, {VOCAB_SIZE}) floats")
                     break
                 self.answers[name].append(logits.astype(np.float32))
+                final = f"{name}_reveal_{t}.npy"
                 try:
-                    fd = os.open(f"{name}_reveal_{t}.npy", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                    if _exists(final, self.inputs_fd):
+                        raise FileExistsError(17, "the name is taken")
+                    # Written under a temporary name, then renamed: the child never reads half a file.
+                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                  0o644, dir_fd=self.inputs_fd)
-                except OSError as exc:  # the child planted something under the name
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
+                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
+                except OSError as exc:  # the child planted something under one of the names
                     self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
                     break
-                with os.fdopen(fd, "wb") as fh:
-                    np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
 
     def _wait_for(self, path: Path) -> np.ndarray | None:
         # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
@@ -128,6 +133,14 @@ class Revealer(threading.Thread):
                 return arr
             time.sleep(0.002)
         return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
