@@ -136,7 +136,7 @@ def _as(got: Observed, kind: str, dtype) -> Observed:
 def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     name, vis, desc, path = case
     case_dir = scratch / "outputs" / name
-    meta = read_meta(case_dir / "meta.json")
+    meta = read_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(name, vis, desc)
     with np.load(path, allow_pickle=False) as data:
         c = {k: data[k] for k in data.files}
@@ -144,7 +144,7 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     wanted = {q for g in problem.groups for q in g.quantities}
 
     def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observed(q, case_dir, meta, run, report), kind, dtype)
+        return _as(observed(q, case_dir, meta, run, report, root=scratch), kind, dtype)
 
     def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
         expected_type = obs.type_name if obs.type_name in types else types[0]
