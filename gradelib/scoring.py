@@ -115,16 +115,23 @@ def read_array(path: Path, root: Path | None = None) -> tuple[np.ndarray | None,
         return None, str(exc)
 
 
-def read_meta(path: Path, root: Path | None = None) -> dict | None:
-    """The child's JSON notes for a case; None if absent, not a plain file, too large or malformed.
+def load_meta(path: Path, root: Path | None = None) -> tuple[dict | None, str]:
+    """The child's JSON notes for a case, or (None, why not): "" when the child never wrote them.
 
     `root` is the scratch folder the child owned: no folder between it and the file may be a link.
     """
     try:
         data = safeio.read_json(path, MAX_META_BYTES, root=root, single_link=True)
-    except SafeReadError:
-        return None
-    return data if isinstance(data, dict) else None
+    except SafeReadError as exc:
+        return None, "" if exc.reason == "missing" else str(exc)
+    if not isinstance(data, dict):
+        return None, f"{path.name} holds {type(data).__name__}, not the object the grader's harness writes"
+    return data, ""
+
+
+def read_meta(path: Path, root: Path | None = None) -> dict | None:
+    """load_meta without the reason."""
+    return load_meta(path, root)[0]
 
 
 def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str, root: Path | None = None) -> Observed:

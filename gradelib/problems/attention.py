@@ -23,7 +23,7 @@ from .. import safeio
 from ..intake import MAX_FILE_BYTES
 from ..rubric import Problem
 from ..safeio import SafeReadError, clean_text
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child
 
 FILENAME = "attention.py"
 INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
@@ -190,13 +190,14 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
     runtime_hits: set[str] = set()
     for case in cases:
         case_dir = scratch / "outputs" / case.name
-        meta = read_meta(case_dir / "meta.json", root=scratch)
+        meta, refused = load_meta(case_dir / "meta.json", root=scratch)
         outcome = CaseOutcome(case.name, case.visibility, case.description)
         tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
         if meta is None:
-            why = f"no result for this case: the submission's process {run.describe()} before finishing it"
+            why = (f"no result for this case: {refused}" if refused
+                   else f"no result for this case: the submission's process {run.describe()} before finishing it")
             for q in QUANTITIES:
                 outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
             outcomes.append(outcome)

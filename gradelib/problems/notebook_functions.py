@@ -25,7 +25,7 @@ from ..context import GradeContext
 from ..results import TestResult
 from ..rubric import Problem
 from ..safeio import clean_text
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child, read_meta
 
 CASE_FOLDER = "notebooks"
 HARNESS = ("child_common.py", "notebook_child.py")
@@ -143,9 +143,12 @@ def run_notebook(
 
 
 def observed(
-    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None
+    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None,
+    refused: str = "",
 ) -> Observed:
-    """What the child recorded for quantity q of a case, or why there is nothing."""
+    """What the child recorded for quantity q of a case, or why there is nothing (`refused`: why its meta.json was not read)."""
+    if meta is None and refused:
+        return Observed(False, note=f"no result: {refused}")
     if meta is None:
         stage = "running the notebook" if report is None else "calling its functions"
         return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
@@ -186,14 +189,14 @@ def _outcome(
     problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
 ) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
-    meta = read_meta(case_dir / "meta.json", root=scratch)
+    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(case.name, case.visibility, case.description)
     with np.load(case.path, allow_pickle=False) as data:
         expected = {q: data[f"expected_{q}"] for q in spec.quantities}
     for q, quantity in spec.quantities.items():
         exp = expected[q]
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        got = observed(q, case_dir, meta, run, report, root=scratch)
+        got = observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
         outcome.checks[q] = _check(q, got, exp, quantity, tol)
     return outcome
 
