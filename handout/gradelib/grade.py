@@ -9,6 +9,7 @@ parts it affects.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -18,6 +19,7 @@ from typing import Callable
 from . import rubric as rubric_mod
 from .context import GradeContext
 from .results import SubmissionResult, TestResult
+from .safeio import clean_text
 from .sandbox import Limits
 from .scoring import all_zero
 from .intake import HandinError, open_handin
@@ -60,21 +62,24 @@ def grade_submission(
         files = workdir / "files"
         files.mkdir(mode=0o700)
         try:
-            result.notes += open_handin(Path(path), files)
+            result.notes += [clean_text(n) for n in open_handin(Path(path), files)]
         except HandinError as exc:
-            result.notes.append(f"The handin could not be opened: {exc}")
+            why = clean_text(exc)
+            result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
-                result.tests += all_zero(p, visibilities, f"not graded: {exc}")
+                result.tests += all_zero(p, visibilities, f"not graded: {why}")
             return result
         for p in selected:
             ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir, oracle_loader=oracle_loader)
             try:
                 tests: list[TestResult] = GRADERS[p.id](ctx, p)
-            except Exception:  # a grader bug must not cost the student a results file
-                detail = traceback.format_exc(limit=3)
-                tests = all_zero(p, visibilities, f"internal grader error; please tell the course staff.\n{detail}")
+            except Exception as exc:  # a grader bug must not cost the student a results file
+                # The traceback is for the staff (the worker's log), not for the student's feedback.
+                print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+                why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+                tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
             result.tests += tests
-            result.notes += ctx.notes
+            result.notes += [clean_text(n) for n in ctx.notes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start

@@ -17,6 +17,7 @@ from pathlib import Path
 from .grade import grade_submission
 from .manifest import HANDIN_FILES, check_folder
 from .rubric import load
+from .safeio import clean_text
 from .sandbox import Limits
 from .intake import HandinError, open_handin
 from .problems import GRADERS
@@ -27,11 +28,11 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
     try:
         notes = open_handin(handin, scratch)
     except HandinError as exc:
-        return f"{handin} cannot be opened by the grader: {exc}"
+        return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
     for name, problems in check_folder(scratch).items():
         lines.append(f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else ""))
-    return "\n".join(lines) + "\n"
+    return clean_text("\n".join(lines)) + "\n"
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
