@@ -37,6 +37,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 READ_CHUNK = 1 << 20
 MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
 
+
 class SafeReadError(ValueError):
     """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on.
 
@@ -77,8 +78,8 @@ def _open_fd(path: Path, root: Path | None) -> int:
     try:
         if root is None:
             return os.open(path, OPEN_FLAGS)
-        rel = path.relative_to(root)
-        if ".." in rel.parts or not rel.parts:
+        rel = path.relative_to(root) if path.is_relative_to(root) else None
+        if rel is None or ".." in rel.parts or not rel.parts:
             raise SafeReadError(name, f"lies outside the folder {root}", "not_regular")
         dir_fd = os.open(root, DIR_FLAGS)
         try:
@@ -94,7 +95,7 @@ def _open_fd(path: Path, root: Path | None) -> int:
 
 
 def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int, os.stat_result]:
-    """An fd of a regular file (the caller closes it) and its stat; a file over `max_bytes` is the caller's call."""
+    """An fd of a regular file (the caller closes it) and its stat; the caller decides what size is too large."""
     fd = _open_fd(Path(path), root)
     try:
         st = os.fstat(fd)
