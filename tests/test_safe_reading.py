@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.batch.cli import submission_names
+from autograder.batch.cli import source_key, submission_names
 from autograder.batch.report import read_row, write_gradebook, write_report
 from gradelib import safeio
 from gradelib.results import SubmissionResult, write_json_atomic, write_submission
@@ -437,6 +437,9 @@ def test_plain_names_are_kept_and_changed_names_cannot_collide():
     for order in (paths[::-1], paths[3:] + paths[:3]):
         assert dict(zip(order, submission_names(order))) == dict(zip(paths, names))
     assert submission_names([Path("/c/a b")]) == [names[0]]
+    # A folder and the handin.tar in it are the same submission, in the same folder.
+    assert source_key(Path("/c/bob/handin.tar")) == source_key(Path("/c/bob"))
+    assert submission_names([Path("/c/bob")]) == submission_names([Path("/c/bob/handin.tar")]) == ["bob"]
 
 
 def _grades(out: Path) -> dict[str, str]:

@@ -46,15 +46,27 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
+ARCHIVE_EXTENSIONS = (".tar.gz", ".tgz", ".tar")
+HANDIN_ARCHIVES = tuple(f"handin{ext}" for ext in ARCHIVE_EXTENSIONS)
+
+
 def _base_name(p: Path) -> str:
     base = p.name
-    for ext in (".tar.gz", ".tgz", ".tar"):
+    for ext in ARCHIVE_EXTENSIONS:
         if base.endswith(ext):
             base = base[: -len(ext)]
             break
     if base == "handin" and p.parent.name:
         base = p.parent.name
     return base
+
+
+def source_key(p: Path) -> str:
+    """What identifies a submission across runs: its resolved path, a handin archive by its folder
+    (so `student/` and `student/handin.tar` are the same submission, as their name says)."""
+    path = p.resolve()
+    key = str(path.parent if path.name in HANDIN_ARCHIVES else path)
+    return key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a name not in UTF-8 still has one
 
 
 def submission_names(paths: list[Path]) -> list[str]:
@@ -75,7 +87,7 @@ def submission_names(paths: list[Path]) -> list[str]:
             clean = f"{clean}-{_digest(base)}"
         names.append(clean)
     folded = Counter(n.casefold() for n in names)
-    names = [f"{n}-{_digest(str(p.resolve()))}" if folded[n.casefold()] > 1 else n for n, p in zip(names, paths)]
+    names = [f"{n}-{_digest(source_key(p))}" if folded[n.casefold()] > 1 else n for n, p in zip(names, paths)]
     seen: set[str] = set()
     for i, n in enumerate(names):  # left: the very same path listed twice
         name, k = n, 2
@@ -95,12 +107,12 @@ def _source_of(folder: Path) -> str | None:
 
 def already_graded(path: Path, folder: Path) -> bool:
     """Whether `folder` holds results of this very submission (not of another that once had its name)."""
-    return (folder / "results.json").is_file() and _source_of(folder) == str(path.resolve())
+    return (folder / "results.json").is_file() and _source_of(folder) == source_key(path)
 
 
 def claim(path: Path, folder: Path) -> None:
     """Mark `folder` as the one of `path`; results there of any other submission are removed first."""
-    source = str(path.resolve())
+    source = source_key(path)
     if _source_of(folder) != source:
         for stale in ("results.json", "feedback.txt"):
             (folder / stale).unlink(missing_ok=True)
