@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .grade import grade_submission
+from .safeio import clean_text
 from .intake import HandinError, open_handin
 from .manifest import check_folder, collect, runs, runs_text
 from .problems import GRADERS
@@ -40,11 +41,11 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
     try:
         notes = open_handin(handin, scratch)
     except HandinError as exc:
-        return f"{handin} cannot be opened by the grader: {exc}"
+        return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
     for name, problems in check_folder(scratch).items():
         lines.append(f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else ""))
-    return "\n".join(lines) + "\n"
+    return clean_text("\n".join(lines)) + "\n"
 
 
 def stakes(result: SubmissionResult, problems: dict[str, Problem]) -> str:
