@@ -27,6 +27,7 @@ class TestResult:
     max_score: float
     visibility: str  # "public" or "hidden"
     output: str = ""
+    line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -51,6 +52,7 @@ class TestResult:
             "output": clean_text(self.output),
             "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
             "tags": [self.problem],
+            **({"extra_data": {"line": self.line}} if self.line else {}),
         }
 
 

@@ -25,6 +25,29 @@ MAX_META_BYTES = 1_000_000
 MAX_FAILED_CASES_SHOWN = 3
 
 
+@dataclass(frozen=True)
+class Line:
+    """One test to fill in: a rubric line (group) of a problem on one case set."""
+
+    problem: Problem
+    group: Group
+    visibility: str
+
+    @property
+    def points(self) -> float:
+        return self.problem.share(self.group, self.visibility)
+
+    def result(self, fraction: float, output: str) -> TestResult:
+        """The test with `fraction` of the line's points and the message a student reads."""
+        name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
+        return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output, line=self.group.id)
+
+
+def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
+    """Every test of `problem` on these case sets, in rubric order."""
+    return [Line(problem, g, v) for g in problem.groups for v in visibilities if v in g.visibilities]
+
+
 @dataclass
 class CaseOutcome:
     """All checks of one case, plus messages that apply to the whole case."""
@@ -45,26 +68,20 @@ def group_results(
     """One TestResult per (group, visibility); `withheld` maps group id -> reason it scores 0."""
     withheld = withheld or {}
     tests = []
-    for group in problem.groups:
-        for vis in visibilities:
-            if vis not in group.visibilities:
-                continue
-            points = problem.share(group, vis)
-            name = f"{problem.id}: {group.title} [{vis}]"
-            cases = [o for o in outcomes if o.visibility == vis]
-            if group.id in withheld:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, withheld[group.id]))
-                continue
-            failed = [(o, _first_failure(o, group)) for o in cases]
-            failed = [(o, c) for o, c in failed if c is not None]
-            if not cases:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, f"no {vis} cases were found for this line"))
-            elif not failed:
-                tests.append(
-                    TestResult(problem.id, name, points, points, vis, f"passed on all {len(cases)} {vis} cases")
-                )
-            else:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, _failure_text(failed, len(cases), vis)))
+    for line in lines(problem, visibilities):
+        group, vis = line.group, line.visibility
+        cases = [o for o in outcomes if o.visibility == vis]
+        if group.id in withheld:
+            tests.append(line.result(0.0, withheld[group.id]))
+            continue
+        failed = [(o, _first_failure(o, group)) for o in cases]
+        failed = [(o, c) for o, c in failed if c is not None]
+        if not cases:
+            tests.append(line.result(0.0, f"no {vis} cases were found for this line"))
+        elif not failed:
+            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
+        else:
+            tests.append(line.result(0.0, _failure_text(failed, len(cases), vis)))
     return tests
 
 
@@ -99,12 +116,7 @@ def _first_failure(outcome: CaseOutcome, group: Group) -> Check | None:
 
 def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> list[TestResult]:
     """Every line of the problem scores 0 with the same explanation (e.g. a missing file)."""
-    return [
-        TestResult(problem.id, f"{problem.id}: {g.title} [{vis}]", 0.0, problem.share(g, vis), vis, message)
-        for g in problem.groups
-        for vis in visibilities
-        if vis in g.visibilities
-    ]
+    return [line.result(0.0, message) for line in lines(problem, visibilities)]
 
 
 def read_array(path: Path, root: Path | None = None) -> tuple[np.ndarray | None, str]:

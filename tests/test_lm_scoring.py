@@ -28,8 +28,8 @@ NOTEBOOK_MISSING = "03_language_model.ipynb is missing from the handin"
 
 def split_tests(result) -> tuple[list, list]:
     """(tests of the array lines, tests of the notebook-function lines), by the rubric."""
-    function_titles = {f"{pid}: {g.title}" for pid, p in load_rubric().items() for g in p.groups if g.quantities}
-    arrays = [t for t in result.tests if t.name.rsplit(" [", 1)[0] not in function_titles]
+    function_lines = {(pid, g.id) for pid, p in load_rubric().items() for g in p.groups if g.quantities}
+    arrays = [t for t in result.tests if (t.problem, t.line) not in function_lines]
     return arrays, [t for t in result.tests if t not in arrays]
 
 

@@ -31,7 +31,7 @@ from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting, fraction
-from ..scoring import all_zero
+from ..scoring import Line, all_zero, lines
 from . import lm_functions, lm_model
 from .prediction import below, credit, load_npy
 
@@ -104,25 +104,21 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
                      f"itself and computes the perplexity of what it writes under the source of the text "
                      f"(full credit at <= {full:g}, none at >= {zero:g}).")
     tests = []
-    for group in problem.groups:
-        for v in vis:
-            if v not in group.visibilities:
-                continue
-            points = problem.share(group, v)
-            name = f"{problem.id}: {group.title} [{v}]"
-            if group.id == "perplexity":
-                if scored is None:
-                    tests.append(TestResult(problem.id, name, 0.0, points, v, f"generation: {own_problem}"))
-                else:
-                    tests.append(_perplexity_result(problem, name, points, v, prompts, own, scored, full, zero))
-            elif ids is None:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, message))
-            elif group.id == "format":
-                text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
-                        "The perplexity line grades what model.pt generates, after you submit.")
-                tests.append(TestResult(problem.id, name, points, points, v, text))
+    for line in lines(problem, vis):
+        group = line.group
+        if group.id == "perplexity":
+            if scored is None:
+                tests.append(line.result(0.0, f"generation: {own_problem}"))
             else:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, f"generation: unknown rubric line '{group.id}'"))
+                tests.append(_perplexity_result(line, prompts, own, scored, full, zero))
+        elif ids is None:
+            tests.append(line.result(0.0, message))
+        elif group.id == "format":
+            text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
+                    "The perplexity line grades what model.pt generates, after you submit.")
+            tests.append(line.result(1.0, text))
+        else:
+            tests.append(line.result(0.0, f"generation: unknown rubric line '{group.id}'"))
     return tests
 
 
@@ -173,22 +169,23 @@ def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
         ctx.flags["generated_does_not_match_model"] = message
 
 
-def _perplexity_result(problem, name, points, vis, prompts, ids, scored, full, zero) -> TestResult:
+def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResult:
     ppl, tok, seconds = scored
     if not math.isfinite(ppl):
-        return TestResult(problem.id, name, 0.0, points, vis, (
-            f"generation: the perplexity of {FILENAME} is not a finite number ({ppl}), so this line scores 0; "
+        return line.result(0.0, (
+            f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
             "please tell the course staff, since smoothed scores should always be finite."))
     frac = credit(math.log(ppl), math.log(full), math.log(zero))
     worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
-    lines = [
+    said = [
         f"generation perplexity {ppl:.3f} under the oracle ({tok.size} ids, scored in {seconds:.2f} s); "
-        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): {frac * points:.2f} of {points:g} points."
+        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): "
+        f"{frac * line.points:.2f} of {line.points:g} points."
     ]
     if frac < 1.0:
-        lines.append("Least likely generations (prompt -> generation, mean NLL):")
+        said.append("Least likely generations (prompt -> generation, mean NLL):")
         for r in worst.tolist():
-            lines.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
-        lines.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
+            said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
+        said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
                      "check that generate feeds each picked id back as input for the next step.")
-    return TestResult(problem.id, name, frac * points, points, vis, "\n".join(lines))
+    return line.result(frac, "\n".join(said))

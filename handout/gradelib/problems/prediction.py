@@ -30,7 +30,7 @@ from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting
 from ..safeio import SafeReadError
-from ..scoring import all_zero
+from ..scoring import Line, all_zero, lines
 from . import lm_functions, lm_model
 
 FILENAME = "predictions.npy"
@@ -137,40 +137,36 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
     logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what)
     tests = []
-    for group in problem.groups:
-        for v in vis:
-            if v not in group.visibilities:
-                continue
-            points = problem.share(group, v)
-            name = f"{problem.id}: {group.title} [{v}]"
-            if group.id == "nll":
-                tests.append(_score_nll(ctx, problem, name, points, v))
-            elif logits is None:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, message))
-            elif group.id == "format":
-                tests.append(TestResult(problem.id, name, points, points, v,
-                                        f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
-                                        "The NLL line grades model.pt itself, after you submit."))
-            else:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, f"prediction: unknown rubric line '{group.id}'"))
+    for line in lines(problem, vis):
+        group = line.group
+        if group.id == "nll":
+            tests.append(_score_nll(ctx, problem, line))
+        elif logits is None:
+            tests.append(line.result(0.0, message))
+        elif group.id == "format":
+            tests.append(line.result(1.0,
+                                    f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
+                                    "The NLL line grades model.pt itself, after you submit."))
+        else:
+            tests.append(line.result(0.0, f"prediction: unknown rubric line '{group.id}'"))
     return tests
 
 
-def _score_nll(ctx: GradeContext, problem: Problem, name: str, points: float, vis: str) -> TestResult:
+def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     """Teacher-forced NLL of the handed-in model on the hidden continuations of prediction_test.npz."""
     run = lm_model.model_run(ctx, problem.settings)
     if run.problem:
-        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: {run.problem}")
+        return line.result(0.0, f"prediction: {run.problem}")
     if "test" not in run.teacher_forced:
         why = run.set_problems.get("test", "the model was not run on the test rows")
-        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: {why}")
+        return line.result(0.0, f"prediction: {why}")
     logits, targets = run.teacher_forced["test"], run.targets["test"]
     if not np.isfinite(logits).all():
-        return TestResult(problem.id, name, 0.0, points, vis,
+        return line.result(0.0,
                           "prediction: your model's logits hold NaN or infinite values; they must be finite.")
     nll = prediction_nll(logits, targets)
     if not math.isfinite(nll):
-        return TestResult(problem.id, name, 0.0, points, vis, (
+        return line.result(0.0, (
             f"prediction: your model's NLL is {nll}, not a finite number, so this line scores 0: its logits are "
             "finite but so far apart that their softmax gives a true character probability 0 in float64."))
     full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
@@ -178,13 +174,13 @@ def _score_nll(ctx: GradeContext, problem: Problem, name: str, points: float, vi
     text = (
         f"prediction NLL {nll:.4f} nats/char: your model.pt, rebuilt with your notebook's code, predicted each of the "
         f"{targets.size} hidden characters from the prompt and the true characters before it (teacher forcing); "
-        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * points:.2f} of {points:g} points."
+        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * line.points:.2f} of {line.points:g} points."
     )
     note = lm_model.causal_note(run)
     if frac < 1.0:
         text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
                          "the checkpoint of the epoch with the lowest validation NLL.")
-    return TestResult(problem.id, name, frac * points, points, vis, text)
+    return line.result(frac, text)
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
