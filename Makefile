@@ -46,5 +46,5 @@ gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autogr
 autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
 	$(PY) -m autograder.platforms.package autolab
 
-clean: ## remove build outputs (keeps .venv)
-	rm -rf build grades .pytest_cache
+clean: ## remove build outputs (keeps .venv, grades/ and every student's work)
+	rm -rf build .pytest_cache
