@@ -16,10 +16,10 @@ Function lines (rubric.toml), by the quantities they need:
 
     prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
     prediction  collate_and_loss   collate_inputs, collate_targets (exact), lm_loss (float32 tolerance)
-    prediction  causal_attention   attention_out, attention_causal: CausalSelfAttention on fixed weights, eval
+    prediction  causal_attention   attention_causal, attention_out: CausalSelfAttention on fixed weights, eval
                                    mode, on x and on x with the positions from att_position on changed;
                                    outputs before that position must not move
-    prediction  model_building     model_logits, model_causal (the same for CausalLanguageModel), weight_tied
+    prediction  model_building     model_causal, model_logits (the same for CausalLanguageModel), weight_tied
                                    (fc.weight is token_embedding.weight), emb_dropout_train (whole rows
                                    dropped, kept ones scaled by 1/(1-p), about p of them dropped),
                                    emb_dropout_eval (the weight unchanged)
