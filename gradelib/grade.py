@@ -9,6 +9,7 @@ parts it affects.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -22,6 +23,7 @@ from .lm.metrics import Oracle
 from .manifest import HANDIN_FILES, OPTIONAL
 from .problems import GRADERS
 from .results import SubmissionResult, TestResult
+from .safeio import clean_text
 from .sandbox import Limits
 from .scoring import all_zero
 
@@ -75,9 +77,10 @@ def grade_submission(
         try:
             intake = open_upload(Path(path), files)
         except HandinError as exc:
-            result.notes.append(f"The handin could not be opened: {exc}")
+            why = clean_text(exc)
+            result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
-                result.tests += all_zero(p, visibilities, f"not graded: {exc}")
+                result.tests += all_zero(p, visibilities, f"not graded: {why}")
             return result
         except Exception as exc:  # an intake bug must not cost the student a results file
             message = f"The handin could not be opened: internal grader error ({type(exc).__name__}); please tell the course staff."
@@ -93,11 +96,13 @@ def grade_submission(
                                oracle_loader=oracle_loader, cache=shared)
             try:
                 tests: list[TestResult] = GRADERS[p.id](ctx, p)
-            except Exception:  # a grader bug must not cost the student a results file
-                detail = traceback.format_exc(limit=3)
-                tests = all_zero(p, visibilities, f"internal grader error; please tell the course staff.\n{detail}")
+            except Exception as exc:  # a grader bug must not cost the student a results file
+                # The traceback is for the staff (the worker's log), not for the student's feedback.
+                print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+                why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+                tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
             result.tests += tests
-            result.notes += ctx.notes
+            result.notes += [clean_text(n) for n in ctx.notes]
             result.flags.update(ctx.flags)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

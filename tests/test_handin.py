@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -189,3 +190,41 @@ def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
     rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
     assert rc != 0 and "model.pt: experiments/run1/model_3.pt is missing" in err, err
     assert not (student / "handin.tar").exists()
+
+ROW = re.compile(r"^\s+(PASS|FAIL) (?P<name>.+?)\s+(?P<got>[\d.]+) /\s+(?P<max>[\d.]+)$")
+
+
+def local_rows(root: Path, *args: str) -> tuple[str, list[tuple[str, str, str]]]:
+    proc = subprocess.run([sys.executable, "autograder.py", *args], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, [(m["name"], m["got"], m["max"]) for m in map(ROW.match, proc.stdout.splitlines()) if m]
+
+
+def test_local_grading_of_a_run_equals_grading_its_handin(student):
+    only = ("--only", "attention", "prediction")
+    out, direct = local_rows(student, "--runid", "run1", "--epoch", "3", *only)
+    assert "Grading experiments/run1, epoch 3" in out
+    assert make_handin(student, "runid=run1", "epoch=3").returncode == 0
+    _, packed = local_rows(student, "--handin", "handin.tar", *only)
+    assert direct and direct == packed
+    # Without runid/epoch the newest run is graded, and the output says which.
+    newest, _ = local_rows(student, "--only", "attention")
+    assert "Grading the newest run, experiments/run1, epoch 3" in newest
+    assert "What is at stake" in newest and "course maximum 120" in newest
+
+
+def test_problem_aliases_name_the_notebooks(student):
+    out, rows = local_rows(student, "--only", "nb1")
+    assert rows and all(name.startswith("losses: ") for name, _, _ in rows), out
+
+
+def test_handin_tar_is_readable_and_todos_left_are_named(student, capsys):
+    shutil.copyfile(HANDOUT / "attention.py", student / "attention.py")
+    rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc == 0 and (student / "handin.tar").stat().st_mode & 0o777 == 0o644
+    assert "attention.py still raises NotImplementedError for 2 TODO(s), which score 0: TODO 1.1 forward" in out, out
+
+
+def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
+    rc, _, err = pack(student, capsys, "--runid", "run2", "--epoch", "3")
+    assert rc != 0 and "experiments/ holds: runid=run1 (epochs 3)" in err, err

@@ -105,10 +105,20 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
     run = tmp_path / "experiments" / namespace["runid"]
     names = {p.name for p in run.iterdir()}
     assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
-    for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"), ("generated.txt", "generated_1.txt")):
+    for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"),
+                              ("generated.txt", "generated_1.txt"), ("model.pt", "model_1.pt")):
         assert check_file(handin_name, run / file) == [], file
-    state = torch.load(run / "model_1.pt", weights_only=True)
-    assert state["token_embedding.weight"].shape == (30, 16)
+    ckpt = torch.load(run / "model_1.pt", weights_only=True)
+    assert ckpt["state_dict"]["token_embedding.weight"].shape == (30, 16)
+    # The grader rebuilds the model from the stored config with the notebook's own classes.
+    rebuilt = namespace["CausalLanguageModel"](namespace["ModelConfig"](**ckpt["config"]))
+    rebuilt.load_state_dict(ckpt["state_dict"])
+    # The figure printed per epoch is the graded one: teacher-forced NLL, checked against cross_entropy here.
+    val_inp, val_out = namespace["val_inp"], namespace["val_out"]
+    with torch.no_grad():
+        logits = rebuilt.eval()(torch.cat([val_inp, val_out[:, :-1]], 1))[:, val_inp.shape[1] - 1 :]
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 30), val_out.reshape(-1)).item()
+    assert namespace["history"]["val_nll"][-1] == pytest.approx(expected, rel=1e-5)
 
 
 def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_path):

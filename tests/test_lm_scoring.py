@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from gradelib.lm import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_oracle, next_char_logprobs
-from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
 from gradelib.rubric import load as load_rubric
 from conftest import FIXTURES, grade_files
 
@@ -206,3 +206,28 @@ def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(
     assert "The perplexity line grades what model.pt generates, after you submit" in gen.output, gen.output
     assert not any("oracle" in n for n in result.notes), result.notes
     assert any("computes the perplexity of what it writes under the source of the text" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_ngrams_up_to_the_trigram_score_nothing_on_either_line(oracle, prompts, targets, order):
+    """The calibration rule: every baseline up to the trigram earns no quality points."""
+    from autograder.reference.calibrate import nll_of, teacher_forced_probs
+
+    settings = {pid: p.settings for pid, p in load_rubric().items()}
+    gram = NGramModel.fit((LM / "train.txt").read_text().splitlines(), order)
+    nll = nll_of(teacher_forced_probs(gram.next_id_probs, prompts["prediction_test"], targets), targets)
+    assert nll >= settings["prediction"]["zero_credit_nll"]
+    ids = M.greedy_generate(lambda x: gram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
+    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) >= settings["generation"]["zero_credit_perplexity"]
+
+
+def test_degenerate_text_scores_nothing(oracle, prompts):
+    """One constant phrase for every prompt, or a copy of the prompt, earns no generation points."""
+    from autograder.reference.calibrate import CONSTANT_PHRASE
+
+    gen = prompts["generation_test"]
+    zero = load_rubric()["generation"].settings["zero_credit_perplexity"]
+    phrase = np.tile(np.array(encode(CONSTANT_PHRASE)), (len(gen), 1))
+    copy = np.where(gen[:, :30] < 2, 29, gen[:, :30])
+    for ids in (phrase, copy):
+        assert M.generation_perplexity(oracle, gen, ids, EPS) >= zero

@@ -129,9 +129,9 @@ TYPOS = [
      'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hiden"]', "visibilities must be"),
     ("a duplicated visibility", 'visibilities = ["public"]', 'visibilities = ["public", "public"]', "distinct values"),
     ("an empty visibility list", 'visibilities = ["public"]', "visibilities = []", "non-empty"),
-    ("a misspelt setting", "full_credit_nll = 1.1", "full_credit_nl = 1.1", "unknown setting(s) ['full_credit_nl']"),
-    ("a setting given as text", "zero_credit_nll = 1.9", 'zero_credit_nll = "1.9"', "setting 'zero_credit_nll' must be number"),
-    ("thresholds the wrong way round", "full_credit_nll = 1.1", "full_credit_nll = 2.5", "'full_credit_nll' (2.5) must be below 'zero_credit_nll' (1.9)"),
+    ("a misspelt setting", "full_credit_nll = 0.85", "full_credit_nl = 0.85", "unknown setting(s) ['full_credit_nl']"),
+    ("a setting given as text", "zero_credit_nll = 1.25", 'zero_credit_nll = "1.25"', "setting 'zero_credit_nll' must be number"),
+    ("thresholds the wrong way round", "full_credit_nll = 0.85", "full_credit_nll = 2.5", "'full_credit_nll' (2.5) must be below 'zero_credit_nll' (1.25)"),
     ("a negative time limit", "settings = { cell_timeout_s = 10, call_timeout_s = 5 }",
      "settings = { cell_timeout_s = -10, call_timeout_s = 5 }", "setting 'cell_timeout_s' must be > 0"),
     ("smoothing outside (0, 1)", "smoothing_eps = 1e-3", "smoothing_eps = 1.5", "setting 'smoothing_eps' must be between 0 and 1"),
@@ -174,7 +174,7 @@ def test_the_batch_grader_refuses_a_broken_rubric_without_a_traceback(tmp_path, 
     from autograder.batch import cli
 
     path = tmp_path / "rubric.toml"
-    path.write_text(REAL.replace("full_credit_nll = 1.1", "full_credit_nl = 1.1"))
+    path.write_text(REAL.replace("full_credit_nll = 0.85", "full_credit_nl = 0.85"))
     monkeypatch.setattr(rubric, "RUBRIC_PATH", path)
     assert cli.main([str(tmp_path), "--out", str(tmp_path / "grades")]) == 2
     err = capsys.readouterr().err

@@ -83,7 +83,7 @@ def autolab(handin: Path, timeout: float) -> int:
             if tag in scores:
                 scores[tag] = round(scores[tag] + t["score"], 4)
     print(student_text(results))
-    print(json.dumps({"scores": scores}, separators=(",", ":")), flush=True)
+    print(json.dumps({"scores": scores}, separators=(",", ":"), allow_nan=False), flush=True)
     return 0
 
 

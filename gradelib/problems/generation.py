@@ -176,6 +176,10 @@ def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
 
 def _perplexity_result(problem, name, points, vis, prompts, ids, scored, full, zero) -> TestResult:
     ppl, tok, seconds = scored
+    if not math.isfinite(ppl):
+        return TestResult(problem.id, name, 0.0, points, vis, (
+            f"generation: the perplexity of {FILENAME} is not a finite number ({ppl}), so this line scores 0; "
+            "please tell the course staff, since smoothed scores should always be finite."))
     frac = credit(math.log(ppl), math.log(full), math.log(zero))
     worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
     lines = [

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..context import GradeContext
 from ..lm.vocab import VOCAB_SIZE
+from ..safeio import clean_text
 from ..scoring import read_array, read_meta
 from .notebook_functions import run_notebook
 
@@ -111,23 +112,36 @@ class Revealer(threading.Thread):
                                            f"expected ({rows}, {VOCAB_SIZE}) floats")
                     break
                 self.answers[name].append(logits.astype(np.float32))
+                final = f"{name}_reveal_{t}.npy"
                 try:
-                    fd = os.open(f"{name}_reveal_{t}.npy", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                    if _exists(final, self.inputs_fd):
+                        raise FileExistsError(17, "the name is taken")
+                    # Written under a temporary name, then renamed: the child never reads half a file.
+                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                  0o644, dir_fd=self.inputs_fd)
-                except OSError as exc:  # the child planted something under the name
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
+                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
+                except OSError as exc:  # the child planted something under one of the names
                     self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
                     break
-                with os.fdopen(fd, "wb") as fh:
-                    np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
 
     def _wait_for(self, path: Path) -> np.ndarray | None:
         # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
         while not self.stop.is_set():
-            arr = read_array(path) if path.is_file() else None
+            arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
             if arr is not None:
                 return arr
             time.sleep(0.002)
         return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
@@ -181,12 +195,12 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
 
     def collect(scratch: Path, run, report, revealer: Revealer) -> None:
         out = scratch / "outputs"
-        meta = read_meta(out / "model.json") or {}
+        meta = read_meta(out / "model.json", root=scratch) or {}
         if report is not None and report.get("read_error") or meta.get("read_error"):
             run_result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
             return
         if meta.get("load_error"):
-            run_result.problem = str(meta["load_error"])[:1500]
+            run_result.problem = clean_text(meta["load_error"])[:1500]
             return
         if not meta:
             run_result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
@@ -198,18 +212,18 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
                 run_result.teacher_forced[name] = np.stack(answers, axis=1)
                 run_result.targets[name] = out_ids
             else:
-                why = revealer.problems.get(name) or str(meta.get(name) or "") or f"the process {run.describe()}"
+                why = revealer.problems.get(name) or clean_text(meta.get(name) or "") or f"the process {run.describe()}"
                 run_result.set_problems[name] = f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}"[:800]
-        a, b = read_array(out / "probe_x.npy"), read_array(out / "probe_changed.npy")
+        a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
         if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
             head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
             head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
             scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
             run_result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
-        run_result.generated = read_array(out / "generated.npy")
-        run_result.predicted = read_array(out / "predicted.npy")
+        run_result.generated = read_array(out / "generated.npy", scratch)[0]
+        run_result.predicted = read_array(out / "predicted.npy", scratch)[0]
         calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
-        run_result.call_problems = {str(k): str(v)[:500] for k, v in calls.items()}
+        run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
 
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
     # Notebook 3's cells, loading the model, 2 x 20 steps and 30 generated characters: the

@@ -20,15 +20,18 @@ it. Rubric lines (rubric.toml [problems.prediction]):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
+from .. import safeio
 from ..context import GradeContext
 from ..lm.metrics import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting
+from ..safeio import SafeReadError
 from ..scoring import all_zero
 from . import lm_functions, lm_model
 
@@ -38,6 +41,7 @@ TARGETS = "lm/hidden/prediction_test_out.npz"
 STEPS = 20
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
+MAX_HEADER_BYTES = 64 * 1024
 
 
 def below(low: str, high: str):
@@ -60,38 +64,33 @@ SCHEMA = ProblemSchema(
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, str]:
     """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
 
-    The header is read first: pickled (object) arrays and arrays far larger than
-    expected are refused before any data is loaded.
+    gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
+    complex or long-double arrays and arrays far larger than expected are refused from
+    the header, before any data is loaded. A wrong row count or shape is reported
+    before a wrong dtype: it says more about what went wrong.
     """
     name = path.name
-    if not path.is_file():
-        return None, f"{problem_id}: {name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+    size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _fortran, dtype = reader(fh)
-    except (OSError, ValueError, EOFError) as exc:
-        return None, f"{problem_id}: {name} is not a .npy array ({str(exc)[:200]}); save {what} with np.save."
-    if dtype.hasobject:
-        return None, f"{problem_id}: {name} holds Python objects (a pickle), which the grader does not load; save a plain numeric array."
-    size = int(np.prod(shape, dtype=np.int64))
-    if size > MAX_SIZE_FACTOR * int(np.prod(expected_shape)):
-        return None, f"{problem_id}: {name} has shape {tuple(shape)}, far larger than the expected {expected_shape}; it was not read."
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        return None, f"{problem_id}: {name} could not be read ({str(exc)[:200]}); save it again with np.save."
-    if arr.ndim >= 1 and arr.shape[0] != expected_shape[0] and arr.shape[1:] == expected_shape[1:]:
+        arr = safeio.read_npy(path, max_bytes=size_cap * 8 + MAX_HEADER_BYTES, kinds=kinds, max_elements=size_cap)
+        shape, dtype_problem = arr.shape, ""
+    except SafeReadError as exc:
+        if exc.reason == "missing":
+            return None, f"{problem_id}: {name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+        if exc.reason == "size" and exc.shape is not None:
+            return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
+        if exc.reason != "dtype" or exc.shape is None:
+            return None, f"{problem_id}: {exc}"
+        arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
+    if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
         return None, (
-            f"{problem_id}: {name} has {arr.shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {arr.shape}, expected {expected_shape}."
+            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
+            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
         )
-    if arr.shape != expected_shape:
-        return None, f"{problem_id}: {name} has shape {arr.shape}, expected {expected_shape}: {what}."
-    if arr.dtype.kind not in kinds:
-        wanted = "a float dtype (e.g. float32)" if kinds == "f" else "an integer dtype (e.g. int64)"
-        return None, f"{problem_id}: {name} has dtype {arr.dtype}, expected {wanted}."
+    if shape != expected_shape:
+        return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
+    if arr is None:
+        return None, dtype_problem
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -172,6 +171,10 @@ def _score_nll(ctx: GradeContext, problem: Problem, name: str, points: float, vi
         return TestResult(problem.id, name, 0.0, points, vis,
                           "prediction: your model's logits hold NaN or infinite values; they must be finite.")
     nll = prediction_nll(logits, targets)
+    if not math.isfinite(nll):
+        return TestResult(problem.id, name, 0.0, points, vis, (
+            f"prediction: your model's NLL is {nll}, not a finite number, so this line scores 0: its logits are "
+            "finite but so far apart that their softmax gives a true character probability 0 in float64."))
     full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
     frac = credit(nll, full, zero)
     text = (

@@ -52,7 +52,7 @@ from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 from ..results import TestResult
 from ..rubric import Problem, Setting, fraction
-from ..scoring import CaseOutcome, all_zero, group_results, read_meta
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
@@ -198,7 +198,7 @@ def _as(got: Observed, kind: str, dtype) -> Observed:
 def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     name, vis, desc, path = case
     case_dir = scratch / "outputs" / name
-    meta = read_meta(case_dir / "meta.json")
+    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(name, vis, desc)
     with np.load(path, allow_pickle=False) as data:
         c = {k: data[k] for k in data.files}
@@ -206,7 +206,7 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     wanted = {q for g in problem.groups for q in g.quantities}
 
     def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observed(q, case_dir, meta, run, report), kind, dtype)
+        return _as(observed(q, case_dir, meta, run, report, root=scratch, refused=refused), kind, dtype)
 
     def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
         expected_type = obs.type_name if obs.type_name in types else types[0]

@@ -24,7 +24,8 @@ from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from ..safeio import clean_text
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child, read_meta
 
 CASE_FOLDER = "notebooks"
 HARNESS = ("child_common.py", "notebook_child.py")
@@ -152,10 +153,10 @@ def run_notebook(
         }
         if prepare is not None:
             task.update(prepare(scratch))
-        (scratch / "task.json").write_text(json.dumps(task))
+        (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
         finish = companion(scratch) if companion is not None else None
         run = sandbox.run([child], scratch, limits)
-        report = read_meta(scratch / "outputs" / "notebook.json")
+        report = read_meta(scratch / "outputs" / "notebook.json", root=scratch)
         if finish is not None:
             return collect(scratch, run, report, finish()), run, report
         return collect(scratch, run, report), run, report
@@ -163,13 +164,18 @@ def run_notebook(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None) -> Observed:
-    """What the child recorded for quantity q of a case, or why there is nothing."""
+def observed(
+    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None,
+    refused: str = "",
+) -> Observed:
+    """What the child recorded for quantity q of a case, or why there is nothing (`refused`: why its meta.json was not read)."""
+    if meta is None and refused:
+        return Observed(False, note=f"no result: {refused}")
     if meta is None:
         stage = "running the notebook" if report is None else "calling its functions"
         return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
     errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800])
+    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800], root=root)
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -194,7 +200,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
         return all_zero(
             problem,
             vis,
-            f"{spec.notebook} could not be read as a notebook ({str(report['read_error'])[:300]}); "
+            f"{spec.notebook} could not be read as a notebook ({clean_text(report['read_error'])[:300]}); "
             "submit the .ipynb file saved by Jupyter.",
         )
     _note_cells(ctx, problem, spec, run, report)
@@ -205,14 +211,14 @@ def _outcome(
     problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
 ) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
-    meta = read_meta(case_dir / "meta.json")
+    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(case.name, case.visibility, case.description)
     with np.load(case.path, allow_pickle=False) as data:
         expected = {q: data[f"expected_{q}"] for q in spec.quantities}
     for q, quantity in spec.quantities.items():
         exp = expected[q]
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        got = observed(q, case_dir, meta, run, report)
+        got = observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
         outcome.checks[q] = _check(q, got, exp, quantity, tol)
     return outcome
 
@@ -260,10 +266,10 @@ def _note_cells(ctx: GradeContext, problem: Problem, spec: NotebookSpec, run: sa
         for cell in report.get("cells", []):
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
-            lines.append(
-                f"code cell {cell.get('cell')} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
+            lines.append(clean_text(
+                f"code cell {str(cell.get('cell'))[:20]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
                 f"{str(cell.get('message'))[:300]}"
-            )
+            ))
         if run.timed_out:
             lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
