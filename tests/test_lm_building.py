@@ -15,11 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.fixturegen import lm_building_cases as building
 from autograder.reference import model as ref
+from gradelib.compare import Observed, check
 from gradelib.lm.vocab import EOS, PAD
 from gradelib.problems import lm_functions
-from gradelib.compare import Observed, check
 
 from conftest import FIXTURES, REPO
 

@@ -283,7 +283,8 @@ def _causal(q: str, changed: Observed, original: Observed, position: int, values
     """The outputs for the changed input: before `position` they must equal the outputs for the original one."""
     if not values.passed and values.stage == "values" and original.array is not None and original.array.shape == changed.array.shape:
         before, before_orig = changed.array[:, :position].astype(np.float64), original.array[:, :position].astype(np.float64)
-        moved = np.abs(before - before_orig) > tol["atol"] * max(1.0, float(np.abs(before_orig).max(initial=0.0))) + tol["rtol"] * np.abs(before_orig)
+        scale = max(1.0, float(np.abs(before_orig).max(initial=0.0)))
+        moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
         if moved.any():
             b, t = (int(i) for i in np.argwhere(moved)[0][:2])
             return Check(
