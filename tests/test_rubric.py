@@ -108,7 +108,9 @@ def test_lm_problems_grade_both_the_arrays_and_notebook_3s_functions():
     problems = rubric.load()
     lines = {pid: {g.id: (g.points, g.visibilities) for g in problems[pid].groups} for pid in ("prediction", "generation")}
     assert lines["prediction"] == {
-        "format": (2, ("public",)), "nll": (18, ("hidden",)), "predict_function": (4, ("public", "hidden")),
+        "format": (2, ("public",)), "nll": (12, ("hidden",)), "predict_function": (4, ("public", "hidden")),
+        "collate_and_loss": (2, ("public", "hidden")), "causal_attention": (2, ("public", "hidden")),
+        "model_building": (2, ("public", "hidden")),
     }
     assert lines["generation"] == {
         "format": (2, ("public",)), "perplexity": (18, ("hidden",)),
@@ -123,8 +125,8 @@ REAL = rubric.RUBRIC_PATH.read_text()
 
 TYPOS = [
     # (what is changed in the real rubric, from, to, what the refusal names)
-    ("a misspelt visibility drops a line's hidden points", 'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 18\nvisibilities = ["hidden"]',
-     'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 18\nvisibilities = ["hiden"]', "visibilities must be"),
+    ("a misspelt visibility drops a line's hidden points", 'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hidden"]',
+     'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hiden"]', "visibilities must be"),
     ("a duplicated visibility", 'visibilities = ["public"]', 'visibilities = ["public", "public"]', "distinct values"),
     ("an empty visibility list", 'visibilities = ["public"]', "visibilities = []", "non-empty"),
     ("a misspelt setting", "full_credit_nll = 0.85", "full_credit_nl = 0.85", "unknown setting(s) ['full_credit_nl']"),

@@ -16,7 +16,8 @@ code nor oracle.json, and the local grader never scores text.
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
 - lines that list quantities (generate_greedy, generate_sampling): notebook 3's
-  generate() on fixed-weight models, graded by problems/lm_functions.py.
+  generate() on fixed-weight models, graded by problems/lm_functions.py (sampling
+  is checked by the frequencies of many samples, not only by where they lie).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ it. Rubric lines (rubric.toml [problems.prediction]):
   characters before it (a proper score: no choice of the model's decides which
   steps count); full credit at or below settings.full_credit_nll, none at or
   above settings.zero_credit_nll, linear in between.
-- lines that list quantities (predict_function): notebook 3's predict() on
-  fixed-weight models, graded by problems/lm_functions.py.
+- lines that list quantities: notebook 3's predict() on fixed-weight models
+  (predict_function) and its building blocks on fixed inputs and weights
+  (collate_and_loss, causal_attention, model_building), graded by
+  problems/lm_functions.py.
 """
 
 from __future__ import annotations
