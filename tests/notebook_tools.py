@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gradelib import rubric
 from gradelib.results import SubmissionResult
-from conftest import SOLUTIONS
+from support import SOLUTIONS
 
 NB1 = "01_mlm_and_next_token.ipynb"
 NB2 = "02_attention_and_masks.ipynb"
@@ -102,10 +102,10 @@ def notebook_path(name: str) -> Path:
 
 
 def grade(tmp_path: Path, files: dict[str, str], only: list[str], problems: dict | None = None, timeout_s: float = 30.0):
-    """Grade a handin made of `files` on public and hidden cases, like conftest.grade_files, with a rubric override."""
+    """Grade a handin made of `files` on public and hidden cases, like support.grade_files, with a rubric override."""
     from autograder.batch.worker import grade_hidden
     from gradelib.sandbox import Limits
-    from conftest import FIXTURES
+    from support import FIXTURES
 
     sub = tmp_path / "handin"
     sub.mkdir(exist_ok=True)

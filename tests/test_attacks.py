@@ -22,7 +22,7 @@ import pytest
 
 from gradelib import rubric
 from gradelib.sandbox import isolation_report, landlock_abi
-from conftest import FIXTURES, REPO, SOLUTIONS, grade_files
+from support import FIXTURES, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable
 CLI = REPO / "autograder" / "autograder.py"

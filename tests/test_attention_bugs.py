@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from gradelib import rubric
-from conftest import SOLUTIONS, grade_files
+from support import SOLUTIONS, grade_files
 
 REFERENCE = (SOLUTIONS / "attention.py").read_text()
 

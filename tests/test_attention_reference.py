@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SOLUTIONS, grade_files
+from support import SOLUTIONS, grade_files
 
 
 def load_reference():

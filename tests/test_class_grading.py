@@ -27,7 +27,7 @@ import pytest
 from gradelib import rubric
 from autograder.build.classgen import make_class
 from autograder.batch.cli import submission_names
-from conftest import FIXTURES, REPO
+from support import FIXTURES, REPO
 
 CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]
 # Per problem run: each hanging attack costs this much, and a correct attention.py

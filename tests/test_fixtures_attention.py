@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autograder.fixturegen import attention_cases
-from conftest import FIXTURES
+from support import FIXTURES
 
 CASE_DIR = FIXTURES / "attention"
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from autograder.build.handout import BEGIN, END, build
-from conftest import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
+from support import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable
 HIDDEN_DIRS = sorted(p for p in FIXTURES.glob("*/hidden") if p.is_dir())

@@ -20,7 +20,7 @@ from gradelib.compare import Observed, check
 from gradelib.lm.vocab import EOS, PAD
 from gradelib.problems import lm_functions
 
-from conftest import FIXTURES, REPO
+from support import FIXTURES, REPO
 
 CASES = sorted((FIXTURES / "lm_functions").glob("*/*.npz"))
 TOL = lm_functions.DEFAULT_TOLERANCE

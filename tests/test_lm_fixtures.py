@@ -21,7 +21,7 @@ from gradelib.context import GradeContext
 from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
 from gradelib.sandbox import Limits
-from conftest import FIXTURES
+from support import FIXTURES
 
 LM_OUTPUTS = (
     "train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz",

@@ -28,7 +28,7 @@ from autograder.reference.model import (
     predict,
 )
 
-from conftest import REPO
+from support import REPO
 
 SMALL = ModelConfig(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)
 

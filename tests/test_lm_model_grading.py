@@ -24,7 +24,7 @@ from gradelib.lm.vocab import PAD, SPACE
 from gradelib.problems import lm_model
 from gradelib.rubric import load as load_rubric
 
-from conftest import FIXTURES, SOLUTIONS, grade_files
+from support import FIXTURES, SOLUTIONS, grade_files
 
 LM = FIXTURES / "lm"
 NOTEBOOK = "03_language_model.ipynb"

@@ -10,7 +10,7 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, HANDOUT, SOLUTIONS, grade_files
+from support import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
 from autograder.reference import model as ref
 from gradelib.rubric import load as load_rubric

@@ -19,7 +19,7 @@ from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_oracle, next_char_logprobs
 from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
 from gradelib.rubric import load as load_rubric
-from conftest import FIXTURES, grade_files
+from support import FIXTURES, grade_files
 
 LM = FIXTURES / "lm"
 EPS = float(load_rubric()["generation"].settings["smoothing_eps"])

@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.build import notebooks
-from conftest import HANDOUT
+from support import HANDOUT
 from notebook_tools import NB1, NB2, NB3
 
 ANSWER_TAG = "otter_answer_cell"
@@ -156,7 +156,7 @@ def test_local_autograder_grades_the_notebooks_on_public_cases(tmp_path):
     import subprocess
     import sys
 
-    from conftest import SOLUTIONS
+    from support import SOLUTIONS
 
     folder = tmp_path / "handout"
     shutil.copytree(HANDOUT, folder, ignore=shutil.ignore_patterns("data", "__pycache__"))

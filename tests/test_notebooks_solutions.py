@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HANDOUT, SOLUTIONS
+from support import HANDOUT, SOLUTIONS
 from notebook_tools import NB1, NB2, PROBLEM_OF, grade, load, source
 
 SKIP_TAG = "skip-grading"

@@ -26,7 +26,7 @@ from autograder.platforms.package import build_autolab, build_gradescope
 from gradelib import rubric
 from gradelib.problems import GRADERS
 
-from conftest import SOLUTIONS
+from support import SOLUTIONS
 
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
 PROBLEM_IDS = [p for p in rubric.load() if p in GRADERS]

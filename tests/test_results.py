@@ -10,7 +10,7 @@ import pytest
 
 from gradelib import rubric
 from gradelib.problems import GRADERS
-from conftest import REPO, SOLUTIONS
+from support import REPO, SOLUTIONS
 
 CLI = REPO / "autograder" / "autograder.py"
 TEST_KEYS = {"name", "score", "max_score", "status", "visibility", "output"}

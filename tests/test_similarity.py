@@ -21,7 +21,7 @@ from copydetect import compare_files
 
 from autograder.batch import similarity as sim
 
-from conftest import HANDOUT, SOLUTIONS
+from support import HANDOUT, SOLUTIONS
 from notebook_tools import NB2, source, student_form
 
 THRESHOLD = 0.5

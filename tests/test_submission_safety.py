@@ -20,7 +20,7 @@ from gradelib.intake import HandinError, copy_capped, open_handin, open_upload, 
 from gradelib.results import write_submission
 from gradelib.sandbox import Limits
 
-from conftest import FIXTURES, SOLUTIONS
+from support import FIXTURES, SOLUTIONS
 
 
 def _tar(path, members, mode="w"):

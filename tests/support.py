@@ -1,0 +1,44 @@
+"""Helpers the tests share: repository paths and grading a handin made of files, as the course grader does.
+
+Imported like any module (`from support import ...`); conftest.py keeps only pytest fixtures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autograder.batch.worker import grade_hidden
+from gradelib.results import SubmissionResult
+from gradelib.sandbox import Limits
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+SOLUTIONS = REPO / "solutions"
+HANDOUT = REPO / "handout"
+
+
+def grade_files(
+    tmp_path: Path,
+    files: dict[str, str | bytes],
+    *,
+    visibilities: tuple[str, ...] = ("public", "hidden"),
+    only: list[str] | None = None,
+    timeout_s: float = 30.0,
+    memory_mb: int = 3072,
+) -> SubmissionResult:
+    """Grade a handin folder made of `files` (name -> text or bytes) on the fixtures."""
+    sub = tmp_path / "handin"
+    sub.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (sub / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return grade_hidden(
+        sub,
+        case_root=FIXTURES,
+        visibilities=visibilities,
+        only=only,
+        limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
+    )
+
+
+def scores_by_test(result: SubmissionResult) -> dict[str, float]:
+    return {t.name: t.score for t in result.tests}
