@@ -8,6 +8,15 @@ from pathlib import Path
 import pytest
 from support import SOLUTIONS
 
+from autograder.build import notebooks
+
+
+@pytest.fixture(scope="session")
+def otter_build(tmp_path_factory) -> tuple[dict[str, bytes], Path]:
+    """One run of otter assign per test session: (student files by handout path, staff output folder)."""
+    staff = tmp_path_factory.mktemp("staff")
+    return notebooks.build(staff_out=staff), staff
+
 
 @pytest.fixture
 def reference_attention() -> str:

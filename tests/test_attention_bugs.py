@@ -16,6 +16,10 @@ its quantities, so a bug visible on one case of a set fails the whole set.
 
 from __future__ import annotations
 
+import functools
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from gradelib import rubric
@@ -59,6 +63,13 @@ def expected_score(failing: set[tuple[str, str]]) -> float:
 
 def grade_attention(tmp_path, source: str):
     return grade_files(tmp_path, {"attention.py": source}, only=["attention"])
+
+
+@functools.cache
+def graded_bug(bug: str):
+    """The reference with one catalogued bug, graded once per session (several tests read the same result)."""
+    with tempfile.TemporaryDirectory(prefix="bug-") as tmp:
+        return grade_attention(Path(tmp), edit((SOLUTIONS / "attention.py").read_text(), BUGS[bug][0]))
 
 
 # name -> (edits of the reference, failing tests, a fragment every failing message shares or None)
@@ -165,8 +176,8 @@ BUGS = {
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_bug_fails_exactly_its_tests(tmp_path, reference_attention, bug):
-    replacements, failing, fragment = BUGS[bug]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    _, failing, fragment = BUGS[bug]
+    result = graded_bug(bug)
     got_failing = {line_of(t) for t in result.tests if not t.passed}
     assert got_failing == failing, "\n".join(f"{t.name}: {t.output}" for t in result.tests if not t.passed)
     assert result.score == pytest.approx(expected_score(failing))
@@ -181,8 +192,7 @@ def test_bug_fails_exactly_its_tests(tmp_path, reference_attention, bug):
 
 
 def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attention):
-    replacements, _, _ = BUGS["naive_softmax_overflow"]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    result = graded_bug("naive_softmax_overflow")
     softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "public"))
     assert "large_scores_float32" in softmax.output
     assert "'A_sig' has" in softmax.output and "NaN" in softmax.output
@@ -190,8 +200,7 @@ def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attentio
 
 
 def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
-    replacements, _, _ = BUGS["scale_by_sqrt_dv"]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    result = graded_bug("scale_by_sqrt_dv")
     softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "hidden"))
     assert "dk_ne_dv" in softmax.output and "max abs error" in softmax.output
 
@@ -410,15 +419,13 @@ def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
     [("missing_causal_mask", "nonzero above the diagonal"), ("softmax_wrong_axis", "softmax over the last axis")],
 )
 def test_softmax_message_names_the_mistake(tmp_path, reference_attention, bug, diagnosis):
-    replacements, _, _ = BUGS[bug]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    result = graded_bug(bug)
     softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "public"))
     assert diagnosis in softmax.output, softmax.output
 
 
 def test_failures_that_follow_from_an_earlier_one_say_so(tmp_path, reference_attention):
-    replacements, _, _ = BUGS["missing_causal_mask"]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    result = graded_bug("missing_causal_mask")
     backward = [t for t in result.tests if not t.passed and t.line.startswith("backward")]
     assert backward
     for t in backward:
@@ -428,8 +435,7 @@ def test_failures_that_follow_from_an_earlier_one_say_so(tmp_path, reference_att
 
 
 def test_a_constant_factor_of_sqrt_dk_is_named(tmp_path, reference_attention):
-    replacements, _, _ = BUGS["A_w_stored_scaled"]
-    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    result = graded_bug("A_w_stored_scaled")
     scores = [t for t in result.tests if t.line == "forward_scores"]
     assert scores and all("got/expected" in t.output and "that is 1/sqrt(Dk)" in t.output for t in scores), \
         [t.output for t in scores]

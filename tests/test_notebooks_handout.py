@@ -10,7 +10,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.build import notebooks
 from support import HANDOUT
 from notebook_tools import NB1, NB2, NB3
 
@@ -33,9 +32,9 @@ def mine(rel: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    staff = tmp_path_factory.mktemp("staff")
-    return {rel: data for rel, data in notebooks.build(staff_out=staff).items() if mine(rel)}, staff
+def built(otter_build):
+    files, staff = otter_build
+    return {rel: data for rel, data in files.items() if mine(rel)}, staff
 
 
 def test_student_build_reproduces_the_committed_handout_byte_for_byte(built):

@@ -77,7 +77,8 @@ def gradelib_files() -> list[Path]:
 STUDENT_WORK = ("experiments", "handin.tar")
 
 
-def build(out: Path) -> list[Path]:
+def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Path]:
+    """Write the handout into `out`; `notebook_files` reuses an earlier run of otter assign."""
     out.mkdir(parents=True, exist_ok=True)
     for entry in out.iterdir():
         if entry.name in STUDENT_WORK:
@@ -108,7 +109,7 @@ def build(out: Path) -> list[Path]:
     for name in LM_PUBLIC_FILES:
         put(f"tests/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
     # Student notebooks and their public otter tests (handout/tests/<question>.py).
-    for rel, data in sorted(notebooks.build().items()):
+    for rel, data in sorted((notebook_files if notebook_files is not None else notebooks.build()).items()):
         put(rel, data)
     for src in sorted((FIXTURES / "notebooks" / "public").iterdir()):
         put(f"tests/notebooks/public/{src.name}", src.read_bytes())
