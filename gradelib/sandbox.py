@@ -593,6 +593,50 @@ class _Tail:
             del self.data[: max(0, len(self.data) - self.cap)]
 
 
+_active: dict[str, int] = {}  # the run in progress: {"pid": ..., "uid": ...}
+
+
+def abort_active() -> None:
+    """Kill the run in progress, if any, and everything it started (for a grader's signal handler)."""
+    pid, uid = _active.get("pid"), _active.get("uid")
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if uid:
+        kill_uid(uid, wait_s=2.0)
+
+
+def sweep_free_slots() -> int:
+    """Kill processes of sandbox uids that no live grader holds (left by a grader that was killed)."""
+    owners: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            if UID_BASE <= uid < UID_BASE + SLOTS:
+                owners.setdefault(uid, []).append(int(entry))
+    killed = 0
+    for uid in owners:
+        try:
+            fd = os.open(SLOT_DIR / f"slot-{uid - UID_BASE}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # held: a grader is running there
+        try:
+            killed += kill_uid(uid)
+        finally:
+            os.close(fd)
+    return killed
+
+
 def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot) -> ChildRun:
     before = _children_of(os.getpid())
     start = time.monotonic()
@@ -603,6 +647,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", isolation, 0, level)
+    _active.update(pid=proc.pid, uid=slot.uid if slot is not None else 0)
     os.close(out_w)
     os.close(rep_w)
     log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
@@ -649,6 +694,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     killed = _kill_new_children(before)
     if slot is not None:
         killed += kill_uid(slot.uid)
+    _active.clear()
     # Every writer is gone now: read what is left, up to end of file.
     drain_until = time.monotonic() + 2.0
     while sel.get_map() and time.monotonic() < drain_until:
