@@ -225,7 +225,9 @@ def processes_of_uid(uid: int) -> list[int]:
 def _kill_new_children(before: set[int]) -> int:
     """Kill and reap every child of ours that did not exist before the run."""
     killed = 0
-    for _ in range(50):
+    # Each kill re-parents the next link of a chain of orphans to us: go on until none is left.
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
         extra = _children_of(os.getpid()) - before
         if not extra:
             break

@@ -173,7 +173,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         )
         withheld = {g.id: msg for g in problem.groups if g.backward}
     tests = group_results(problem, outcomes, vis, withheld)
-    if run.timed_out or (run.returncode not in (0, None) and any(o.notes for o in outcomes)):
+    if run.timed_out or run.returncode not in (0, None):
         log = run.log_tail.strip().splitlines()[-8:]
         ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
     return tests
