@@ -480,14 +480,29 @@ def run(
     out_r, out_w = os.pipe()
     rep_r, rep_w = os.pipe()
     slot: _Slot | None = None
+    cgroups: list[Path] = []
     try:
         if level == "namespaces":
             slot = _Slot()
             cmd, preexec, env, isolation = _namespaced(argv, workdir, limits, slot, rep_w, env_extra)
         else:
             cmd, preexec, env, isolation = _fallback(argv, workdir, limits, rep_w, env_extra)
+        cgroups = _make_cgroups(limits) if os.geteuid() == 0 else []
+        if cgroups:
+            isolation.append("cgroups: " + ", ".join(c.parent.name if c.parent != CGROUP_ROOT else "v2" for c in cgroups))
+        procs_files = [str(c / "cgroup.procs") for c in cgroups]
+        inner = preexec
+
+        def preexec() -> None:
+            for path in procs_files:  # before exec: everything the run starts is inside
+                with open(path, "w") as fh:
+                    fh.write(str(os.getpid()))
+            inner()
+
         return _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot)
     finally:
+        for folder in cgroups:
+            _remove_cgroup(folder)
         for fd in (out_r, out_w, rep_r, rep_w):
             try:
                 os.close(fd)
@@ -497,7 +512,70 @@ def run(
             slot.release()
 
 
-def _rlimits(limits: Limits, nproc: int):
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+_run_counter = iter(range(1, 1 << 62))
+
+
+def _make_cgroups(limits: Limits) -> list[Path]:
+    """A cpu and a pids cgroup (v1, or v2 where delegated) for one run; [] where none can be made.
+
+    The whole run shares one CPU, so however many processes or sessions it
+    starts (each setsid() is an autogroup of its own in the root cgroup),
+    a classmate graded alongside keeps its share; pids.max caps processes and
+    threads of the run whatever uid they have. Where nothing can be made the
+    run goes on with rlimits only.
+    """
+    name = f"gradelib-{os.getpid()}-{next(_run_counter)}"
+    # bubblewrap's own two processes are in the group too.
+    settings = {"cpu": {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(CPU_PERIOD_US)},
+                "pids": {"pids.max": str(limits.processes + 2)}}
+    made: list[Path] = []
+    if (CGROUP_ROOT / "cgroup.controllers").exists():  # v2
+        settings = {"": {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "pids.max": str(limits.processes + 2)}}
+    for controller, files in settings.items():
+        base = CGROUP_ROOT / controller if controller else CGROUP_ROOT
+        if not (base / "cgroup.procs").exists():
+            continue
+        folder = base / name
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            for fname, value in files.items():
+                (folder / fname).write_text(value)
+        except OSError:
+            _remove_cgroup(folder)
+            continue
+        made.append(folder)
+    return made
+
+
+def _remove_cgroup(folder: Path) -> None:
+    for _ in range(100):  # busy until its last (killed) process is gone
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def sweep_cgroups() -> None:
+    """Remove the empty run cgroups of graders that were killed."""
+    for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu", CGROUP_ROOT / "pids"):
+        for folder in base.glob("gradelib-*"):
+            try:
+                pid = int(folder.name.split("-")[1])
+                if not os.path.exists(f"/proc/{pid}"):
+                    folder.rmdir()
+            except (ValueError, IndexError, OSError):
+                pass
+
+
+def _rlimits(limits: Limits, nproc: int | None):
     cpu_s = int(limits.timeout_s) + 5
     mem = limits.memory_mb * 1024 * 1024
     fsize = limits.file_mb * 1024 * 1024
@@ -510,7 +588,8 @@ def _rlimits(limits: Limits, nproc: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
     return apply
 
@@ -543,12 +622,10 @@ def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
     write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p)]]
     switch_to: tuple[int, int] | None = None
     drop_caps = False
-    child_uid = os.geteuid()
     if os.geteuid() == 0:
         nobody = _nobody()
         if nobody and all(_readable_by(nobody[0], nobody[1], p) for p in [sys.executable, *python_paths()]):
             switch_to = nobody
-            child_uid = nobody[0]
             for root, dirs, files in os.walk(workdir):
                 for name in [*dirs, *files]:
                     os.lchown(os.path.join(root, name), *nobody)
@@ -559,8 +636,9 @@ def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
             isolation.append("uid 0 without capabilities")
     if abi:
         isolation.append(f"landlock abi {abi}")
-    # The uid is shared with other processes here: the cap is on top of what it already runs.
-    rl = _rlimits(limits, len(processes_of_uid(child_uid)) + limits.processes)
+    # The uid is shared here (with the grader, or with classmates graded alongside): a count
+    # per uid would let one submission use up another's, so only the pids cgroup caps processes.
+    rl = _rlimits(limits, None)
 
     def preexec() -> None:  # runs in the child between fork and exec
         rl()

@@ -274,7 +274,7 @@ raise RuntimeError("daemon started")
 
 # A chain of processes, each in a session of its own, burning CPU: all must die with the run.
 ATTACKS["setsid_chain"] = r'''
-import ctypes, os
+import ctypes, os, time
 started = 0
 for depth in range(80):
     try:
@@ -283,7 +283,8 @@ for depth in range(80):
         break
     if pid:
         if depth:
-            while True:  # every link but the first burns CPU until it is killed
+            time.sleep(2)  # past the end of the run: then every link but the first burns CPU
+            while True:
                 pass
         break
     os.setsid()
@@ -291,6 +292,7 @@ for depth in range(80):
     started += 1
 if started == 0:
     raise RuntimeError("setsid chain started")
+time.sleep(2)
 while True:
     pass
 '''

@@ -177,6 +177,7 @@ class Batch:
         workers = {j.proc.pid for j in self.active}
         self._reap_orphans(self._before, workers)
         sandbox.sweep_free_slots()
+        sandbox.sweep_cgroups()
         if job.scratch is not None:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch = None
