@@ -499,8 +499,10 @@ def run(
                     fh.write(str(os.getpid()))
             inner()
 
-        return _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot)
+        return _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
+                          cgroups)
     finally:
+        kill_cgroups(cgroups)
         for folder in cgroups:
             _remove_cgroup(folder)
         for fd in (out_r, out_w, rep_r, rep_w):
@@ -563,16 +565,51 @@ def _remove_cgroup(folder: Path) -> None:
             time.sleep(0.02)
 
 
+def kill_cgroups(cgroups: list[Path], wait_s: float = 10.0) -> int:
+    """SIGKILL every process in the run's cgroups until they are empty; the number killed.
+
+    Sessions, double forks and re-parenting do not take a process out of its cgroup.
+    The CPU cap is lifted first: a throttled process would take long to die.
+    """
+    killed: set[int] = set()
+    for folder in cgroups:
+        for fname, value in (("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")):
+            if (folder / fname).exists():
+                try:
+                    (folder / fname).write_text(value)
+                except OSError:
+                    pass
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pids: set[int] = set()
+        for folder in cgroups:
+            try:
+                pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    return len(killed)
+
+
 def sweep_cgroups() -> None:
-    """Remove the empty run cgroups of graders that were killed."""
+    """Empty and remove the run cgroups of graders that were killed."""
     for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu", CGROUP_ROOT / "pids"):
         for folder in base.glob("gradelib-*"):
             try:
-                pid = int(folder.name.split("-")[1])
-                if not os.path.exists(f"/proc/{pid}"):
-                    folder.rmdir()
-            except (ValueError, IndexError, OSError):
-                pass
+                owner = int(folder.name.split("-")[1])
+            except (ValueError, IndexError):
+                continue
+            if not os.path.exists(f"/proc/{owner}"):
+                kill_cgroups([folder])
+                _remove_cgroup(folder)
 
 
 def _rlimits(limits: Limits, nproc: int | None):
@@ -673,12 +710,13 @@ class _Tail:
             del self.data[: max(0, len(self.data) - self.cap)]
 
 
-_active: dict[str, int] = {}  # the run in progress: {"pid": ..., "uid": ...}
+_active: dict = {}  # the run in progress: {"pid": ..., "uid": ..., "cgroups": [...]}
 
 
 def abort_active() -> None:
     """Kill the run in progress, if any, and everything it started (for a grader's signal handler)."""
     pid, uid = _active.get("pid"), _active.get("uid")
+    kill_cgroups(_active.get("cgroups") or [], wait_s=2.0)
     if pid:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -717,7 +755,8 @@ def sweep_free_slots() -> int:
     return killed
 
 
-def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot) -> ChildRun:
+def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
+               cgroups) -> ChildRun:
     before = _children_of(os.getpid())
     start = time.monotonic()
     try:
@@ -727,7 +766,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", isolation, 0, level)
-    _active.update(pid=proc.pid, uid=slot.uid if slot is not None else 0)
+    _active.update(pid=proc.pid, uid=slot.uid if slot is not None else 0, cgroups=cgroups)
     os.close(out_w)
     os.close(rep_w)
     log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
@@ -768,10 +807,11 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    killed = kill_cgroups(cgroups)
     if returncode is None:
         proc.wait()
     wall = time.monotonic() - start
-    killed = _kill_new_children(before)
+    killed += _kill_new_children(before)
     if slot is not None:
         killed += kill_uid(slot.uid)
     _active.clear()

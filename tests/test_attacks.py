@@ -486,6 +486,7 @@ def batch(tmp_path_factory):
                     and p.name != Path(host["sock"]).name],
             "scratch": sorted(str(p) for p in set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before),
             "uid_processes": sandbox_uid_processes(),
+            "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*")),
         }
     results = {}
     for name in order:
@@ -788,6 +789,7 @@ def test_replaced_log_file_is_never_read(batch, attack):
 def test_attacks_leave_nothing_behind(batch):
     left = batch["left"]
     assert left["tmp"] == [] and left["scratch"] == [] and left["uid_processes"] == [], left
+    assert left["cgroups"] == [], left
     if isolation_level() == "namespaces":
         assert left["dev_shm"] == [] and left["sysv_shm"] is False, left
 
@@ -846,7 +848,10 @@ def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
 
 
 FILL_AND_HANG = r"""
-import os, signal
+import ctypes, os, signal
+ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
+if os.fork() == 0:
+    os.setsid()  # a second process, outside the child's session
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, signal.SIG_IGN)
 block = b"x" * (1 << 20)
@@ -877,6 +882,8 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
     assert result["score"] == 0.0 and "ran past the 10 s limit" in result["output"], result["output"]
     assert sandbox_uid_processes() == []
+    assert processes_named(marker) == []
+    assert sorted(Path("/sys/fs/cgroup").glob("**/gradelib-*")) == []
     assert set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before == set()
     leftovers = []
     deadline = time.monotonic() + 20
