@@ -50,6 +50,7 @@ class SubmissionResult:
     problems: tuple[str, ...] = ()  # ids graded, in rubric order
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    isolation: str = ""  # sandbox level the submission's code ran under (gradelib.sandbox.LEVELS)
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
@@ -72,7 +73,7 @@ class SubmissionResult:
             per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
             number = f"{self.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in self.problems else ""
             tests.append(t.to_gradescope(number))
-        return {
+        out = {
             "score": self.score,
             "execution_time": round(self.wall_s, 2),
             "output": "\n".join(self.notes),
@@ -81,6 +82,9 @@ class SubmissionResult:
             "stdout_visibility": "hidden",
             "tests": tests,
         }
+        if self.isolation:
+            out["extra_data"] = {"isolation": self.isolation}  # Gradescope keeps extra_data, shows nothing
+        return out
 
     def autolab_line(self) -> str:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"))
@@ -88,6 +92,8 @@ class SubmissionResult:
     def table(self, show_hidden_output: bool = True) -> str:
         """A readable score table: one line per test, then messages of failed ones."""
         lines = [f"Submission: {self.submission}"]
+        if self.isolation:
+            lines.append(f"Sandbox: {self.isolation}")
         lines += [f"  note: {n}" for n in self.notes]
         width = max([len(t.name) for t in self.tests] + [20])
         for pid in self.problems:
