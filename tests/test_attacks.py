@@ -711,11 +711,33 @@ while True:
 
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
-    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, python_paths
+    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, _python_mounts, python_paths
 
     hidden = (FIXTURES / "attention" / "hidden").resolve()
-    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths()):
+    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *_python_mounts()[0]):
         assert not hidden.is_relative_to(Path(granted).resolve()), granted
+
+
+def test_isolation_level_is_recorded(batch):
+    level = isolation_level()
+    result = batch["results"]["reference_before"]
+    assert result["extra_data"] == {"isolation": level}
+    assert f"Sandbox: {level}\n" in (batch["out"] / "reference_before" / "feedback.txt").read_text()
+    report = (batch["out"] / "report.html").read_text()
+    assert re.search(rf'id="sandbox">sandbox: {level} \({len(batch["results"])} submissions\)', report), report[:3000]
+
+
+def test_strict_isolation_refuses_to_grade_without_namespaces(tmp_path):
+    folder = tmp_path / "honest"
+    folder.mkdir()
+    (folder / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    env = {**os.environ, "GRADELIB_SANDBOX": "landlock"}  # as on a machine without bubblewrap
+    proc = subprocess.run([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--isolation", "strict",
+                           "--only", "attention"], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "--isolation strict: not grading, namespaces are unavailable" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "grades" / "honest").exists()
 
 
 def attack_text(batch, attack: str) -> str:
@@ -899,3 +921,21 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
         if time.monotonic() > deadline:
             break
     assert leftovers == []
+
+
+def test_read_tail_never_follows_links_or_blocks(tmp_path):
+    from gradelib.sandbox import read_tail
+
+    secret = tmp_path / "secret"
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o600)
+    (tmp_path / "link").symlink_to(secret)
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "plain").write_text("x" * 5000 + "end")
+    start = time.monotonic()
+    assert read_tail(tmp_path / "link") == ""
+    assert read_tail(tmp_path / "zero") == ""
+    assert read_tail(tmp_path / "fifo") == ""
+    assert time.monotonic() - start < 5
+    assert read_tail(tmp_path / "plain", 100) == "x" * 97 + "end"
