@@ -42,18 +42,14 @@ handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout
 
 fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text) and their manifest
-	$(PY) -m autograder.fixturegen.attention_cases --out fixtures
-	$(PY) -m autograder.fixturegen.notebook_cases --out fixtures
-	$(PY) -m autograder.fixturegen.lm_fixtures --out fixtures $(if $(CORPUS),--corpus $(CORPUS))
-	$(PY) -m autograder.fixturegen.lm_function_cases --out fixtures
-	$(PY) -m autograder.fixturegen.manifest --out fixtures
+	$(PY) -m autograder.fixturegen --out fixtures $(if $(CORPUS),--corpus $(CORPUS))
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
 	$(PY) -m autograder.build.notebooks --execute
 
 reference-model: setup ## train the reference LM on 2 threads (minutes) -> fixtures/lm/reference_model.pt + its predictions
 	$(PY) -m autograder.reference.train --lm-dir fixtures/lm
-	$(PY) -m autograder.fixturegen.manifest --out fixtures
+	$(PY) -m autograder.fixturegen --out fixtures --manifest-only
 
 gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
 	$(PY) -m autograder.platforms.package gradescope
@@ -61,5 +57,5 @@ gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autogr
 autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
 	$(PY) -m autograder.platforms.package autolab
 
-clean: ## remove build outputs (keeps .venv)
-	rm -rf build grades .pytest_cache
+clean: ## remove build outputs (keeps .venv, grades/ and every student's work)
+	rm -rf build .pytest_cache

@@ -12,6 +12,7 @@ from conftest import SOLUTIONS
 
 NB1 = "01_mlm_and_next_token.ipynb"
 NB2 = "02_attention_and_masks.ipynb"
+NB3 = "03_language_model.ipynb"
 PROBLEM_OF = {NB1: "losses", NB2: "masks"}
 
 

@@ -721,7 +721,7 @@ def test_fixtures_are_outside_every_sandbox_path():
 def test_isolation_level_is_recorded(batch):
     level = isolation_level()
     result = batch["results"]["reference_before"]
-    assert result["extra_data"] == {"isolation": level}
+    assert result["extra_data"]["isolation"] == level
     assert f"Sandbox: {level}\n" in (batch["out"] / "reference_before" / "feedback.txt").read_text()
     report = (batch["out"] / "report.html").read_text()
     assert re.search(rf'id="sandbox">sandbox: {level} \({len(batch["results"])} submissions\)', report), report[:3000]
@@ -939,3 +939,142 @@ def test_read_tail_never_follows_links_or_blocks(tmp_path):
     assert read_tail(tmp_path / "fifo") == ""
     assert time.monotonic() - start < 5
     assert read_tail(tmp_path / "plain", 100) == "x" * 97 + "end"
+
+
+# =====================================================================================================
+# Reading what a child left, safely (gradelib/safeio.py): links, FIFOs and devices planted in its
+# outputs, and control characters in what it reports. Each test runs its own small CLI batch.
+# =====================================================================================================
+
+SAFEIO_SECRET = "SECRET-of-another-student-" + uuid.uuid4().hex[:8]
+SAFEIO_TIMEOUT_S = 20
+
+# The reference attention.py, plus a patch of the child's Recorder: after every write the outputs of
+# each case are replaced -- meta.json by a link to another student's file or by a FIFO, or every .npy
+# by a link to /dev/zero or to a valid array elsewhere.
+PLANT_OUTPUTS = r'''
+import itertools, os, sys
+_cc = sys.modules["child_common"]
+_write = _cc.Recorder.write
+_order = {}
+
+def _planting_write(self):
+    _write(self)
+    kind = _order.setdefault(self.dir.name, len(_order)) % 4
+    if kind == 0:
+        os.unlink(self.dir / "meta.json")
+        os.symlink("@SECRET@", self.dir / "meta.json")
+    elif kind == 1:
+        os.unlink(self.dir / "meta.json")
+        os.mkfifo(self.dir / "meta.json")
+    else:
+        target = "/dev/zero" if kind == 2 else "@ARRAY@"
+        for p in list(self.dir.glob("*.npy")):
+            p.unlink()
+            os.symlink(target, p)
+
+_cc.Recorder.write = _planting_write
+'''
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e"
+ESCAPE_ATTACKS = {
+    "escape_in_exception": 'raise RuntimeError("\\x1b[2J\\x07 cleared your screen \\x1b]0;owned\\x07 \\u202e")\n',
+    "escape_in_type_name": r'''
+import torch
+
+Evil = type("Evil\x1b[2J\x07\u202e", (), {})
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        pass
+
+    def forward(self, X):
+        self.Q = self.K = self.V = self.A_w = self.A_sig = Evil()
+        return Evil()
+
+    def backward(self, dLdXnew):
+        raise ValueError("\x1b[31mred\x1b[0m \x07bell \x1b]8;;http://x\x07link\x1b]8;;\x07")
+''',
+}
+
+
+def _no_control_characters(text: str) -> bool:
+    return not any(c in text for c in "\x1b\x07\x9b\u202e")
+
+
+def _strings(value):
+    """Every string inside a parsed JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_links_and_fifos_planted_in_a_childs_outputs_are_refused_unread(tmp_path):
+    import numpy as np
+
+    secret = tmp_path / "other_student" / "feedback.txt"
+    secret.parent.mkdir()
+    secret.write_text(json.dumps({"quantities": {q: {"present": True, "type": "torch.Tensor", "note": SAFEIO_SECRET}
+                                                 for q in ("Q", "K", "V", "X_new")}, "errors": {}, "flags": {}}))
+    array = secret.parent / "array.npy"
+    np.save(array, np.zeros((2, 2)))
+    source = SOLUTIONS.joinpath("attention.py").read_text() + PLANT_OUTPUTS.replace("@SECRET@", str(secret)).replace(
+        "@ARRAY@", str(array))
+    folder = tmp_path / "planter"
+    folder.mkdir()
+    (folder / "attention.py").write_text(source)
+    out = tmp_path / "grades"
+    start = time.monotonic()
+    proc = run_cli(str(folder), "--out", str(out), "--timeout", str(SAFEIO_TIMEOUT_S), "--only", "attention", timeout=180)
+    wall = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert wall < SAFEIO_TIMEOUT_S + 30, wall  # a FIFO read would have blocked until the deadline
+    raw = (out / "planter" / "results.json").read_text()
+    result = json.loads(raw)
+    feedback = (out / "planter" / "feedback.txt").read_text()
+    text = outputs(result)
+    assert "meta.json is a symbolic link, not a regular file" in text, text
+    assert "meta.json is a FIFO (named pipe), not a regular file" in text, text
+    assert ".npy is a symbolic link, not a regular file" in text, text
+    assert result["score"] == 0.0
+    for where in (raw, feedback, proc.stdout, proc.stderr):
+        assert SAFEIO_SECRET not in where
+        assert "Traceback" not in where
+    assert json.loads(secret.read_text())["quantities"]["Q"]["note"] == SAFEIO_SECRET  # untouched
+
+
+def test_control_characters_from_a_submission_reach_no_terminal_or_file(tmp_path):
+    folders = []
+    for name, source in {"reference": SOLUTIONS.joinpath("attention.py").read_text(), **ESCAPE_ATTACKS}.items():
+        folder = tmp_path / "subs" / name
+        folder.mkdir(parents=True)
+        (folder / "attention.py").write_text(source)
+        folders.append(str(folder))
+    out = tmp_path / "grades"
+    batch = run_cli(*folders, "--out", str(out), "--timeout", str(SAFEIO_TIMEOUT_S), "--only", "attention", timeout=240)
+    assert batch.returncode == 0, batch.stderr[-3000:]
+    single = run_cli(folders[1], "--out", str(tmp_path / "single"), "--timeout", str(SAFEIO_TIMEOUT_S),
+                     "--only", "attention", timeout=120)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert "cleared your screen" in single.stdout  # the message arrives, without its escapes
+    assert json.loads(single.stdout.strip().splitlines()[-1]) == {"scores": {"attention": 0.0}}
+    texts = {"batch stdout": batch.stdout, "batch stderr": batch.stderr, "single stdout": single.stdout,
+             "single stderr": single.stderr, "report.html": (out / "report.html").read_text(),
+             "grades.csv": (out / "grades.csv").read_text()}
+    for name in ESCAPE_ATTACKS:
+        texts[f"{name}/feedback.txt"] = (out / name / "feedback.txt").read_text()
+        raw = (out / name / "results.json").read_text()
+        texts[f"{name}/results.json"] = raw
+        texts[f"{name}/results.json strings"] = "\n".join(_strings(json.loads(raw)))
+    for where, text in texts.items():
+        assert _no_control_characters(text), (where, [c for c in text if c in ESCAPES])
+        assert "\\u001b" not in text.lower() and "\\u0007" not in text, where
+    type_text = texts["escape_in_type_name/feedback.txt"]
+    assert "got attention.Evil[2J" in type_text and "red[0m bell" in type_text, type_text

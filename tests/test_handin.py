@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+import torch
 
 from gradelib import manifest as handin
 from gradelib.manifest import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
@@ -35,6 +37,7 @@ def student(tmp_path) -> Path:
     np.save(run / "predictions_test_3.npy", rng.standard_normal(PREDICTION_SHAPE).astype(np.float32))
     np.save(run / "generated_3.npy", rng.integers(2, 30, size=GENERATION_SHAPE))
     (run / "generated_3.txt").write_text("THE CAT SAT\n")
+    torch.save({"config": {}, "state_dict": {"w": torch.zeros(2)}}, run / "model_3.pt")
     (run / "losses.csv").write_text("not handed in\n")
     return root
 
@@ -56,9 +59,9 @@ def test_handin_holds_exactly_the_manifest_files(student):
     with tarfile.open(student / "handin.tar") as tar:
         names = tar.getnames()
         generated = tar.extractfile("generated.npy").read()
-    assert names == [n for n in HANDIN_FILES if n != "model.pt"]
+    assert names == list(HANDIN_FILES)
     assert generated == (student / "experiments" / "run1" / "generated_3.npy").read_bytes()
-    assert "wrote handin.tar" in proc.stdout and "model.pt" in proc.stdout  # the optional checkpoint is noted
+    assert "wrote handin.tar" in proc.stdout
 
 
 def test_handin_is_byte_identical_when_built_twice(student, capsys):
@@ -170,14 +173,58 @@ def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_pa
     assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout
 
 
-def test_checkpoint_is_handed_in_when_present_and_left_out_when_too_large(student, capsys, monkeypatch):
+def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
     ckpt = student / "experiments" / "run1" / "model_3.pt"
-    ckpt.write_bytes(bytes(3 * 2**19))  # 1.5 MB, larger than every other handin file here
     assert pack(student, capsys, "--runid", "run1", "--epoch", "3")[0] == 0
     with tarfile.open(student / "handin.tar") as tar:
         assert tar.getnames()[-1] == "model.pt"
-    monkeypatch.setattr(handin, "MAX_FILE_BYTES", 2**20)
+    (student / "handin.tar").unlink()
+    monkeypatch.setattr(handin, "MAX_CHECKPOINT_BYTES", 100)
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in err, err
+    monkeypatch.undo()
+    ckpt.write_bytes(b"not a checkpoint")
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "is not a torch.save checkpoint" in err, err
+    ckpt.unlink()
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc != 0 and "model.pt: experiments/run1/model_3.pt is missing" in err, err
+    assert not (student / "handin.tar").exists()
+
+ROW = re.compile(r"^\s+(PASS|FAIL) (?P<name>.+?)\s+(?P<got>[\d.]+) /\s+(?P<max>[\d.]+)$")
+
+
+def local_rows(root: Path, *args: str) -> tuple[str, list[tuple[str, str, str]]]:
+    proc = subprocess.run([sys.executable, "autograder.py", *args], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, [(m["name"], m["got"], m["max"]) for m in map(ROW.match, proc.stdout.splitlines()) if m]
+
+
+def test_local_grading_of_a_run_equals_grading_its_handin(student):
+    only = ("--only", "attention", "prediction")
+    out, direct = local_rows(student, "--runid", "run1", "--epoch", "3", *only)
+    assert "Grading experiments/run1, epoch 3" in out
+    assert make_handin(student, "runid=run1", "epoch=3").returncode == 0
+    _, packed = local_rows(student, "--handin", "handin.tar", *only)
+    assert direct and direct == packed
+    # Without runid/epoch the newest run is graded, and the output says which.
+    newest, _ = local_rows(student, "--only", "attention")
+    assert "Grading the newest run, experiments/run1, epoch 3" in newest
+    assert "What is at stake" in newest and "course maximum 120" in newest
+
+
+def test_problem_aliases_name_the_notebooks(student):
+    out, rows = local_rows(student, "--only", "nb1")
+    assert rows and all(name.startswith("losses: ") for name, _, _ in rows), out
+
+
+def test_handin_tar_is_readable_and_todos_left_are_named(student, capsys):
+    shutil.copyfile(HANDOUT / "attention.py", student / "attention.py")
     rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
-    assert rc == 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in out and "left out" in out
-    with tarfile.open(student / "handin.tar") as tar:
-        assert "model.pt" not in tar.getnames()
+    assert rc == 0 and (student / "handin.tar").stat().st_mode & 0o777 == 0o644
+    assert "attention.py still raises NotImplementedError for 2 TODO(s), which score 0: TODO 1.1 forward" in out, out
+
+
+def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
+    rc, _, err = pack(student, capsys, "--runid", "run2", "--epoch", "3")
+    assert rc != 0 and "experiments/ holds: runid=run1 (epochs 3)" in err, err

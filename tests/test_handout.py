@@ -508,3 +508,16 @@ def test_local_autograder_refuses_an_unknown_problem(local_handout):
     proc, _ = run_local(local_handout, "--only", "no_such_problem")
     assert proc.returncode != 0
     assert "no_such_problem" in proc.stderr
+
+
+def test_rebuilding_the_handout_keeps_a_students_work(tmp_path):
+    out = tmp_path / "handout"
+    build(out)
+    (out / "experiments" / "run1").mkdir(parents=True)
+    (out / "experiments" / "run1" / "model_3.pt").write_bytes(b"weights")
+    (out / "handin.tar").write_bytes(b"tar")
+    (out / "stray.txt").write_text("not the build's")
+    build(out)
+    assert (out / "experiments" / "run1" / "model_3.pt").read_bytes() == b"weights"
+    assert (out / "handin.tar").read_bytes() == b"tar"
+    assert not (out / "stray.txt").exists()

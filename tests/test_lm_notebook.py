@@ -20,6 +20,9 @@ LINES = {
     "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps": "predict",
     "generation: generate(): greedy by default, never <eos>/<pad>": "greedy",
     "generation: generate(): temperature, top_k and top_p sampling": "sampling",
+    "prediction: collate(): shifted inputs and targets padded with <pad>; lm_loss(): mean NLL over non-<pad> targets": "collate_loss",
+    "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, outputs unchanged by later inputs": "attention",
+    "prediction: CausalLanguageModel on fixed weights (causal, eval mode), weight tying, embedding_dropout": "model",
 }
 LM_PROBLEMS = ["prediction", "generation"]
 
@@ -36,7 +39,7 @@ def graded_code(nb: nbformat.NotebookNode) -> str:
 
 
 def function_scores(result) -> dict[tuple[str, str], float]:
-    """(line, visibility) -> fraction earned, for the predict/generate lines."""
+    """(line, visibility) -> fraction earned, for the lines that grade notebook 3's functions."""
     out = {}
     for t in result.tests:
         line = LINES.get(t.name.rsplit(" [", 1)[0])
@@ -102,10 +105,20 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
     run = tmp_path / "experiments" / namespace["runid"]
     names = {p.name for p in run.iterdir()}
     assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
-    for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"), ("generated.txt", "generated_1.txt")):
+    for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"),
+                              ("generated.txt", "generated_1.txt"), ("model.pt", "model_1.pt")):
         assert check_file(handin_name, run / file) == [], file
-    state = torch.load(run / "model_1.pt", weights_only=True)
-    assert state["token_embedding.weight"].shape == (30, 16)
+    ckpt = torch.load(run / "model_1.pt", weights_only=True)
+    assert ckpt["state_dict"]["token_embedding.weight"].shape == (30, 16)
+    # The grader rebuilds the model from the stored config with the notebook's own classes.
+    rebuilt = namespace["CausalLanguageModel"](namespace["ModelConfig"](**ckpt["config"]))
+    rebuilt.load_state_dict(ckpt["state_dict"])
+    # The figure printed per epoch is the graded one: teacher-forced NLL, checked against cross_entropy here.
+    val_inp, val_out = namespace["val_inp"], namespace["val_out"]
+    with torch.no_grad():
+        logits = rebuilt.eval()(torch.cat([val_inp, val_out[:, :-1]], 1))[:, val_inp.shape[1] - 1 :]
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 30), val_out.reshape(-1)).item()
+    assert namespace["history"]["val_nll"][-1] == pytest.approx(expected, rel=1e-5)
 
 
 def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_path):
@@ -113,13 +126,13 @@ def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_
     (tmp_path / "blank").mkdir()
     solved = grade_files(tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(solved)
-    assert len(scores) == 6 and all(v == 1.0 for v in scores.values()), scores
+    assert len(scores) == 12 and all(v == 1.0 for v in scores.values()), scores
     # Without predictions.npy / generated.npy only the array lines are lost, each saying so.
     arrays = [t for t in solved.tests if t.name.rsplit(" [", 1)[0] not in LINES]
     assert len(arrays) == 4 and all(t.score == 0.0 and "is missing from the handin" in t.output for t in arrays), arrays
     blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(blank)
-    assert len(scores) == 6 and all(v == 0.0 for v in scores.values()), scores
+    assert len(scores) == 12 and all(v == 0.0 for v in scores.values()), scores
     assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LINES)
 
 
@@ -140,6 +153,38 @@ BUGS = {
         [("        logits = model(x)[:, -1, :]                                   # (B, V)\n        if temperature == 0:",
           "        logits = model(x[:, -1:])[:, -1, :]\n        if temperature == 0:")],
         {("greedy", "public"), ("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
+    ),
+    # Greedy ids always lie inside the top-k set and the nucleus: only their frequencies give them away.
+    "generate_returns_greedy_ids_when_filtering": (
+        [("        if temperature == 0:\n            next_id = filter_logits",
+          "        if temperature == 0 or top_k is not None or top_p is not None:\n            next_id = filter_logits")],
+        {("sampling", "public"), ("sampling", "hidden")},
+    ),
+    # Trains to a low loss (it reads the answer), and predict/generate on fixed models cannot tell.
+    "no_causal_mask_in_attention": (
+        [('        att = att.masked_fill(~self.causal[:T, :T], float("-inf"))  # no peeking at later positions\n', "")],
+        {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
+    ),
+    "collate_pads_with_the_wrong_id": (
+        [("    inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)   # (B, T)\n"
+          "    targets = torch.full((len(pieces), T), PAD, dtype=torch.long)  # (B, T)\n",
+          "    inputs = torch.full((len(pieces), T), EOS, dtype=torch.long)\n"
+          "    targets = torch.full((len(pieces), T), EOS, dtype=torch.long)\n")],
+        {("collate_loss", "public"), ("collate_loss", "hidden")},
+    ),
+    "lm_loss_averages_over_padding": (
+        [("F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=PAD)",
+          "F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))")],
+        {("collate_loss", "public"), ("collate_loss", "hidden")},
+    ),
+    "fc_weight_not_tied": (
+        [("        self.fc.weight = self.token_embedding.weight   # weight tying: one (V, C) parameter\n", "")],
+        {("model", "public"), ("model", "hidden")},
+    ),
+    "embedding_dropout_drops_single_entries": (
+        [("    keep = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)",
+          "    keep = torch.empty_like(weight).bernoulli_(1 - p) / (1 - p)")],
+        {("model", "public"), ("model", "hidden")},
     ),
 }
 
@@ -164,12 +209,14 @@ def test_reference_handin_earns_full_lm_marks(tmp_path):
         NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
         "predictions.npy": (FIXTURES / "lm" / "reference_predictions.npy").read_bytes(),
         "generated.npy": (FIXTURES / "lm" / "reference_generated.npy").read_bytes(),
+        "model.pt": (FIXTURES / "lm" / "reference_model.pt").read_bytes(),
     }
     result = grade_files(tmp_path, files, only=LM_PROBLEMS, timeout_s=90)
+    assert not result.flags, result.flags  # the arrays are what the model writes
     lost = [(t.name, t.score, t.max_score, t.output[:300]) for t in result.tests if t.score < t.max_score]
     assert not lost, lost
     points = {pid: p.points for pid, p in load_rubric().items() if pid in LM_PROBLEMS}
-    assert result.problem_scores() == points and len(result.tests) == 10, result.problem_scores()
+    assert result.problem_scores() == points and len(result.tests) == 16, result.problem_scores()
 
 
 def test_committed_checkpoint_reproduces_committed_arrays():

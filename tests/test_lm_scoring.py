@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from gradelib.lm import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_oracle, next_char_logprobs
-from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
 from gradelib.rubric import load as load_rubric
 from conftest import FIXTURES, grade_files
 
@@ -28,8 +28,8 @@ NOTEBOOK_MISSING = "03_language_model.ipynb is missing from the handin"
 
 def split_tests(result) -> tuple[list, list]:
     """(tests of the array lines, tests of the notebook-function lines), by the rubric."""
-    function_titles = {f"{pid}: {g.title}" for pid, p in load_rubric().items() for g in p.groups if g.quantities}
-    arrays = [t for t in result.tests if t.name.rsplit(" [", 1)[0] not in function_titles]
+    function_lines = {(pid, g.id) for pid, p in load_rubric().items() for g in p.groups if g.quantities}
+    arrays = [t for t in result.tests if (t.problem, t.line) not in function_lines]
     return arrays, [t for t in result.tests if t not in arrays]
 
 
@@ -104,34 +104,31 @@ def test_impossible_characters_cost_the_smoothing_floor(oracle, prompts):
     assert tok.max() == pytest.approx(-np.log(EPS / N_GENERATABLE), rel=1e-6)
 
 
+def teacher_forced_logits(next_id_probs, inp: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Smoothed logits of each step given the prompt and the true characters before it. (B, steps, 30)"""
+    probs = next_id_probs(np.concatenate([inp, out[:, :-1]], axis=1))[:, inp.shape[1] - 1 :]
+    return M.smoothed_logits(probs, EPS)
+
+
 @pytest.fixture(scope="module")
-def oracle_handin(oracle, prompts) -> dict[str, bytes]:
-    """The source itself as a student: its smoothed logits and its greedy generations."""
-    logits = M.oracle_prediction_logits(oracle, prompts["prediction_test"], 20, EPS).astype(np.float32)
+def targets() -> np.ndarray:
+    return np.load(LM / "hidden" / "prediction_test_out.npz")["out"]
+
+
+def test_source_itself_scores_full_credit_on_both_figures(oracle, prompts, targets):
+    settings = {pid: p.settings for pid, p in load_rubric().items()}
+    nll = M.prediction_nll(teacher_forced_logits(oracle.next_id_probs, prompts["prediction_test"], targets), targets)
+    assert nll <= settings["prediction"]["full_credit_nll"]
     ids = M.oracle_greedy_generation(oracle, prompts["generation_test"], 30)
-    return {"predictions.npy": npy(logits), "generated.npy": npy(ids)}
+    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) <= settings["generation"]["full_credit_perplexity"]
 
 
-def test_source_itself_passes_both_lines(tmp_path, oracle_handin):
-    result = grade_files(tmp_path, oracle_handin, only=["prediction", "generation"])
-    arrays, functions = split_tests(result)
-    assert len(arrays) == 4 and all(t.passed for t in arrays), [t.output for t in arrays]
-    assert len(functions) == 6 and all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
-    assert result.problem_scores() == {"prediction": 20.0, "generation": 20.0}
-
-
-def test_bigram_baseline_fails_both_lines(tmp_path, prompts, bigram):
-    logits = M.greedy_predict(lambda x: np.log(np.maximum(bigram.next_id_probs(x)[:, -1], 1e-30)), prompts["prediction_test"], 20)
+def test_bigram_baseline_scores_no_credit_on_either_figure(oracle, prompts, targets, bigram):
+    settings = {pid: p.settings for pid, p in load_rubric().items()}
+    logits = teacher_forced_logits(bigram.next_id_probs, prompts["prediction_test"], targets)
+    assert M.prediction_nll(logits, targets) >= settings["prediction"]["zero_credit_nll"]
     ids = M.greedy_generate(lambda x: bigram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
-    files = {"predictions.npy": npy(logits.astype(np.float32)), "generated.npy": npy(ids)}
-    result = grade_files(tmp_path, files, only=["prediction", "generation"])
-    arrays = split_tests(result)[0]
-    by_id = {t.name.split(":")[1].strip(): t for t in arrays}
-    public = [t for t in arrays if t.visibility == "public"]
-    assert len(public) == 2 and all(t.passed for t in public), [t.output for t in public]
-    graded = [t for t in arrays if t.visibility == "hidden"]
-    assert len(graded) == 2 and all(t.score == 0.0 for t in graded), [t.output for t in graded]
-    assert "prediction NLL 2." in by_id["prediction NLL on the hidden targets [hidden]"].output
+    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) >= settings["generation"]["zero_credit_perplexity"]
 
 
 GOOD_PRED = np.zeros((128, 20, VOCAB_SIZE), dtype=np.float32)
@@ -167,9 +164,9 @@ def test_malformed_predictions_score_zero_with_message(tmp_path, case):
     arrays, functions = split_tests(result)
     assert len(arrays) == 2 and len(functions) == 2
     assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
-    for t in arrays:
-        assert t.score == 0.0
-        assert t.output.startswith("prediction: ") and needle in t.output, t.output
+    fmt, quality = arrays
+    assert fmt.score == 0.0 and fmt.output.startswith("prediction: ") and needle in fmt.output, fmt.output
+    assert quality.score == 0.0 and "model.pt is missing from the handin" in quality.output, quality.output
 
 
 GENERATION_CASES = {
@@ -195,33 +192,42 @@ def test_malformed_generations_score_zero_with_message(tmp_path, case):
     arrays, functions = split_tests(result)
     assert len(arrays) == 2 and len(functions) == 4
     assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
-    for t in arrays:
-        assert t.score == 0.0
-        assert t.output.startswith("generation: ") and needle in t.output, t.output
+    fmt, quality = arrays
+    assert fmt.score == 0.0 and fmt.output.startswith("generation: ") and needle in fmt.output, fmt.output
+    assert quality.score == 0.0 and "model.pt is missing from the handin" in quality.output, quality.output
 
 
-def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(tmp_path, oracle_handin):
-    result = grade_files(tmp_path, oracle_handin, visibilities=("public",), only=["prediction", "generation"])
+def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(tmp_path):
+    files = {"predictions.npy": npy(GOOD_PRED), "generated.npy": npy(GOOD_GEN)}
+    result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction", "generation"])
     arrays = split_tests(result)[0]
     assert [(t.visibility, t.passed) for t in arrays] == [("public", True), ("public", True)]
     gen = next(t for t in arrays if t.problem == "generation")
-    assert "perplexity under the source of the text is computed by the course grader" in gen.output, gen.output
+    assert "The perplexity line grades what model.pt generates, after you submit" in gen.output, gen.output
     assert not any("oracle" in n for n in result.notes), result.notes
-    assert any("perplexity under the source of the text is computed by the course grader" in n for n in result.notes)
+    assert any("computes the perplexity of what it writes under the source of the text" in n for n in result.notes)
 
 
-def test_reference_model_handin_passes_both_lines_with_margin(tmp_path):
-    """The arrays the reference model wrote (make reference-model) earn full points with room to spare."""
-    pred, gen = LM / "reference_predictions.npy", LM / "reference_generated.npy"
-    if not (pred.is_file() and gen.is_file()):
-        pytest.skip("no reference model arrays in fixtures/lm yet")
-    files = {"predictions.npy": pred.read_bytes(), "generated.npy": gen.read_bytes()}
-    result = grade_files(tmp_path, files, only=["prediction", "generation"])
-    arrays = split_tests(result)[0]
-    assert len(arrays) == 4 and all(t.passed for t in arrays), [t.output for t in arrays]
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_ngrams_up_to_the_trigram_score_nothing_on_either_line(oracle, prompts, targets, order):
+    """The calibration rule: every baseline up to the trigram earns no quality points."""
+    from autograder.reference.calibrate import nll_of, teacher_forced_probs
+
     settings = {pid: p.settings for pid, p in load_rubric().items()}
-    targets = np.load(LM / "hidden" / "prediction_test_out.npz")["out"]
-    nll = M.prediction_report(np.load(pred), targets)["on_track_nll"]
-    assert nll <= settings["prediction"]["full_credit_nll"] - 0.1
-    ppl = M.generation_perplexity(load_oracle(LM, EPS), np.load(LM / "generation_test.npz")["inp"], np.load(gen), EPS)
-    assert ppl <= settings["generation"]["full_credit_perplexity"] / 2
+    gram = NGramModel.fit((LM / "train.txt").read_text().splitlines(), order)
+    nll = nll_of(teacher_forced_probs(gram.next_id_probs, prompts["prediction_test"], targets), targets)
+    assert nll >= settings["prediction"]["zero_credit_nll"]
+    ids = M.greedy_generate(lambda x: gram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
+    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) >= settings["generation"]["zero_credit_perplexity"]
+
+
+def test_degenerate_text_scores_nothing(oracle, prompts):
+    """One constant phrase for every prompt, or a copy of the prompt, earns no generation points."""
+    from autograder.reference.calibrate import CONSTANT_PHRASE
+
+    gen = prompts["generation_test"]
+    zero = load_rubric()["generation"].settings["zero_credit_perplexity"]
+    phrase = np.tile(np.array(encode(CONSTANT_PHRASE)), (len(gen), 1))
+    copy = np.where(gen[:, :30] < 2, 29, gen[:, :30])
+    for ids in (phrase, copy):
+        assert M.generation_perplexity(oracle, gen, ids, EPS) >= zero

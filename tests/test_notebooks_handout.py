@@ -1,7 +1,9 @@
-"""The student notebooks: built reproducibly by otter assign, and grader.check works offline from handout/."""
+"""The student notebooks: built reproducibly by otter assign, and grader.check works offline from handout/:
+every public check of the three notebooks passes with the solution pasted in and fails on the blank notebook."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import nbformat
@@ -10,11 +12,14 @@ from nbclient import NotebookClient
 
 from autograder.build import notebooks
 from conftest import HANDOUT
-from notebook_tools import NB1, NB2
+from notebook_tools import NB1, NB2, NB3
 
 ANSWER_TAG = "otter_answer_cell"
 SKIP_TAG = "skip-grading"
 # Prepended to executed copies: any attempt to reach the network fails loudly.
+NOTEBOOKS = (NB1, NB2, NB3)
+# Notebook 3's skip-grading cells read the training data and train for minutes: its checks run without them.
+WITHOUT_SKIPPED = {NB3}
 NO_NETWORK = '''import socket
 def _refuse(*args, **kwargs):
     raise OSError("network access attempted")
@@ -23,8 +28,8 @@ socket.create_connection = socket.getaddrinfo = _refuse'''
 
 
 def mine(rel: str) -> bool:
-    """Files of notebooks 1 and 2 (the build may also make other notebooks)."""
-    return rel in (NB1, NB2) or rel.startswith(("tests/nb1_", "tests/nb2_"))
+    """Files of the student notebooks and their public tests (the build makes nothing else)."""
+    return rel in NOTEBOOKS or rel.startswith(("tests/nb1_", "tests/nb2_", "tests/nb3_"))
 
 
 @pytest.fixture(scope="module")
@@ -38,21 +43,25 @@ def test_student_build_reproduces_the_committed_handout_byte_for_byte(built):
     files, _ = built
     for rel, data in files.items():
         assert (HANDOUT / rel).read_bytes() == data, f"handout/{rel} differs from the build: run `make handout`"
-    committed_tests = {f"tests/{p.name}" for p in (HANDOUT / "tests").glob("nb[12]_*.py")}
+    committed_tests = {f"tests/{p.name}" for p in (HANDOUT / "tests").glob("nb[123]_*.py")}
     assert committed_tests == {rel for rel in files if rel.startswith("tests/")}
 
 
 def test_solutions_and_hidden_tests_stay_out_of_the_handout(built):
     files, staff = built
-    for name in (NB1, NB2):
+    for name in NOTEBOOKS:
         text = files[name].decode()
         assert "BEGIN SOLUTION" not in text and "# BEGIN PROMPT" not in text
         assert "np.triu(np.full" not in text and "torch.log_softmax(logits" not in text
+        assert "ignore_index=PAD" not in text and "bernoulli_(1 - p)" not in text
         assert (staff / name.removesuffix(".ipynb") / name).is_file(), "the solutions notebook goes to the staff output"
     public = [data.decode() for rel, data in files.items() if rel.startswith("tests/")]
     assert public and all("hidden=True" not in t and "hidden=False" in t for t in public)
-    staff_tests = [p.read_text() for p in staff.glob("*/tests/nb[12]_*.py")]
+    staff_tests = [p.read_text() for p in staff.glob("*/tests/nb[123]_*.py")]
     assert any("hidden=True" in t for t in staff_tests), "hidden otter tests exist, for the staff only"
+    for t in public:
+        # Doctest-format checks compare printed output, so any value a setup line returns fails correct code.
+        assert "OK_FORMAT = False" in t, "public tests are exception-based test functions"
 
 
 def filled_with_solutions(name: str, staff) -> nbformat.NotebookNode:
@@ -70,6 +79,8 @@ def run_in_handout_copy(nb: nbformat.NotebookNode, name: str, tmp_path, allow_er
     """Execute `nb` as handout/<name> in a copy of the handout folder, with the network blocked."""
     folder = tmp_path / "handout"
     shutil.copytree(HANDOUT / "tests", folder / "tests")
+    if name in WITHOUT_SKIPPED:
+        nb.cells = [c for c in nb.cells if SKIP_TAG not in c.metadata.get("tags", [])]
     nb.cells.insert(0, nbformat.v4.new_code_cell(NO_NETWORK))
     nbformat.write(nb, folder / name)
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=allow_errors,
@@ -90,6 +101,12 @@ def check_outputs(nb) -> dict[str, str]:
     return shown
 
 
+def case_results(question: str, text: str) -> dict[int, str]:
+    """k -> what grader.check showed as the result of test k of `question` (absent when all passed)."""
+    blocks = re.split(rf"^\s*{re.escape(question)} - (\d+) (message|result):", text, flags=re.M)
+    return {int(k): body for k, kind, body in zip(blocks[1::3], blocks[2::3], blocks[3::3]) if kind == "result"}
+
+
 def public_test_counts(name: str) -> dict[str, int]:
     nb = nbformat.read(HANDOUT / name, as_version=4)
     questions = [c.source.split('"')[1] for c in nb.cells if c.source.startswith("grader.check(")]
@@ -97,10 +114,11 @@ def public_test_counts(name: str) -> dict[str, int]:
     for q in questions:
         text = (HANDOUT / "tests" / f"{q}.py").read_text()
         counts[q] = text.count("@test_case(")
+        assert counts[q] > 0, f"tests/{q}.py holds no test function"
     return counts
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_grader_check_passes_every_public_test_offline_with_the_solution_pasted_in(built, name, tmp_path):
     _, staff = built
     nb = run_in_handout_copy(filled_with_solutions(name, staff), name, tmp_path, allow_errors=False)
@@ -110,7 +128,7 @@ def test_grader_check_passes_every_public_test_offline_with_the_solution_pasted_
         assert text.strip() == f"{question} results: All test cases passed!", text
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_grader_check_on_the_blank_notebook_fails_each_public_test_by_name(name, tmp_path):
     nb = run_in_handout_copy(nbformat.read(HANDOUT / name, as_version=4), name, tmp_path, allow_errors=True)
     shown = check_outputs(nb)
@@ -118,9 +136,13 @@ def test_grader_check_on_the_blank_notebook_fails_each_public_test_by_name(name,
         text = shown[question]
         assert text.startswith(f"{question} results:") and "All test cases passed" not in text
         for k in range(1, n_tests + 1):
-            assert f"{question} - {k} result:" in text, text
             assert f"{question} - {k} message:" in text, "each public test names what it checks"
-        assert "NotImplementedError" in text
+        results = case_results(question, text)
+        assert sorted(results) == list(range(1, n_tests + 1)), text
+        for k, block in results.items():
+            assert "Test case failed" in block, f"{question} - {k} passed on the blank notebook"
+            # The student reads which TODO stopped the test, not a wrong explanation.
+            assert "NotImplementedError: TODO" in block, f"{question} - {k}:\n{block}"
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.output_type == "error":
@@ -147,3 +169,41 @@ def test_local_autograder_grades_the_notebooks_on_public_cases(tmp_path):
     assert any(line.split()[:1] == ["losses"] and line.split()[-3:] == ["10.00", "/", "10.00"] for line in lines), run.stdout
     assert any(line.split()[:1] == ["masks"] and line.split()[-3:] == ["10.00", "/", "10.00"] for line in lines), run.stdout
     assert "[hidden]" not in run.stdout
+
+
+# Wrong solutions of notebook 3, each pasted once into its answer cell: (solution text, wrong text).
+NB3_BUGS = (
+    ('inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)', 'inputs = torch.full((len(pieces), T), EOS, dtype=torch.long)'),
+    ('att = att.masked_fill(~self.causal[:T, :T], float("-inf"))', "att = att"),
+    ("weight.new_empty(weight.size(0), 1)", "weight.new_empty(weight.shape)"),
+    ('logits[:, [EOS, PAD]] = float("-inf")', "pass"),
+)
+# (question, test number) -> what its failure must tell the student; every other public test passes.
+NB3_FAILS = {
+    ("nb3_collate", 2): "inputs: expected [[0, 5, 6], [8, PAD, PAD]]",
+    ("nb3_attention", 2): "apply the causal mask",
+    ("nb3_model", 1): "a row must be dropped or kept as a whole",
+    ("nb3_model", 3): "changing tokens 5..8 changed the logits at positions 0..4",
+    ("nb3_generate", 1): "greedy without EOS/PAD",
+    ("nb3_generate", 2): "AssertionError",
+}
+
+
+def test_notebook_3_checks_fail_wrong_code_with_the_reason(built, tmp_path):
+    """Checks that pass on the solution and fail on NotImplementedError must also catch real mistakes, and say which."""
+    _, staff = built
+    nb = filled_with_solutions(NB3, staff)
+    answers = [c for c in nb.cells if ANSWER_TAG in c.metadata.get("tags", [])]
+    for right, wrong in NB3_BUGS:
+        cells = [c for c in answers if right in c.source]
+        assert len(cells) == 1 and cells[0].source.count(right) == 1, right
+        cells[0].source = cells[0].source.replace(right, wrong)
+    shown = check_outputs(run_in_handout_copy(nb, NB3, tmp_path, allow_errors=False))
+    failed = {}
+    for question, n_tests in public_test_counts(NB3).items():
+        results = case_results(question, shown[question])
+        assert set(results) <= set(range(1, n_tests + 1)), shown[question]
+        failed |= {(question, k): block for k, block in results.items() if "Test case failed" in block}
+    assert set(failed) == set(NB3_FAILS), {q: shown[q] for q, _ in set(failed) ^ set(NB3_FAILS)}
+    for case, reason in NB3_FAILS.items():
+        assert reason in failed[case] and "NotImplementedError" not in failed[case], failed[case]

@@ -10,6 +10,7 @@ folder; `make`; the last stdout line is the autoresult.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric
 from autograder.platforms.package import build_autolab, build_gradescope
+from gradelib import rubric
 from gradelib.problems import GRADERS
+
 from conftest import SOLUTIONS
 
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
@@ -35,7 +37,7 @@ def _handin(path: Path, files: dict[str, bytes]) -> Path:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
-            tar.addfile(info, __import__("io").BytesIO(data))
+            tar.addfile(info, io.BytesIO(data))
     return path
 
 
@@ -54,6 +56,7 @@ def gradescope_run(tmp_path: Path, zip_path: Path, upload: dict[str, bytes]) -> 
     shutil.copyfile(root / "source" / "run_autograder", root / "run_autograder")
     (root / "run_autograder").chmod(0o755)
     for name, data in upload.items():
+        (root / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "submission" / name).write_bytes(data)
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
     proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -111,6 +114,36 @@ def test_gradescope_writes_a_zero_result_for_an_unusable_upload(packages, tmp_pa
     results, proc = gradescope_run(tmp_path, packages["zip"], {"handin.tar": b"this is not a tar"})
     assert proc.returncode == 0
     assert results["score"] == 0 and "is not a tar archive" in results["output"]
+
+
+def _zip_bytes(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_gradescope_grades_an_uploaded_zip(packages, tmp_path):
+    upload = {"my_submission.zip": _zip_bytes({"hw3/attention.py": (SOLUTIONS / "attention.py").read_bytes()})}
+    results, proc = gradescope_run(tmp_path, packages["zip"], upload)
+    assert proc.returncode == 0, proc.stderr
+    assert sum(t["score"] for t in results["tests"] if t["tags"] == ["attention"]) == ATTENTION_MAX
+    assert "my_submission.zip" in proc.stdout  # find_handin names what intake reads
+
+
+def test_gradescope_grades_files_uploaded_inside_a_subfolder(packages, tmp_path):
+    results, proc = gradescope_run(tmp_path, packages["zip"], {"handin/attention.py": (SOLUTIONS / "attention.py").read_bytes()})
+    assert proc.returncode == 0, proc.stderr
+    assert sum(t["score"] for t in results["tests"] if t["tags"] == ["attention"]) == ATTENTION_MAX
+    assert "lacks attention.py" not in results["output"]
+
+
+def test_gradescope_says_once_what_an_upload_without_the_handin_files_held(packages, tmp_path):
+    results, _ = gradescope_run(tmp_path, packages["zip"], {"attn.py": b"x = 1\n", "notes/readme.txt": b"x"})
+    assert results["score"] == 0
+    assert results["output"].startswith("The handin lacks attention.py")
+    assert "Found: attn.py, notes/readme.txt." in results["output"]
 
 
 def autolab_run(tmp_path: Path, packages, handin: bytes) -> subprocess.CompletedProcess:

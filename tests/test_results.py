@@ -66,6 +66,9 @@ def test_every_rubric_line_is_one_test_per_visibility(partly_right):
     expected = {f"{pid}: {g.title} [{v}]" for pid, p in problems.items() if pid in GRADERS
                 for g in p.groups for v in g.visibilities}
     assert names == expected
+    # Each test carries its rubric line id, so reports need not parse display names.
+    ids = {(t["tags"][0], t["extra_data"]["line"], t["name"].rsplit("[", 1)[1].rstrip("]")) for t in data["tests"]}
+    assert ids == {(pid, g.id, v) for pid, p in problems.items() if pid in GRADERS for g in p.groups for v in g.visibilities}
     for t in data["tests"]:
         vis = "hidden" if t["name"].endswith("[hidden]") else "public"
         assert t["visibility"] == GRADESCOPE_VISIBILITY[vis]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 
 from gradelib import rubric
-from gradelib.problems import GRADERS
+from gradelib.problems import GRADERS, SCHEMAS
 
 GOOD = """
 [problems.demo]
@@ -26,10 +28,14 @@ visibilities = ["public"]
 """
 
 
-def load_text(tmp_path, text: str):
+# A toy problem's schema, so the generic checks are shown apart from the real problems.
+DEMO = {"demo": rubric.ProblemSchema(line_ids=frozenset({"b"}), quantities=frozenset({"Q"}))}
+
+
+def load_text(tmp_path, text: str, schemas=DEMO):
     path = tmp_path / "rubric.toml"
     path.write_text(text)
-    return rubric.load(path)
+    return rubric.load(path, schemas)
 
 
 def test_valid_rubric_loads_with_defaults(tmp_path):
@@ -92,7 +98,7 @@ def test_every_graded_problem_is_in_the_rubric():
 
 
 def test_rubric_and_grader_use_exactly_the_five_contract_problem_ids():
-    """DESIGN.md's problem ids, in order: outside checks (Autolab scores, gradebooks) rely on them."""
+    """The README's problem ids, in order: outside checks (Autolab scores, gradebooks) rely on them."""
     contract = ["attention", "losses", "masks", "prediction", "generation"]
     assert list(rubric.load()) == contract
     assert list(GRADERS) == contract
@@ -102,10 +108,75 @@ def test_lm_problems_grade_both_the_arrays_and_notebook_3s_functions():
     problems = rubric.load()
     lines = {pid: {g.id: (g.points, g.visibilities) for g in problems[pid].groups} for pid in ("prediction", "generation")}
     assert lines["prediction"] == {
-        "format": (2, ("public",)), "nll": (18, ("hidden",)), "predict_function": (4, ("public", "hidden")),
+        "format": (2, ("public",)), "nll": (12, ("hidden",)), "predict_function": (4, ("public", "hidden")),
+        "collate_and_loss": (2, ("public", "hidden")), "causal_attention": (2, ("public", "hidden")),
+        "model_building": (2, ("public", "hidden")),
     }
     assert lines["generation"] == {
         "format": (2, ("public",)), "perplexity": (18, ("hidden",)),
         "generate_greedy": (3, ("public", "hidden")), "generate_sampling": (3, ("public", "hidden")),
     }
     assert sum(p.points for p in problems.values()) == 120
+
+
+# --- values are checked too: each typo below would change grades if it were read ----------
+
+REAL = rubric.RUBRIC_PATH.read_text()
+
+TYPOS = [
+    # (what is changed in the real rubric, from, to, what the refusal names)
+    ("a misspelt visibility drops a line's hidden points", 'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hidden"]',
+     'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hiden"]', "visibilities must be"),
+    ("a duplicated visibility", 'visibilities = ["public"]', 'visibilities = ["public", "public"]', "distinct values"),
+    ("an empty visibility list", 'visibilities = ["public"]', "visibilities = []", "non-empty"),
+    ("a misspelt setting", "full_credit_nll = 0.85", "full_credit_nl = 0.85", "unknown setting(s) ['full_credit_nl']"),
+    ("a setting given as text", "zero_credit_nll = 1.25", 'zero_credit_nll = "1.25"', "setting 'zero_credit_nll' must be number"),
+    ("thresholds the wrong way round", "full_credit_nll = 0.85", "full_credit_nll = 2.5", "'full_credit_nll' (2.5) must be below 'zero_credit_nll' (1.25)"),
+    ("a negative time limit", "settings = { cell_timeout_s = 10, call_timeout_s = 5 }",
+     "settings = { cell_timeout_s = -10, call_timeout_s = 5 }", "setting 'cell_timeout_s' must be > 0"),
+    ("smoothing outside (0, 1)", "smoothing_eps = 1e-3", "smoothing_eps = 1.5", "setting 'smoothing_eps' must be between 0 and 1"),
+    ("a misspelt share key", "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
+     "visibility_share = { public = 0.5, hiden = 0.5 }\n# Relative", "visibility_share must have exactly the keys"),
+    ("a share above 1", "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
+     "visibility_share = { public = 1.5, hidden = -0.5 }\n# Relative", "between 0 and 1"),
+    ("a tolerance for an unknown dtype", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float23 = { rtol = 1e-4, atol = 1e-5 }",
+     "tolerance for unknown dtype 'float23'"),
+    ("a misspelt tolerance key", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtoll = 1e-4, atol = 1e-5 }",
+     "tolerance.float32 must have exactly the keys ['rtol', 'atol']"),
+    ("a negative tolerance", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtol = -1e-4, atol = 1e-5 }", "must be >= 0"),
+    ("zero points", "quantities = [\"A_sig\"]\npoints = 5", "quantities = [\"A_sig\"]\npoints = 0", "points must be > 0"),
+    ("a quantity the problem never computes", 'quantities = ["A_sig"]', 'quantities = ["A_sigma"]', "quantities ['A_sigma'] are not computed"),
+    ("a line without quantities the problem does not know", 'id = "nll"', 'id = "nl"', "line id 'nl' lists no quantities"),
+    ("two lines with one id", 'id = "forward_scores"', 'id = "forward_projections"', "line ids must be unique, repeated: ['forward_projections']"),
+    ("a misspelt problem id", "[problems.masks]", "[problems.mask]", "unknown problem id 'mask'"),
+    ("a misspelt top-level table", "[problems.attention]", "[problem.attention]", "unknown top-level key"),
+]
+
+
+@pytest.mark.parametrize("what, old, new, named", TYPOS, ids=[t[0] for t in TYPOS])
+def test_a_typo_in_a_value_is_refused_at_start_up_by_name(tmp_path, what, old, new, named):
+    assert REAL.count(old) >= 1, f"the rubric no longer holds {old!r}: update this test"
+    path = tmp_path / "rubric.toml"
+    path.write_text(REAL.replace(old, new, 1))
+    with pytest.raises(rubric.RubricError) as refused:
+        rubric.load(path)
+    assert named in str(refused.value)
+
+
+def test_every_threshold_the_problems_use_is_written_in_the_rubric():
+    """Defaults exist for old rubrics, but the shipped file states every setting it is graded by."""
+    written = tomllib.loads(REAL)["problems"]
+    for pid, schema in SCHEMAS.items():
+        assert set(written[pid].get("settings", {})) == set(schema.settings), pid
+
+
+def test_the_batch_grader_refuses_a_broken_rubric_without_a_traceback(tmp_path, monkeypatch, capsys):
+    from autograder.batch import cli
+
+    path = tmp_path / "rubric.toml"
+    path.write_text(REAL.replace("full_credit_nll = 0.85", "full_credit_nl = 0.85"))
+    monkeypatch.setattr(rubric, "RUBRIC_PATH", path)
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "grades")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting(s) ['full_credit_nl']" in err and "Traceback" not in err
+    assert not (tmp_path / "grades").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import os
 import shutil
 import signal
@@ -21,16 +22,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
-from gradelib import sandbox
+from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
-from .report import read_row, write_gradebook, write_report
-from gradelib.results import SubmissionResult, write_submission
+from gradelib.results import SubmissionResult, write_submission, write_text_atomic
+from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import all_zero
+
+from .report import read_row, write_gradebook, write_report
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 PR_SET_PDEATHSIG = 1
@@ -38,24 +41,85 @@ POLL_S = 0.05
 TERM_GRACE_S = 5.0
 
 
+RESERVED = {"grades.csv", "report.html"}  # the class outputs beside the per-submission folders
+SOURCE_FILE = ".source"  # in each submission's folder: the path it was graded from
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+ARCHIVE_EXTENSIONS = (".tar.gz", ".tgz", ".tar")
+HANDIN_ARCHIVES = tuple(f"handin{ext}" for ext in ARCHIVE_EXTENSIONS)
+
+
+def _base_name(p: Path) -> str:
+    base = p.name
+    for ext in ARCHIVE_EXTENSIONS:
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+            break
+    if base == "handin" and p.parent.name:
+        base = p.parent.name
+    return base
+
+
+def source_key(p: Path) -> str:
+    """What identifies a submission across runs: its resolved path, a handin archive by its folder
+    (so `student/` and `student/handin.tar` are the same submission, as their name says)."""
+    path = p.resolve()
+    key = str(path.parent if path.name in HANDIN_ARCHIVES else path)
+    return key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a name not in UTF-8 still has one
+
+
 def submission_names(paths: list[Path]) -> list[str]:
-    """A distinct, filesystem-safe name per submission (handin.tar -> its folder's name)."""
-    reserved = {"grades.csv", "report.html"}  # the class outputs beside the per-submission folders
-    names: list[str] = []
+    """A distinct, filesystem-safe folder name per submission (handin.tar -> its folder's name).
+
+    A plain name is kept as it is. A name that had to change gets a short hash of the
+    original ("a b" -> "a_b-<hash>"), so it cannot take the folder of a student really
+    named "a_b"; names that still coincide (the same name in two folders, or names equal
+    but for case, which a case-insensitive disk would merge) each get a hash of their path.
+    The result depends on each path, not on the order or the company it comes in, so a
+    resumed run finds every submission in the folder it had before.
+    """
+    names = []
     for p in paths:
-        base = p.name
-        for ext in (".tar.gz", ".tgz", ".tar"):
-            if base.endswith(ext):
-                base = base[: -len(ext)]
-                break
-        if base == "handin" and p.parent.name:
-            base = p.parent.name
-        base = "".join(c if c.isalnum() or c in "-_." else "_" for c in base).strip(".") or "submission"
-        name, k = base, 2
-        while name in names or name in reserved:
-            name, k = f"{base}-{k}", k + 1
-        names.append(name)
+        base = _base_name(p)
+        clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in base).strip(".") or "submission"
+        if clean != base or clean.lower() in RESERVED:
+            clean = f"{clean}-{_digest(base)}"
+        names.append(clean)
+    folded = Counter(n.casefold() for n in names)
+    names = [f"{n}-{_digest(source_key(p))}" if folded[n.casefold()] > 1 else n for n, p in zip(names, paths)]
+    seen: set[str] = set()
+    for i, n in enumerate(names):  # left: the very same path listed twice
+        name, k = n, 2
+        while name.casefold() in seen:
+            name, k = f"{n}-{k}", k + 1
+        seen.add(name.casefold())
+        names[i] = name
     return names
+
+
+def _source_of(folder: Path) -> str | None:
+    try:
+        return safeio.read_text(folder / SOURCE_FILE, 64 * 1024)
+    except SafeReadError:
+        return None
+
+
+def already_graded(path: Path, folder: Path) -> bool:
+    """Whether `folder` holds results of this very submission (not of another that once had its name)."""
+    return (folder / "results.json").is_file() and _source_of(folder) == source_key(path)
+
+
+def claim(path: Path, folder: Path) -> None:
+    """Mark `folder` as the one of `path`; results there of any other submission are removed first."""
+    source = source_key(path)
+    if _source_of(folder) != source:
+        for stale in ("results.json", "feedback.txt"):
+            (folder / stale).unlink(missing_ok=True)
+        write_text_atomic(folder / SOURCE_FILE, source)
 
 
 def selected_problems(only: list[str] | None) -> list[rubric_mod.Problem]:
@@ -135,7 +199,7 @@ class Batch:
         self.active.append(job)
 
     def _log_tail(self, job: Job) -> str:
-        text = sandbox.read_tail(self.logs / f"{job.name}.log", 600).strip().splitlines()
+        text = clean_text(sandbox.read_tail(self.logs / f"{job.name}.log", 600)).strip().splitlines()
         return "\n".join(f"    {line}" for line in text[-5:])
 
     def _record_failure(self, job: Job, why: str) -> None:
@@ -258,7 +322,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="autograder.py", description="Grade handins on public and hidden cases, each in an isolated process."
     )
-    ap.add_argument("submissions", nargs="+", type=Path, help="handin.tar files or folders of handin files")
+    ap.add_argument(
+        "submissions", nargs="+", type=Path,
+        help="handins: .tar, .tar.gz or .zip files, or folders (of handin files, or holding one archive)",
+    )
     ap.add_argument("--out", type=Path, default=Path("grades"), help="output folder (default: grades/)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
     ap.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per problem run (default 60)")
@@ -284,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     args = parse_args(argv)
-    known = [p for p in rubric_mod.load() if p in GRADERS]
+    try:
+        known = [p for p in rubric_mod.load() if p in GRADERS]
+    except rubric_mod.RubricError as exc:
+        print(f"The rubric cannot be used, so nothing was graded: {exc}", file=sys.stderr)
+        return 2
     if args.only:
         unknown = [p for p in args.only if p not in known]
         if unknown:
@@ -301,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = submission_names(args.submissions)
     args.out.mkdir(parents=True, exist_ok=True)
-    jobs = [Job(p, n) for p, n in zip(args.submissions, names) if args.force or not (args.out / n / "results.json").exists()]
+    jobs = [Job(p, n) for p, n in zip(args.submissions, names) if args.force or not already_graded(p, args.out / n)]
+    for job in jobs:
+        claim(job.path, args.out / job.name)
     deadline = args.submission_timeout or (len(problem_ids) + 1) * args.timeout + 60.0
     batch = Batch(args, jobs, deadline)
     start = time.monotonic()
@@ -321,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
         feedback = args.out / names[0] / "feedback.txt"
         if not jobs:
             print(f"{names[0]} was already graded (use --force to regrade)", file=sys.stderr)
-        print(feedback.read_text(encoding="utf-8", errors="replace").rstrip("\n"))
+        try:
+            text = safeio.read_text(feedback, 64 * 1024 * 1024)
+        except SafeReadError as exc:
+            text = f"{names[0]}: {exc}"
+        print(clean_text(text).rstrip("\n"))
         print(rows[0].autolab_line(problem_ids), flush=True)
         return 0
     write_gradebook(args.out / "grades.csv", rows, problem_ids)

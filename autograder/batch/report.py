@@ -15,14 +15,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
+from gradelib import safeio
 from gradelib.results import write_text_atomic
+from gradelib.safeio import SafeReadError, clean_text
 
 SLOWEST_SHOWN = 10
+MAX_RESULTS_BYTES = 64 * 1024 * 1024
 HISTOGRAM_BINS = 10
 
 
@@ -50,30 +54,42 @@ class Row:
 
     def autolab_line(self, problem_ids: list[str]) -> str:
         """Autolab's autoresult: the last stdout line, one score per problem id."""
-        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids}}, separators=(",", ":"))
+        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids}}, separators=(",", ":"), allow_nan=False)
+
+
+def _number(value) -> float:
+    """A finite float from results.json, else ValueError (NaN, inf, text, a list...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return float(value)
 
 
 def read_row(path: Path, name: str) -> Row:
-    """The row of one submission; a missing or unreadable results.json becomes a 0 row that says so."""
+    """The row of one submission; a missing, corrupt or malformed results.json becomes a 0 row that says so."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        tests = [
-            TestRow(str(t["name"]), str((t.get("tags") or [""])[0]), float(t["score"]), float(t["max_score"]),
-                    t.get("status") == "passed")
-            for t in data["tests"]
-        ]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Row(name, notes=f"no readable results.json ({type(exc).__name__}: {exc})")
+        data = safeio.read_json(path, MAX_RESULTS_BYTES)
+        if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
+            raise ValueError("not a Gradescope results object with a list of tests")
+        tests = []
+        for t in data["tests"]:
+            tags = t.get("tags") or [""]
+            tests.append(TestRow(clean_text(t["name"]), clean_text(tags[0] if isinstance(tags, list) else ""),
+                                 _number(t["score"]), _number(t["max_score"]), t.get("status") == "passed"))
+        total = round(_number(data.get("score", 0.0)), 4)
+        wall = _number(data.get("execution_time", 0.0))
+        notes = clean_text(data.get("output", ""))
+    except (SafeReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return Row(name, notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points")
     scores: dict[str, float] = {}
     for t in tests:
         scores[t.problem] = round(scores.get(t.problem, 0.0) + t.score, 4)
     return Row(
         submission=name,
         scores=scores,
-        total=round(float(data.get("score", 0.0)), 4),
+        total=total,
         max=round(sum(t.max_score for t in tests), 4),
-        wall_s=float(data.get("execution_time", 0.0)),
-        notes=str(data.get("output", "")),
+        wall_s=wall,
+        notes=notes,
         tests=tests,
         isolation=str(extra.get("isolation", "")) if isinstance(extra := data.get("extra_data"), dict) else "",
     )
@@ -224,4 +240,4 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
 
 
 def write_report(path: Path, rows: list[Row], problem_ids: list[str], title: str) -> None:
-    write_text_atomic(path, render_report(rows, problem_ids, title))
+    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title)))

@@ -30,6 +30,7 @@ def reference_handin(dest: Path) -> Path:
         ("reference_predictions.npy", "predictions.npy"),
         ("reference_generated.npy", "generated.npy"),
         ("reference_generated.txt", "generated.txt"),
+        ("reference_model.pt", "model.pt"),
     ):
         shutil.copyfile(lm / src, dest / name)
     return dest

@@ -10,7 +10,8 @@
 - Hidden cases never leave fixtures/; tests/test_handout.py checks that.
 
 The build is deterministic: the same inputs give the same bytes, and files
-the build did not write are removed, so handout/ is exactly this output.
+the build did not write are removed, so handout/ is exactly this output --
+except a student's own work there (experiments/, handin.tar), which is kept.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ FIXTURES = REPO / "fixtures"
 # student could write the source's own text without training.
 GRADELIB = REPO / "gradelib"
 # Language-model fixtures the local grader reads (the prediction targets stay hidden).
-LM_PUBLIC_FILES = ("prediction_test.npz", "generation_test.npz")
+LM_PUBLIC_FILES = ("prediction.npz", "prediction_test.npz", "generation_test.npz")
 # What notebook 3 trains and evaluates on, in handout/data/lm/ (prediction.npz is the validation set).
 LM_DATA_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
 
@@ -72,10 +73,19 @@ def gradelib_files() -> list[Path]:
     return sorted(p for p in GRADELIB.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
+# Student work that may sit in a handout folder: a rebuild never deletes it.
+STUDENT_WORK = ("experiments", "handin.tar")
+
+
 def build(out: Path) -> list[Path]:
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in out.iterdir():
+        if entry.name in STUDENT_WORK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     written: list[Path] = []
 
     def put(rel: str, data: bytes | str) -> None:

@@ -6,12 +6,11 @@ direct transcription of the forward equations -- an oracle that shares no code
 with solutions/attention.py. Run via `make fixtures`; output goes to
 fixtures/attention/<visibility>/ as <name>.npz plus a cases.json index.
 
-    python -m autograder.fixturegen.attention_cases [--out fixtures]
+    python -m autograder.fixturegen [--out fixtures]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -124,13 +123,3 @@ def write(out: Path) -> list[Path]:
         written.append(folder / "cases.json")
         print(f"attention/{vis}: {len(index)} cases: {', '.join(c['name'] for c in index)}")
     return written
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("fixtures"))
-    write(ap.parse_args().out)
-
-
-if __name__ == "__main__":
-    main()

@@ -18,12 +18,11 @@ Every fixture row is a window of a held-out id stream <eos> s1 <eos> s2 <eos> ..
 that starts at an <eos>, i.e. at a sentence start, so the oracle's starting state
 is known exactly; windows cross sentence boundaries (targets may be <eos>).
 
-    python -m autograder.fixturegen.lm_fixtures [--out fixtures] [--corpus PATH]
+    python -m autograder.fixturegen [--out fixtures] [--corpus PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -106,15 +105,3 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
             f"{info['mean_sentence_chars_with_eos']:.2f} chars per sentence with <eos>"
         )
     return written
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("fixtures"))
-    ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
-    args = ap.parse_args()
-    write(args.out, args.corpus)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Cases for notebook 3's predict() and generate() on fixed-weight models (`make fixtures`).
 
-    python -m autograder.fixturegen.lm_function_cases --out fixtures
+    python -m autograder.fixturegen [--out fixtures]
 
 writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
 holds a fixed model (see gradelib/lm/fixed_models.py), prompts and settings,
@@ -12,15 +12,22 @@ any torch code):
     expected_greedy_ids      (B, steps) int64          generate(model, inp, steps)
 
 Every case also carries the sampling settings (top_k, top_p, temperature) and a
-"d" model for the distribution check; the grader checks those samples by their
+"d" model for the distribution checks; the grader checks those samples by their
 properties (each id inside its top-k set or nucleus, frequencies close to
-softmax(logits / temperature)). Tables are drawn so that no argmax, k-th best
-logit or nucleus boundary is a near tie, so float32 and float64 agree.
+softmax(logits / temperature), renormalised over what top_k / top_p keep). Tables
+are drawn so that no argmax, k-th best logit or nucleus boundary is a near tie, so
+float32 and float64 agree. The d model's greedy token holds under half the mass
+of every filtered distribution, so a generate() that returns greedy ids when
+top_k / top_p are given is far from it.
+
+Every case also carries inputs and expected values for the notebook's building
+blocks (collate, lm_loss, CausalSelfAttention, CausalLanguageModel,
+embedding_dropout): fixturegen/lm_building_cases.py, from its own random stream so
+the predict/generate arrays above do not depend on it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -29,6 +36,7 @@ import numpy as np
 from gradelib.lm import fixed_models
 from gradelib.lm.metrics import greedy_generate, greedy_predict
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
+from . import lm_building_cases
 from .npzio import save
 
 SEED = 785
@@ -40,6 +48,7 @@ TINY_P = 1e-6
 COLD = 0.01
 DIST_SAMPLES = 8000
 DIST_TEMPERATURE = 2.0
+DIST_TOP_P_KEEP = 4  # the nucleus of the d model at DIST_TEMPERATURE: its 4 best allowed tokens
 MARGIN = 0.05  # least gap between competing logits, and between a nucleus boundary and top_p
 
 # name -> (visibility, description, kind, K, batch, prompt length, steps, specials favoured, train offset)
@@ -54,6 +63,15 @@ CASES = {
         "hidden", "generation-sized: 5 prompts of 40 ids, 30 steps, sum of all ids", "prefix_sum", 30, 5, 40, 30, True, True,
     ),
     "one_step": ("hidden", "a single prompt of one <eos>, one step", "prefix_sum", 30, 1, 1, 1, False, False),
+}
+# name -> building blocks' sizes: (d_model, n_heads, n_layers, d_ff, embedding dropout p)
+BUILDING = {
+    "last_token": (16, 2, 2, 32, 0.3),
+    "prefix_sum": (12, 3, 1, 24, 0.5),
+    "eos_favoured": (16, 4, 2, 32, 0.2),
+    "position": (8, 1, 1, 16, 0.4),
+    "long_prompts": (24, 3, 2, 48, 0.1),
+    "one_step": (16, 2, 3, 32, 0.6),
 }
 
 
@@ -93,6 +111,16 @@ def distribution_table(rng: np.random.Generator) -> np.ndarray:
     return row[None, :]
 
 
+def dist_top_p(row: np.ndarray) -> float:
+    """A top_p whose nucleus at DIST_TEMPERATURE is the DIST_TOP_P_KEEP best allowed tokens, far from either edge."""
+    allowed = np.sort(np.delete(row, SPECIAL).astype(np.float64))[::-1] / DIST_TEMPERATURE
+    p = np.exp(allowed - allowed.max())
+    cum = np.cumsum(p / p.sum())
+    lo, hi = cum[DIST_TOP_P_KEEP - 2], cum[DIST_TOP_P_KEEP - 1]
+    assert hi - lo > 2 * MARGIN / 10, "nucleus boundary too close to a tie"
+    return float(round((lo + hi) / 2, 4))
+
+
 def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     _vis, _desc, kind, K, B, T, steps, favour, offset = spec
     table = separated_table(rng, K, favour)
@@ -100,11 +128,12 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     inp[:, 0] = EOS
     train_offset = (rng.standard_normal(VOCAB_SIZE) * 5.0).astype(np.float32) if offset else np.zeros(VOCAB_SIZE, np.float32)
     next_logits = fixed_models.next_logits(kind, table)
+    d_table = distribution_table(rng)
     return {
         "m_table": table,
         "m_kind": np.int64(fixed_models.KINDS.index(kind)),
         "m_train_offset": train_offset,
-        "d_table": distribution_table(rng),
+        "d_table": d_table,
         "d_kind": np.int64(fixed_models.KINDS.index("last")),
         "d_train_offset": np.zeros(VOCAB_SIZE, np.float32),
         "inp": inp.astype(np.int64),
@@ -116,6 +145,7 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
         "dist_temperature": np.float64(DIST_TEMPERATURE),
         "top_k": np.int64(TOP_K),
         "top_p": np.float64(TOP_P),
+        "dist_top_p": np.float64(dist_top_p(d_table[0])),
         "tiny_p": np.float64(TINY_P),
         "seed": np.int64(rng.integers(1 << 30)),
         "expected_predict_logits": greedy_predict(next_logits, inp, steps).astype(np.float32),
@@ -127,8 +157,9 @@ def build(out: Path) -> list[Path]:
     rng = np.random.default_rng(SEED)
     written = []
     index: dict[str, list] = {"public": [], "hidden": []}
-    for name, spec in CASES.items():
+    for i, (name, spec) in enumerate(CASES.items()):
         arrays = make_case(rng, spec)
+        arrays.update(lm_building_cases.make(np.random.default_rng([SEED, i]), *BUILDING[name]))
         folder = out / "lm_functions" / spec[0]
         save(folder / f"{name}.npz", arrays)
         written.append(folder / f"{name}.npz")
@@ -142,17 +173,3 @@ def build(out: Path) -> list[Path]:
         path.write_text(json.dumps(entries, indent=2) + "\n")
         written.append(path)
     return written
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Write the fixed-model cases for predict() and generate().")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "fixtures")
-    args = ap.parse_args()
-    for path in build(args.out):
-        print(f"wrote {path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path}")
-    counts = {v: sum(1 for s in CASES.values() if s[0] == v) for v in ("public", "hidden")}
-    print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {SEED})")
-
-
-if __name__ == "__main__":
-    main()

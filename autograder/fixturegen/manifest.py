@@ -3,12 +3,11 @@
 The format is sha256sum's, so `cd fixtures && sha256sum -c MANIFEST.sha256`
 verifies a copy. Run last by `make fixtures`; it prints what it covered.
 
-    python -m autograder.fixturegen.manifest [--out fixtures]
+    python -m autograder.fixturegen [--out fixtures]
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from collections import Counter
 from pathlib import Path
@@ -28,13 +27,3 @@ def write(root: Path) -> Path:
     parts = ", ".join(f"{top}/ {n / 1e6:.2f} MB" for top, n in sorted(sizes.items()))
     print(f"{NAME}: {len(files)} files ({parts})")
     return out
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("fixtures"))
-    write(ap.parse_args().out)
-
-
-if __name__ == "__main__":
-    main()

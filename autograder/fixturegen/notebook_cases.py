@@ -7,12 +7,11 @@ notebook plus expected_<quantity> arrays. Expected values come from torch
 tril, per-row loops for masked attention), never from the solution notebooks.
 Output: fixtures/notebooks/<visibility>/<name>.npz and a cases.json index.
 
-    python -m autograder.fixturegen.notebook_cases [--out fixtures]
+    python -m autograder.fixturegen [--out fixtures]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -260,13 +259,3 @@ def write(out: Path) -> list[Path]:
             names = [e["name"] for e in index if e["problem"] == problem]
             print(f"notebooks/{vis}: {len(names)} {problem} cases: {', '.join(names)}")
     return written
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("fixtures"))
-    write(ap.parse_args().out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """Grading one submission on Gradescope or Autolab, in each platform's own layout.
 
 Gradescope (run_autograder in the zip calls this with `gradescope`):
-    /autograder/submission/   what the student uploaded: handin.tar, or the loose files
+    /autograder/submission/   what the student uploaded: handin.tar, a .zip, the loose files,
+                              or a folder of them (gradelib/intake.py reads each)
     /autograder/results/results.json   written here, in Gradescope's format
   The root is /autograder unless --root (or AUTOGRADER_ROOT) says otherwise.
 
@@ -25,22 +26,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..batch import cli
+from gradelib.intake import resolve_upload
 from gradelib.results import write_json_atomic
 
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+from ..batch import cli
 
 
 def find_handin(submission_dir: Path) -> Path:
-    """The uploaded handin.tar when the upload is one archive, else the folder of loose files."""
-    entries = [p for p in submission_dir.iterdir() if not p.name.startswith(".")] if submission_dir.is_dir() else []
-    archives = [p for p in entries if p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES)]
-    if len(archives) == 1 and len(entries) == 1:
-        return archives[0]
-    named = [p for p in archives if p.name == "handin.tar"]
-    if named and not (submission_dir / "attention.py").exists():
-        return named[0]
-    return submission_dir
+    """The archive or folder the upload's handin is read from; gradelib.intake decides, as for every upload."""
+    return resolve_upload(submission_dir)
 
 
 def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
@@ -70,9 +64,11 @@ def student_text(results: dict) -> str:
 
 
 def gradescope(root: Path, timeout: float) -> int:
-    handin = find_handin(root / "submission")
+    # The whole upload goes to the grader, so its notes can say what the upload held.
+    upload = root / "submission"
+    handin = find_handin(upload)
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
-        results, _ = _grade(handin, Path(tmp), timeout)
+        results, _ = _grade(upload, Path(tmp), timeout)
     write_json_atomic(root / "results" / "results.json", results)
     print(f"graded {handin}: {results['score']} points; wrote {root / 'results' / 'results.json'}")
     return 0
@@ -87,7 +83,7 @@ def autolab(handin: Path, timeout: float) -> int:
             if tag in scores:
                 scores[tag] = round(scores[tag] + t["score"], 4)
     print(student_text(results))
-    print(json.dumps({"scores": scores}, separators=(",", ":")), flush=True)
+    print(json.dumps({"scores": scores}, separators=(",", ":"), allow_nan=False), flush=True)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Runs notebook 3 and calls its predict() and generate() on fixed-weight models (inside the child).
+"""Runs notebook 3 and calls its functions and classes on fixed inputs and weights (inside the child).
 
 The notebook is executed by notebook_child.py's machinery (cells tagged
 skip-grading, such as training, are skipped). This file adds the arguments
@@ -6,6 +6,15 @@ notebook 3's functions take besides arrays:
 
     model:<key>   a FixedModel built from the case's <key>_table, <key>_kind, <key>_train_offset
     float:<key>   a Python float
+    bool:<key>    a Python bool
+    pieces:<key>  a list of 1-D int64 tensors, <key>_flat cut at <key>_lengths (collate's input)
+
+and two classes called like functions: `CausalSelfAttention(x, x_changed)` and
+`CausalLanguageModel(inp, inp_changed)` stand for "build the notebook's module
+from ModelConfig with the case's sizes, load the case's weights with
+load_state_dict, switch to eval mode and run it on both inputs". The model's call
+also returns whether fc.weight is token_embedding.weight (weight tying); its
+weights hold no fc.weight, so an untied output layer keeps its random init.
 
 FixedModel is the torch twin of gradelib/lm/fixed_models.py: a table lookup
 that is an nn.Module, so a student's model.eval(), model.parameters() and
@@ -20,6 +29,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import notebook_child  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 KINDS = ("last", "prefix_sum", "position")  # index = the <key>_kind code in a case file
@@ -49,6 +59,75 @@ class FixedModel(torch.nn.Module):
         return out
 
 
+# Dropout probabilities of the ModelConfig the modules are built with: the grader runs them
+# in eval mode, where dropout must do nothing.
+DROPOUT = 0.1
+
+
+class WeightsDoNotFit(Exception):
+    """The module has no parameter of a name the handout's __init__ defines."""
+
+
+def _config(namespace: dict, inputs: dict, key: str):
+    ModelConfig = namespace.get("ModelConfig")
+    if not callable(ModelConfig):
+        raise NameError("`ModelConfig` is not defined after running notebook 3 (it is given in the handout)")
+    sizes = [int(v) for v in inputs[key]]
+    if key == "att_cfg":
+        d_model, n_heads, max_len = sizes
+        return ModelConfig(d_model=d_model, n_heads=n_heads, max_len=max_len, dropout=DROPOUT, emb_dropout=DROPOUT)
+    d_model, n_heads, n_layers, d_ff, max_len = sizes
+    return ModelConfig(vocab_size=30, max_len=max_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                       dropout=DROPOUT, emb_dropout=DROPOUT)
+
+
+def _load(module, inputs: dict, prefix: str, what: str) -> None:
+    state = {k[len(prefix):]: torch.from_numpy(v.copy()) for k, v in inputs.items() if k.startswith(prefix)}
+    # Not strict: a mask kept as a persistent buffer, or a tied fc.weight, is no fault.
+    unexpected = module.load_state_dict(state, strict=False).unexpected_keys
+    if unexpected:
+        raise WeightsDoNotFit(
+            f"{what} has no parameter {', '.join(sorted(unexpected)[:4])}: keep the names the handout's "
+            "__init__ gives (the grader loads fixed weights into them with load_state_dict)"
+        )
+
+
+def _attention(namespace: dict, inputs: dict):
+    def run(x, x_changed):
+        module = namespace["CausalSelfAttention"](_config(namespace, inputs, "att_cfg"))
+        _load(module, inputs, "attw.", "CausalSelfAttention")
+        module.eval()
+        with torch.no_grad():
+            return module(x), module(x_changed)
+
+    return run
+
+
+def _language_model(namespace: dict, inputs: dict):
+    def run(inp, inp_changed):
+        model = namespace["CausalLanguageModel"](_config(namespace, inputs, "lm_cfg"))
+        fc, emb = getattr(model, "fc", None), getattr(model, "token_embedding", None)
+        tied = fc is not None and emb is not None and getattr(fc, "weight", None) is getattr(emb, "weight", 0)
+        _load(model, inputs, "lmw.", "CausalLanguageModel")
+        model.eval()
+        with torch.no_grad():
+            return model(inp), model(inp_changed), np.asarray(bool(tied))
+
+    return run
+
+
+DRIVERS = {"CausalSelfAttention": _attention, "CausalLanguageModel": _language_model}
+
+
+def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float) -> None:
+    # Every call starts from the case's seed: random inits and samples are the same on every run.
+    torch.manual_seed(int(inputs.get("seed", 0)))
+    name = call["function"]
+    if name in DRIVERS and callable(namespace.get(name)):
+        namespace = {**namespace, name: DRIVERS[name](namespace, inputs)}
+    base_call_and_record(rec, call, inputs, namespace, report, timeout_s)
+
+
 def argument(spec: str, inputs: dict):
     kind, key = spec.split(":", 1)
     if kind == "model":
@@ -59,11 +138,19 @@ def argument(spec: str, inputs: dict):
         ).train()
     if kind == "float":
         return float(inputs[key])
+    if kind == "bool":
+        return bool(inputs[key])
+    if kind == "pieces":
+        flat, lengths = inputs[f"{key}_flat"], inputs[f"{key}_lengths"]
+        ends = np.cumsum(lengths)
+        return [torch.from_numpy(flat[end - n : end].copy()) for n, end in zip(lengths.tolist(), ends.tolist())]
     return base_argument(spec, inputs)
 
 
 base_argument = notebook_child.argument
 notebook_child.argument = argument
+base_call_and_record = notebook_child.call_and_record
+notebook_child.call_and_record = call_and_record
 
 if __name__ == "__main__":
     notebook_child.main()

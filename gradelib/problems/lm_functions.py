@@ -1,4 +1,4 @@
-"""Notebook 3's predict() and generate(), graded on fixed-weight models.
+"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models.
 
 Problems `prediction` and `generation` each have two kinds of rubric lines:
 lines about the arrays the trained model wrote (no `quantities`; graded by
@@ -6,18 +6,34 @@ problems/prediction.py and problems/generation.py) and lines about the notebook
 functions that wrote them (with `quantities`; graded here, independent of
 training quality). The notebook runs in the sandboxed child (child/lm_child.py
 on top of child/notebook_child.py; cells tagged skip-grading, such as training, are
-skipped) and its functions are called on the table-lookup models of
-gradelib/lm/fixed_models.py. The child returns arrays; the judging happens here.
-Each problem runs the child once, with only the calls its own lines need.
+skipped); predict() and generate() are called on the table-lookup models of
+gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weights.
+The child returns arrays; the judging happens here. Each problem runs the child
+once, with only the calls its own lines need.
 
 Cases: <case_root>/lm_functions/<visibility>/ (fixturegen/lm_function_cases.py).
 Function lines (rubric.toml), by the quantities they need:
 
     prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
+    prediction  collate_and_loss   collate_inputs, collate_targets (exact), lm_loss (float32 tolerance)
+    prediction  causal_attention   attention_causal, attention_out: CausalSelfAttention on fixed weights, eval
+                                   mode, on x and on x with the positions from att_position on changed;
+                                   outputs before that position must not move
+    prediction  model_building     model_causal, model_logits (the same for CausalLanguageModel), weight_tied
+                                   (fc.weight is token_embedding.weight), emb_dropout_train (whole rows
+                                   dropped, kept ones scaled by 1/(1-p), about p of them dropped),
+                                   emb_dropout_eval (the weight unchanged)
     generation  generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>
     generation  generate_sampling  top_k1_ids, top_p_tiny_ids, cold_ids (each equal to greedy),
                                    top_k_ids, top_p_ids (inside the top-k set / nucleus),
-                                   sampled_ids (frequencies close to softmax(logits / temperature))
+                                   sampled_ids (frequencies close to softmax(logits / temperature)),
+                                   sampled_top_k_ids, sampled_top_p_ids (never outside the top-k set /
+                                   nucleus, frequencies close to the softmax renormalised over it)
+
+Expected values come from fixturegen (lm_function_cases.py, lm_building_cases.py:
+numpy implementations independent of the solution notebook). Sampled ids are
+checked as samples: 8000 draws of one step from a model whose greedy token holds
+under half of every filtered distribution's mass, so greedy ids are far off.
 """
 
 from __future__ import annotations
@@ -35,17 +51,25 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import CaseOutcome, all_zero, group_results, read_meta
+from ..rubric import Problem, Setting, fraction
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
 HARNESS = ("child_common.py", "notebook_child.py", "lm_child.py")
-# Largest total-variation distance between sampled frequencies and softmax(logits / T); a
-# correct sampler stays below it with overwhelming probability at 8000 samples (typical 0.01).
-MAX_TV = 0.05
-# Notebook 3 imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
-TIMEOUTS = {"cell_timeout_s": 30.0, "call_timeout_s": 10.0}
+# Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
+# imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
+FUNCTION_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 30.0, "Seconds one cell of notebook 3 may run (training cells never run)."),
+    "call_timeout_s": Setting((int, float), 10.0, "Seconds one call of predict() or generate() may take."),
+}
+# A correct sampler stays below this total-variation distance with overwhelming probability at
+# 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
+# 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
+SAMPLING_SETTINGS = {
+    "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the frequencies "
+                               "of generate()'s samples and softmax(logits / temperature).", fraction),
+}
 
 MODEL = "model:m"
 STEPS = "int:steps"
@@ -62,9 +86,28 @@ SPEC = NotebookSpec(
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_ids": None}, kwargs={**SAMPLE, "top_p": "float:top_p"}),
         Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_ids": None},
              kwargs={"temperature": "float:dist_temperature"}),
+        Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_top_k_ids": None},
+             kwargs={"temperature": "float:dist_temperature", "top_k": "int:top_k"}),
+        Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_top_p_ids": None},
+             kwargs={"temperature": "float:dist_temperature", "top_p": "float:dist_top_p"}),
+        Call("collate", ("pieces:pieces",), {"collate_inputs": 0, "collate_targets": 1}),
+        Call("lm_loss", ("tensor:loss_logits", "tensor:loss_targets"), {"lm_loss": None}),
+        # Classes: child/lm_child.py builds them, loads the case's weights and runs them in eval mode.
+        Call("CausalSelfAttention", ("tensor:att_x", "tensor:att_x_changed"), {"attention_out": 0, "attention_causal": 1}),
+        Call("CausalLanguageModel", ("tensor:lm_inp", "tensor:lm_inp_changed"),
+             {"model_logits": 0, "model_causal": 1, "weight_tied": 2}),
+        Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:true"), {"emb_dropout_train": None}),
+        Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:false"), {"emb_dropout_eval": None}),
     ),
     quantities={},
 )
+QUANTITIES = frozenset(q for c in SPEC.calls for q in c.outputs)
+# float32 outputs of the building blocks against float64 expectations, unless the rubric's
+# [problems.<id>].tolerance says otherwise; float32 rounding through a 3-layer model stays near 1e-6.
+DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+# embedding_dropout's count of dropped rows may be this many binomial standard deviations
+# from p * rows: a correct implementation falls outside with probability below 2e-9.
+DROPPED_ROWS_SD = 6.0
 
 HINTS = {
     "predict_logits": "step t is model(inp + greedy picks of steps < t)[:, -1]: raw logits (no softmax), the argmax "
@@ -78,6 +121,25 @@ HINTS = {
     "top_p_ids": "keep the smallest set of most probable allowed tokens whose probabilities sum to at least top_p.",
     "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial), "
     "not the argmax and not softmax(logits).",
+    "sampled_top_k_ids": "with temperature > 0 and top_k, sample (torch.multinomial) from the softmax of the k best "
+    "allowed logits divided by the temperature; do not return the argmax.",
+    "sampled_top_p_ids": "with temperature > 0 and top_p, sample (torch.multinomial) from the softmax, renormalised, "
+    "of the nucleus computed on logits / temperature; do not return the argmax.",
+    "collate_inputs": "row b is piece_b[:-1] followed by PAD (id 1) up to T = the longest piece's length - 1, int64.",
+    "collate_targets": "row b is piece_b[1:] followed by PAD (id 1), int64: the inputs shifted by one.",
+    "lm_loss": "the mean of -log softmax(logits)[target] over the positions whose target is not PAD "
+    "(F.cross_entropy on flattened (N, V) logits with ignore_index=PAD), a scalar.",
+    "attention_out": "per head softmax(Q K^T / sqrt(hs)) V with the causal mask, heads side by side, then self.proj; "
+    "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
+    "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
+    "(with -inf) before the softmax.",
+    "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
+    "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
+    "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
+    "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
+    "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
+    "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
+    "emb_dropout_eval": "when training is False (or p == 0), return the weight unchanged.",
 }
 
 
@@ -119,7 +181,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return [_outcome(problem, case, scratch, run, report) for case in cases]
 
     outcomes, run, report = run_notebook(
-        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, TIMEOUTS,
+        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, problem.settings,
         collect, child="lm_child.py", harness=HARNESS,
     )
     _note_cells(ctx, problem, SPEC, run, report)
@@ -136,7 +198,7 @@ def _as(got: Observed, kind: str, dtype) -> Observed:
 def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     name, vis, desc, path = case
     case_dir = scratch / "outputs" / name
-    meta = read_meta(case_dir / "meta.json")
+    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(name, vis, desc)
     with np.load(path, allow_pickle=False) as data:
         c = {k: data[k] for k in data.files}
@@ -144,7 +206,7 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
     wanted = {q for g in problem.groups for q in g.quantities}
 
     def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observed(q, case_dir, meta, run, report), kind, dtype)
+        return _as(observed(q, case_dir, meta, run, report, root=scratch, refused=refused), kind, dtype)
 
     def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
         expected_type = obs.type_name if obs.type_name in types else types[0]
@@ -161,15 +223,105 @@ def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
             obs = got(q, "iu", np.int64)
             first = exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
             outcome.checks[q] = first if first.stage != "values" and not first.passed else _inside(q, obs.array, c["inp"], kind, c["m_table"], keep)
-    if "sampled_ids" in wanted:
-        obs = got("sampled_ids", "iu", np.int64)
-        shape_ref = np.zeros((c["dist_inp"].shape[0], 1), np.int64)
-        first = exact("sampled_ids", obs, shape_ref)
-        outcome.checks["sampled_ids"] = (
+    temperature = float(c["dist_temperature"])
+    tempered = _allowed(c["d_table"][0]) / temperature
+    for q, keep in (
+        ("sampled_ids", None),
+        ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"]))),
+        ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"]))),
+    ):
+        if q in wanted:
+            obs = got(q, "iu", np.int64)
+            shape_ref = np.zeros((c["dist_inp"].shape[0], 1), np.int64)
+            first = exact(q, obs, shape_ref)
+            outcome.checks[q] = (
+                first if first.stage != "values" and not first.passed
+                else _frequencies(q, obs.array, tempered, keep, temperature, float(problem.settings["sampling_max_tv"]))
+            )
+    tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
+
+    def close(q: str, obs: Observed, expected: np.ndarray) -> Check:
+        expected_type = obs.type_name if obs.type_name in types else types[0]
+        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
+
+    for q in ("collate_inputs", "collate_targets"):
+        if q in wanted:
+            outcome.checks[q] = exact(q, got(q, "iu", np.int64), c[f"expected_{q}"])
+    if "lm_loss" in wanted:
+        outcome.checks["lm_loss"] = close("lm_loss", got("lm_loss", "f", np.float32), c["expected_lm_loss"])
+    for out_q, causal_q, position in (
+        ("attention_out", "attention_causal", "att_position"),
+        ("model_logits", "model_causal", "lm_position"),
+    ):
+        if out_q in wanted:
+            outcome.checks[out_q] = close(out_q, got(out_q, "f", np.float32), c[f"expected_{out_q}"])
+        if causal_q in wanted:
+            changed = got(causal_q, "f", np.float32)
+            outcome.checks[causal_q] = _causal(
+                causal_q, changed, got(out_q, "f", np.float32), int(c[position]), close(causal_q, changed, c[f"expected_{causal_q}"]), tol
+            )
+    if "weight_tied" in wanted:
+        obs = got("weight_tied", "b", np.bool_)
+        first = exact("weight_tied", obs, c["expected_weight_tied"])
+        outcome.checks["weight_tied"] = first if first.passed or first.stage != "values" else Check(
+            "weight_tied", False, "values",
+            f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
+        )
+    if "emb_dropout_eval" in wanted:
+        outcome.checks["emb_dropout_eval"] = exact("emb_dropout_eval", got("emb_dropout_eval", "f", np.float32), c["ed_weight"])
+    if "emb_dropout_train" in wanted:
+        obs = got("emb_dropout_train", "f", np.float32)
+        first = exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
+        outcome.checks["emb_dropout_train"] = (
             first if first.stage != "values" and not first.passed
-            else _frequencies(obs.array, c["d_table"][0], float(c["dist_temperature"]))
+            else _row_dropout(obs.array, c["ed_weight"], float(c["ed_p"]), tol)
         )
     return outcome
+
+
+def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:
+    """The outputs for the changed input: before `position` they must equal the outputs for the original one."""
+    if not values.passed and values.stage == "values" and original.array is not None and original.array.shape == changed.array.shape:
+        before, before_orig = changed.array[:, :position].astype(np.float64), original.array[:, :position].astype(np.float64)
+        scale = max(1.0, float(np.abs(before_orig).max(initial=0.0)))
+        moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
+        if moved.any():
+            b, t = (int(i) for i in np.argwhere(moved)[0][:2])
+            return Check(
+                q, False, "values",
+                f"'{q}': changing only the inputs at positions {position} and after changed the output at position "
+                f"{t} (row {b}): a position saw later ones. Hint: {HINTS[q]}",
+                float("inf"),
+            )
+    return values
+
+
+def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Check:
+    q = "emb_dropout_train"
+    got64, scaled = got.astype(np.float64), weight.astype(np.float64) / (1.0 - p)
+    dropped = (got64 == 0).all(axis=1)
+    bound = tol["atol"] * max(1.0, float(np.abs(scaled).max())) + tol["rtol"] * np.abs(scaled)
+    kept = (np.abs(got64 - scaled) <= bound).all(axis=1)
+    odd = ~(dropped | kept)
+    if odd.any():
+        r = int(np.argmax(odd))
+        return Check(
+            q, False, "values",
+            f"'{q}' (p = {p:g}, training): {int(odd.sum())} of {len(odd)} rows are neither all zero nor the weight's row "
+            f"times 1/(1-p) = {1 / (1 - p):g}, e.g. row {r}: got {np.round(got64[r, :3], 4).tolist()}..., weight "
+            f"{np.round(weight[r, :3].astype(np.float64), 4).tolist()}.... Hint: {HINTS[q]}",
+            float("inf"),
+        )
+    n, rows = int(dropped.sum()), len(dropped)
+    spread = DROPPED_ROWS_SD * float(np.sqrt(rows * p * (1 - p)))
+    if abs(n - p * rows) > spread:
+        return Check(
+            q, False, "values",
+            f"'{q}' (p = {p:g}, training) dropped {n} of {rows} rows; about {p * rows:.0f} expected (between "
+            f"{p * rows - spread:.0f} and {p * rows + spread:.0f}). Hint: {HINTS[q]}",
+            float("inf"),
+        )
+    return Check(q, True, "ok", f"'{q}': whole rows dropped ({n} of {rows}), the rest scaled by 1/(1-p).", 0.0)
 
 
 def _allowed(row: np.ndarray) -> np.ndarray:
@@ -206,24 +358,35 @@ def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarr
     return Check(q, True, "ok", f"'{q}': every id lies in its allowed set.", 0.0)
 
 
-def _frequencies(ids: np.ndarray, row: np.ndarray, temperature: float) -> Check:
-    q = "sampled_ids"
+def _frequencies(q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float, max_tv: float) -> Check:
+    """Samples of one step: none outside `keep` (all allowed ids when None), frequencies close to the softmax over it."""
     flat = ids.reshape(-1)
     special = np.isin(flat, [EOS, PAD]) | (flat < 0) | (flat >= VOCAB_SIZE)
     if special.any():
         return Check(q, False, "values", f"'{q}' holds {int(special.sum())} ids that are <eos>, <pad> or outside 0..29. Hint: {HINTS[q]}")
-    logits = _allowed(row) / temperature
+    logits = tempered.copy()
+    what = "softmax(logits / temperature)"
+    if keep is not None:
+        logits[[i for i in range(VOCAB_SIZE) if i not in keep]] = -np.inf
+        what = f"softmax(logits / temperature) renormalised over the ids {sorted(keep)}"
+        outside = ~np.isin(flat, sorted(keep))
+        if outside.any():
+            return Check(
+                q, False, "values",
+                f"'{q}': {int(outside.sum())} of {flat.size} samples at temperature {temperature:g} are outside the "
+                f"allowed ids {sorted(keep)} (e.g. id {int(flat[np.argmax(outside)])}). Hint: {HINTS[q]}",
+            )
     expected = np.exp(logits - logits.max())
     expected /= expected.sum()
     freq = np.bincount(flat, minlength=VOCAB_SIZE) / flat.size
     tv = 0.5 * float(np.abs(freq - expected)[GENERATABLE].sum())
     top = int(np.argmax(expected))
-    if tv > MAX_TV:
+    if tv > max_tv:
         return Check(
             q, False, "values",
             f"'{q}': the frequencies of {flat.size} samples at temperature {temperature:g} are {tv:.3f} (total "
-            f"variation) from softmax(logits / temperature), more than {MAX_TV}; e.g. id {top}: sampled "
+            f"variation) from {what}, more than {max_tv:g}; e.g. id {top}: sampled "
             f"{freq[top]:.3f}, expected {expected[top]:.3f}. Hint: {HINTS[q]}",
             tv,
         )
-    return Check(q, True, "ok", f"'{q}': frequencies within {tv:.3f} of softmax(logits / temperature).", tv)
+    return Check(q, True, "ok", f"'{q}': frequencies within {tv:.3f} of {what}.", tv)

@@ -23,8 +23,9 @@ from .. import sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from ..rubric import Problem, ProblemSchema, Setting
+from ..safeio import clean_text
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child, read_meta
 
 CASE_FOLDER = "notebooks"
 HARNESS = ("child_common.py", "notebook_child.py")
@@ -36,7 +37,11 @@ OTTER_CELL = (
     r"\A(?:[ \t]*(?:#[^\n]*|import otter|grader\s*=\s*otter\.Notebook\([^\n]*\)"
     r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
 )
-DEFAULT_SETTINGS = {"cell_timeout_s": 10.0, "call_timeout_s": 5.0}
+# Settings of every notebook problem (rubric.toml [problems.<id>].settings).
+NOTEBOOK_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 10.0, "Seconds one notebook cell may run before the grader stops it and moves on."),
+    "call_timeout_s": Setting((int, float), 5.0, "Seconds one call of a graded function may take."),
+}
 MAX_CELL_NOTES = 6
 
 
@@ -66,6 +71,11 @@ class NotebookSpec:
     @property
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
+
+    def schema(self, **settings: Setting) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric."""
+        outputs = {q for c in self.calls for q in c.outputs}
+        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs)
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,9 @@ def run_notebook(
     collect,
     child: str = "notebook_child.py",
     harness: tuple[str, ...] = HARNESS,
+    prepare=None,
+    companion=None,
+    limits: sandbox.Limits | None = None,
 ):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
@@ -106,7 +119,12 @@ def run_notebook(
     expected_* arrays) enter the scratch folder. `collect(scratch, run, report)`
     reads the child's outputs before the scratch folder is removed; returns
     (what collect returned, the ChildRun, the child's notebook report).
+    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)`
+    starts work that runs beside the child and returns a function, called once the
+    child is gone, whose result is passed to `collect` as a fourth argument.
+    `limits` replaces ctx.limits for this run.
     """
+    limits = limits or ctx.limits
     scratch = ctx.new_scratch(label)
     try:
         (scratch / "submission").mkdir()
@@ -125,7 +143,7 @@ def run_notebook(
             "cell_timeout_s": float(settings["cell_timeout_s"]),
             "call_timeout_s": float(settings["call_timeout_s"]),
             # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
-            "budget_s": max(1.0, ctx.limits.timeout_s * 0.85 - 2.0),
+            "budget_s": max(1.0, limits.timeout_s * 0.85 - 2.0),
             "functions": sorted({c.function for c in calls}),
             "calls": [
                 {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
@@ -133,21 +151,31 @@ def run_notebook(
             ],
             "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, _ in cases],
         }
-        (scratch / "task.json").write_text(json.dumps(task))
-        run = sandbox.run([child], scratch, ctx.limits)
-        report = read_meta(scratch / "outputs" / "notebook.json")
+        if prepare is not None:
+            task.update(prepare(scratch))
+        (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
+        finish = companion(scratch) if companion is not None else None
+        run = sandbox.run([child], scratch, limits)
+        report = read_meta(scratch / "outputs" / "notebook.json", root=scratch)
+        if finish is not None:
+            return collect(scratch, run, report, finish()), run, report
         return collect(scratch, run, report), run, report
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None) -> Observed:
-    """What the child recorded for quantity q of a case, or why there is nothing."""
+def observed(
+    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None,
+    refused: str = "",
+) -> Observed:
+    """What the child recorded for quantity q of a case, or why there is nothing (`refused`: why its meta.json was not read)."""
+    if meta is None and refused:
+        return Observed(False, note=f"no result: {refused}")
     if meta is None:
         stage = "running the notebook" if report is None else "calling its functions"
         return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
     errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800])
+    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800], root=root)
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -158,7 +186,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
     cases = load_cases(ctx.case_root, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    settings = {**DEFAULT_SETTINGS, **problem.settings}
+    settings = problem.settings
 
     def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None):
         if report is not None and report.get("read_error"):
@@ -172,7 +200,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
         return all_zero(
             problem,
             vis,
-            f"{spec.notebook} could not be read as a notebook ({str(report['read_error'])[:300]}); "
+            f"{spec.notebook} could not be read as a notebook ({clean_text(report['read_error'])[:300]}); "
             "submit the .ipynb file saved by Jupyter.",
         )
     _note_cells(ctx, problem, spec, run, report)
@@ -183,14 +211,14 @@ def _outcome(
     problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
 ) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
-    meta = read_meta(case_dir / "meta.json")
+    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(case.name, case.visibility, case.description)
     with np.load(case.path, allow_pickle=False) as data:
         expected = {q: data[f"expected_{q}"] for q in spec.quantities}
     for q, quantity in spec.quantities.items():
         exp = expected[q]
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        got = observed(q, case_dir, meta, run, report)
+        got = observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
         outcome.checks[q] = _check(q, got, exp, quantity, tol)
     return outcome
 
@@ -238,10 +266,10 @@ def _note_cells(ctx: GradeContext, problem: Problem, spec: NotebookSpec, run: sa
         for cell in report.get("cells", []):
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
-            lines.append(
-                f"code cell {cell.get('cell')} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
+            lines.append(clean_text(
+                f"code cell {str(cell.get('cell'))[:20]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
                 f"{str(cell.get('message'))[:300]}"
-            )
+            ))
         if run.timed_out:
             lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:

@@ -1,31 +1,39 @@
-"""Problem `prediction`: the NLL of the handin's predictions.npy against the hidden targets.
+"""Problem `prediction`: the teacher-forced NLL of the handed-in model, and predictions.npy's form.
 
-No student code runs here: the handin holds the logits its notebook computed
-for prediction_test.npz, and this process reads them as plain numbers (header
-first, no pickles, bounded size), checks their form, and scores them with
-gradelib/lm/metrics.py. Rubric lines (rubric.toml [problems.prediction]):
+The quality line grades model.pt itself, rebuilt with the handin's notebook 3
+code in the sandbox (problems/lm_model.py): no array the student wrote decides
+it. Rubric lines (rubric.toml [problems.prediction]):
 
-- id "format" (public): the file is present and well formed; full points or 0.
-- id "nll" (hidden): on-track NLL against the hidden targets, full credit at or
-  below settings.full_credit_nll, none at or above settings.zero_credit_nll,
-  linear in between.
-- lines that list quantities (predict_function): notebook 3's predict() on
-  fixed-weight models, graded by problems/lm_functions.py.
+- id "format" (public): predictions.npy is present and well formed; full points
+  or 0. It is also compared with what the model predicts, and a mismatch is
+  flagged for the course staff.
+- id "nll" (hidden): the mean NLL of the hidden continuations of
+  prediction_test.npz, each character predicted from the prompt and the true
+  characters before it (a proper score: no choice of the model's decides which
+  steps count); full credit at or below settings.full_credit_nll, none at or
+  above settings.zero_credit_nll, linear in between.
+- lines that list quantities: notebook 3's predict() on fixed-weight models
+  (predict_function) and its building blocks on fixed inputs and weights
+  (collate_and_loss, causal_attention, model_building), graded by
+  problems/lm_functions.py.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
-from . import lm_functions
+from .. import safeio
 from ..context import GradeContext
-from ..lm.metrics import prediction_report
+from ..lm.metrics import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import all_zero
+from ..rubric import Problem, ProblemSchema, Setting
+from ..safeio import SafeReadError
+from ..scoring import Line, all_zero, lines
+from . import lm_functions, lm_model
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
@@ -33,43 +41,56 @@ TARGETS = "lm/hidden/prediction_test_out.npz"
 STEPS = 20
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def below(low: str, high: str):
+    """A relation between two thresholds: full credit must be easier to reach than none."""
+    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
+
+
+SCHEMA = ProblemSchema(
+    settings={
+        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line earns all its points."),
+        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing (linear in between)."),
+        **lm_functions.FUNCTION_SETTINGS,
+    },
+    line_ids=frozenset({"format", "nll"}),
+    quantities=lm_functions.QUANTITIES,
+    relations=(below("full_credit_nll", "zero_credit_nll"),),
+)
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, str]:
     """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
 
-    The header is read first: pickled (object) arrays and arrays far larger than
-    expected are refused before any data is loaded.
+    gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
+    complex or long-double arrays and arrays far larger than expected are refused from
+    the header, before any data is loaded. A wrong row count or shape is reported
+    before a wrong dtype: it says more about what went wrong.
     """
     name = path.name
-    if not path.is_file():
-        return None, f"{problem_id}: {name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+    size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _fortran, dtype = reader(fh)
-    except (OSError, ValueError, EOFError) as exc:
-        return None, f"{problem_id}: {name} is not a .npy array ({str(exc)[:200]}); save {what} with np.save."
-    if dtype.hasobject:
-        return None, f"{problem_id}: {name} holds Python objects (a pickle), which the grader does not load; save a plain numeric array."
-    size = int(np.prod(shape, dtype=np.int64))
-    if size > MAX_SIZE_FACTOR * int(np.prod(expected_shape)):
-        return None, f"{problem_id}: {name} has shape {tuple(shape)}, far larger than the expected {expected_shape}; it was not read."
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        return None, f"{problem_id}: {name} could not be read ({str(exc)[:200]}); save it again with np.save."
-    if arr.ndim >= 1 and arr.shape[0] != expected_shape[0] and arr.shape[1:] == expected_shape[1:]:
+        arr = safeio.read_npy(path, max_bytes=size_cap * 8 + MAX_HEADER_BYTES, kinds=kinds, max_elements=size_cap)
+        shape, dtype_problem = arr.shape, ""
+    except SafeReadError as exc:
+        if exc.reason == "missing":
+            return None, f"{problem_id}: {name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+        if exc.reason == "size" and exc.shape is not None:
+            return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
+        if exc.reason != "dtype" or exc.shape is None:
+            return None, f"{problem_id}: {exc}"
+        arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
+    if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
         return None, (
-            f"{problem_id}: {name} has {arr.shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {arr.shape}, expected {expected_shape}."
+            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
+            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
         )
-    if arr.shape != expected_shape:
-        return None, f"{problem_id}: {name} has shape {arr.shape}, expected {expected_shape}: {what}."
-    if arr.dtype.kind not in kinds:
-        wanted = "a float dtype (e.g. float32)" if kinds == "f" else "an integer dtype (e.g. int64)"
-        return None, f"{problem_id}: {name} has dtype {arr.dtype}, expected {wanted}."
+    if shape != expected_shape:
+        return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
+    if arr is None:
+        return None, dtype_problem
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -92,7 +113,19 @@ def credit(value: float, full: float, zero: float) -> float:
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
-    return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
+    tests = _grade_arrays(ctx, arrays)
+    if arrays.groups:
+        model_notes(ctx, problem, _handin_logits(ctx))
+    return tests + lm_functions.grade(ctx, problem)
+
+
+def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
+    inputs = ctx.case_root / INPUTS
+    if not inputs.is_file():
+        return None
+    with np.load(inputs, allow_pickle=False) as data:
+        rows = data["inp"].shape[0]
+    return load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", "")[0]
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -105,47 +138,75 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
     logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what)
-    settings = problem.settings
     tests = []
-    for group in problem.groups:
-        for v in vis:
-            if v not in group.visibilities:
-                continue
-            points = problem.share(group, v)
-            name = f"{problem.id}: {group.title} [{v}]"
-            if logits is None:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, message))
-            elif group.id == "format":
-                tests.append(TestResult(problem.id, name, points, points, v,
-                                        f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
-                                        "Its NLL against the hidden targets is graded after you submit."))
-            elif group.id == "nll":
-                tests.append(_score_nll(ctx, problem, name, points, v, logits, settings))
-            else:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, f"prediction: unknown rubric line '{group.id}'"))
+    for line in lines(problem, vis):
+        group = line.group
+        if group.id == "nll":
+            tests.append(_score_nll(ctx, problem, line))
+        elif logits is None:
+            tests.append(line.result(0.0, message))
+        elif group.id == "format":
+            tests.append(line.result(1.0,
+                                    f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
+                                    "The NLL line grades model.pt itself, after you submit."))
+        else:
+            tests.append(line.result(0.0, f"prediction: unknown rubric line '{group.id}'"))
     return tests
 
 
-def _score_nll(ctx, problem, name, points, vis, logits, settings) -> TestResult:
-    path = ctx.case_root / TARGETS
-    if not path.is_file():
-        return TestResult(problem.id, name, 0.0, points, vis, f"prediction: the targets {TARGETS} are missing under {ctx.case_root}.")
-    with np.load(path, allow_pickle=False) as data:
-        targets = data["out"]
-    report = prediction_report(logits, targets)
-    full, zero = float(settings["full_credit_nll"]), float(settings["zero_credit_nll"])
-    frac = credit(report["on_track_nll"], full, zero)
+def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
+    """Teacher-forced NLL of the handed-in model on the hidden continuations of prediction_test.npz."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return line.result(0.0, f"prediction: {run.problem}")
+    if "test" not in run.teacher_forced:
+        why = run.set_problems.get("test", "the model was not run on the test rows")
+        return line.result(0.0, f"prediction: {why}")
+    logits, targets = run.teacher_forced["test"], run.targets["test"]
+    if not np.isfinite(logits).all():
+        return line.result(0.0,
+                          "prediction: your model's logits hold NaN or infinite values; they must be finite.")
+    nll = prediction_nll(logits, targets)
+    if not math.isfinite(nll):
+        return line.result(0.0, (
+            f"prediction: your model's NLL is {nll}, not a finite number, so this line scores 0: its logits are "
+            "finite but so far apart that their softmax gives a true character probability 0 in float64."))
+    full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
+    frac = credit(nll, full, zero)
     text = (
-        f"prediction NLL {report['on_track_nll']:.4f} nats/char over the {report['on_track_steps']} on-track steps "
-        f"(step 0, and later steps while your greedy picks matched the true text); "
-        f"full credit at <= {full}, none at >= {zero}: {frac * points:.2f} of {points:g} points.\n"
-        f"For information: step-0 NLL {report['step0_nll']:.4f}; NLL over all {targets.size} steps "
-        f"{report['all_steps_nll']:.4f} (steps after a wrong greedy pick are not graded)."
+        f"prediction NLL {nll:.4f} nats/char: your model.pt, rebuilt with your notebook's code, predicted each of the "
+        f"{targets.size} hidden characters from the prompt and the true characters before it (teacher forcing); "
+        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * line.points:.2f} of {line.points:g} points."
     )
+    note = lm_model.causal_note(run)
     if frac < 1.0:
-        text += (
-            "\nHint: compare with the validation NLL the notebook prints for prediction.npz; if they differ "
-            "much, predict may not condition step t on the prompt plus the greedy picks of steps < t, or the "
-            "rows may be out of order."
-        )
-    return TestResult(problem.id, name, frac * points, points, vis, text)
+        text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
+                         "the checkpoint of the epoch with the lowest validation NLL.")
+    return line.result(frac, text)
+
+
+def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
+    """What the handed-in model did, said once: its validation figure locally, and whether
+    predictions.npy is what the model predicts."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        ctx.note(f"prediction: {run.problem}")
+        return
+    full = float(problem.settings["full_credit_nll"])
+    zero = float(problem.settings["zero_credit_nll"])
+    if "validation" in run.teacher_forced:
+        nll = prediction_nll(run.teacher_forced["validation"], run.targets["validation"])
+        ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char. "
+                 f"The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
+                 f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
+    note = lm_model.causal_note(run)
+    if note:
+        ctx.note(f"prediction: {note}")
+    if logits is not None and run.predicted is not None and run.predicted.shape == logits.shape:
+        differ = np.abs(run.predicted.astype(np.float64) - logits) > 1e-3 * max(1.0, float(np.abs(logits).max()))
+        if differ.any():
+            rows = int(differ.any(axis=(1, 2)).sum())
+            message = (f"{FILENAME} is not what model.pt predicts: {rows} of {logits.shape[0]} rows differ from the "
+                       "model's own predict(). The grader scores the model, not the array.")
+            ctx.note(f"prediction: {message}")
+            ctx.flags["predictions_do_not_match_model"] = message

@@ -31,6 +31,10 @@ class GradeContext:
     scratch_root: Path | None = None
     oracle_loader: Callable | None = None
     notes: list[str] = field(default_factory=list)
+    # Work shared by problems of one submission (e.g. the run of its trained model).
+    cache: dict = field(default_factory=dict)
+    # Integrity flags for the course staff (e.g. arrays that do not match the handed-in model).
+    flags: dict[str, str] = field(default_factory=dict)
 
     def new_scratch(self, label: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))

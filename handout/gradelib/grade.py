@@ -9,6 +9,7 @@ parts it affects.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -17,14 +18,28 @@ from typing import Callable
 
 from . import rubric as rubric_mod
 from .context import GradeContext
+from .intake import HandinError, Intake, found_text, open_upload
+from .lm.metrics import Oracle
+from .manifest import HANDIN_FILES, OPTIONAL
+from .problems import GRADERS
 from .results import SubmissionResult, TestResult
+from .safeio import clean_text
 from .sandbox import Limits, isolation_level
 from .scoring import all_zero
-from .intake import HandinError, open_handin
-from .lm.metrics import Oracle
-from .problems import GRADERS
 
 OracleLoader = Callable[[Path, float], Oracle]
+
+
+def missing_files_notes(intake: Intake, files: Path) -> list[str]:
+    """One note, at the top, when expected files are missing: what was expected and what the upload held."""
+    missing = [n for n in HANDIN_FILES if n not in OPTIONAL and not (files / n).is_file()]
+    if not missing:
+        return []
+    expected = ", ".join(n if n not in OPTIONAL else f"{n} (optional)" for n in HANDIN_FILES)
+    return [
+        f"The handin lacks {', '.join(missing)}; what is missing scores 0. Expected at the top level of handin.tar "
+        f"(or of the uploaded folder or .zip): {expected}. Found: {found_text(intake.found)}."
+    ]
 
 
 def grade_submission(
@@ -64,21 +79,35 @@ def grade_submission(
         files = workdir / "files"
         files.mkdir(mode=0o700)
         try:
-            result.notes += open_handin(Path(path), files)
+            intake = open_upload(Path(path), files)
         except HandinError as exc:
-            result.notes.append(f"The handin could not be opened: {exc}")
+            why = clean_text(exc)
+            result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
-                result.tests += all_zero(p, visibilities, f"not graded: {exc}")
+                result.tests += all_zero(p, visibilities, f"not graded: {why}")
             return result
+        except Exception as exc:  # an intake bug must not cost the student a results file
+            message = f"The handin could not be opened: internal grader error ({type(exc).__name__}); please tell the course staff."
+            result.notes.append(message)
+            for p in selected:
+                result.tests += all_zero(p, visibilities, f"not graded: {message}")
+            return result
+        # With --only the other problems' files are not wanted; a note about them would mislead.
+        result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
+        shared: dict = {}  # one run of the trained model serves every problem that grades it
         for p in selected:
-            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir, oracle_loader=oracle_loader)
+            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
+                               oracle_loader=oracle_loader, cache=shared)
             try:
                 tests: list[TestResult] = GRADERS[p.id](ctx, p)
-            except Exception:  # a grader bug must not cost the student a results file
-                detail = traceback.format_exc(limit=3)
-                tests = all_zero(p, visibilities, f"internal grader error; please tell the course staff.\n{detail}")
+            except Exception as exc:  # a grader bug must not cost the student a results file
+                # The traceback is for the staff (the worker's log), not for the student's feedback.
+                print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+                why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+                tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
             result.tests += tests
-            result.notes += ctx.notes
+            result.notes += [clean_text(n) for n in ctx.notes]
+            result.flags.update(ctx.flags)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start

@@ -1,9 +1,12 @@
 """The student's local autograder: the same checks and messages, public cases only.
 
-    python autograder.py                 grade the files in this folder
-    python autograder.py --only attention
+    python autograder.py                 grade what `make handin` would pack: the files in
+                                         this folder and the newest run of notebook 3
+    python autograder.py --runid <id> --epoch <n>
+    python autograder.py --only attention    (or nb1, nb2, nb3, a file name)
     python autograder.py --handin handin.tar
 
+The table shows the public points and, per problem, what the hidden cases add.
 The exit code is 0 whether tests pass or fail: the score table is the result.
 """
 
@@ -11,15 +14,26 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from .grade import grade_submission
-from .manifest import HANDIN_FILES, check_folder
-from .rubric import load
-from .sandbox import Limits
+from .safeio import clean_text
 from .intake import HandinError, open_handin
+from .manifest import check_folder, collect, runs, runs_text
 from .problems import GRADERS
+from .results import SubmissionResult
+from .rubric import Problem, RubricError, load
+from .sandbox import Limits
+
+# What students call the parts of the handout -> problem ids.
+ALIASES = {
+    "attention.py": "attention", "nb1": "losses", "notebook1": "losses", "01_mlm_and_next_token.ipynb": "losses",
+    "nb2": "masks", "notebook2": "masks", "02_attention_and_masks.ipynb": "masks",
+    "nb3": ["prediction", "generation"], "notebook3": ["prediction", "generation"],
+    "03_language_model.ipynb": ["prediction", "generation"],
+}
 
 
 def handin_check_text(handin: Path, scratch: Path) -> str:
@@ -27,41 +41,90 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
     try:
         notes = open_handin(handin, scratch)
     except HandinError as exc:
-        return f"{handin} cannot be opened by the grader: {exc}"
+        return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
     for name, problems in check_folder(scratch).items():
         lines.append(f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else ""))
-    return "\n".join(lines) + "\n"
+    return clean_text("\n".join(lines)) + "\n"
+
+
+def stakes(result: SubmissionResult, problems: dict[str, Problem]) -> str:
+    """What the public points are out of, and what the course grader adds on hidden cases."""
+    lines = ["", "What is at stake (the course grader adds the hidden cases and the model-quality lines):"]
+    total_public = total_hidden = 0.0
+    for pid in result.problems:
+        public, hidden = problems[pid].max_points(("public",)), problems[pid].max_points(("hidden",))
+        got = sum(t.score for t in result.tests if t.problem == pid)
+        total_public, total_hidden = total_public + public, total_hidden + hidden
+        lines.append(f"  {pid:<12} public {got:6.2f} / {public:6.2f}   hidden: {hidden:6.2f} more points")
+    course = sum(p.points for p in problems.values())
+    lines.append(f"  {'all':<12} public {result.score:6.2f} / {total_public:6.2f}   hidden: {total_hidden:6.2f} more points"
+                 f"   (course maximum {course:g})")
+    return "\n".join(lines)
+
+
+def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str, str, str]:
+    """(runid, epoch, a line saying which run is graded); ('', '', line) when there is none."""
+    if runid and epoch:
+        return runid, epoch, f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs."
+    found = runs(handout)
+    if runid:
+        epochs = found.get(runid)
+        if not epochs:
+            return runid, "", f"experiments/{runid} holds no checkpoint; {runs_text(handout)}"
+        return runid, str(epochs[-1]), f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass epoch=<n> to choose)."
+    if not found:
+        return "", "", "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained."
+    newest = next(iter(found))
+    last = found[newest][-1]
+    return newest, str(last), (f"Grading the newest run, experiments/{newest}, epoch {last} "
+                                "(pass runid=<id> epoch=<n> to choose another).")
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
-    problems = load()
+    try:
+        problems = load()
+    except RubricError as exc:
+        print(f"gradelib/rubric.toml cannot be used ({exc}); download the handout again.", file=sys.stderr)
+        return 2
     known = [p for p in problems if p in GRADERS]
     ap = argparse.ArgumentParser(prog="autograder.py", description="Grade your work on the public test cases.")
-    ap.add_argument("--only", nargs="+", choices=known, metavar="PROBLEM", help=f"problems to grade: {', '.join(known)}")
+    ap.add_argument("--only", nargs="+", metavar="PROBLEM", help=f"problems to grade: {', '.join(known)} "
+                    f"(or the file: {', '.join(sorted(ALIASES))})")
     ap.add_argument("--handin", type=Path, help="grade a built handin.tar the way the course's grader reads it")
+    ap.add_argument("--runid", help="experiment folder of notebook 3 to grade (default: the newest)")
+    ap.add_argument("--epoch", help="epoch of that run to grade (default: its last)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds your code may run per problem (default 30)")
     args = ap.parse_args(argv)
+    only = None
+    if args.only:
+        only = [ALIASES.get(o, o) for o in args.only]
+        unknown = [o for o, p in zip(args.only, only) if p not in known and not isinstance(p, list)]
+        if unknown:
+            ap.error(f"unknown problem {unknown}; choose from {', '.join(known)} or {', '.join(sorted(ALIASES))}")
+        only = list(dict.fromkeys(x for p in only for x in (p if isinstance(p, list) else [p])))
 
     with tempfile.TemporaryDirectory(prefix="local-handin-") as tmp:
         if args.handin:
             submission = args.handin
             print(handin_check_text(args.handin, Path(tmp) / "unpacked"))
         else:
+            runid, epoch, said = choose_run(handout, args.runid, args.epoch)
+            print(said)
             submission = Path(tmp) / "handin"
             submission.mkdir()
-            for name in HANDIN_FILES:
-                if (handout / name).is_file():
-                    shutil.copyfile(handout / name, submission / name)
+            # Exactly the files `make handin` would pack (whatever exists of them).
+            for name, src in collect(handout, runid, epoch, partial=True).files.items():
+                shutil.copyfile(src, submission / name)
         result = grade_submission(
             submission,
             case_root=handout / "tests",
             visibilities=("public",),
             problems=problems,
-            only=args.only,
+            only=only,
             limits=Limits(timeout_s=args.timeout),
             name=str(args.handin) if args.handin else "this folder",
         )
     print(result.table())
-    print("\nPublic cases only; hidden cases are graded after you submit.")
+    print(stakes(result, problems))
     return 0

@@ -18,15 +18,19 @@ import ast
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import safeio
 from .intake import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+from .safeio import SafeReadError
 
 # File name -> what it is. All live at the top level of handin.tar; a handin
 # may lack some, and what is missing scores 0 with a message saying so.
@@ -38,11 +42,13 @@ HANDIN_FILES: dict[str, str] = {
     "predictions.npy": "(128, 20, 30) float logits for prediction_test.npz (problem prediction)",
     "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
     "generated.txt": "the generations as readable text (optional)",
-    "model.pt": "the trained model's checkpoint (optional)",
+    "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, generation)",
 }
-OPTIONAL = ("generated.txt", "model.pt")
+OPTIONAL = ("generated.txt",)
+# The reference model's float32 checkpoint is 1.4 MB; ten times the parameters still fit.
+MAX_CHECKPOINT_BYTES = 32 * 1024 * 1024
 
-# Vocabulary of DESIGN.md: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
+# The vocabulary: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
 VOCAB_SIZE = 30
 SPECIAL_IDS = {0: "<eos>", 1: "<pad>"}
 PREDICTION_SHAPE = (128, 20, VOCAB_SIZE)  # prediction_test.npz: 128 sequences, 20 steps, logits
@@ -64,21 +70,58 @@ def sources(runid: str, epoch: str) -> dict[str, str]:
     }
 
 
+def runs(root: Path) -> dict[str, list[int]]:
+    """experiments/<runid> -> the epochs with a checkpoint, newest run first."""
+    found = {}
+    folders = [p for p in (root / "experiments").glob("*") if p.is_dir()]
+    for folder in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name), reverse=True):
+        epochs = sorted(int(m.stem.split("_", 1)[1]) for m in folder.glob("model_*.pt") if m.stem.split("_", 1)[1].isdigit())
+        if epochs:
+            found[folder.name] = epochs
+    return found
+
+
+def runs_text(root: Path) -> str:
+    found = runs(root)
+    if not found:
+        return "experiments/ holds no trained run yet: train in notebook 3 first"
+    return "experiments/ holds: " + "; ".join(f"runid={r} (epochs {', '.join(map(str, e))})" for r, e in found.items())
+
+
+TODO_RAISE = re.compile(r"""raise\s+NotImplementedError\(\s*(?:f?["'])(TODO[^"'\n]*)""")
+
+
+def todos(path: Path) -> list[str]:
+    """The TODO messages a handin file still raises (code cells only, for a notebook)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".ipynb":
+            cells = json.loads(text).get("cells", [])
+            text = "\n".join("".join(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return list(dict.fromkeys(m.group(1).strip() for m in TODO_RAISE.finditer(text)))
+
+
 def _check_python(path: Path) -> list[str]:
     try:
-        ast.parse(path.read_bytes(), filename=path.name)
+        ast.parse(safeio.read_bytes(path, MAX_FILE_BYTES), filename=path.name)
+    except SafeReadError as exc:
+        return [exc.detail]
     except SyntaxError as exc:
-        return [f"does not parse: line {exc.lineno}: {exc.msg}; fix it and run `python autograder.py`"]
+        return [f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run `python autograder.py`"]
     except ValueError as exc:  # e.g. NUL bytes
-        return [f"is not Python source ({exc})"]
+        return [f"is not Python source ({safeio.clean_text(exc)})"]
     return []
 
 
 def _check_notebook(path: Path) -> list[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return [f"is not a notebook (not JSON: {exc}); save it from Jupyter and do not edit it by hand"]
+        data = json.loads(safeio.read_bytes(path, MAX_FILE_BYTES).decode("utf-8"))
+    except SafeReadError as exc:
+        return [exc.detail]
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return [f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not edit it by hand"]
     try:
         import nbformat
     except ImportError:
@@ -90,40 +133,32 @@ def _check_notebook(path: Path) -> list[str]:
         nbformat.validate(nb)
     except Exception as exc:  # nbformat raises several kinds for a malformed file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [f"is not a valid notebook ({first[:200]}); open it in Jupyter, fix it and save it"]
+        return [f"is not a valid notebook ({safeio.clean_text(first)[:200]}); open it in Jupyter, fix it and save it"]
     return []
 
 
-def _load_npy(path: Path) -> tuple[np.ndarray | None, list[str]]:
-    """Read the header first, so a huge or pickled array is refused without loading it."""
+def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape) -> tuple[np.ndarray | None, list[str]]:
+    """The array, or what is wrong with it: `wrong_shape(shape)` says what a wrong shape means, and
+    a wrong shape is reported before a wrong dtype. The header is checked before any data is loaded."""
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _fortran, dtype = read_header(fh)
-    except (OSError, ValueError, EOFError) as exc:
-        return None, [f"is not a .npy array ({exc}); save it with np.save"]
-    if dtype.hasobject:
-        return None, ["holds Python objects (a pickle); save a plain numeric array with np.save"]
-    if int(np.prod(shape, dtype=np.int64)) > 10 * int(np.prod(PREDICTION_SHAPE)):
-        return None, [f"has shape {tuple(shape)}, far larger than a handin array"]
-    try:
-        return np.load(path, allow_pickle=False), []
-    except (OSError, ValueError, EOFError) as exc:
-        return None, [f"could not be read ({exc}); save it again with np.save"]
+        arr = safeio.read_npy(path, max_bytes=MAX_FILE_BYTES, kinds=kinds, max_elements=10 * int(np.prod(expected)))
+    except SafeReadError as exc:
+        if exc.reason == "size" and exc.shape is not None:
+            return None, [f"has shape {exc.shape}, far larger than a handin array"]
+        if exc.reason == "dtype" and exc.shape is not None and exc.shape != expected:
+            return None, [wrong_shape(exc.shape)]
+        return None, [exc.detail]
+    if arr.shape != expected:
+        return None, [wrong_shape(arr.shape)]
+    return arr, []
 
 
 def _check_predictions(path: Path) -> list[str]:
-    arr, problems = _load_npy(path)
+    arr, problems = _load_npy(path, PREDICTION_SHAPE, "f", lambda shape: (
+        f"has shape {shape}, expected {PREDICTION_SHAPE}: raw logits of predict(inp, 20) for the 128 "
+        f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})"))
     if arr is None:
         return problems
-    if arr.shape != PREDICTION_SHAPE:
-        return [
-            f"has shape {arr.shape}, expected {PREDICTION_SHAPE}: raw logits of predict(inp, 20) for the 128 "
-            f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})"
-        ]
-    if arr.dtype.kind != "f":
-        return [f"has dtype {arr.dtype}, expected a float dtype (logits, e.g. float32)"]
     bad = ~np.isfinite(arr)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -132,13 +167,10 @@ def _check_predictions(path: Path) -> list[str]:
 
 
 def _check_generated(path: Path) -> list[str]:
-    arr, problems = _load_npy(path)
+    arr, problems = _load_npy(path, GENERATION_SHAPE, "iu", lambda shape: (
+        f"has shape {shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"))
     if arr is None:
         return problems
-    if arr.shape != GENERATION_SHAPE:
-        return [f"has shape {arr.shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"]
-    if arr.dtype.kind not in "iu":
-        return [f"has dtype {arr.dtype}, expected an integer dtype (token ids, e.g. int64)"]
     outside = (arr < 0) | (arr >= VOCAB_SIZE)
     if outside.any():
         where = tuple(int(i) for i in np.argwhere(outside)[0])
@@ -156,9 +188,23 @@ def _check_generated(path: Path) -> list[str]:
 
 def _check_text(path: Path) -> list[str]:
     try:
-        path.read_text(encoding="utf-8")
+        safeio.read_bytes(path, MAX_FILE_BYTES).decode("utf-8")
+    except SafeReadError as exc:
+        return [exc.detail]
     except UnicodeDecodeError as exc:
         return [f"is not UTF-8 text ({exc})"]
+    return []
+
+
+def _check_checkpoint(path: Path) -> list[str]:
+    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        return [f"is larger than {MAX_CHECKPOINT_BYTES // 2**20} MB; hand in the model's state_dict saved with torch.save"]
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist()):
+                return ["is not a torch.save checkpoint (no data.pkl inside); save the model with torch.save"]
+    except (zipfile.BadZipFile, OSError):
+        return ["is not a torch.save checkpoint; save the model with torch.save(...)"]
     return []
 
 
@@ -170,14 +216,20 @@ CHECKS = {
     "predictions.npy": _check_predictions,
     "generated.npy": _check_generated,
     "generated.txt": _check_text,
+    "model.pt": _check_checkpoint,
 }
 
 
 def check_file(name: str, path: Path) -> list[str]:
-    """What is wrong with handin file `name` stored at `path` (empty when nothing)."""
-    if not path.is_file():
-        return ["is missing"]
-    if path.stat().st_size > MAX_FILE_BYTES:
+    """What is wrong with handin file `name` stored at `path` (empty when nothing).
+
+    A link, FIFO or device is refused like the grader refuses it (gradelib/safeio.py).
+    """
+    try:
+        size = safeio.stat_regular(path).st_size
+    except SafeReadError as exc:
+        return [exc.detail]
+    if size > MAX_FILE_BYTES:
         return [f"is larger than {MAX_FILE_BYTES // 2**20} MB, the most the grader accepts for one file"]
     check = CHECKS.get(name)
     return check(path) if check else []
@@ -188,7 +240,7 @@ def check_folder(folder: Path) -> dict[str, list[str]]:
     report = {}
     for name in HANDIN_FILES:
         path = folder / name
-        if name in OPTIONAL and not path.exists():
+        if name in OPTIONAL and not os.path.lexists(path):
             continue
         report[name] = check_file(name, path)
     return report
@@ -214,7 +266,8 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             "`make handin partial=1` hands in the other files without them"
         )
     for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
-        path = root / rel
+        # A link in the student's own folder is theirs to make: pack what it points to.
+        path = (root / rel).resolve()
         if rel.startswith("experiments/") and not have_run:
             if partial and name not in OPTIONAL:
                 notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
@@ -225,7 +278,8 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             elif partial:
                 notes.append(f"{name}: {rel} not found; handed in without it (it scores 0)")
             else:
-                problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]})")
+                where = f"; {runs_text(root)}" if rel.startswith("experiments/") else ""
+                problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]}){where}")
             continue
         found = check_file(name, path)
         if found and name in OPTIONAL:
@@ -234,6 +288,10 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             problems += [f"{name} (from {rel}) {p}" for p in found]
         else:
             files[name] = path
+            left = todos(path) if path.suffix in (".py", ".ipynb") else []
+            if left:
+                shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
+                notes.append(f"{name} still raises NotImplementedError for {len(left)} TODO(s), which score 0: {shown}")
     total = sum(p.stat().st_size for p in files.values())
     if total > MAX_TOTAL_BYTES:
         problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB")
@@ -244,10 +302,11 @@ def write_tar(files: dict[str, Path], out: Path) -> None:
     """Write files at the top level of a plain tar, byte-identical for identical inputs."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; an upload page or a TA may need to read it
     try:
         with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for name, path in files.items():
-                data = path.read_bytes()
+                data = safeio.read_bytes(path, MAX_FILE_BYTES)
                 info = tarfile.TarInfo(name)
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 tar.addfile(info, io.BytesIO(data))

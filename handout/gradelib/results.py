@@ -8,10 +8,13 @@ and as Autolab's {"scores": {...}} line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .safeio import clean_text
 
 VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
 
@@ -24,6 +27,16 @@ class TestResult:
     max_score: float
     visibility: str  # "public" or "hidden"
     output: str = ""
+    line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
+
+    def __post_init__(self) -> None:
+        # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
+        self.name, self.output = clean_text(self.name), clean_text(self.output)
+        if not _finite(self.max_score):
+            self.max_score = 0.0
+        if not _finite(self.score):
+            self.output += f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
+            self.score = 0.0
 
     @property
     def passed(self) -> bool:
@@ -33,12 +46,13 @@ class TestResult:
         return {
             "name": self.name,
             "number": number,
-            "score": round(self.score, 4),
-            "max_score": round(self.max_score, 4),
+            "score": round(_number(self.score), 4),
+            "max_score": round(_number(self.max_score), 4),
             "status": "passed" if self.passed else "failed",
-            "output": self.output,
+            "output": clean_text(self.output),
             "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
             "tags": [self.problem],
+            **({"extra_data": {"line": self.line}} if self.line else {}),
         }
 
 
@@ -50,21 +64,22 @@ class SubmissionResult:
     problems: tuple[str, ...] = ()  # ids graded, in rubric order
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
     isolation: str = ""  # sandbox level the submission's code ran under (gradelib.sandbox.LEVELS)
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
         for t in self.tests:
-            scores[t.problem] = scores.get(t.problem, 0.0) + t.score
+            scores[t.problem] = scores.get(t.problem, 0.0) + _number(t.score)
         return {k: round(v, 4) for k, v in scores.items()}
 
     @property
     def score(self) -> float:
-        return round(sum(t.score for t in self.tests), 4)
+        return round(sum(_number(t.score) for t in self.tests), 4)
 
     @property
     def max_score(self) -> float:
-        return round(sum(self.max_points.values()), 4)
+        return round(sum(_number(v) for v in self.max_points.values()), 4)
 
     def to_gradescope(self) -> dict:
         per_problem: dict[str, int] = {}
@@ -75,19 +90,24 @@ class SubmissionResult:
             tests.append(t.to_gradescope(number))
         out = {
             "score": self.score,
-            "execution_time": round(self.wall_s, 2),
-            "output": "\n".join(self.notes),
+            "execution_time": round(_number(self.wall_s), 2),
+            "output": clean_text("\n".join(self.notes)),
             "output_format": "text",
             "visibility": "visible",
             "stdout_visibility": "hidden",
             "tests": tests,
         }
+        extra: dict = {}  # Gradescope keeps extra_data and shows it to nobody
+        if self.flags:
+            extra["flags"] = dict(self.flags)
         if self.isolation:
-            out["extra_data"] = {"isolation": self.isolation}  # Gradescope keeps extra_data, shows nothing
+            extra["isolation"] = self.isolation
+        if extra:
+            out["extra_data"] = extra
         return out
 
     def autolab_line(self) -> str:
-        return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"))
+        return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
 
     def table(self, show_hidden_output: bool = True) -> str:
         """A readable score table: one line per test, then messages of failed ones."""
@@ -113,12 +133,24 @@ class SubmissionResult:
                     continue
                 lines.append(f"- {t.name}:")
                 lines += [f"    {line}" for line in t.output.splitlines()]
-        return "\n".join(lines)
+        return clean_text("\n".join(lines))
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _number(x) -> float:
+    """`x` as a float, 0.0 when it is not a finite number."""
+    return float(x) if _finite(x) else 0.0
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of one."""
-    write_text_atomic(path, json.dumps(data, indent=2))
+    write_text_atomic(path, json.dumps(data, indent=2, allow_nan=False))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -7,19 +7,45 @@ message lists the cases that did not, each with the first failed check.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from . import safeio
 from .compare import Check, Observed
 from .rubric import Group, Problem
 from .results import TestResult
+from .safeio import SafeReadError, clean_text
 
-MAX_ARRAY_ELEMENTS = 50_000_000
+# A child's array is the value of one quantity on one small case (the largest expected
+# one holds 18 kB); a larger one is refused rather than loaded into the grader.
+MAX_ARRAY_BYTES = 64 * 1024 * 1024
 MAX_META_BYTES = 1_000_000
 MAX_FAILED_CASES_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Line:
+    """One test to fill in: a rubric line (group) of a problem on one case set."""
+
+    problem: Problem
+    group: Group
+    visibility: str
+
+    @property
+    def points(self) -> float:
+        return self.problem.share(self.group, self.visibility)
+
+    def result(self, fraction: float, output: str) -> TestResult:
+        """The test with `fraction` of the line's points and the message a student reads."""
+        name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
+        return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output, line=self.group.id)
+
+
+def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
+    """Every test of `problem` on these case sets, in rubric order."""
+    return [Line(problem, g, v) for g in problem.groups for v in visibilities if v in g.visibilities]
 
 
 @dataclass
@@ -42,26 +68,20 @@ def group_results(
     """One TestResult per (group, visibility); `withheld` maps group id -> reason it scores 0."""
     withheld = withheld or {}
     tests = []
-    for group in problem.groups:
-        for vis in visibilities:
-            if vis not in group.visibilities:
-                continue
-            points = problem.share(group, vis)
-            name = f"{problem.id}: {group.title} [{vis}]"
-            cases = [o for o in outcomes if o.visibility == vis]
-            if group.id in withheld:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, withheld[group.id]))
-                continue
-            failed = [(o, _first_failure(o, group)) for o in cases]
-            failed = [(o, c) for o, c in failed if c is not None]
-            if not cases:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, f"no {vis} cases were found for this line"))
-            elif not failed:
-                tests.append(
-                    TestResult(problem.id, name, points, points, vis, f"passed on all {len(cases)} {vis} cases")
-                )
-            else:
-                tests.append(TestResult(problem.id, name, 0.0, points, vis, _failure_text(failed, len(cases), vis)))
+    for line in lines(problem, visibilities):
+        group, vis = line.group, line.visibility
+        cases = [o for o in outcomes if o.visibility == vis]
+        if group.id in withheld:
+            tests.append(line.result(0.0, withheld[group.id]))
+            continue
+        failed = [(o, _first_failure(o, group)) for o in cases]
+        failed = [(o, c) for o, c in failed if c is not None]
+        if not cases:
+            tests.append(line.result(0.0, f"no {vis} cases were found for this line"))
+        elif not failed:
+            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
+        else:
+            tests.append(line.result(0.0, _failure_text(failed, len(cases), vis)))
     return tests
 
 
@@ -96,50 +116,46 @@ def _first_failure(outcome: CaseOutcome, group: Group) -> Check | None:
 
 def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> list[TestResult]:
     """Every line of the problem scores 0 with the same explanation (e.g. a missing file)."""
-    return [
-        TestResult(problem.id, f"{problem.id}: {g.title} [{vis}]", 0.0, problem.share(g, vis), vis, message)
-        for g in problem.groups
-        for vis in visibilities
-        if vis in g.visibilities
-    ]
+    return [line.result(0.0, message) for line in lines(problem, visibilities)]
 
 
-def read_array(path: Path) -> np.ndarray | None:
-    """Load a .npy the child wrote, refusing pickles, odd dtypes and huge shapes."""
+def read_array(path: Path, root: Path | None = None) -> tuple[np.ndarray | None, str]:
+    """A .npy the child wrote, as (array, "") or (None, why it was refused)."""
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-        if dtype.kind not in "biuf" or int(np.prod(shape, dtype=np.int64)) > MAX_ARRAY_ELEMENTS:
-            return None
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    return arr if isinstance(arr, np.ndarray) else None
+        return safeio.read_npy(path, max_bytes=MAX_ARRAY_BYTES, kinds="biuf", root=root, single_link=True), ""
+    except SafeReadError as exc:
+        return None, str(exc)
 
 
-def read_meta(path: Path) -> dict | None:
-    """Load the child's JSON notes for a case; None if absent or malformed."""
+def load_meta(path: Path, root: Path | None = None) -> tuple[dict | None, str]:
+    """The child's JSON notes for a case, or (None, why not): "" when the child never wrote them.
+
+    `root` is the scratch folder the child owned: no folder between it and the file may be a link.
+    """
     try:
-        if path.stat().st_size > MAX_META_BYTES:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = safeio.read_json(path, MAX_META_BYTES, root=root, single_link=True)
+    except SafeReadError as exc:
+        return None, "" if exc.reason == "missing" else str(exc)
+    if not isinstance(data, dict):
+        return None, f"{path.name} holds {type(data).__name__}, not the object the grader's harness writes"
+    return data, ""
 
 
-def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str) -> Observed:
-    """What the child recorded for quantity `name`, as an Observed."""
+def read_meta(path: Path, root: Path | None = None) -> dict | None:
+    """load_meta without the reason."""
+    return load_meta(path, root)[0]
+
+
+def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str, root: Path | None = None) -> Observed:
+    """What the child recorded for quantity `name`, as an Observed; every string in it made safe to show."""
     entries = meta.get("quantities")
     entry = entries.get(name) if isinstance(entries, dict) else None
     if not isinstance(entry, dict) or not entry.get("present"):
-        return Observed(False, note=missing_note)
+        return Observed(False, note=clean_text(missing_note))
     type_name = entry.get("type")
-    type_name = str(type_name)[:200] if type_name is not None else None
-    note = str(entry.get("note", ""))[:500]
-    array = read_array(case_dir / f"{name}.npy")
+    type_name = clean_text(type_name)[:200] if type_name is not None else None
+    note = clean_text(entry.get("note", ""))[:500]
+    array, refused = read_array(case_dir / f"{name}.npy", root)
+    if array is None and "note" not in entry:
+        note = f"its array could not be read back: {refused}"[:500]
     return Observed(True, type_name, array, note)

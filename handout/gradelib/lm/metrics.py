@@ -1,6 +1,6 @@
 """Prediction NLL, generation perplexity, and the oracle's own (Bayes-optimal) scores.
 
-Prediction (DESIGN.md): logits (B, T, 30) for T steps after each prompt; step t
+Prediction (the predict contract, README): logits (B, T, 30) for T steps after each prompt; step t
 conditions on the prompt plus the model's greedy picks for steps < t, and is
 scored against the true continuation:
 

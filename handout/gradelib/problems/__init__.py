@@ -9,3 +9,11 @@ GRADERS = {
     "prediction": prediction.grade,
     "generation": generation.grade,
 }
+# What each problem can grade: the rubric is checked against these when it is loaded.
+SCHEMAS = {
+    "attention": attention.SCHEMA,
+    "losses": losses.SCHEMA,
+    "masks": masks.SCHEMA,
+    "prediction": prediction.SCHEMA,
+    "generation": generation.SCHEMA,
+}

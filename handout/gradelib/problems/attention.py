@@ -19,12 +19,16 @@ from .. import sandbox
 from ..compare import Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import CaseOutcome, all_zero, group_results, observed_from_child, read_meta
+from .. import safeio
+from ..intake import MAX_FILE_BYTES
+from ..rubric import Problem, ProblemSchema
+from ..safeio import SafeReadError, clean_text
+from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child
 
 FILENAME = "attention.py"
 INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
+SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES))
 HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {
@@ -128,7 +132,10 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     src = ctx.submission / FILENAME
     if not src.is_file():
         return all_zero(problem, vis, f"{FILENAME} is missing from the handin; add it and submit again.")
-    source = src.read_text(encoding="utf-8", errors="replace")
+    try:
+        source = safeio.read_text(src, MAX_FILE_BYTES)
+    except SafeReadError as exc:
+        return all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
     try:
         static_hits = autograd_uses(source)
     except SyntaxError as exc:
@@ -152,7 +159,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             task_cases.append({"name": case.name, "inputs": f"inputs/{case.name}.npz"})
         for name in HARNESS:
             shutil.copy2(Path(__file__).parent.parent / "child" / name, scratch / name)
-        (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}))
+        (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}, allow_nan=False))
         run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
         outcomes, runtime_hits = _collect(problem, cases, scratch, run)
     finally:
@@ -161,7 +168,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     withheld = {}
     reasons = []
     if static_hits:
-        reasons.append("uses automatic differentiation or a built-in attention: " + "; ".join(static_hits[:5]))
+        reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
     if runtime_hits:
         reasons.append("called " + ", ".join(sorted(runtime_hits)) + " while running")
     if reasons:
@@ -174,7 +181,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         withheld = {g.id: msg for g in problem.groups if g.backward}
     tests = group_results(problem, outcomes, vis, withheld)
     if run.timed_out or run.returncode not in (0, None):
-        log = run.log_tail.strip().splitlines()[-8:]
+        log = clean_text(run.log_tail).strip().splitlines()[-8:]
         ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
     return tests
 
@@ -185,13 +192,14 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
     runtime_hits: set[str] = {label[:80] for label in run.event_args("autograd")}
     for case in cases:
         case_dir = scratch / "outputs" / case.name
-        meta = read_meta(case_dir / "meta.json")
+        meta, refused = load_meta(case_dir / "meta.json", root=scratch)
         outcome = CaseOutcome(case.name, case.visibility, case.description)
         tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
         if meta is None:
-            why = f"no result for this case: the submission's process {run.describe()} before finishing it"
+            why = (f"no result for this case: {refused}" if refused
+                   else f"no result for this case: the submission's process {run.describe()} before finishing it")
             for q in QUANTITIES:
                 outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
             outcomes.append(outcome)
@@ -200,7 +208,7 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
         flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
         calls = flags.get("autograd_calls", [])
         if isinstance(calls, list):
-            runtime_hits.update(str(c)[:80] for c in calls)
+            runtime_hits.update(clean_text(c)[:80] for c in calls)
         if flags.get("grad_tracking") is True:
             runtime_hits.add("requires_grad tensors in forward")
         for q in QUANTITIES:
@@ -217,7 +225,7 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
                 note = f"{stage} never finished: the submission's process {run.describe()}"
             if not note:
                 note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
-            obs = observed_from_child(case_dir, meta, q, note)
+            obs = observed_from_child(case_dir, meta, q, note, root=scratch)
             hint = HINTS[q]
             if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
                 hint = diagnose_softmax(obs.array) or hint

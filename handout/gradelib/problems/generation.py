@@ -1,21 +1,23 @@
-"""Problem `generation`: the perplexity of the handin's generated.npy under the oracle.
+"""Problem `generation`: the perplexity of what the handed-in model generates, and generated.npy's form.
 
-No student code runs here. The handin holds the ids its notebook generated after
-each prompt of generation_test.npz; this process checks their form and scores
-them with the oracle the staff grader supplies (GradeContext.oracle_loader; it reads
-<case_root>/lm/oracle.json (the toy source, whose
-forward algorithm is exact, or an instructor's reference model)). The oracle is
-secret: with it a student could write the source's own text without training,
-so the handout ships neither its code nor oracle.json, and the local autograder
-checks the format only.
+The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox
+(problems/lm_model.py), runs the notebook's generate(model, inp, 30) (greedy)
+on every prompt of generation_test.npz, and scores the result under the oracle
+the staff grader supplies (GradeContext.oracle_loader, which reads
+<case_root>/lm/oracle.json: the toy source, exact by the forward algorithm, or
+an instructor's reference model). The oracle is secret: with it a student could
+write the source's own text without training, so the handout ships neither its
+code nor oracle.json, and the local grader never scores text.
 
-- id "format" (public): well formed (shape, integer ids in the vocabulary, no
-  <eos>/<pad>); full points or 0.
+- id "format" (public): generated.npy is well formed (shape, integer ids in the
+  vocabulary, no <eos>/<pad>); full points or 0. It is compared with what the
+  model generates, and a mismatch is flagged for the course staff.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
 - lines that list quantities (generate_greedy, generate_sampling): notebook 3's
-  generate() on fixed-weight models, graded by problems/lm_functions.py.
+  generate() on fixed-weight models, graded by problems/lm_functions.py (sampling
+  is checked by the frequencies of many samples, not only by where they lie).
 """
 
 from __future__ import annotations
@@ -25,18 +27,32 @@ import time
 
 import numpy as np
 
-from . import lm_functions
 from ..context import GradeContext
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric import Problem
-from ..scoring import all_zero
-from .prediction import credit, load_npy
+from ..rubric import Problem, ProblemSchema, Setting, fraction
+from ..scoring import Line, all_zero, lines
+from . import lm_functions, lm_model
+from .prediction import below, credit, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
 STEPS = 30
+
+SCHEMA = ProblemSchema(
+    settings={
+        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters mixed "
+                                 "into the oracle (and its insertion-channel rate).", fraction),
+        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line earns all its points."),
+        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."),
+        **lm_functions.FUNCTION_SETTINGS,
+        **lm_functions.SAMPLING_SETTINGS,
+    },
+    line_ids=frozenset({"format", "perplexity"}),
+    quantities=lm_functions.QUANTITIES,
+    relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
+)
 
 
 def check_ids(arr: np.ndarray) -> str:
@@ -75,61 +91,102 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         if message:
             ids = None
     settings = problem.settings
-    eps = float(settings["smoothing_eps"])
     full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
-    scored = None
-    needs_oracle = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
-    if ids is not None and needs_oracle:
-        try:
-            if ctx.oracle_loader is None:  # the handout's grader has no oracle
-                raise ValueError("this grader has no oracle")
-            oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
-        except (ImportError, OSError, ValueError, KeyError) as exc:
-            oracle = None
-            ctx.note(f"generation: the oracle could not be loaded ({exc}); perplexity not computed.")
-        if oracle is not None:
-            start = time.monotonic()
-            tok = generation_token_nll(oracle, prompts, ids.astype(np.int64), eps)  # (B, STEPS)
-            scored = (float(np.exp(tok.mean())), tok, time.monotonic() - start)
-    elif ids is not None:  # the local grader: a passing line's message is not shown, a note is
-        ctx.note(f"generation: {FILENAME} is well formed; its perplexity under the source of the text is computed "
-                 f"by the course grader after you submit (full credit at <= {full:g}, none at >= {zero:g}).")
+    needs_model = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
+    own, own_problem, scored = None, "", None
+    if needs_model:
+        own, own_problem = model_generation(ctx, problem, shape)
+        if own is not None:
+            scored, own_problem = _score(ctx, settings, prompts, own)
+    if ids is not None:
+        _compare(ctx, ids, ctx.cache.get(("lm_model", tuple(vis))))
+        if not needs_model:  # the local grader: a passing line's message is not shown, a note is
+            ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() "
+                     f"itself and computes the perplexity of what it writes under the source of the text "
+                     f"(full credit at <= {full:g}, none at >= {zero:g}).")
     tests = []
-    for group in problem.groups:
-        for v in vis:
-            if v not in group.visibilities:
-                continue
-            points = problem.share(group, v)
-            name = f"{problem.id}: {group.title} [{v}]"
-            if ids is None:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, message))
-            elif group.id == "format":
-                text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
-                        f"Its perplexity under the source of the text is computed by the course grader after you "
-                        f"submit (full credit at <= {full:g}, none at >= {zero:g}).")
-                tests.append(TestResult(problem.id, name, points, points, v, text))
-            elif group.id == "perplexity":
-                if scored is None:
-                    tests.append(TestResult(problem.id, name, 0.0, points, v, "generation: the oracle was not available; see the notes."))
-                    continue
-                tests.append(_perplexity_result(problem, name, points, v, prompts, ids, scored, full, zero))
+    for line in lines(problem, vis):
+        group = line.group
+        if group.id == "perplexity":
+            if scored is None:
+                tests.append(line.result(0.0, f"generation: {own_problem}"))
             else:
-                tests.append(TestResult(problem.id, name, 0.0, points, v, f"generation: unknown rubric line '{group.id}'"))
+                tests.append(_perplexity_result(line, prompts, own, scored, full, zero))
+        elif ids is None:
+            tests.append(line.result(0.0, message))
+        elif group.id == "format":
+            text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
+                    "The perplexity line grades what model.pt generates, after you submit.")
+            tests.append(line.result(1.0, text))
+        else:
+            tests.append(line.result(0.0, f"generation: unknown rubric line '{group.id}'"))
     return tests
 
 
-def _perplexity_result(problem, name, points, vis, prompts, ids, scored, full, zero) -> TestResult:
+def model_generation(ctx: GradeContext, problem: Problem, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
+    """(the ids the handed-in model generates greedily with the notebook's generate(), '') or (None, why not)."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return None, run.problem
+    if run.generated is None:
+        why = run.call_problems.get("generate", "generate() returned nothing the grader could read")
+        return None, f"running your generate(model, inp, {STEPS}) on generation_test.npz: {why}"
+    own = run.generated
+    if own.shape != shape or own.dtype.kind not in "iu":
+        return None, (f"your generate(model, inp, {STEPS}) returned shape {own.shape} and dtype {own.dtype}; "
+                      f"expected {shape} integer ids")
+    bad = check_ids(own)
+    if bad:
+        return None, "what your model generates: " + bad.replace(f"generation: {FILENAME} holds", "it holds")
+    return own.astype(np.int64), ""
+
+
+def _score(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray):
+    """((perplexity, per-token NLL, seconds), '') or (None, why the oracle could not score)."""
+    eps = float(settings["smoothing_eps"])
+    try:
+        if ctx.oracle_loader is None:  # the handout's grader has no oracle
+            raise ValueError("this grader has no oracle")
+        oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
+    except (ImportError, OSError, ValueError, KeyError) as exc:
+        return None, f"the oracle could not be loaded ({exc}); perplexity not computed."
+    start = time.monotonic()
+    tok = generation_token_nll(oracle, prompts, ids, eps)  # (B, STEPS)
+    ppl = float(np.exp(tok.mean()))
+    if not math.isfinite(ppl):
+        return None, "the perplexity of your model's generations is not a finite number."
+    return (ppl, tok, time.monotonic() - start), ""
+
+
+def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
+    """Flag a generated.npy that is not what the handed-in model generates."""
+    if run is None or run.problem or run.generated is None:
+        return
+    same = lm_model.match_fraction(ids, run.generated)
+    if same is not None and same < 1.0:
+        message = (f"{FILENAME} is not what model.pt generates: {same * 100:.1f}% of its ids equal the model's own "
+                   "greedy generation. The grader scores its own run of the model, not the array.")
+        ctx.note(f"generation: {message}")
+        ctx.flags["generated_does_not_match_model"] = message
+
+
+def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResult:
     ppl, tok, seconds = scored
+    if not math.isfinite(ppl):
+        return line.result(0.0, (
+            f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
+            "please tell the course staff, since smoothed scores should always be finite."))
     frac = credit(math.log(ppl), math.log(full), math.log(zero))
     worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
-    lines = [
+    said = [
         f"generation perplexity {ppl:.3f} under the oracle ({tok.size} ids, scored in {seconds:.2f} s); "
-        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): {frac * points:.2f} of {points:g} points."
+        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): "
+        f"{frac * line.points:.2f} of {line.points:g} points."
     ]
     if frac < 1.0:
-        lines.append("Least likely generations (prompt -> generation, mean NLL):")
+        said.append("Least likely generations (prompt -> generation, mean NLL):")
         for r in worst.tolist():
-            lines.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
-        lines.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
+            said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
+        said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
                      "check that generate feeds each picked id back as input for the next step.")
-    return TestResult(problem.id, name, frac * points, points, vis, "\n".join(lines))
+    return line.result(frac, "\n".join(said))

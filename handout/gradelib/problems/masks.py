@@ -55,6 +55,8 @@ SPEC = NotebookSpec(
     },
 )
 
+SCHEMA = SPEC.schema()
+
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return grade_notebook(ctx, problem, SPEC)

@@ -1,0 +1,36 @@
+"""Regenerate fixtures/ (`make fixtures`): every case set, the language-model data, the manifest.
+
+    python -m autograder.fixturegen [--out fixtures] [--corpus PATH] [--manifest-only]
+
+Each generator is deterministic and prints what it made; the manifest (sha256 of every
+file) comes last. --corpus builds the language-model data from an instructor's text
+instead of the toy source. --manifest-only rewrites the manifest alone (after
+`make reference-model` replaced the reference model's files).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import attention_cases, lm_fixtures, lm_function_cases, manifest, notebook_cases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m autograder.fixturegen", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("fixtures"))
+    ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
+    ap.add_argument("--manifest-only", action="store_true", help="only rewrite MANIFEST.sha256")
+    args = ap.parse_args()
+    if not args.manifest_only:
+        attention_cases.write(args.out)
+        notebook_cases.write(args.out)
+        lm_fixtures.write(args.out, args.corpus)
+        lm_function_cases.build(args.out)
+        counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
+        print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED})")
+    manifest.write(args.out)
+
+
+if __name__ == "__main__":
+    main()

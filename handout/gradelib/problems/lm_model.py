@@ -1,0 +1,265 @@
+"""Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
+
+The language-model quality lines grade the model itself, never an array the
+student wrote: problems/prediction.py scores its teacher-forced NLL and
+problems/generation.py the perplexity of what it generates. Both read one
+ModelRun, made here the first time either asks (cached on the GradeContext).
+
+The child (child/model_child.py) rebuilds the model with the notebook's own
+classes, and answers the prediction rows one step at a time: for step t it writes
+the logits of the next character given the prompt and the true characters before
+t, and only then does this process reveal character t (a file written through a
+directory descriptor opened before the child started, O_EXCL | O_NOFOLLOW, so
+the child cannot redirect it). No look-ahead or stateful trick can see a target
+before the step it grades. The grader also probes causality (logits at t must
+not change when later tokens change) and runs the notebook's generate() and
+predict(), to score generations and to compare with the handin's arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..context import GradeContext
+from ..lm.vocab import VOCAB_SIZE
+from ..safeio import clean_text
+from ..scoring import read_array, read_meta
+from .notebook_functions import run_notebook
+
+CHECKPOINT = "model.pt"
+NOTEBOOK = "03_language_model.ipynb"
+HARNESS = ("child_common.py", "notebook_child.py", "model_child.py")
+PREDICTION_STEPS = 20
+GENERATION_STEPS = 30
+# Prediction sets: name -> (visibility, prompts file, targets file), under <case_root>/lm/.
+SETS = {
+    "validation": ("public", "prediction.npz", "prediction.npz"),
+    "test": ("hidden", "prediction_test.npz", "hidden/prediction_test_out.npz"),
+}
+PROBE_ROWS, PROBE_LENGTH, PROBE_POSITION = 4, 48, 23
+# Logits at or before the probe position may differ by this much (relative to their scale) and still count as unchanged.
+CAUSAL_TOLERANCE = 1e-4
+MODEL_TIME_FACTOR = 2.0
+
+
+@dataclass
+class ModelRun:
+    """What the handin's model did; every array was read back from the child as plain numbers."""
+
+    problem: str = ""  # why nothing could be run ('' when the model ran)
+    parameters: int = 0
+    teacher_forced: dict[str, np.ndarray] = field(default_factory=dict)  # set -> (B, steps, V) logits
+    targets: dict[str, np.ndarray] = field(default_factory=dict)  # set -> (B, steps) ids
+    set_problems: dict[str, str] = field(default_factory=dict)  # set -> why its logits are missing
+    causal_change: float | None = None  # largest change of logits at or before the probe position
+    generated: np.ndarray | None = None
+    predicted: np.ndarray | None = None
+    call_problems: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
+    """The submission's ModelRun, made on first use."""
+    key = ("lm_model", tuple(ctx.visibilities))
+    if key not in ctx.cache:
+        ctx.cache[key] = _run(ctx, settings)
+    return ctx.cache[key]
+
+
+def _load(path: Path, key: str) -> np.ndarray | None:
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return data[key] if key in data.files else None
+
+
+def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
+    """Rows of random characters, and the same rows with every token after the probe position changed."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(2, VOCAB_SIZE, size=(PROBE_ROWS, PROBE_LENGTH))
+    changed = x.copy()
+    tail = changed[:, PROBE_POSITION + 1 :]
+    changed[:, PROBE_POSITION + 1 :] = 2 + (tail - 2 + rng.integers(1, VOCAB_SIZE - 2, size=tail.shape)) % (VOCAB_SIZE - 2)
+    return {"x": x.astype(np.int64), "x_changed": changed.astype(np.int64)}
+
+
+class Revealer(threading.Thread):
+    """Reveals each true character once the child has answered the step it grades."""
+
+    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
+        super().__init__(daemon=True)
+        self.outputs, self.inputs_fd, self.sets = outputs, inputs_fd, sets
+        self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
+        self.problems: dict[str, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for name, targets in self.sets.items():
+            rows, steps = targets.shape
+            for t in range(steps):
+                logits = self._wait_for(self.outputs / name / f"step_{t}.npy")
+                if logits is None:
+                    return
+                if logits.shape != (rows, VOCAB_SIZE) or logits.dtype.kind != "f":
+                    self.problems[name] = (f"step {t}: logits of shape {logits.shape} and dtype {logits.dtype}, "
+                                           f"expected ({rows}, {VOCAB_SIZE}) floats")
+                    break
+                self.answers[name].append(logits.astype(np.float32))
+                final = f"{name}_reveal_{t}.npy"
+                try:
+                    if _exists(final, self.inputs_fd):
+                        raise FileExistsError(17, "the name is taken")
+                    # Written under a temporary name, then renamed: the child never reads half a file.
+                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o644, dir_fd=self.inputs_fd)
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
+                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
+                except OSError as exc:  # the child planted something under one of the names
+                    self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
+                    break
+
+    def _wait_for(self, path: Path) -> np.ndarray | None:
+        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
+        while not self.stop.is_set():
+            arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
+            if arr is not None:
+                return arr
+            time.sleep(0.002)
+        return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _run(ctx: GradeContext, settings: dict) -> ModelRun:
+    start = time.monotonic()
+    src, notebook = ctx.submission / CHECKPOINT, ctx.submission / NOTEBOOK
+    if not src.is_file():
+        return ModelRun(f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
+                        "itself; `make handin runid=<id> epoch=<n>` packs the checkpoint of the epoch you choose.")
+    if not notebook.is_file():
+        return ModelRun(f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code.")
+    lm = ctx.case_root / "lm"
+    sets = {}
+    for name, (vis, prompts, targets) in SETS.items():
+        if vis in ctx.visibilities:
+            inp, out = _load(lm / prompts, "inp"), _load(lm / targets, "out")
+            if inp is None or out is None:
+                return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}; run make fixtures.")
+            sets[name] = (inp, out[:, :PREDICTION_STEPS])
+    gen_inp, test_inp = _load(lm / "generation_test.npz", "inp"), _load(lm / "prediction_test.npz", "inp")
+    if gen_inp is None or test_inp is None:
+        return ModelRun(f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}; run make fixtures.")
+    run_result = ModelRun()
+
+    def prepare(scratch: Path) -> dict:
+        inputs = scratch / "inputs"
+        shutil_copy(src, scratch / "submission" / CHECKPOINT)
+        np.savez(inputs / "probe.npz", **probe_inputs())
+        np.savez(inputs / "generation.npz", inp=gen_inp)
+        np.savez(inputs / "prediction.npz", inp=test_inp)
+        for name, (inp, _out) in sets.items():
+            np.savez(inputs / f"{name}.npz", inp=inp)
+        return {
+            "checkpoint": f"submission/{CHECKPOINT}",
+            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS} for n in sets],
+            "generation_steps": GENERATION_STEPS,
+            "prediction_steps": PREDICTION_STEPS,
+        }
+
+    def companion(scratch: Path):
+        fd = os.open(scratch / "inputs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        revealer = Revealer(scratch / "outputs", fd, {n: out for n, (_inp, out) in sets.items()})
+        revealer.start()
+
+        def finish() -> Revealer:
+            revealer.stop.set()
+            revealer.join()
+            os.close(fd)
+            return revealer
+
+        return finish
+
+    def collect(scratch: Path, run, report, revealer: Revealer) -> None:
+        out = scratch / "outputs"
+        meta = read_meta(out / "model.json", root=scratch) or {}
+        if report is not None and report.get("read_error") or meta.get("read_error"):
+            run_result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
+            return
+        if meta.get("load_error"):
+            run_result.problem = clean_text(meta["load_error"])[:1500]
+            return
+        if not meta:
+            run_result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
+            return
+        run_result.parameters = int(meta.get("parameters", 0) or 0)
+        for name, (_inp, out_ids) in sets.items():
+            answers = revealer.answers[name]
+            if len(answers) == out_ids.shape[1]:
+                run_result.teacher_forced[name] = np.stack(answers, axis=1)
+                run_result.targets[name] = out_ids
+            else:
+                why = revealer.problems.get(name) or clean_text(meta.get(name) or "") or f"the process {run.describe()}"
+                run_result.set_problems[name] = f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}"[:800]
+        a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
+        if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
+            head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
+            head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
+            scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
+            run_result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
+        run_result.generated = read_array(out / "generated.npy", scratch)[0]
+        run_result.predicted = read_array(out / "predicted.npy", scratch)[0]
+        calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
+        run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
+
+    timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
+    # Notebook 3's cells, loading the model, 2 x 20 steps and 30 generated characters: the
+    # heaviest run of a handin, so it gets twice the time of the others.
+    limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
+    run_notebook(
+        ctx, "model", notebook, NOTEBOOK, [], (), timeouts, collect,
+        child="model_child.py", harness=HARNESS, prepare=prepare, companion=companion, limits=limits,
+    )
+    run_result.seconds = time.monotonic() - start
+    return run_result
+
+
+def shutil_copy(src: Path, dest: Path) -> None:
+    import shutil
+
+    shutil.copyfile(src, dest)
+
+
+def causal_note(run: ModelRun) -> str:
+    """A sentence for the student when the model's logits see the future, else ''."""
+    if run.causal_change is None or run.causal_change <= CAUSAL_TOLERANCE:
+        return ""
+    return (f"Your model is not causal: changing the tokens after position {PROBE_POSITION} changed its logits at or "
+            f"before that position (by {run.causal_change:.3g} relative to their scale). Trained with teacher forcing, "
+            "such a model learns to read the next character instead of predicting it; apply the causal mask in "
+            "every attention layer.")
+
+
+def match_fraction(handed_in: np.ndarray | None, own: np.ndarray | None) -> float | None:
+    """Fraction of equal ids between the handin's array and the model's own, None if either is absent."""
+    if handed_in is None or own is None or handed_in.shape != own.shape:
+        return None
+    return float(np.mean(np.asarray(handed_in).astype(np.int64) == np.asarray(own).astype(np.int64)))
+
+
+def summary(run: ModelRun) -> dict:
+    """Plain numbers for results.json."""
+    return json.loads(json.dumps({"parameters": run.parameters, "causal_change": run.causal_change, "seconds": round(run.seconds, 2)}))

@@ -1,0 +1,290 @@
+"""The one place that opens a file a submission or its sandboxed child controls.
+
+A child owns its scratch folder while it runs, so anything it left there may be
+a symbolic link (to a root-only file, to /proc/<pid>/..., to another student's
+feedback), a FIFO that blocks a reader forever, a link to /dev/zero that never
+ends, or a .npy whose header promises gigabytes. Every read here:
+
+- opens with O_NOFOLLOW (and, below `root`, walks each folder with O_NOFOLLOW
+  too), O_NONBLOCK (a FIFO cannot block the open) and O_CLOEXEC;
+- checks with fstat that what it opened is a regular file, before reading;
+- reads at most `max_bytes` and refuses a larger file instead of truncating it.
+
+.npy files are parsed from the bytes already read: no second open, no pickles,
+only plain numeric dtypes, and the shape is checked against the bytes present
+before anything is allocated. Every refusal is a SafeReadError whose message
+says what was wrong and what was expected, fit to show a student.
+
+clean_text() makes any text that came from a submission safe for a terminal,
+feedback.txt, results.json and HTML: no escape sequences, bells or bidi overrides.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+READ_CHUNK = 1 << 20
+MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
+
+
+class SafeReadError(ValueError):
+    """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on.
+
+    reason: "missing", "not_regular" (link, FIFO, device, folder...), "size" (more bytes or
+    values than allowed), "format" (not parseable), "dtype" (a plain number of another kind)
+    or "unsafe_dtype" (objects, structured, subarray, complex, long double).
+    shape, dtype: from the .npy header, when it was parsed.
+    """
+
+    def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None):
+        super().__init__(f"{name} {detail}")
+        self.name, self.detail, self.reason, self.shape, self.dtype = name, detail, reason, shape, dtype
+
+
+def _describe_mode(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return what
+    return "a special file"
+
+
+def _why(exc: OSError) -> tuple[str, str]:
+    if exc.errno == errno.ENOENT:
+        return "is missing", "missing"
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return "is a symbolic link, not a regular file; the grader does not follow links", "not_regular"
+    if exc.errno == errno.ENOTDIR:
+        return "lies under a symbolic link or a file, not a folder; the grader does not follow links", "not_regular"
+    if exc.errno == errno.EACCES:
+        return "cannot be read (permission denied)", "not_regular"
+    return f"cannot be opened ({os.strerror(exc.errno) if exc.errno else type(exc).__name__})", "not_regular"
+
+
+def _open_fd(path: Path, root: Path | None) -> int:
+    """An fd for `path`; with `root`, no component of `path` below `root` may be a symbolic link."""
+    name = path.name
+    try:
+        if root is None:
+            return os.open(path, OPEN_FLAGS)
+        rel = path.relative_to(root) if path.is_relative_to(root) else None
+        if rel is None or ".." in rel.parts or not rel.parts:
+            raise SafeReadError(name, f"lies outside the folder {root}", "not_regular")
+        dir_fd = os.open(root, DIR_FLAGS)
+        try:
+            for part in rel.parts[:-1]:
+                next_fd = os.open(part, DIR_FLAGS, dir_fd=dir_fd)
+                os.close(dir_fd)
+                dir_fd = next_fd
+            return os.open(rel.parts[-1], OPEN_FLAGS, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise SafeReadError(name, *_why(exc)) from None
+
+
+def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int, os.stat_result]:
+    """An fd of a regular file (the caller closes it) and its stat; the caller decides what size is too large."""
+    fd = _open_fd(Path(path), root)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SafeReadError(path.name, f"is {_describe_mode(st.st_mode)}, not a regular file; it was not read", "not_regular")
+        if single_link and st.st_nlink > 1:
+            raise SafeReadError(path.name, f"has {st.st_nlink} hard links, not a file of its own; it was not read", "not_regular")
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
+    chunks, total = [], 0
+    try:
+        while total <= max_bytes:
+            chunk = os.read(fd, min(READ_CHUNK, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
+        raise SafeReadError(name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular") from None
+    if total > max_bytes:  # it grew after fstat
+        raise SafeReadError(name, f"holds more than the {max_bytes} bytes the grader reads; it was not read", "size")
+    return b"".join(chunks)
+
+
+def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
+    return SafeReadError(name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read", "size")
+
+
+def stat_regular(path: Path, *, root: Path | None = None, single_link: bool = False) -> os.stat_result:
+    """The stat of `path` when it is a regular file (opened the same safe way as for reading), else SafeReadError."""
+    fd, st = _open_regular(Path(path), root, single_link)
+    os.close(fd)
+    return st
+
+
+def read_bytes(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them, or SafeReadError.
+
+    root: every folder between `root` and the file is opened without following links too
+        (a child owns the whole tree below its scratch folder, not just the file).
+    single_link: refuse a file with other hard links; a child's own outputs have none,
+        and a hard link would point the grader at a file the child could not read itself.
+    """
+    path = Path(path)
+    fd, st = _open_regular(path, root, single_link)
+    try:
+        if st.st_size > max_bytes:
+            raise _too_big(path.name, st.st_size, max_bytes)
+        return _read_fd(fd, path.name, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False) -> str:
+    """The file as UTF-8 text (undecodable bytes replaced), at most `max_bytes` bytes."""
+    return read_bytes(path, max_bytes, root=root, single_link=single_link).decode("utf-8", errors="replace")
+
+
+def _refuse_constant(token: str):
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def loads_strict(text: str | bytes):
+    """json.loads that refuses NaN and Infinity, which no JSON reader outside Python accepts."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def read_json(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False) -> Any:
+    """The file parsed as strict JSON (NaN and Infinity refused), at most `max_bytes` bytes."""
+    data = read_bytes(path, max_bytes, root=root, single_link=single_link)
+    try:
+        return loads_strict(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SafeReadError(Path(path).name, f"is not valid JSON ({clean_text(exc)[:200]})", "format") from None
+
+
+def wanted_text(kinds: str) -> str:
+    """What a caller accepts, in words: 'a float dtype (e.g. float32)'."""
+    if set(kinds) <= set("f"):
+        return "a float dtype (e.g. float32)"
+    if set(kinds) <= set("iu"):
+        return "an integer dtype (e.g. int64)"
+    return "a plain numeric dtype (bool, integer or float, e.g. float64)"
+
+
+def check_dtype(dtype: np.dtype, kinds: str, name: str, shape: tuple[int, ...] | None = None) -> None:
+    """SafeReadError unless `dtype` is a plain number of one of `kinds` that float64 can hold."""
+    wanted = wanted_text(kinds)
+
+    def refuse(detail: str, reason: str = "unsafe_dtype") -> SafeReadError:
+        return SafeReadError(name, detail, reason, shape, dtype)
+
+    if dtype.hasobject:
+        raise refuse(f"holds Python objects (a pickle), which the grader does not load; save {wanted} with np.save.")
+    if dtype.names is not None:
+        raise refuse(f"has a structured dtype {dtype}, which the grader does not load; expected {wanted}.")
+    if dtype.subdtype is not None or dtype.shape != ():
+        raise refuse(f"has a subarray dtype {dtype}, which the grader does not load; expected {wanted}.")
+    if dtype.kind == "c":
+        raise refuse(f"has the complex dtype {dtype}, which the grader does not load; expected {wanted}.")
+    if dtype.kind == "f" and dtype.itemsize > 8:
+        raise refuse(f"has dtype {dtype} (long double), which the grader does not load: its values can overflow the "
+                     f"float64 that scores are computed in; expected {wanted}.")
+    if dtype.kind not in kinds or dtype.kind not in "biuf":
+        raise refuse(f"has dtype {dtype}, expected {wanted}.", "dtype")
+
+
+def _parse_header(fh: io.BytesIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
+    except (ValueError, EOFError, TypeError, SyntaxError, OverflowError, RecursionError) as exc:
+        raise SafeReadError(name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.", "format") from None
+    if version == (3, 0):  # only structured dtypes with non-Latin-1 field names need it
+        raise SafeReadError(name, "uses .npy format version 3.0, made only for structured arrays; save a plain numeric "
+                            "array with np.save.", "format")
+    raise SafeReadError(name, f"is not a .npy array (unknown format version {version[0]}.{version[1]}); save it with np.save.", "format")
+
+
+def read_npy(
+    path: Path,
+    *,
+    max_bytes: int,
+    kinds: str = "biuf",
+    max_elements: int | None = None,
+    root: Path | None = None,
+    single_link: bool = False,
+) -> np.ndarray:
+    """A .npy file as a plain numeric array (C order, native byte order, its own memory), or SafeReadError.
+
+    kinds: the numpy dtype kinds accepted, from "biuf" (bool, int, uint, float up to float64).
+    max_elements: the most values accepted, checked from the header before any data is read.
+    A file over `max_bytes` is not read; its header is, so the message can name its shape.
+    """
+    path = Path(path)
+    name = path.name
+    fd, st = _open_regular(path, root, single_link)
+    try:
+        if st.st_size > max_bytes:
+            try:
+                head = os.read(fd, MAX_NPY_HEADER + 64)
+            except OSError:
+                head = b""
+            try:
+                shape, _fortran, dtype = _parse_header(io.BytesIO(head), name)
+            except SafeReadError:
+                raise _too_big(name, st.st_size, max_bytes) from None
+            raise SafeReadError(name, f"has shape {tuple(shape)} of {dtype} in {st.st_size} bytes, more than the "
+                                f"{max_bytes} the grader reads; it was not read.", "size", tuple(shape), dtype)
+        data = _read_fd(fd, name, max_bytes)
+    finally:
+        os.close(fd)
+    fh = io.BytesIO(data)
+    shape, fortran, dtype = _parse_header(fh, name)
+    if not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
+    shape = tuple(shape)
+    check_dtype(dtype, kinds, name, shape)
+    count = 1
+    for s in shape:
+        count *= s  # Python ints: a hostile shape cannot overflow
+    if max_elements is not None and count > max_elements:
+        raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; "
+                            "it was not read.", "size", shape, dtype)
+    offset = fh.tell()
+    needed = count * dtype.itemsize
+    if needed > len(data) - offset:
+        raise SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
+                            f"{len(data) - offset}; save it again with np.save.", "format", shape, dtype)
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    arr = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+    return np.array(arr, dtype=dtype.newbyteorder("="), order="C")
+
+
+# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates
+# and marks, line/paragraph separators; a lone surrogate cannot be written as UTF-8.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def clean_text(text: object) -> str:
+    """`text` as a str without control characters (tab and newline kept); \\r\\n and \\r become \\n."""
+    s = text if isinstance(text, str) else str(text)
+    s = s.replace("\r\n", "\n").replace("\r", "\n")
+    return _UNSAFE.sub("", s)

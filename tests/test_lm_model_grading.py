@@ -1,0 +1,195 @@
+"""The language-model quality lines grade the handed-in model, not the arrays.
+
+The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox,
+scores its teacher-forced NLL (targets revealed one step at a time) and the
+perplexity of what its own generate() writes. Expected figures come from the
+reference model run here in-process with autograder/reference/model.py (an
+independent implementation of the same network) and from the metrics module.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from autograder.oracle.ngram import NGramModel
+from autograder.reference import model as ref
+from gradelib.lm import metrics as M
+from gradelib.lm.vocab import PAD, SPACE
+from gradelib.problems import lm_model
+from gradelib.rubric import load as load_rubric
+
+from conftest import FIXTURES, SOLUTIONS, grade_files
+
+LM = FIXTURES / "lm"
+NOTEBOOK = "03_language_model.ipynb"
+SETTINGS = {pid: p.settings for pid, p in load_rubric().items()}
+
+
+def npy(arr) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def torch_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> dict:
+    return torch.load(LM / "reference_model.pt", map_location="cpu", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint) -> ref.CausalLanguageModel:
+    model = ref.CausalLanguageModel(ref.ModelConfig(**checkpoint["config"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval()
+
+
+def teacher_forced_nll(model, inp: np.ndarray, out: np.ndarray) -> float:
+    """The reference's teacher-forced NLL computed in one forward pass (no step-by-step protocol)."""
+    seq = torch.as_tensor(np.concatenate([inp, out[:, :-1]], axis=1), dtype=torch.long)
+    with torch.no_grad():
+        logits = model(seq)[:, inp.shape[1] - 1 :].float().numpy()  # (B, steps, V)
+    return M.prediction_nll(logits, out)
+
+
+@functools.cache
+def ngram_arrays() -> dict[str, bytes]:
+    """predictions.npy and generated.npy written by a character 5-gram, no transformer."""
+    gram = NGramModel.fit((LM / "train.txt").read_text().splitlines()[:20000], 5)
+    with np.load(LM / "prediction_test.npz") as f:
+        test_inp = f["inp"]
+    with np.load(LM / "generation_test.npz") as f:
+        gen_inp = f["inp"]
+    logits = M.greedy_predict(lambda x: np.log(np.maximum(gram.next_id_probs(x)[:, -1], 1e-30)), test_inp, 20)
+    ids = M.greedy_generate(lambda x: gram.next_id_probs(x)[:, -1], gen_inp, 30)
+    return {"predictions.npy": npy(logits.astype(np.float32)), "generated.npy": npy(ids.astype(np.int64))}
+
+
+def quality(result) -> dict[str, object]:
+    """The model-quality tests, by rubric line id ("nll", "perplexity")."""
+    return {t.line: t for t in result.tests if t.line in ("nll", "perplexity")}
+
+
+def test_an_ngrams_arrays_without_the_model_earn_no_quality_points(tmp_path):
+    files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), **ngram_arrays()}
+    result = grade_files(tmp_path, files, only=["prediction", "generation"], timeout_s=90)
+    lines = quality(result)
+    assert len(lines) == 2, [t.name for t in result.tests]
+    for t in lines.values():
+        assert t.score == 0.0 and "model.pt is missing from the handin" in t.output, t.output
+    formats = [t for t in result.tests if "format" in t.name or ".npy:" in t.name]
+    assert formats and all(t.passed for t in formats)  # well-formed arrays keep their format points
+
+
+@pytest.fixture(scope="module")
+def tricked(tmp_path_factory, checkpoint, reference):
+    """The reference model, handed in as a bare float32 state dict (the notebook's CONFIG builds it),
+    with predictions.npy gamed and generated.npy taken from an n-gram."""
+    with np.load(LM / "prediction_test.npz") as f:
+        test_inp = f["inp"]
+    logits = ref.predict(reference, test_inp, 20).numpy()
+    # The old argmax trick: <pad> nudged above every greedy space, so the hard word-initial
+    # steps dropped out of an on-track score.
+    spaces = logits.argmax(-1) == SPACE
+    logits[..., PAD] = np.where(spaces, logits.max(-1) + 1.0, logits[..., PAD])
+    bare = {k: v.float() for k, v in checkpoint["state_dict"].items()}
+    files = {
+        NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
+        "model.pt": torch_bytes(bare),
+        "predictions.npy": npy(logits.astype(np.float32)),
+        "generated.npy": ngram_arrays()["generated.npy"],
+    }
+    return grade_files(tmp_path_factory.mktemp("tricked"), files, only=["prediction", "generation"], timeout_s=120)
+
+
+def test_the_model_is_graded_and_the_argmax_trick_changes_nothing(tricked, reference):
+    lines = quality(tricked)
+    nll_line, ppl_line = lines["nll"], lines["perplexity"]
+    assert nll_line.passed and ppl_line.passed, (nll_line.output, ppl_line.output)
+    with np.load(LM / "prediction_test.npz") as f, np.load(LM / "hidden" / "prediction_test_out.npz") as g:
+        expected = teacher_forced_nll(reference, f["inp"], g["out"])
+    shown = float(nll_line.output.split("prediction NLL ")[1].split(" ")[0])
+    assert shown == pytest.approx(expected, abs=2e-3)
+    assert expected <= SETTINGS["prediction"]["full_credit_nll"] - 0.1
+
+
+def test_arrays_that_do_not_match_the_model_are_flagged(tricked):
+    assert set(tricked.flags) == {"predictions_do_not_match_model", "generated_does_not_match_model"}
+    assert any("generated.npy is not what model.pt generates" in n for n in tricked.notes), tricked.notes
+    assert any("predictions.npy is not what model.pt predicts" in n for n in tricked.notes), tricked.notes
+    assert tricked.to_gradescope()["extra_data"]["flags"] == tricked.flags
+
+
+def test_a_checkpoint_that_does_not_fit_the_notebook_is_named(tmp_path, checkpoint):
+    state = dict(checkpoint["state_dict"])
+    dropped = sorted(state)[0]
+    del state[dropped]
+    files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "model.pt": torch_bytes({"config": checkpoint["config"], "state_dict": state})}
+    result = grade_files(tmp_path, files, only=["prediction"], timeout_s=90)
+    line = next(iter(quality(result).values()))
+    assert line.score == 0.0 and "missing keys" in line.output and dropped in line.output, line.output
+
+
+def test_a_model_without_its_causal_mask_is_told_so(tmp_path, checkpoint):
+    text = (SOLUTIONS / NOTEBOOK).read_text()
+    mask = 'att = att.masked_fill(~self.causal[:T, :T], float(\\"-inf\\"))'
+    assert mask in text
+    files = {NOTEBOOK: text.replace(mask, "pass"), "model.pt": torch_bytes(checkpoint)}
+    result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction"], timeout_s=90)
+    assert any("Your model is not causal" in n for n in result.notes), result.notes
+
+
+def test_a_target_is_never_written_where_the_child_points(tmp_path):
+    """The child may plant a link under the name of the next reveal: the grader refuses to follow it."""
+    inputs, outputs, victim = tmp_path / "inputs", tmp_path / "outputs" / "test", tmp_path / "victim.txt"
+    inputs.mkdir()
+    outputs.mkdir(parents=True)
+    victim.write_text("untouched")
+    (inputs / "test_reveal_0.npy").symlink_to(victim)
+    np.save(outputs / "step_0.npy", np.zeros((3, 30), np.float32))
+    fd = os.open(inputs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    revealer = lm_model.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
+    revealer.start()
+    revealer.join(5)
+    revealer.stop.set()
+    revealer.join()
+    os.close(fd)
+    assert victim.read_text() == "untouched"
+    assert "could not reveal" in revealer.problems["test"]
+    assert len(revealer.answers["test"]) == 1  # the answer it gave is kept; nothing after it is revealed
+
+
+def test_the_probe_changes_only_tokens_after_its_position():
+    probe = lm_model.probe_inputs()
+    x, changed, p = probe["x"], probe["x_changed"], lm_model.PROBE_POSITION
+    assert (x[:, : p + 1] == changed[:, : p + 1]).all()
+    assert (x[:, p + 1 :] != changed[:, p + 1 :]).all()
+    assert changed.min() >= 2  # characters only
+
+
+def test_reference_figures_leave_margin_under_the_thresholds(reference):
+    """Teacher-forced NLL of the reference on the hidden rows, computed here without the grader."""
+    with np.load(LM / "prediction_test.npz") as f, np.load(LM / "hidden" / "prediction_test_out.npz") as g:
+        nll = teacher_forced_nll(reference, f["inp"], g["out"])
+    assert nll <= SETTINGS["prediction"]["full_credit_nll"] - 0.1
+
+
+def test_reference_generations_leave_margin_under_the_perplexity_threshold():
+    """reference_generated.npy is what the reference model generates (test_lm_notebook checks it)."""
+    from autograder.oracle.oracles import load_oracle
+
+    eps = SETTINGS["generation"]["smoothing_eps"]
+    with np.load(LM / "generation_test.npz") as f:
+        ppl = M.generation_perplexity(load_oracle(LM, eps), f["inp"], np.load(LM / "reference_generated.npy"), eps)
+    assert ppl <= SETTINGS["generation"]["full_credit_perplexity"] / 2
