@@ -41,10 +41,23 @@ class Check:
     stage: str  # the first failing stage, or "ok"
     message: str
     max_abs_error: float | None = None
+    ratio: float | None = None  # got / expected when a constant factor is all that is wrong
 
 
 def _fmt_index(index: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(int(i)) for i in index) + ")"
+
+
+def constant_ratio(got: np.ndarray, expected: np.ndarray) -> float | None:
+    """got / expected when it is the same number (not 1) at every entry that is not ~0, else None."""
+    mask = np.abs(expected) > 1e-6 * max(1.0, float(np.abs(expected).max()))
+    if mask.sum() < 2:
+        return None
+    r = got[mask] / expected[mask]
+    ratio = float(np.median(r))
+    if abs(ratio - 1.0) < 1e-3 or not np.allclose(r, ratio, rtol=1e-4, atol=0):
+        return None
+    return ratio
 
 
 def _fmt_shape(shape: tuple[int, ...]) -> str:
@@ -125,13 +138,16 @@ def check(
     max_err = float(err[worst])
     if outside.any():
         rel = max_err / max(abs(float(exp64[worst])), 1e-300)
+        ratio = constant_ratio(got64, exp64)
+        factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
         return Check(
             name,
             False,
             "values",
             f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
             f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
-            f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{tail}",
+            f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
             max_err,
+            ratio=ratio,
         )
     return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err)

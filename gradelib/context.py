@@ -15,8 +15,8 @@ class GradeContext:
     """Everything one problem needs to grade one submission.
 
     submission: folder holding the handin's files (already extracted and vetted).
-    case_root: folder with <problem>/<visibility>/ case sets (fixtures/ for the
-        instructor, tests/ in the handout).
+    case_root: folder with <problem>/<visibility>/ case sets (tests/ in the handout;
+        the course staff's copy adds the hidden sets).
     visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
     limits: resources the submission's process may use.
     scratch_root: where per-run scratch folders are made (system temp if None).

@@ -46,11 +46,9 @@ def edit(source: str, replacements: list[tuple[str, str, int]]) -> str:
 
 
 def line_of(result_test) -> tuple[str, str]:
-    """(group id, visibility) of a graded test, from its name."""
-    for g in PROBLEM.groups:
-        if result_test.name == f"attention: {g.title} [{result_test.visibility}]":
-            return g.id, result_test.visibility
-    raise AssertionError(f"test {result_test.name!r} matches no rubric line")
+    """(rubric line id, visibility) of a graded test."""
+    assert result_test.line in {g.id for g in PROBLEM.groups}, result_test
+    return result_test.line, result_test.visibility
 
 
 
@@ -416,3 +414,22 @@ def test_softmax_message_names_the_mistake(tmp_path, reference_attention, bug, d
     result = grade_attention(tmp_path, edit(reference_attention, replacements))
     softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "public"))
     assert diagnosis in softmax.output, softmax.output
+
+
+def test_failures_that_follow_from_an_earlier_one_say_so(tmp_path, reference_attention):
+    replacements, _, _ = BUGS["missing_causal_mask"]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    backward = [t for t in result.tests if not t.passed and t.line.startswith("backward")]
+    assert backward
+    for t in backward:
+        assert "probably follows from the 'A_sig' failure" in t.output or "probably follows from the 'dLd" in t.output, t.output
+    softmax = [t for t in result.tests if t.line == "forward_softmax"]
+    assert all("probably follows" not in t.output for t in softmax)  # the first failure keeps its own hint
+
+
+def test_a_constant_factor_of_sqrt_dk_is_named(tmp_path, reference_attention):
+    replacements, _, _ = BUGS["A_w_stored_scaled"]
+    result = grade_attention(tmp_path, edit(reference_attention, replacements))
+    scores = [t for t in result.tests if t.line == "forward_scores"]
+    assert scores and all("got/expected" in t.output and "that is 1/sqrt(Dk)" in t.output for t in scores), \
+        [t.output for t in scores]

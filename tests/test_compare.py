@@ -99,3 +99,12 @@ def test_tolerance_scales_with_the_largest_expected_magnitude():
 
 def test_empty_arrays_match():
     assert check("e", tensor(np.zeros((0, 3))), np.zeros((0, 3)), rtol=0, atol=0).passed
+
+
+def test_a_constant_factor_is_named_and_other_errors_are_not():
+    expected = np.linspace(-2.0, 3.0, 12).reshape(3, 4)
+    scaled = check("X", Observed(True, "torch.Tensor", expected * 2.0), expected, rtol=1e-7, atol=1e-9)
+    assert not scaled.passed and scaled.ratio == pytest.approx(2.0) and "got/expected = 2 everywhere" in scaled.message
+    noisy = expected + np.random.default_rng(0).normal(0, 0.1, expected.shape)
+    other = check("X", Observed(True, "torch.Tensor", noisy), expected, rtol=1e-7, atol=1e-9)
+    assert not other.passed and other.ratio is None and "got/expected" not in other.message

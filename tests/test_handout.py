@@ -521,3 +521,30 @@ def test_rebuilding_the_handout_keeps_a_students_work(tmp_path):
     assert (out / "experiments" / "run1" / "model_3.pt").read_bytes() == b"weights"
     assert (out / "handin.tar").read_bytes() == b"tar"
     assert not (out / "stray.txt").exists()
+
+
+# Paths and commands only the course staff have: a shipped file that names one sends a student looking
+# for something that is not there.
+STAFF_ONLY = re.compile(
+    r"autograder/|autograder\.(?:batch|oracle|reference|fixturegen|build|platforms)\b|\bfixtures/|\bsolutions/"
+    r"|DESIGN\.md|\bfixturegen\b|make (?:fixtures|reference-model|demo|bench|gradescope|autolab|notebooks)\b"
+    r"|python -m autograder\b|\.\./shared"
+)
+
+
+def staff_mentions(root: Path) -> list[str]:
+    found = []
+    for path in handout_files(root):
+        if path.suffix in (".npz", ".npy", ".pt") or path.parts[-3:-1] == ("data", "lm"):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for m in STAFF_ONLY.finditer(line):
+                found.append(f"{path.relative_to(root)}:{number}: {m.group(0)!r}")
+    return found
+
+
+def test_shipped_files_name_no_staff_only_path_or_command(tmp_path):
+    assert staff_mentions(HANDOUT) == []
+    root = copy_handout(tmp_path / "handout")
+    (root / "gradelib" / "notes.py").write_text("# regenerate with `make fixtures` (see autograder/build/handout.py)\n")
+    assert len(staff_mentions(root)) == 2  # the check would notice

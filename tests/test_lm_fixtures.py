@@ -17,7 +17,9 @@ from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource
 from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
-from autograder.batch.worker import grade_hidden
+from gradelib.context import GradeContext
+from gradelib.problems import generation
+from gradelib.rubric import load as load_rubric
 from gradelib.sandbox import Limits
 from conftest import FIXTURES
 
@@ -109,14 +111,12 @@ def test_instructor_corpus_builds_fixtures_and_an_ngram_oracle(tmp_path, sentenc
     lm_fixtures.write(out, path)
     assert first == {p.name: p.read_bytes() for p in lm.rglob("*") if p.is_file()}
 
-    # The grader scores a handin against these fixtures with the n-gram oracle.
+    # The grader scores generations against these fixtures with the n-gram oracle it loads for them.
     greedy = M.oracle_greedy_generation(oracle, gen_inp, 30)
-    sub = tmp_path / "handin"
-    sub.mkdir()
-    np.save(sub / "generated.npy", greedy)
-    result = grade_hidden(sub, case_root=out, only=["generation"], limits=Limits(timeout_s=30))
-    hidden = next(t for t in result.tests if t.visibility == "hidden")
-    assert hidden.passed, hidden.output
+    settings = load_rubric()["generation"].settings
+    ctx = GradeContext(tmp_path, out, ("public", "hidden"), Limits(timeout_s=30), oracle_loader=load_oracle)
+    scored, why = generation._score(ctx, settings, gen_inp, greedy)
+    assert why == "" and scored[0] <= settings["full_credit_perplexity"], (scored, why)
 
 
 def test_model_checkpoint_serves_as_oracle_through_the_same_interface(tmp_path):

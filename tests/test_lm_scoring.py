@@ -33,6 +33,11 @@ def split_tests(result) -> tuple[list, list]:
     return arrays, [t for t in result.tests if t not in arrays]
 
 
+def function_tests(pid: str) -> int:
+    """How many tests the notebook-function lines of a problem make (a line per case set)."""
+    return sum(len(g.visibilities) for g in load_rubric()[pid].groups if g.quantities)
+
+
 def npy(arr) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=True)
@@ -162,7 +167,7 @@ def test_malformed_predictions_score_zero_with_message(tmp_path, case):
     files = {} if data is None else {"predictions.npy": data}
     result = grade_files(tmp_path, files, only=["prediction"])
     arrays, functions = split_tests(result)
-    assert len(arrays) == 2 and len(functions) == 2
+    assert len(arrays) == 2 and len(functions) == function_tests("prediction")
     assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
     fmt, quality = arrays
     assert fmt.score == 0.0 and fmt.output.startswith("prediction: ") and needle in fmt.output, fmt.output
@@ -190,7 +195,7 @@ def test_malformed_generations_score_zero_with_message(tmp_path, case):
     files = {} if data is None else {"generated.npy": data}
     result = grade_files(tmp_path, files, only=["generation"])
     arrays, functions = split_tests(result)
-    assert len(arrays) == 2 and len(functions) == 4
+    assert len(arrays) == 2 and len(functions) == function_tests("generation")
     assert all(t.score == 0.0 and NOTEBOOK_MISSING in t.output for t in functions)
     fmt, quality = arrays
     assert fmt.score == 0.0 and fmt.output.startswith("generation: ") and needle in fmt.output, fmt.output

@@ -316,27 +316,34 @@ def _predictions(value, dtype) -> bytes:
 def test_float128_predictions_score_zero_with_a_clear_message(tmp_path):
     result = grade_files(tmp_path, {"predictions.npy": _predictions(np.longdouble("1e4000"), np.longdouble)},
                          only=["prediction"])
-    arrays = [t for t in result.tests if "predictions.npy" in t.output or "NLL" in t.name]
-    assert arrays and all(t.score == 0.0 for t in arrays)
-    for t in arrays:
+    fmt = [t for t in result.tests if t.line == "format"]
+    assert fmt and all(t.score == 0.0 for t in fmt)
+    for t in fmt:
         assert "long double" in t.output and "expected a float dtype (e.g. float32)" in t.output, t.output
+    assert all(t.score == 0.0 for t in result.tests if t.line == "nll")  # no model.pt: nothing to grade
     strict_loads(json.dumps(result.to_gradescope(), allow_nan=False))
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
-def test_finite_logits_whose_nll_is_infinite_score_zero_with_a_message(tmp_path):
-    """float64 logits 1e308 apart: every entry finite, the NLL of a target is inf (the guard where scores are made)."""
-    rng = np.random.default_rng(0)
-    arr = rng.standard_normal(PREDICTION_SHAPE)
-    arr[:, :, :] = -1e308
-    arr[:, :, 2] = 1e308  # a confident wrong pick everywhere: the targets get probability 0
+def test_a_models_extreme_logits_score_zero_and_results_stay_strict_json(tmp_path):
+    """Logits as far apart as float32 allows, a confident wrong pick at every step: a finite, huge NLL, 0 points."""
+    from gradelib import rubric
+    from gradelib.context import GradeContext
+    from gradelib.problems import lm_model, prediction
+    from gradelib.sandbox import Limits
+    from gradelib.scoring import lines
+
     targets = np.load(REPO / "fixtures" / "lm" / "hidden" / "prediction_test_out.npz")["out"]
+    logits = np.full(targets.shape + (30,), -3e38, dtype=np.float32)
+    logits[..., 2] = 3e38
     assert not (targets == 2).all()
-    result = grade_files(tmp_path, {"predictions.npy": npy_bytes(arr)}, only=["prediction"])
-    nll = [t for t in result.tests if t.name.startswith("prediction: ") and "NLL" in t.name]
-    assert nll and all(t.score == 0.0 for t in nll)
-    assert any("not a finite number" in t.output for t in nll), [t.output for t in nll]
-    strict_loads(json.dumps(result.to_gradescope(), allow_nan=False))
+    vis = ("public", "hidden")
+    ctx = GradeContext(tmp_path, REPO / "fixtures", vis, Limits())
+    ctx.cache[("lm_model", vis)] = lm_model.ModelRun(teacher_forced={"test": logits}, targets={"test": targets})
+    problem = rubric.load()["prediction"]
+    line = next(ln for ln in lines(problem, vis) if ln.group.id == "nll")
+    test = prediction._score_nll(ctx, problem, line)
+    assert test.score == 0.0 and "prediction NLL" in test.output, test.output
+    strict_loads(json.dumps(test.to_gradescope("1.1"), allow_nan=False))
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -391,7 +391,7 @@ def test_missing_files_are_reported_once_with_what_the_upload_held(tmp_path):
     assert result.score == 0
     top = result.notes[0]
     assert "lacks attention.py" in top and "Expected at the top level" in top
-    assert "model.pt (optional)" in top
+    assert "generated.txt (optional)" in top and "model.pt (optional)" not in top
     assert "Found: Attention.py, a.py, b.py, notes/todo?.txt." in top
     assert sum("Found:" in n for n in result.notes) == 1
     assert result.to_gradescope()["output"].startswith("The handin lacks")

@@ -80,7 +80,7 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
     inputs = ctx.case_root / INPUTS
     if not inputs.is_file():
-        return all_zero(problem, vis, f"generation: {INPUTS} is missing under {ctx.case_root}; run make fixtures.")
+        return all_zero(problem, vis, f"generation: {INPUTS} is missing under {ctx.case_root}: the case files are incomplete (download the handout again).")
     with np.load(inputs, allow_pickle=False) as data:
         prompts = data["inp"]
     shape = (prompts.shape[0], STEPS)

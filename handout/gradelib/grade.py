@@ -1,6 +1,6 @@
 """Grade one submission: open the handin, grade each problem, collect the results.
 
-Used by the instructor CLI (autograder/autograder.py, public and hidden cases)
+Used by the course staff's grader (public and hidden cases)
 and by the handout's local autograder (public cases only). It never raises for
 a bad submission: whatever is wrong becomes a message and a score of 0 for the
 parts it affects.

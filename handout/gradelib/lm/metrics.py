@@ -34,7 +34,7 @@ from .vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
 
 class Oracle(Protocol):
     """What scores text: any object with this method. The staff side supplies one
-    (autograder/oracle/); the handout has none, so the local grader never scores text."""
+    with the hidden cases; the handout has none, so the local grader never scores text."""
 
     def next_id_probs(self, ids: np.ndarray) -> np.ndarray:
         """ids (B, T) int64 -> (B, T, 30) float64: row b, step t is P(next id | ids[b, :t+1])."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -230,8 +231,46 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
             if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
                 hint = diagnose_softmax(obs.array) or hint
             outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
+        name_factor(outcome, expected["Q"].shape[-1])
+        follow_upstream(outcome)
         outcomes.append(outcome)
     return outcomes, runtime_hits
+
+
+# What each quantity is computed from: when one of these is wrong, so is it.
+UPSTREAM = {
+    "A_w": ("Q", "K"), "A_sig": ("A_w",), "X_new": ("A_sig", "V"),
+    "dLdV": ("A_sig",), "dLdQ": ("A_sig", "K"), "dLdK": ("A_sig", "Q"),
+    "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",), "dLdX": ("dLdQ", "dLdK", "dLdV"),
+}
+
+
+def follow_upstream(outcome: CaseOutcome) -> None:
+    """A wrong value that follows from an earlier wrong quantity says so instead of its own formula hint."""
+    for q, sources in UPSTREAM.items():
+        c = outcome.checks.get(q)
+        if c is None or c.passed or c.stage != "values":
+            continue
+        wrong = [s for s in sources if s in outcome.checks and not outcome.checks[s].passed]
+        if wrong:
+            first = wrong[0]
+            detail, _, hint = c.message.partition(" Hint: ")
+            outcome.checks[q] = replace(c, message=(
+                f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
+                f"{detail} Hint: fix '{first}' first; if '{q}' is still wrong after that: {hint}"))
+
+
+def name_factor(outcome: CaseOutcome, dk: int) -> None:
+    """A constant factor of sqrt(Dk) (or its inverse) is the scaling of the scores, done wrong."""
+    for q, c in outcome.checks.items():
+        if c.ratio is None:
+            continue
+        for value, what in ((math.sqrt(dk), "sqrt(Dk)"), (1 / math.sqrt(dk), "1/sqrt(Dk)"), (float(dk), "Dk"), (1 / dk, "1/Dk")):
+            if abs(c.ratio - value) <= 1e-3 * value:
+                outcome.checks[q] = replace(c, message=c.message.replace(
+                    "a constant factor is off.", f"that is {what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores "
+                    "is missing, applied twice or applied in the wrong place."))
+                break
 
 
 def diagnose_softmax(a_sig: np.ndarray) -> str:

@@ -11,7 +11,7 @@ gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weight
 The child returns arrays; the judging happens here. Each problem runs the child
 once, with only the calls its own lines need.
 
-Cases: <case_root>/lm_functions/<visibility>/ (fixturegen/lm_function_cases.py).
+Cases: <case_root>/lm_functions/<visibility>/ (the handout's public ones in tests/lm_functions/).
 Function lines (rubric.toml), by the quantities they need:
 
     prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
@@ -30,8 +30,8 @@ Function lines (rubric.toml), by the quantities they need:
                                    sampled_top_k_ids, sampled_top_p_ids (never outside the top-k set /
                                    nucleus, frequencies close to the softmax renormalised over it)
 
-Expected values come from fixturegen (lm_function_cases.py, lm_building_cases.py:
-numpy implementations independent of the solution notebook). Sampled ids are
+Expected values are stored in the case files, computed by numpy implementations
+independent of the solution notebook. Sampled ids are
 checked as samples: 8000 draws of one step from a model whose greedy token holds
 under half of every filtered distribution's mass, so greedy ids are far off.
 """

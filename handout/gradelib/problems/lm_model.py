@@ -158,11 +158,11 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         if vis in ctx.visibilities:
             inp, out = _load(lm / prompts, "inp"), _load(lm / targets, "out")
             if inp is None or out is None:
-                return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}; run make fixtures.")
+                return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete.")
             sets[name] = (inp, out[:, :PREDICTION_STEPS])
     gen_inp, test_inp = _load(lm / "generation_test.npz", "inp"), _load(lm / "prediction_test.npz", "inp")
     if gen_inp is None or test_inp is None:
-        return ModelRun(f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}; run make fixtures.")
+        return ModelRun(f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete.")
     run_result = ModelRun()
 
     def prepare(scratch: Path) -> dict:

@@ -2,7 +2,7 @@
 
 The notebook's graded functions are called on every case's inputs (float64 and
 int64 tensors) inside the sandboxed child (see notebook_functions.py); their outputs are
-compared here with values computed by torch (fixturegen/notebook_cases.py).
+compared here with values computed in advance by torch (the case files).
 """
 
 from __future__ import annotations

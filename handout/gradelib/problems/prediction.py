@@ -132,7 +132,7 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
     inputs = ctx.case_root / INPUTS
     if not inputs.is_file():
-        return all_zero(problem, vis, f"prediction: {INPUTS} is missing under {ctx.case_root}; run make fixtures.")
+        return all_zero(problem, vis, f"prediction: {INPUTS} is missing under {ctx.case_root}: the case files are incomplete (download the handout again).")
     with np.load(inputs, allow_pickle=False) as data:
         rows = data["inp"].shape[0]
     shape = (rows, STEPS, VOCAB_SIZE)
