@@ -5,12 +5,23 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test demo bench handout fixtures notebooks clean gradescope autolab reference-model
+.PHONY: help setup sandbox-tools test demo bench handout fixtures notebooks clean gradescope autolab reference-model
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## create .venv and install the pinned requirements
+setup: $(STAMP) sandbox-tools ## create .venv, install the pinned requirements and bubblewrap (when root)
+
+# Namespaces need bubblewrap and setpriv (util-linux) and root; elsewhere gradelib/sandbox.py
+# falls back to rlimits + Landlock, and results record which level graded them.
+sandbox-tools:
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "sandbox: not root, so namespaces are unavailable; grading uses the Landlock fallback (rlimits + Landlock)"; \
+	elif command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null \
+		|| echo "sandbox: could not install bubblewrap, so namespaces are unavailable; grading uses the Landlock fallback"; \
+	else echo "sandbox: bubblewrap/setpriv missing and no apt-get, so namespaces are unavailable; grading uses the Landlock fallback"; fi
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)

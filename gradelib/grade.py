@@ -24,7 +24,7 @@ from .manifest import HANDIN_FILES, OPTIONAL
 from .problems import GRADERS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
-from .sandbox import Limits
+from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
 OracleLoader = Callable[[Path, float], Oracle]
@@ -52,11 +52,14 @@ def grade_submission(
     limits: Limits = Limits(),
     name: str | None = None,
     oracle_loader: OracleLoader | None = None,
+    scratch_root: Path | None = None,
 ) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets.
 
     `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
-    grader passes one, the handout's local grader has none.
+    grader passes one, the handout's local grader has none. Scratch folders are made
+    under `scratch_root` (the system temp folder if None): the batch gives each
+    worker its own and removes it whatever happens to the worker.
     """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
@@ -67,8 +70,9 @@ def grade_submission(
         max_points={
             p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities) for p in selected
         },
+        isolation=isolation_level(),
     )
-    workdir = Path(tempfile.mkdtemp(prefix="handin-"))
+    workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     # Traversable (not listable) so a child running as `nobody` reaches its own scratch.
     workdir.chmod(0o711)
     try:

@@ -10,8 +10,11 @@ really ran and what stopped it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from gradelib import rubric
-from gradelib.sandbox import isolation_report, landlock_abi
+from gradelib.sandbox import SLOTS, UID_BASE, isolation_level, isolation_report, landlock_abi
 from support import FIXTURES, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable
@@ -34,6 +37,10 @@ needs_landlock = pytest.mark.skipif(
     landlock_abi() == 0, reason="file-system containment relies on Landlock, which this kernel lacks: "
     + "; ".join(isolation_report())
 )
+needs_namespaces = pytest.mark.skipif(
+    isolation_level() != "namespaces", reason="this attack is stopped only by the namespace level (bubblewrap as "
+    "root); here: " + "; ".join(isolation_report())
+)
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="dropping privileges needs root; here: " + "; ".join(isolation_report())
 )
@@ -42,7 +49,7 @@ needs_root = pytest.mark.skipif(
 ATTACKS: dict[str, str] = {}
 
 ATTACKS["forged_results"] = r'''
-import json, os
+import errno, json, os
 FORGED = {"score": 999.0, "tests": [{"name": "attention", "score": 999.0, "max_score": 30.0}]}
 report = []
 for label, path in [
@@ -60,7 +67,7 @@ for label, path in [
             json.dump(FORGED, fh)
         report.append(f"{label}:written")
     except OSError as exc:
-        report.append(f"{label}:{type(exc).__name__}")
+        report.append(f"{label}:{type(exc).__name__}/{errno.errorcode.get(exc.errno, exc.errno)}")
 raise RuntimeError("forgery " + " ".join(report))
 '''
 
@@ -265,9 +272,166 @@ raise RuntimeError("daemon started")
 '''
 
 
-def fill(source: str, out: Path, marker: str) -> str:
-    return (source.replace("@OUT@", str(out)).replace("@REPO@", str(REPO)).replace("@MARKER@", marker)
-            .replace("@SLEEP@", str(DAEMON_SLEEP_S)))
+# A chain of processes, each in a session of its own, burning CPU: all must die with the run.
+ATTACKS["setsid_chain"] = r'''
+import ctypes, os, time
+started = 0
+for depth in range(80):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid:
+        if depth:
+            time.sleep(2)  # past the end of the run: then every link but the first burns CPU
+            while True:
+                pass
+        break
+    os.setsid()
+    ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
+    started += 1
+if started == 0:
+    raise RuntimeError("setsid chain started")
+time.sleep(2)
+while True:
+    pass
+'''
+
+ATTACKS["resource_counts"] = r'''
+import os, threading, time
+start = time.monotonic()
+forks = 0
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    forks += 1
+threads, stop = 0, threading.Event()
+for _ in range(200):
+    try:
+        threading.Thread(target=stop.wait, daemon=True).start()
+    except RuntimeError:
+        break
+    threads += 1
+files = 0
+os.makedirs("many", exist_ok=True)
+for i in range(100000):
+    if time.monotonic() - start > 6:  # stay inside the 15 s run on a loaded machine
+        break
+    try:
+        open(f"many/{i}", "w").close()
+    except OSError:
+        break
+    files += 1
+raise RuntimeError(f"counts forks={forks} threads={threads} files={files}")
+'''
+
+ATTACKS["shared_memory"] = r'''
+import ctypes, errno, os
+report = []
+try:
+    with open("/dev/shm/@MARKER@-shm", "wb") as fh:
+        fh.write(b"x" * (8 << 20))
+    report.append("devshm:written")
+except OSError as exc:
+    report.append(f"devshm:{errno.errorcode.get(exc.errno)}")
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(@SHMKEY@, 8 << 20, 0o1000 | 0o600)  # IPC_CREAT
+if shmid >= 0:
+    addr = libc.shmat(shmid, None, 0)
+    if addr not in (None, 2**64 - 1):
+        ctypes.memset(addr, 1, 8 << 20)
+        report.append("sysv:attached")
+else:
+    report.append(f"sysv:{errno.errorcode.get(ctypes.get_errno())}")
+raise RuntimeError("shm " + " ".join(report))
+'''
+
+ATTACKS["network"] = r'''
+import errno, socket
+report = []
+def attempt(label, fn):
+    try:
+        fn()
+        report.append(f"{label}:ok")
+    except OSError as exc:
+        report.append(f"{label}:{errno.errorcode.get(exc.errno, exc.errno)}")
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _ in range(5):
+            s.sendto(b"@MARKER@", ("127.0.0.1", @UDPPORT@))
+def unix():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("@SOCK@")
+        s.sendall(b"@MARKER@")
+def tcp():
+    with socket.create_connection(("127.0.0.1", @TCPPORT@), timeout=2) as s:
+        s.sendall(b"@MARKER@")
+attempt("udp", udp)
+attempt("unix", unix)
+attempt("tcp", tcp)
+raise RuntimeError("net " + " ".join(report))
+'''
+
+ATTACKS["host_processes"] = r'''
+import os
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            seen.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+host = [c for c in seen if "pytest" in c or "autograder.batch" in c]
+raise RuntimeError(f"proc visible={len(seen)} host_visible={len(host)} {host[:2]}")
+'''
+
+ATTACKS["root_only_files"] = r'''
+import errno, os
+report = [f"uid={os.getuid()}"]
+for label, path in (("secret", "@SECRET@"), ("shadow", "/etc/shadow"), ("init_environ", "/proc/1/environ")):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(200)
+        report.append(f"{label}:read:{data[:40]!r}")
+    except OSError as exc:
+        report.append(f"{label}:{errno.errorcode.get(exc.errno, exc.errno)}")
+raise RuntimeError("files " + " ".join(report))
+'''
+
+# The grader once read back the child's output from scratch/log.txt and followed whatever
+# the child had put there. Each of these swaps log.txt, prints, and fails.
+LOG_SWAP = r'''
+import os
+print("attack-printed-this", flush=True)
+for name in ("log.txt", "tmp/log.txt"):
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+    try:
+        @SWAP@
+    except OSError:
+        pass
+os._exit(3)
+'''
+ATTACKS["log_symlink_feedback"] = LOG_SWAP.replace("@SWAP@", 'os.symlink("@OUT@/reference_before/feedback.txt", name)')
+ATTACKS["log_symlink_secret"] = LOG_SWAP.replace("@SWAP@", 'os.symlink("@SECRET@", name)')
+ATTACKS["log_fifo"] = LOG_SWAP.replace("@SWAP@", "os.mkfifo(name)")
+ATTACKS["log_dev_zero"] = LOG_SWAP.replace("@SWAP@", 'os.symlink("/dev/zero", name)')
+
+
+def fill(source: str, out: Path, marker: str, extra: dict[str, str] | None = None) -> str:
+    source = (source.replace("@OUT@", str(out)).replace("@REPO@", str(REPO)).replace("@MARKER@", marker)
+              .replace("@SLEEP@", str(DAEMON_SLEEP_S)))
+    for key, value in (extra or {}).items():
+        source = source.replace(key, value)
+    return source
 
 
 def processes_named(comm: str) -> list[int]:
@@ -298,24 +462,110 @@ def batch(tmp_path_factory):
     marker = "zz" + uuid.uuid4().hex[:10]  # comm names hold 15 characters
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     order = ["reference_before", *ATTACKS, "reference_after"]
-    paths = []
-    for name in order:
-        folder = root / "submissions" / name
-        folder.mkdir(parents=True)
-        text = reference if name.startswith("reference") else fill(ATTACKS[name], out, marker)
-        (folder / "attention.py").write_text(text)
-        paths.append(str(folder))
-    start = time.monotonic()
-    proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention")
-    wall = time.monotonic() - start
-    alive_after = processes_named(marker)
-    time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
+    with host_listeners(marker) as host:
+        extra = {"@UDPPORT@": str(host["udp_port"]), "@TCPPORT@": str(host["tcp_port"]), "@SOCK@": host["sock"],
+                 "@SECRET@": host["secret"], "@SHMKEY@": str(host["shm_key"])}
+        paths = []
+        for name in order:
+            folder = root / "submissions" / name
+            folder.mkdir(parents=True)
+            text = reference if name.startswith("reference") else fill(ATTACKS[name], out, marker, extra)
+            (folder / "attention.py").write_text(text)
+            paths.append(str(folder))
+        scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
+        start = time.monotonic()
+        proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention")
+        wall = time.monotonic() - start
+        alive_after = processes_named(marker)
+        time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
+        received = host["received"]()
+        left = {
+            "dev_shm": [p.name for p in Path("/dev/shm").iterdir() if marker in p.name],
+            "sysv_shm": sysv_segment_present(host["shm_key"]),
+            "tmp": [p.name for p in Path("/tmp").iterdir() if marker in p.name and p.name != Path(host["secret"]).name
+                    and p.name != Path(host["sock"]).name],
+            "scratch": sorted(str(p) for p in set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before),
+            "uid_processes": sandbox_uid_processes(),
+            "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*")),
+        }
     results = {}
     for name in order:
         path = out / name / "results.json"
         results[name] = json.loads(path.read_text()) if path.exists() else None
     return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results,
-            "alive_after": alive_after, "alive_later": processes_named(marker)}
+            "alive_after": alive_after, "alive_later": processes_named(marker), "received": received, "left": left}
+
+
+@contextlib.contextmanager
+def host_listeners(marker: str):
+    """What the network and file attacks aim at on the host: UDP, TCP and UNIX listeners, a root-only file."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    tcp.setblocking(False)
+    sock_path = f"/tmp/{marker}.sock"  # short: a UNIX socket path holds 107 bytes
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(sock_path)
+    os.chmod(sock_path, 0o777)  # the socket's own mode lets anyone connect; only the sandbox may stop it
+    unix.listen(8)
+    unix.setblocking(False)
+    secret = Path(f"/tmp/{marker}-secret")
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"TOPSECRET-" + marker.encode())
+    os.close(fd)
+
+    def received() -> list[str]:
+        got = []
+        for label, s in (("udp", udp),):
+            try:
+                while True:
+                    got.append(f"{label}:{s.recv(100)!r}")
+            except BlockingIOError:
+                pass
+        for label, s in (("tcp", tcp), ("unix", unix)):
+            try:
+                while True:
+                    conn, _ = s.accept()
+                    got.append(f"{label}:connection")
+                    conn.close()
+            except BlockingIOError:
+                pass
+        return got
+
+    try:
+        yield {"udp_port": udp.getsockname()[1], "tcp_port": tcp.getsockname()[1], "sock": sock_path,
+               "secret": str(secret), "shm_key": int(marker[2:9], 16), "received": received}
+    finally:
+        for s in (udp, tcp, unix):
+            s.close()
+        Path(sock_path).unlink(missing_ok=True)
+        secret.unlink(missing_ok=True)
+        # At the fallback level the shared-memory attack's leftovers are real: the test removes them.
+        for p in Path("/dev/shm").iterdir():
+            if marker in p.name:
+                p.unlink(missing_ok=True)
+        key = int(marker[2:9], 16)
+        if sysv_segment_present(key):
+            subprocess.run(["ipcrm", "-M", str(key)], capture_output=True, check=False)
+
+
+def sysv_segment_present(key: int) -> bool:
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return any(line.split() and int(line.split()[0]) == key for line in lines)
+
+
+def sandbox_uid_processes() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and UID_BASE <= os.stat(f"/proc/{entry}").st_uid < UID_BASE + SLOTS:
+                pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
 
 
 def outputs(result: dict) -> str:
@@ -349,7 +599,8 @@ def test_forged_results_files_are_refused(batch):
     # The attack ran: it could write its own scratch folder, and nothing else.
     assert "forgery" in text and "cwd:written" in text, text
     for label in ("parent", "grandparent", "own_out", "other_out", "out_root", "tmp"):
-        assert f"{label}:PermissionError" in text, text
+        # Landlock answers EACCES; inside the namespaces the root above /scratch is also read-only (EROFS).
+        assert re.search(rf"{label}:\w+/(EACCES|EROFS)\b", text), (label, text)
     assert not (out / "results.json").exists()
     assert not Path(f"/tmp/forged-{marker}.json").exists()
     assert forged_files(out) == []
@@ -388,9 +639,12 @@ def test_search_for_answers_finds_nothing(batch):
     text = outputs(batch["results"]["search_for_answers"])
     assert "found 0 answer files" in text, text
     for probe in ("ppid_cwd", "ppid_environ", "ppid_maps", "ppid_mem", "ppid_root", "init_root",
-                  "listdir_hidden0", "open_dk_ne_dv0", "open_single_step0", "proc_root_0", "listdir_root",
-                  "listdir_tmp", "listdir_up"):
+                  "proc_root_0", "listdir_root", "listdir_tmp", "listdir_up"):
         assert f"{probe}=EACCES" in text, (probe, text)
+    # The repository is denied by Landlock, or not mounted at all inside the namespaces.
+    refused = "(EACCES|ENOENT)" if isolation_level() == "namespaces" else "EACCES"
+    for probe in ("listdir_hidden0", "open_dk_ne_dv0", "open_single_step0"):
+        assert re.search(rf"{probe}={refused}\b", text), (probe, text)
     # Listing the grader's descriptor numbers is allowed to uid 0; opening any of them is not.
     assert "ppid_fd_open=EACCES" in text, text
 
@@ -457,11 +711,234 @@ while True:
 
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
-    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, python_paths
+    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, _python_mounts, python_paths
 
     hidden = (FIXTURES / "attention" / "hidden").resolve()
-    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths()):
+    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *_python_mounts()[0]):
         assert not hidden.is_relative_to(Path(granted).resolve()), granted
+
+
+def test_isolation_level_is_recorded(batch):
+    level = isolation_level()
+    result = batch["results"]["reference_before"]
+    assert result["extra_data"]["isolation"] == level
+    assert f"Sandbox: {level}\n" in (batch["out"] / "reference_before" / "feedback.txt").read_text()
+    report = (batch["out"] / "report.html").read_text()
+    assert re.search(rf'id="sandbox">sandbox: {level} \({len(batch["results"])} submissions\)', report), report[:3000]
+
+
+def test_strict_isolation_refuses_to_grade_without_namespaces(tmp_path):
+    folder = tmp_path / "honest"
+    folder.mkdir()
+    (folder / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    env = {**os.environ, "GRADELIB_SANDBOX": "landlock"}  # as on a machine without bubblewrap
+    proc = subprocess.run([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--isolation", "strict",
+                           "--only", "attention"], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "--isolation strict: not grading, namespaces are unavailable" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "grades" / "honest").exists()
+
+
+def attack_text(batch, attack: str) -> str:
+    result = batch["results"][attack]
+    assert result is not None, f"{attack} has no results.json"
+    return outputs(result)
+
+
+@needs_namespaces
+def test_setsid_chain_dies_with_the_run(batch):
+    assert "setsid chain started" in attack_text(batch, "setsid_chain")
+    # Checked the moment the batch returned: no link of the chain is left burning CPU.
+    assert batch["alive_after"] == [] and batch["alive_later"] == []
+    assert batch["left"]["uid_processes"] == []
+
+
+@needs_namespaces
+def test_process_and_thread_counts_stop_at_the_cap(batch):
+    from gradelib.sandbox import Limits
+
+    text = attack_text(batch, "resource_counts")
+    found = re.search(r"counts forks=(\d+) threads=(\d+) files=(\d+)", text)
+    assert found, text
+    forks, threads, files = map(int, found.groups())
+    cap = Limits().processes
+    assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
+    assert files > 0  # the attack ran; the files went with its scratch folder
+    assert batch["left"]["scratch"] == []
+
+
+@needs_namespaces
+def test_shared_memory_is_gone_after_the_run(batch):
+    text = attack_text(batch, "shared_memory")
+    assert "devshm:written" in text and "sysv:attached" in text, text  # private ones: allowed, and dropped
+    assert batch["left"]["dev_shm"] == []
+    assert batch["left"]["sysv_shm"] is False
+
+
+@needs_namespaces
+def test_network_reaches_nothing_on_the_host(batch):
+    text = attack_text(batch, "network")
+    assert re.search(r"unix:(ENOENT|EACCES)\b", text), text
+    assert re.search(r"tcp:(ECONNREFUSED|ENETUNREACH|EACCES)\b", text), text
+    assert "net udp:" in text, text  # sent or refused, it must not arrive
+    assert batch["received"] == []
+
+
+@needs_namespaces
+def test_host_processes_are_invisible(batch):
+    text = attack_text(batch, "host_processes")
+    found = re.search(r"proc visible=(\d+) host_visible=(\d+)", text)
+    assert found, text
+    visible, host = map(int, found.groups())
+    assert host == 0 and 0 < visible <= 4, text  # the namespace's init and the child itself
+
+
+@needs_namespaces
+def test_root_only_files_stay_unreadable(batch):
+    text = attack_text(batch, "root_only_files")
+    uid = int(re.search(r"uid=(\d+)", text).group(1))
+    assert UID_BASE <= uid < UID_BASE + SLOTS, text  # a real unprivileged uid, not uid 0
+    assert ":read:" not in text and "TOPSECRET" not in text, text
+    assert re.search(r"secret:(ENOENT|EACCES)\b", text) and re.search(r"shadow:(ENOENT|EACCES)\b", text), text
+    # /proc/1/environ is mounted and root's: only the uid keeps it closed.
+    assert re.search(r"init_environ:EACCES\b", text), text
+
+
+@pytest.mark.parametrize("attack", ["log_symlink_feedback", "log_symlink_secret", "log_fifo", "log_dev_zero"])
+def test_replaced_log_file_is_never_read(batch, attack):
+    text = attack_text(batch, attack)
+    # What the child printed came back over the grader's pipe ...
+    assert "attack-printed-this" in text and "exited with code 3" in text, text
+    # ... and whatever the child left at log.txt was not read.
+    assert "Submission: reference_before" not in text and "TOPSECRET" not in text, text
+    assert "\x00" not in text and len(text) < 200_000
+
+
+def test_attacks_leave_nothing_behind(batch):
+    left = batch["left"]
+    assert left["tmp"] == [] and left["scratch"] == [] and left["uid_processes"] == [], left
+    assert left["cgroups"] == [], left
+    if isolation_level() == "namespaces":
+        assert left["dev_shm"] == [] and left["sysv_shm"] is False, left
+
+
+AUTOGRAD_HIDDEN = r"""
+import sys
+import torch
+
+ag = getattr(torch, "auto" + "grad")
+
+
+class Attention:
+    def __init__(self, weights_keys, weights_queries, weights_values):
+        self.W_k, self.W_q, self.W_v = weights_keys, weights_queries, weights_values
+
+    def _forward(self, X, W_k, W_q, W_v):
+        Q, K, V = X @ W_q, X @ W_k, X @ W_v
+        A_w = Q @ K.transpose(-1, -2)
+        T = X.shape[1]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        A_sig = torch.softmax((A_w / K.shape[-1] ** 0.5).masked_fill(mask, float("-inf")), dim=-1)
+        return Q, K, V, A_w, A_sig, A_sig @ V
+
+    def forward(self, X):
+        self.X = X
+        self.Q, self.K, self.V, self.A_w, self.A_sig, out = self._forward(X, self.W_k, self.W_q, self.W_v)
+        return out
+
+    def backward(self, dLdXnew):
+        leaves = [t.detach().clone() for t in (self.X, self.W_k, self.W_q, self.W_v)]
+        for t in leaves:
+            getattr(t, "requires" + "_grad_")(True)
+        Q, K, V, *_rest, out = self._forward(*leaves)
+        inner = [Q, K, V]
+        grads = getattr(ag, "gr" + "ad")([out], [*leaves, *inner], [dLdXnew])
+        self.dLdX, self.dLdWk, self.dLdWq, self.dLdWv, self.dLdQ, self.dLdK, self.dLdV = (g.detach() for g in grads)
+        # Hide it: clear the harness's record and the flags it writes.
+        main = sys.modules["__main__"]
+        main.autograd_calls.clear()
+        main.autograd_calls = set()
+        return self.dLdX
+"""
+
+
+def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
+    result = grade_files(tmp_path, {"attention.py": AUTOGRAD_HIDDEN}, only=["attention"], timeout_s=60)
+    by_name = {t.name: t for t in result.tests}
+    forward = [t for name, t in by_name.items() if "forward" in name]
+    backward = [t for name, t in by_name.items() if "backward" in name]
+    assert forward and all(t.passed for t in forward), [t.output for t in forward]  # honest forward points stay
+    assert backward and all(t.score == 0.0 for t in backward)
+    text = "\n".join(t.output for t in backward)
+    assert "Backward points withheld" in text and "torch.autograd.grad" in text, text
+    # The source hides the names from the static check: the runtime record alone caught it.
+    assert "uses automatic differentiation" not in text, text
+
+
+FILL_AND_HANG = r"""
+import ctypes, os, signal
+ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
+if os.fork() == 0:
+    os.setsid()  # a second process, outside the child's session
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+block = b"x" * (1 << 20)
+for folder in (".", os.environ.get("TMPDIR", "tmp")):
+    try:
+        with open(os.path.join(folder, "fill-@MARKER@.bin"), "wb") as fh:
+            for _ in range(48):
+                fh.write(block)
+    except OSError:
+        pass
+while True:
+    pass
+"""
+
+
+def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
+    marker = "zz" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "filler"
+    folder.mkdir()
+    (folder / "attention.py").write_text(FILL_AND_HANG.replace("@MARKER@", marker))
+    scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
+    start = time.monotonic()
+    # The submission's own limit (60 s) is past the batch's deadline for the whole worker (10 s).
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60", "--submission-timeout", "10",
+                   "--only", "attention", "--retries", "0", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - start < 60
+    result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
+    assert result["score"] == 0.0 and "ran past the 10 s limit" in result["output"], result["output"]
+    assert sandbox_uid_processes() == []
+    assert processes_named(marker) == []
+    assert sorted(Path("/sys/fs/cgroup").glob("**/gradelib-*")) == []
+    assert set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before == set()
+    leftovers = []
+    deadline = time.monotonic() + 20
+    for top, dirs, files in os.walk("/tmp"):
+        leftovers += [os.path.join(top, f) for f in files if marker in f]
+        if time.monotonic() > deadline:
+            break
+    assert leftovers == []
+
+
+def test_read_tail_never_follows_links_or_blocks(tmp_path):
+    from gradelib.sandbox import read_tail
+
+    secret = tmp_path / "secret"
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o600)
+    (tmp_path / "link").symlink_to(secret)
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "plain").write_text("x" * 5000 + "end")
+    start = time.monotonic()
+    assert read_tail(tmp_path / "link") == ""
+    assert read_tail(tmp_path / "zero") == ""
+    assert read_tail(tmp_path / "fifo") == ""
+    assert time.monotonic() - start < 5
+    assert read_tail(tmp_path / "plain", 100) == "x" * 97 + "end"
 
 
 # =====================================================================================================

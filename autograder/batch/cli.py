@@ -16,9 +16,11 @@ import argparse
 import ctypes
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -147,6 +149,7 @@ class Job:
     attempts: int = 0
     proc: subprocess.Popen | None = None
     started: float = 0.0
+    scratch: Path | None = None
 
 
 class Batch:
@@ -161,6 +164,8 @@ class Batch:
         self.graded = 0
         self.failed: list[str] = []
         self.logs = args.out / ".logs"
+        # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
+        self.scratch = Path(tempfile.mkdtemp(prefix="autograder-scratch-"))
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
         import resource
@@ -172,10 +177,13 @@ class Batch:
 
     def _start(self, job: Job) -> None:
         job.attempts += 1
+        job.scratch = Path(tempfile.mkdtemp(prefix=f"{job.name[:40]}-", dir=self.scratch))
+        job.scratch.chmod(0o711)  # a fallback child running as `nobody` must traverse it
         argv = [
             sys.executable, "-m", "autograder.batch.worker", str(job.path.resolve()),
             "--name", job.name, "--out", str(self.args.out.resolve()),
             "--timeout", str(self.args.timeout), "--memory-mb", str(self.args.memory_mb),
+            "--isolation", self.args.isolation, "--scratch-root", str(job.scratch),
         ]
         if self.args.only:
             argv += ["--only", *self.args.only]
@@ -206,6 +214,7 @@ class Batch:
 
     def _finished(self, job: Job, returncode: int | None, bar) -> None:
         self.active.remove(job)
+        self._clean(job)
         if self.stop_signal is not None:
             return
         if returncode == 0 and (self.args.out / job.name / "results.json").is_file():
@@ -227,9 +236,19 @@ class Batch:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _reap_orphans(self, before: set[int]) -> None:
-        # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
+    def _clean(self, job: Job) -> None:
+        """Nothing of a worker that ended, however it ended, stays: its sandboxed processes, then its files."""
         workers = {j.proc.pid for j in self.active}
+        self._reap_orphans(self._before, workers)
+        sandbox.sweep_free_slots()
+        sandbox.sweep_cgroups()
+        if job.scratch is not None:
+            shutil.rmtree(job.scratch, ignore_errors=True)
+            job.scratch = None
+
+    def _reap_orphans(self, before: set[int], workers: set[int] | None = None) -> None:
+        # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
+        workers = {j.proc.pid for j in self.active} if workers is None else workers
         for pid in sandbox._children_of(os.getpid()) - before - workers:
             for kill in (os.killpg, os.kill):
                 try:
@@ -243,7 +262,7 @@ class Batch:
 
     def run(self, bar) -> None:
         sandbox._become_subreaper()
-        before = sandbox._children_of(os.getpid())
+        before = self._before = sandbox._children_of(os.getpid())
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             while (self.queue or self.active) and self.stop_signal is None:
@@ -277,8 +296,12 @@ class Batch:
                 except subprocess.TimeoutExpired:
                     self._kill(job, signal.SIGKILL)
                     job.proc.wait()
+            for job in self.active:
+                self._clean(job)
             self.active.clear()
             self._reap_orphans(before)
+            sandbox.sweep_free_slots()
+            shutil.rmtree(self.scratch, ignore_errors=True)
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -316,6 +339,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
     ap.add_argument("--title", default="Class report", help="heading of report.html")
+    ap.add_argument(
+        "--isolation", choices=("best", "strict"), default="best",
+        help="best: namespaces where the machine allows, else the Landlock fallback (recorded per submission); "
+        "strict: refuse to grade without namespaces",
+    )
     return ap.parse_args(argv)
 
 
@@ -334,6 +362,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown problem id(s) {unknown}; known: {known}", file=sys.stderr)
             return 2
     problem_ids = [p for p in known if not args.only or p in args.only]
+    if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
+        print(
+            f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
+            "Expected: root with bubblewrap and setpriv installed (make setup installs bubblewrap); "
+            "or run without --isolation strict to use the Landlock fallback.",
+            file=sys.stderr,
+        )
+        return 2
     names = submission_names(args.submissions)
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = [Job(p, n) for p, n in zip(args.submissions, names) if args.force or not already_graded(p, args.out / n)]

@@ -50,6 +50,7 @@ class Row:
     wall_s: float = 0.0
     notes: str = ""
     tests: list[TestRow] = field(default_factory=list)
+    isolation: str = ""  # sandbox level its code ran under; "" when results.json does not say
 
     def autolab_line(self, problem_ids: list[str]) -> str:
         """Autolab's autoresult: the last stdout line, one score per problem id."""
@@ -90,6 +91,7 @@ def read_row(path: Path, name: str) -> Row:
         wall_s=wall,
         notes=notes,
         tests=tests,
+        isolation=str(extra.get("isolation", "")) if isinstance(extra := data.get("extra_data"), dict) else "",
     )
 
 
@@ -163,6 +165,13 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         if n else "no submissions"
     )
 
+    levels: dict[str, int] = {}
+    for r in rows:
+        levels[r.isolation or "unknown"] = levels.get(r.isolation or "unknown", 0) + 1
+    sandbox_line = "sandbox: " + ", ".join(f"{level} ({k} submissions)" for level, k in sorted(levels.items()))
+    if n and set(levels) != {"namespaces"}:
+        sandbox_line += " (only namespaces stop every attack the test suite tries; see the README's isolation section)"
+
     problem_rows = []
     for p in problem_ids:
         got = [r.scores.get(p, 0.0) for r in rows]
@@ -193,7 +202,8 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
 
     all_rows = [
         [f'<a href="{escape(r.submission)}/feedback.txt">{escape(r.submission)}</a>',
-         *[f"{r.scores.get(p, 0.0):g}" for p in problem_ids], f"{r.total:g}", f"{r.wall_s:.1f}"]
+         *[f"{r.scores.get(p, 0.0):g}" for p in problem_ids], f"{r.total:g}", f"{r.wall_s:.1f}",
+         escape(r.isolation or "unknown")]
         for r in rows
     ]
 
@@ -211,6 +221,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         f"<title>{escape(title)}</title><style>{css}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         f'<p id="summary">{escape(summary)}</p>',
+        f'<p id="sandbox">{escape(sandbox_line)}</p>',
         "<h2>Score distribution</h2>",
         _histogram_svg(totals, max_score),
         "<h2>Problems</h2>",
@@ -222,7 +233,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         f"<h2>Submissions that failed or need a look ({len(failed_rows)})</h2>",
         _table(["submission", "total", "why"], failed_rows, "failed"),
         "<h2>All submissions</h2>",
-        _table(["submission", *problem_ids, "total", "time (s)"], all_rows, "all"),
+        _table(["submission", *problem_ids, "total", "time (s)", "sandbox"], all_rows, "all"),
         "</body></html>",
         "",
     ])

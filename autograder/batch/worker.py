@@ -1,7 +1,8 @@
 """Grade one submission to disk, in a process of its own.
 
     python -m autograder.batch.worker SUBMISSION --name NAME --out DIR [--only ID ...]
-                                [--timeout S] [--memory-mb M]
+                                [--timeout S] [--memory-mb M] [--isolation best|strict]
+                                [--scratch-root DIR]
 
 The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
@@ -36,7 +37,8 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:
-    # Sandboxed children lead their own sessions; kill each session whole.
+    # The run in progress (its namespace, or its uid's processes), then any session we lead.
+    sandbox.abort_active()
     for pid in sandbox._children_of(os.getpid()):
         for kill in (os.killpg, os.kill):
             try:
@@ -54,14 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
+    ap.add_argument("--isolation", choices=("best", "strict"), default="best",
+                    help="strict: refuse to run submission code without namespaces")
+    ap.add_argument("--scratch-root", type=Path, default=None,
+                    help="folder for scratch files (the batch removes it whatever happens to this process)")
     args = ap.parse_args(argv)
+    if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
+        print(f"--isolation strict: namespaces are unavailable here ({sandbox.isolation_reason()})", file=sys.stderr)
+        return 2
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _kill_children_and_exit)
     result = grade_hidden(
         args.submission,
         only=args.only or None,
-        limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb),
+        limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb, isolation=args.isolation),
         name=args.name,
+        scratch_root=args.scratch_root,
     )
     write_submission(result, args.out / args.name)
     return 0

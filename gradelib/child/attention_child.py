@@ -3,7 +3,8 @@
 For every case in task.json: build Attention(W_k, W_q, W_v), call forward(X)
 and backward(dLdXnew), and record X_new, dLdX and the attributes the contract
 says are stored on self. Records which autograd entry points the submission
-touched, so the grader can take away the backward points for them.
+touched, so the grader can take away the backward points for them: in
+meta.json and, out of the submission's reach, as audit events (see boot.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ FORWARD_ATTRS = ("Q", "K", "V", "A_w", "A_sig")
 BACKWARD_ATTRS = ("dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv")
 
 autograd_calls: set[str] = set()
+# Bound before the submission is imported. The audit hook that boot.py installed
+# sends each event to the grader at once, so a submission that clears
+# autograd_calls (or this module) afterwards does not take the record back.
+_audit = sys.audit
 
 
 def _tripwire(owner, attr: str, label: str) -> None:
@@ -30,6 +35,8 @@ def _tripwire(owner, attr: str, label: str) -> None:
         return
 
     def wrapped(*args, **kwargs):
+        if label not in autograd_calls:
+            _audit("gradelib.autograd", label)
         autograd_calls.add(label)
         return original(*args, **kwargs)
 

@@ -65,6 +65,7 @@ class SubmissionResult:
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
+    isolation: str = ""  # sandbox level the submission's code ran under (gradelib.sandbox.LEVELS)
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
@@ -87,7 +88,7 @@ class SubmissionResult:
             per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
             number = f"{self.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in self.problems else ""
             tests.append(t.to_gradescope(number))
-        return {
+        out = {
             "score": self.score,
             "execution_time": round(_number(self.wall_s), 2),
             "output": clean_text("\n".join(self.notes)),
@@ -95,8 +96,15 @@ class SubmissionResult:
             "visibility": "visible",
             "stdout_visibility": "hidden",
             "tests": tests,
-            **({"extra_data": {"flags": dict(self.flags)}} if self.flags else {}),
         }
+        extra: dict = {}  # Gradescope keeps extra_data and shows it to nobody
+        if self.flags:
+            extra["flags"] = dict(self.flags)
+        if self.isolation:
+            extra["isolation"] = self.isolation
+        if extra:
+            out["extra_data"] = extra
+        return out
 
     def autolab_line(self) -> str:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
@@ -104,6 +112,8 @@ class SubmissionResult:
     def table(self, show_hidden_output: bool = True) -> str:
         """A readable score table: one line per test, then messages of failed ones."""
         lines = [f"Submission: {self.submission}"]
+        if self.isolation:
+            lines.append(f"Sandbox: {self.isolation}")
         lines += [f"  note: {n}" for n in self.notes]
         width = max([len(t.name) for t in self.tests] + [20])
         for pid in self.problems:

@@ -1,30 +1,38 @@
-"""Run a submission's code in a separate, resource-limited process.
+"""Run a submission's code in a separate, confined process.
 
 The grader never imports student code. It writes inputs into a scratch folder,
-starts `python -I harness.py` there, and reads back plain arrays once the
-process and everything it started are gone. The child gets, where the
-machine allows each:
+starts `python -I boot.py harness.py` there, and reads back plain arrays once
+the process and everything it started are gone. Two levels, the strongest the
+machine allows (`isolation_level()`; `Limits.isolation="strict"` refuses the
+weaker one):
 
-- its own session (process group), killed whole after the run;
-- a wall-clock timeout, and rlimits on CPU seconds, address space, file size
-  and open files;
-- Landlock (Linux >= 5.13): read-only access to the Python installation and
-  the system libraries, read-write access to its scratch folder only, and
-  nothing else -- so it cannot read hidden cases, write other submissions'
-  results, signal or ptrace the grader, or open TCP connections;
-- no privileges: as root it becomes `nobody` when the interpreter is readable
-  by that user, and otherwise keeps uid 0 with every capability dropped;
-- no way to outlive the grader: the grader is a child subreaper, so processes
-  the submission forks and orphans are re-parented to it and killed.
+"namespaces" (root with bubblewrap and util-linux setpriv): the child runs in
+  fresh PID, network, IPC, UTS and mount namespaces. Its root is an empty
+  tmpfs holding, read-only, /usr, a few files of /etc and the Python
+  installation at their own paths; its scratch folder at /scratch; a fresh
+  /proc, a minimal /dev and private size-capped /tmp and /dev/shm that vanish
+  with it. It runs as a real unprivileged uid, one per concurrent run (a lock
+  under /run), with no capabilities, no_new_privs, RLIMIT_NPROC, and Landlock
+  inside as a second layer. Killing bubblewrap ends the namespace's init, and
+  the kernel then kills every process of the run, setsid() or not.
+"landlock" / "none" (no bubblewrap, not root, or an unprivileged container):
+  its own session, rlimits, Landlock when the kernel has it, `nobody` or uid 0
+  without capabilities, and the grader as child subreaper to kill orphans.
 
-`isolation_report()` says which of these this machine supports.
+At both levels the child's stdout/stderr and its audit events come back over
+pipes the grader opened before it started (never a path the child can
+replace), read with a byte cap.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import json
 import os
 import pwd
+import selectors
+import shutil
 import signal
 import site
 import subprocess
@@ -34,114 +42,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Linux constants (stable kernel ABI).
+from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them from here)
+    BOOT_ENV,
+    PR_SET_NO_NEW_PRIVS,
+    _apply_landlock,
+    _libc,
+    landlock_abi,
+)
+
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_CHILD_SUBREAPER = 36
-PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-SYS_LANDLOCK_CREATE_RULESET = 444
-SYS_LANDLOCK_ADD_RULE = 445
-SYS_LANDLOCK_RESTRICT_SELF = 446
-LANDLOCK_CREATE_RULESET_VERSION = 1
-LANDLOCK_RULE_PATH_BENEATH = 1
-
-_FS_EXECUTE = 1 << 0
-_FS_WRITE_FILE = 1 << 1
-_FS_READ_FILE = 1 << 2
-_FS_READ_DIR = 1 << 3
-_FS_ALL_V1 = (1 << 13) - 1  # execute .. make_sym
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_FS_IOCTL_DEV = 1 << 15  # ABI 5
-_NET_BIND_TCP = 1 << 0  # ABI 4
-_NET_CONNECT_TCP = 1 << 1
-_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
-_SCOPE_SIGNAL = 1 << 1
 
 NOBODY = "nobody"
 READ_ONLY_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/sys", "/opt/conda")
 DEVICE_PATHS = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/shm")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_abi() -> int:
-    """Landlock ABI version of the running kernel, 0 when unavailable."""
-    try:
-        version = _libc.syscall(
-            SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
-        )
-    except Exception:
-        return 0
-    return max(int(version), 0)
-
-
-def _fs_mask(abi: int) -> int:
-    mask = _FS_ALL_V1
-    if abi >= 2:
-        mask |= _FS_REFER
-    if abi >= 3:
-        mask |= _FS_TRUNCATE
-    if abi >= 5:
-        mask |= _FS_IOCTL_DEV
-    return mask
-
-
-def _apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> None:
-    """Confine this process (and its future children) to the given paths."""
-    handled = _fs_mask(abi)
-    attr = _RulesetAttr(handled, 0, 0)
-    size = 16  # ABI 1-3 know two fields; ABI >= 6 knows three
-    if abi >= 4:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
-    if abi >= 6:
-        attr.scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL
-        size = ctypes.sizeof(_RulesetAttr)
-    if abi < 4:
-        size = 8
-    fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    read_access = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
-    for paths, access in ((read_paths, read_access), (write_paths, handled)):
-        for path in paths:
-            try:
-                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                allowed = access
-                if not os.path.isdir(path):
-                    # Directory-only rights are invalid on a file rule.
-                    allowed &= _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
-                rule = _PathBeneathAttr(allowed & handled, pfd)
-                if _libc.syscall(SYS_LANDLOCK_ADD_RULE, fd, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
-                    raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
-            finally:
-                os.close(pfd)
-    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
-    if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) < 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-    os.close(fd)
-
 
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -204,6 +122,23 @@ class Limits:
     memory_mb: int = 3072  # address space (RLIMIT_AS); torch alone maps ~0.7 GB
     file_mb: int = 64  # largest file the child may write
     open_files: int = 256
+    processes: int = 64  # processes and threads together (RLIMIT_NPROC)
+    isolation: str = "best"  # "strict": refuse to run without namespaces
+
+
+LOG_CAP = 64 * 1024  # bytes of the child's output kept (its tail)
+EVENTS_CAP = 64 * 1024  # bytes of audit events read
+SHM_MB = 64  # private /dev/shm of a namespaced child
+UID_BASE = 61000  # uids UID_BASE .. UID_BASE + SLOTS - 1 are reserved for sandboxed children
+SLOTS = 64
+SLOT_DIR = Path("/run/gradelib-sandbox")
+SCRATCH_INSIDE = "/scratch"
+BOOT_INSIDE = "/run/grader/boot.py"
+BOOT_SOURCE = Path(__file__).resolve().parent / "child" / "boot.py"
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd",
+             "/etc/group", "/etc/nsswitch.conf")
+LEVELS = ("namespaces", "landlock", "none")
+FORCE_ENV = "GRADELIB_SANDBOX"  # "landlock": use the fallback even where namespaces work
 
 
 @dataclass
@@ -216,6 +151,8 @@ class ChildRun:
     log_tail: str
     isolation: list[str] = field(default_factory=list)
     leftover_killed: int = 0
+    level: str = "none"
+    events: list[str] = field(default_factory=list)  # audit events, in order, as "gradelib.<name> args"
 
     def describe(self) -> str:
         if self.timed_out:
@@ -232,6 +169,11 @@ class ChildRun:
             return f"was killed by {name}{hint}"
         return f"exited with code {self.returncode}"
 
+    def event_args(self, name: str) -> list[str]:
+        """Arguments of every `gradelib.<name>` event the child raised."""
+        prefix = f"gradelib.{name} "
+        return [e[len(prefix):] for e in self.events if e.startswith(prefix)]
+
 
 _subreaper_set = False
 
@@ -246,27 +188,46 @@ def _become_subreaper() -> None:
         _subreaper_set = True
 
 
+def _proc_stat(pid: str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("latin-1")
+    except OSError:
+        return None
+    # Fields after the ')' that closes the command name: state, ppid, ...
+    return stat[stat.rfind(")") + 2 :].split()
+
+
 def _children_of(pid: int) -> set[int]:
     kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _proc_stat(entry)
+            if fields and len(fields) > 1 and int(fields[1]) == pid:
+                kids.add(int(entry))
+    return kids
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Pids whose real uid is `uid`."""
+    pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode("latin-1")
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                pids.append(int(entry))
         except OSError:
-            continue
-        # Field 4 (ppid) follows the ')' that closes the command name.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            kids.add(int(entry))
-    return kids
+            pass
+    return pids
 
 
 def _kill_new_children(before: set[int]) -> int:
     """Kill and reap every child of ours that did not exist before the run."""
     killed = 0
-    for _ in range(50):
+    # Each kill re-parents the next link of a chain of orphans to us: go on until none is left.
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
         extra = _children_of(os.getpid()) - before
         if not extra:
             break
@@ -285,9 +246,181 @@ def _kill_new_children(before: set[int]) -> int:
     return killed
 
 
+def kill_uid(uid: int, wait_s: float = 5.0) -> int:
+    """SIGKILL every process of a sandbox uid until none is left; the number killed."""
+    killed = 0
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pids = processes_of_uid(uid)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    return killed
+
+
+# ---------------------------------------------------------------- namespaces
+
+class _Slot:
+    """A sandbox uid held for one run: an flock that the kernel drops if we die."""
+
+    def __init__(self) -> None:
+        SLOT_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for k in range(SLOTS):
+            fd = os.open(SLOT_DIR / f"slot-{k}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.fd, self.uid = fd, UID_BASE + k
+            # A grader that died mid-run may have left processes of this uid.
+            kill_uid(self.uid)
+            return
+        raise RuntimeError(f"all {SLOTS} sandbox uids are in use")
+
+    def release(self) -> None:
+        kill_uid(self.uid)
+        os.close(self.fd)
+
+
+def _python_mounts() -> tuple[list[str], str]:
+    """(folders to mount read-only, the interpreter to run inside)."""
+    prefix = os.path.realpath(sys.prefix)
+    roots = {prefix, os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
+    roots.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    roots.update(os.path.realpath(p) for p in python_paths())
+    kept: list[str] = []
+    for path in sorted(roots):
+        if path.startswith("/usr/") or path == "/usr" or any(path.startswith(k + "/") for k in kept):
+            continue
+        kept.append(path)
+    if sys.prefix != sys.base_prefix:  # a venv: its own bin/python finds pyvenv.cfg
+        exe = os.path.join(prefix, "bin", os.path.basename(sys.executable))
+    else:
+        exe = os.path.realpath(sys.executable)
+    return kept, exe
+
+
+def _bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], list[str], list[str]]:
+    """(bwrap + setpriv + python argv prefix, Landlock read paths, write paths) for a namespaced child."""
+    pymounts, exe = _python_mounts()
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--die-with-parent", "--new-session",
+        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--hostname", "sandbox",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            argv += ["--ro-bind", link, link]
+    made: set[str] = {"/"}
+
+    def parents(path: str) -> list[str]:
+        # bwrap makes missing parents 0700 (root only): make them traversable first.
+        out = []
+        parts = Path(path).parts[1:-1]
+        for i in range(len(parts)):
+            p = "/" + "/".join(parts[: i + 1])
+            if p not in made:
+                made.add(p)
+                out += ["--perms", "0755", "--dir", p]
+        return out
+
+    for path in [*(p for p in ETC_FILES if os.path.exists(p)), *pymounts]:
+        argv += [*parents(path), "--ro-bind", path, path]
+    argv += [
+        "--proc", "/proc", "--dev", "/dev",
+        "--perms", "01777", "--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm",
+        # Private and empty; not writable by the child (TMPDIR is its scratch).
+        "--size", str(1024 * 1024), "--tmpfs", "/tmp",
+        "--bind", str(workdir), SCRATCH_INSIDE,
+        *parents(BOOT_INSIDE), "--ro-bind", str(BOOT_SOURCE), BOOT_INSIDE,
+        "--remount-ro", "/",
+        "--chdir", SCRATCH_INSIDE,
+        "--",
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+        exe, "-I", "-B", BOOT_INSIDE,
+    ]
+    read = ["/usr", "/etc", "/proc", "/dev", *pymounts]
+    write = [SCRATCH_INSIDE, "/dev/shm", "/dev/null"]
+    return argv, read, write
+
+
+_level: tuple[str, str] | None = None  # (level, why)
+
+
+def _probe_namespaces() -> str | None:
+    """None when a namespaced child runs here, else why not."""
+    if os.environ.get(FORCE_ENV, "") in ("landlock", "none"):
+        return f"{FORCE_ENV}={os.environ[FORCE_ENV]} asks for the fallback"
+    if os.geteuid() != 0:
+        return "not root: a real unprivileged uid for the child needs root"
+    for tool in ("bwrap", "setpriv"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed (make setup installs bubblewrap)"
+    import tempfile
+
+    slot = None
+    probe = Path(tempfile.mkdtemp(prefix="sandbox-probe-"))
+    try:
+        slot = _Slot()
+        os.chown(probe, slot.uid, slot.uid)
+        argv, _r, _w = _bwrap_argv(probe, slot.uid, Limits())
+        argv = argv[: len(argv) - 1 - argv[::-1].index(BOOT_INSIDE)] + ["-S", "-c", "import os; print(os.getuid())"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0 or proc.stdout.strip() != str(slot.uid):
+            return f"bubblewrap could not start a test child: {(proc.stderr or proc.stdout).strip()[:300]}"
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap could not start a test child: {exc}"
+    finally:
+        if slot is not None:
+            slot.release()
+        shutil.rmtree(probe, ignore_errors=True)
+    return None
+
+
+def isolation_level() -> str:
+    """"namespaces", "landlock" or "none": what `run` applies on this machine (probed once)."""
+    global _level
+    if _level is None:
+        why = _probe_namespaces()
+        if why is None:
+            _level = ("namespaces", "")
+        else:
+            _level = ("landlock" if landlock_abi() else "none", why)
+    return _level[0]
+
+
+def isolation_reason() -> str:
+    """Why namespaces are not used here ('' when they are)."""
+    isolation_level()
+    return _level[1] if _level else ""
+
+
 def isolation_report() -> list[str]:
     """What `run` can apply on this machine, in words."""
-    report = ["own session, killed whole after the run", "wall-clock timeout and rlimits (CPU, memory, files)"]
+    level = isolation_level()
+    if level == "namespaces":
+        return [
+            "namespaces: bubblewrap with fresh PID, network, IPC, UTS and mount namespaces; only the interpreter "
+            "(read-only) and the scratch folder mounted; private /tmp and /dev/shm",
+            f"a distinct unprivileged uid per concurrent run (from {UID_BASE}), no capabilities, "
+            "RLIMIT_NPROC, wall-clock timeout and rlimits",
+            f"Landlock ABI {landlock_abi()} inside as a second layer" if landlock_abi() else "no Landlock inside",
+        ]
+    report = [f"{level}: no namespaces ({isolation_reason()})", "own session, killed whole after the run",
+              "wall-clock timeout and rlimits (CPU, memory, files, processes)"]
     abi = landlock_abi()
     report.append(f"Landlock ABI {abi}: filesystem confined to the scratch folder" if abi else "no Landlock: the child can read files this user can read")
     if os.geteuid() == 0:
@@ -309,26 +442,221 @@ def _nobody() -> tuple[int, int] | None:
     return pw.pw_uid, pw.pw_gid
 
 
+def _child_env(home: str, tmp: str, extra: dict[str, str] | None) -> dict[str, str]:
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": tmp,
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": tmp,
+        **(extra or {}),
+    }
+
+
 def run(
     argv: list[str],
     workdir: Path,
     limits: Limits,
     env_extra: dict[str, str] | None = None,
 ) -> ChildRun:
-    """Run `python -I argv...` in `workdir` under the limits; return how it ended.
+    """Run `python -I boot.py argv...` in `workdir` under the limits; return how it ended.
 
-    The child's stdout and stderr go to workdir/log.txt (never to our stdout),
-    so nothing a submission prints can pose as grader output.
+    The child's stdout and stderr come back over a pipe (never to our stdout,
+    never through a file the child could replace), so nothing a submission
+    prints can pose as grader output.
     """
     _become_subreaper()
     workdir = Path(workdir).resolve()
-    tmp = workdir / "tmp"
-    tmp.mkdir(exist_ok=True)
+    level = isolation_level()
+    if limits.isolation == "strict" and level != "namespaces":
+        return ChildRun(None, False, 0.0, f"refused to run without namespaces: {isolation_reason()}", [], 0, level)
+    (workdir / "tmp").mkdir(exist_ok=True)
+    out_r, out_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    slot: _Slot | None = None
+    cgroups: list[Path] = []
+    try:
+        if level == "namespaces":
+            slot = _Slot()
+            cmd, preexec, env, isolation = _namespaced(argv, workdir, limits, slot, rep_w, env_extra)
+        else:
+            cmd, preexec, env, isolation = _fallback(argv, workdir, limits, rep_w, env_extra)
+        cgroups = _make_cgroups(limits) if os.geteuid() == 0 else []
+        if cgroups:
+            isolation.append("cgroups: " + ", ".join(c.parent.name if c.parent != CGROUP_ROOT else "v2" for c in cgroups))
+        procs_files = [str(c / "cgroup.procs") for c in cgroups]
+        inner = preexec
+
+        def preexec() -> None:
+            for path in procs_files:  # before exec: everything the run starts is inside
+                with open(path, "w") as fh:
+                    fh.write(str(os.getpid()))
+            inner()
+
+        return _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
+                          cgroups)
+    finally:
+        kill_cgroups(cgroups)
+        for folder in cgroups:
+            _remove_cgroup(folder)
+        for fd in (out_r, out_w, rep_r, rep_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if slot is not None:
+            slot.release()
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+_run_counter = iter(range(1, 1 << 62))
+
+
+def _make_cgroups(limits: Limits) -> list[Path]:
+    """A cpu and a pids cgroup (v1, or v2 where delegated) for one run; [] where none can be made.
+
+    The whole run shares one CPU, so however many processes or sessions it
+    starts (each setsid() is an autogroup of its own in the root cgroup),
+    a classmate graded alongside keeps its share; pids.max caps processes and
+    threads of the run whatever uid they have. Where nothing can be made the
+    run goes on with rlimits only.
+    """
+    name = f"gradelib-{os.getpid()}-{next(_run_counter)}"
+    # bubblewrap's own two processes are in the group too.
+    settings = {"cpu": {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(CPU_PERIOD_US)},
+                "pids": {"pids.max": str(limits.processes + 2)}}
+    made: list[Path] = []
+    if (CGROUP_ROOT / "cgroup.controllers").exists():  # v2
+        settings = {"": {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "pids.max": str(limits.processes + 2)}}
+    for controller, files in settings.items():
+        base = CGROUP_ROOT / controller if controller else CGROUP_ROOT
+        if not (base / "cgroup.procs").exists():
+            continue
+        folder = base / name
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            for fname, value in files.items():
+                (folder / fname).write_text(value)
+        except OSError:
+            _remove_cgroup(folder)
+            continue
+        made.append(folder)
+    return made
+
+
+def _remove_cgroup(folder: Path) -> None:
+    for _ in range(100):  # busy until its last (killed) process is gone
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def kill_cgroups(cgroups: list[Path], wait_s: float = 10.0) -> int:
+    """SIGKILL every process in the run's cgroups until they are empty; the number killed.
+
+    Sessions, double forks and re-parenting do not take a process out of its cgroup.
+    The CPU cap is lifted first: a throttled process would take long to die.
+    """
+    killed: set[int] = set()
+    for folder in cgroups:
+        for fname, value in (("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")):
+            if (folder / fname).exists():
+                try:
+                    (folder / fname).write_text(value)
+                except OSError:
+                    pass
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pids: set[int] = set()
+        for folder in cgroups:
+            try:
+                pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    return len(killed)
+
+
+def sweep_cgroups() -> None:
+    """Empty and remove the run cgroups of graders that were killed."""
+    for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu", CGROUP_ROOT / "pids"):
+        for folder in base.glob("gradelib-*"):
+            try:
+                owner = int(folder.name.split("-")[1])
+            except (ValueError, IndexError):
+                continue
+            if not os.path.exists(f"/proc/{owner}"):
+                kill_cgroups([folder])
+                _remove_cgroup(folder)
+
+
+def _rlimits(limits: Limits, nproc: int | None):
+    cpu_s = int(limits.timeout_s) + 5
+    mem = limits.memory_mb * 1024 * 1024
+    fsize = limits.file_mb * 1024 * 1024
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return apply
+
+
+def _namespaced(argv, workdir: Path, limits: Limits, slot: _Slot, rep_w: int, env_extra):
+    os.chown(workdir, slot.uid, slot.uid)
+    os.chown(workdir / "tmp", slot.uid, slot.uid)
+    prefix, read, write = _bwrap_argv(workdir, slot.uid, limits)
+    tmp = f"{SCRATCH_INSIDE}/tmp"
+    env = _child_env(SCRATCH_INSIDE, tmp, env_extra)
+    env[BOOT_ENV] = json.dumps({"landlock": {"read": read, "write": write}, "report_fd": rep_w})
+    rl = _rlimits(limits, limits.processes)  # counted for the slot's uid only
+
+    def preexec() -> None:
+        rl()
+        # bwrap is root here; the child gives up root by exec'ing setpriv.
+
+    isolation = ["namespaces (bubblewrap)", f"uid {slot.uid}"]
+    if landlock_abi():
+        isolation.append(f"landlock abi {landlock_abi()}")
+    return [*prefix, *argv], preexec, env, isolation
+
+
+def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
     abi = landlock_abi()
     isolation: list[str] = []
+    boot = workdir / "_boot.py"
+    shutil.copyfile(BOOT_SOURCE, boot)
     read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *python_paths()) if os.path.exists(p)]
     write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p)]]
-
     switch_to: tuple[int, int] | None = None
     drop_caps = False
     if os.geteuid() == 0:
@@ -345,19 +673,12 @@ def run(
             isolation.append("uid 0 without capabilities")
     if abi:
         isolation.append(f"landlock abi {abi}")
-
-    cpu_s = int(limits.timeout_s) + 5
-    mem = limits.memory_mb * 1024 * 1024
-    fsize = limits.file_mb * 1024 * 1024
+    # The uid is shared here (with the grader, or with classmates graded alongside): a count
+    # per uid would let one submission use up another's, so only the pids cgroup caps processes.
+    rl = _rlimits(limits, None)
 
     def preexec() -> None:  # runs in the child between fork and exec
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        rl()
         if abi:
             _apply_landlock(abi, read_paths, write_paths)
         else:
@@ -369,66 +690,168 @@ def run(
         elif drop_caps:
             _drop_all_capabilities()
 
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(workdir),
-        "TMPDIR": str(tmp),
-        "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": str(tmp),
-        **(env_extra or {}),
-    }
-    before = _children_of(os.getpid())
-    log_path = workdir / "log.txt"
-    start = time.monotonic()
-    timed_out = False
-    with open(log_path, "wb") as log:
-        if switch_to is not None:
-            os.chown(log_path, *switch_to)
+    env = _child_env(str(workdir), str(workdir / "tmp"), env_extra)
+    env[BOOT_ENV] = json.dumps({"landlock": None, "report_fd": rep_w})
+    return [sys.executable, "-I", "-B", str(boot), *argv], preexec, env, isolation
+
+
+class _Tail:
+    """The last `cap` bytes written to a pipe."""
+
+    def __init__(self, cap: int, keep_head: bool = False):
+        self.cap, self.keep_head, self.data, self.total = cap, keep_head, bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.keep_head:
+            self.data += chunk[: max(0, self.cap - len(self.data))]
+        else:
+            self.data += chunk
+            del self.data[: max(0, len(self.data) - self.cap)]
+
+
+_active: dict = {}  # the run in progress: {"pid": ..., "uid": ..., "cgroups": [...]}
+
+
+def abort_active() -> None:
+    """Kill the run in progress, if any, and everything it started (for a grader's signal handler)."""
+    pid, uid = _active.get("pid"), _active.get("uid")
+    kill_cgroups(_active.get("cgroups") or [], wait_s=2.0)
+    if pid:
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", *argv],
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=preexec,
-                close_fds=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", isolation)
-        try:
-            returncode: int | None = proc.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            returncode = None
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if returncode is None:
-            returncode = proc.wait()
+    if uid:
+        kill_uid(uid, wait_s=2.0)
+
+
+def sweep_free_slots() -> int:
+    """Kill processes of sandbox uids that no live grader holds (left by a grader that was killed)."""
+    owners: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            if UID_BASE <= uid < UID_BASE + SLOTS:
+                owners.setdefault(uid, []).append(int(entry))
+    killed = 0
+    for uid in owners:
+        try:
+            fd = os.open(SLOT_DIR / f"slot-{uid - UID_BASE}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # held: a grader is running there
+        try:
+            killed += kill_uid(uid)
+        finally:
+            os.close(fd)
+    return killed
+
+
+def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
+               cgroups) -> ChildRun:
+    before = _children_of(os.getpid())
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env,
+            start_new_session=True, preexec_fn=preexec, close_fds=True, pass_fds=(rep_w,),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", isolation, 0, level)
+    _active.update(pid=proc.pid, uid=slot.uid if slot is not None else 0, cgroups=cgroups)
+    os.close(out_w)
+    os.close(rep_w)
+    log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
+    sel = selectors.DefaultSelector()
+    for fd, sink in ((out_r, log), (rep_r, events)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, sink)
+
+    def pump(wait_s: float) -> None:
+        for key, _ in sel.select(wait_s):
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if chunk:
+                key.data.add(chunk)
+            else:
+                sel.unregister(key.fd)
+
+    deadline = start + limits.timeout_s
+    timed_out = False
+    returncode: int | None = None
+    while True:
+        returncode = proc.poll()
+        if returncode is not None:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        if sel.get_map():
+            pump(min(left, 0.05))
+        else:
+            time.sleep(min(left, 0.05))
+    # Killing bubblewrap ends the namespace's init and with it every process of the run;
+    # at the fallback level the session and our orphans are killed instead.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    killed = kill_cgroups(cgroups)
+    if returncode is None:
+        proc.wait()
     wall = time.monotonic() - start
-    killed = _kill_new_children(before)
-    return ChildRun(returncode, timed_out, wall, read_tail(log_path), isolation, killed)
+    killed += _kill_new_children(before)
+    if slot is not None:
+        killed += kill_uid(slot.uid)
+    _active.clear()
+    # Every writer is gone now: read what is left, up to end of file.
+    drain_until = time.monotonic() + 2.0
+    while sel.get_map() and time.monotonic() < drain_until:
+        pump(0.05)
+    sel.close()
+    if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
+        # bwrap reports a child killed by signal N as exit status 128 + N.
+        returncode = -(returncode - 128)
+    text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
+    lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
+    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, lines)
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
 
 
 def read_tail(path: Path, limit: int = 4000) -> str:
-    """The last `limit` characters of a file the child wrote, as safe text."""
+    """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            data = fh.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
-    text = data.decode("utf-8", errors="replace")
-    return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
+    try:
+        st = os.fstat(fd)
+        if not stat_is_regular(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return _printable(data.decode("utf-8", errors="replace"))
+
+
+def stat_is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)

@@ -181,7 +181,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         )
         withheld = {g.id: msg for g in problem.groups if g.backward}
     tests = group_results(problem, outcomes, vis, withheld)
-    if run.timed_out or (run.returncode not in (0, None) and any(o.notes for o in outcomes)):
+    if run.timed_out or run.returncode not in (0, None):
         log = clean_text(run.log_tail).strip().splitlines()[-8:]
         ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
     return tests
@@ -189,7 +189,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun):
     outcomes = []
-    runtime_hits: set[str] = set()
+    # Events reached the grader as they happened; meta.json is the child's own (editable) record.
+    runtime_hits: set[str] = {label[:80] for label in run.event_args("autograd")}
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)

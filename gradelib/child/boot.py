@@ -1,0 +1,169 @@
+"""First code of every sandboxed child: confine it, then run the harness.
+
+    python -I -B boot.py HARNESS.py [ARGS...]   (configuration in $GRADER_BOOT)
+
+Runs before any line of the submission, with nothing but the standard library:
+
+- applies Landlock (when the grader asks: inside bubblewrap the mounts are made
+  first, and a Landlock-confined process could no longer mount);
+- installs an audit hook that forwards the harness's `gradelib.*` events (such
+  as an autograd entry point being called) at once over a pipe the grader
+  opened. The record leaves the process when the event happens, so clearing
+  or patching Python state afterwards cannot take it back, and Python offers
+  no way to remove an audit hook.
+
+The same file is imported by gradelib/sandbox.py for its Landlock helpers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import runpy
+import sys
+
+# Linux constants (stable kernel ABI).
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+_FS_EXECUTE = 1 << 0
+_FS_WRITE_FILE = 1 << 1
+_FS_READ_FILE = 1 << 2
+_FS_READ_DIR = 1 << 3
+_FS_ALL_V1 = (1 << 13) - 1  # execute .. make_sym
+_FS_REFER = 1 << 13  # ABI 2
+_FS_TRUNCATE = 1 << 14  # ABI 3
+_FS_IOCTL_DEV = 1 << 15  # ABI 5
+_NET_BIND_TCP = 1 << 0  # ABI 4
+_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
+_SCOPE_SIGNAL = 1 << 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """Landlock ABI version of the running kernel, 0 when unavailable."""
+    try:
+        version = _libc.syscall(
+            SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
+        )
+    except Exception:
+        return 0
+    return max(int(version), 0)
+
+
+def _fs_mask(abi: int) -> int:
+    mask = _FS_ALL_V1
+    if abi >= 2:
+        mask |= _FS_REFER
+    if abi >= 3:
+        mask |= _FS_TRUNCATE
+    if abi >= 5:
+        mask |= _FS_IOCTL_DEV
+    return mask
+
+
+def _apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> None:
+    """Confine this process (and its future children) to the given paths."""
+    handled = _fs_mask(abi)
+    attr = _RulesetAttr(handled, 0, 0)
+    size = 16  # ABI 1-3 know two fields; ABI >= 6 knows three
+    if abi >= 4:
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
+    if abi >= 6:
+        attr.scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL
+        size = ctypes.sizeof(_RulesetAttr)
+    if abi < 4:
+        size = 8
+    fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    read_access = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+    for paths, access in ((read_paths, read_access), (write_paths, handled)):
+        for path in paths:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                allowed = access
+                if not os.path.isdir(path):
+                    # Directory-only rights are invalid on a file rule.
+                    allowed &= _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+                rule = _PathBeneathAttr(allowed & handled, pfd)
+                if _libc.syscall(SYS_LANDLOCK_ADD_RULE, fd, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+            finally:
+                os.close(pfd)
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) < 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    os.close(fd)
+
+
+BOOT_ENV = "GRADER_BOOT"
+EVENT_PREFIX = "gradelib."
+MAX_EVENT = 200
+
+
+def _install_reporter(fd: int) -> None:
+    os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
+    write = os.write  # bound now: rebinding os.write later changes nothing here
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith(EVENT_PREFIX):
+            line = " ".join([event, *(str(a) for a in args)])[:MAX_EVENT].replace("\n", " ")
+            try:
+                write(fd, (line + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+
+    sys.addaudithook(hook)
+
+
+def main() -> None:
+    config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
+    rules = config.get("landlock")
+    if rules:
+        abi = landlock_abi()
+        if abi:
+            _apply_landlock(abi, rules["read"], rules["write"])
+    if config.get("report_fd") is not None:
+        _install_reporter(int(config["report_fd"]))
+    sys.audit("gradelib.boot", "ok")
+    if len(sys.argv) < 2:
+        sys.exit("boot.py: no harness given")
+    harness = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    runpy.run_path(harness, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
