@@ -93,3 +93,18 @@ def test_a_crashing_submission_still_gets_results_json(tmp_path):
     assert data["tests"] and all(t["status"] == "failed" for t in data["tests"])
     assert all("killed by SIGSEGV" in t["output"] for t in data["tests"]), data["tests"][0]["output"]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"scores": {"attention": 0.0}}
+
+
+def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
+    from autograder.batch.report import read_row, render_report
+    from gradelib.results import SubmissionResult, TestResult, write_submission
+
+    result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})
+    result.tests.append(TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format"))
+    result.flags["generated_does_not_match_model"] = "generated.npy is not what model.pt generates <b>bold</b>"
+    write_submission(result, tmp_path / "mallory")
+    row = read_row(tmp_path / "mallory" / "results.json", "mallory")
+    assert row.flags == result.flags
+    html = render_report([row], ["generation"], "report")
+    assert "Integrity flags (1)" in html and "generated_does_not_match_model" in html
+    assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold</b>" not in html

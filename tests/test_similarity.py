@@ -439,3 +439,23 @@ def test_jobs_give_the_same_rows(cls, tmp_path):
     run, _, subs = cls
     again = sim.run_class(subs, tmp_path / "out", threshold=THRESHOLD, jobs=2)
     assert [r[:5] for r in again.rows] == [r[:5] for r in run.rows]
+
+
+def test_the_batch_grader_puts_the_pairs_and_the_flags_in_the_class_report(cls, tmp_path):
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    _, _, subs = cls
+    out = tmp_path / "grades"
+    proc = subprocess.run([sys.executable, "-m", "autograder", *map(str, subs), "--only", "attention", "--jobs", "2",
+                           "--similarity", "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[0].startswith("graded 8 of 8") and "similarity: 8 submissions" in proc.stdout
+    html = (out / "report.html").read_text()
+    section = html[html.index("Most similar pairs"):]
+    first_row = section[section.index("<tr><td>"):].split("</tr>")[0]
+    assert {"alice", "bob"} <= set(re.findall(r"<td>(\w+)</td>", first_row)) or \
+           {"carol", "dave"} <= set(re.findall(r"<td>(\w+)</td>", first_row)), first_row
+    assert "Integrity flags (0)" in html

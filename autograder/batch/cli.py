@@ -328,6 +328,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--out", type=Path, default=Path("grades"), help="output folder (default: grades/)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    ap.add_argument("--similarity", action="store_true",
+                    help="also compare every pair of submissions' code (similarity.csv/.html, pairs in report.html)")
     ap.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per problem run (default 60)")
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of a submission's process")
     ap.add_argument("--only", nargs="+", metavar="PROBLEM", help="grade only these problem ids")
@@ -402,10 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[0].autolab_line(problem_ids), flush=True)
         return 0
     write_gradebook(args.out / "grades.csv", rows, problem_ids)
+    similar = ""
+    if args.similarity:
+        from .similarity import run_class, summary_line
+
+        similar = "\n" + summary_line(run_class(list(args.submissions), args.out, jobs=max(1, args.jobs)), args.out)
     write_report(args.out / "report.html", rows, problem_ids, args.title)
     print(
         f"graded {batch.graded + len(batch.failed)} of {len(names)} submissions in {wall:.1f} s "
         f"({len(names) - len(jobs)} already had results, {len(batch.failed)} could not be graded)\n"
-        f"gradebook: {args.out / 'grades.csv'}\nreport:    {args.out / 'report.html'}"
+        f"gradebook: {args.out / 'grades.csv'}\nreport:    {args.out / 'report.html'}{similar}"
     )
     return 0

@@ -51,6 +51,7 @@ class Row:
     notes: str = ""
     tests: list[TestRow] = field(default_factory=list)
     isolation: str = ""  # sandbox level its code ran under; "" when results.json does not say
+    flags: dict[str, str] = field(default_factory=dict)  # integrity findings (e.g. arrays that are not the model's)
 
     def autolab_line(self, problem_ids: list[str]) -> str:
         """Autolab's autoresult: the last stdout line, one score per problem id."""
@@ -92,7 +93,15 @@ def read_row(path: Path, name: str) -> Row:
         notes=notes,
         tests=tests,
         isolation=str(extra.get("isolation", "")) if isinstance(extra := data.get("extra_data"), dict) else "",
+        flags=_flags(data.get("extra_data")),
     )
+
+
+def _flags(extra) -> dict[str, str]:
+    flags = extra.get("flags") if isinstance(extra, dict) else None
+    if not isinstance(flags, dict):
+        return {}
+    return {clean_text(k)[:80]: clean_text(v)[:500] for k, v in list(flags.items())[:20]}
 
 
 def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None:
@@ -153,7 +162,8 @@ def _head(text: str, lines: int = 6, width: int = 200) -> str:
     return "\n".join(kept)
 
 
-def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
+def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: list[dict] | None = None) -> str:
+    """The class report; `similar` holds the top pairs of a similarity run (similarity.py), if any."""
     rows = sorted(rows, key=lambda r: r.submission)
     totals = [r.total for r in rows]
     max_score = max((r.max for r in rows), default=0.0)
@@ -200,6 +210,16 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         for r in flagged
     ]
 
+    flag_rows = [
+        [f'<a href="{escape(r.submission)}/feedback.txt">{escape(r.submission)}</a>', escape(key), f"<pre>{escape(text)}</pre>"]
+        for r in rows for key, text in sorted(r.flags.items())
+    ]
+    pair_rows = [
+        [escape(str(p.get("submission_a", ""))), escape(str(p.get("submission_b", ""))), escape(str(p.get("file", ""))),
+         f"{_number(p.get('score', 0.0)):.2f}", "yes" if p.get("flagged") else ""]
+        for p in (similar or []) if isinstance(p, dict) and _is_number(p.get("score"))
+    ]
+
     all_rows = [
         [f'<a href="{escape(r.submission)}/feedback.txt">{escape(r.submission)}</a>',
          *[f"{r.scores.get(p, 0.0):g}" for p in problem_ids], f"{r.total:g}", f"{r.wall_s:.1f}",
@@ -232,6 +252,10 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
         _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
         f"<h2>Submissions that failed or need a look ({len(failed_rows)})</h2>",
         _table(["submission", "total", "why"], failed_rows, "failed"),
+        f"<h2>Integrity flags ({len(flag_rows)})</h2>",
+        _table(["submission", "flag", "what the grader found"], flag_rows, "flags"),
+        *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
+           _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar")] if similar is not None else []),
         "<h2>All submissions</h2>",
         _table(["submission", *problem_ids, "total", "time (s)", "sandbox"], all_rows, "all"),
         "</body></html>",
@@ -239,5 +263,18 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str) -> str:
     ])
 
 
+def _is_number(value) -> bool:
+    try:
+        _number(value)
+    except ValueError:
+        return False
+    return True
+
+
 def write_report(path: Path, rows: list[Row], problem_ids: list[str], title: str) -> None:
-    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title)))
+    """report.html; the similarity pairs are shown when a similarity run wrote its results beside it."""
+    from .similarity import pairs_for_report
+
+    has_run = (path.parent / "similarity.json").is_file()
+    similar = pairs_for_report(path.parent) if has_run else None
+    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title, similar)))
