@@ -29,7 +29,8 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-test: setup ## run the project's test suite
+test: setup ## lint (ruff), then run the project's test suite
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases

@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import SOLUTIONS
 
 from autograder.build import notebooks
+
+from support import SOLUTIONS
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gradelib import rubric
 from gradelib.results import SubmissionResult
+
 from support import SOLUTIONS
 
 NB1 = "01_mlm_and_next_token.ipynb"
@@ -105,6 +106,7 @@ def grade(tmp_path: Path, files: dict[str, str], only: list[str], problems: dict
     """Grade a handin made of `files` on public and hidden cases, like support.grade_files, with a rubric override."""
     from autograder.batch.worker import grade_hidden
     from gradelib.sandbox import Limits
+
     from support import FIXTURES
 
     sub = tmp_path / "handin"

@@ -25,6 +25,7 @@ import pytest
 
 from gradelib import rubric
 from gradelib.sandbox import SLOTS, UID_BASE, isolation_level, isolation_report, landlock_abi
+
 from support import FIXTURES, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable

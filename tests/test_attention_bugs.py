@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from gradelib import rubric
+
 from support import SOLUTIONS, grade_files
 
 REFERENCE = (SOLUTIONS / "attention.py").read_text()

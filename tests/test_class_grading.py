@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric
-from autograder.build.classgen import make_class
 from autograder.batch.cli import submission_names
+from autograder.build.classgen import make_class
+from gradelib import rubric
+
 from support import FIXTURES, REPO
 
 CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from autograder.fixturegen import attention_cases
+
 from support import FIXTURES
 
 CASE_DIR = FIXTURES / "attention"

@@ -17,6 +17,7 @@ import torch
 
 from gradelib import manifest as handin
 from gradelib.manifest import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
+
 from support import HANDOUT, SOLUTIONS
 
 NOTEBOOKS = ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from autograder.build.handout import BEGIN, END, build
+
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
 
 PYTHON = sys.executable

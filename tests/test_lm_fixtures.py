@@ -4,7 +4,6 @@ instructor's corpus (plain text or transcript rows) whose oracle scores through 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 
 import numpy as np
@@ -12,15 +11,16 @@ import pytest
 
 from autograder.fixturegen import lm_fixtures
 from autograder.fixturegen.manifest import NAME as MANIFEST
-from gradelib.lm import metrics as M
 from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource
-from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
 from gradelib.context import GradeContext
+from gradelib.lm import metrics as M
+from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
 from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
 from gradelib.sandbox import Limits
+
 from support import FIXTURES
 
 LM_OUTPUTS = (

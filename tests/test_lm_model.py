@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from gradelib.lm import fixed_models
-from gradelib.lm.metrics import greedy_generate, greedy_predict
 from autograder.reference.model import (
     EOS,
     PAD,
@@ -27,6 +25,8 @@ from autograder.reference.model import (
     generate,
     predict,
 )
+from gradelib.lm import fixed_models
+from gradelib.lm.metrics import greedy_generate, greedy_predict
 
 from support import REPO
 

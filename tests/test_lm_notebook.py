@@ -10,10 +10,11 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from support import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
 from autograder.reference import model as ref
 from gradelib.rubric import load as load_rubric
+
+from support import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
 NOTEBOOK = "03_language_model.ipynb"
 LINES = {

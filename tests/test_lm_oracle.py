@@ -4,6 +4,7 @@ process, samples, and the Monte Carlo entropy rate."""
 from __future__ import annotations
 
 import itertools
+
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ from autograder.oracle import automaton as automaton_mod
 from autograder.oracle.automaton import Automaton
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import toy_source
-from gradelib.lm.vocab import EOS, N_GENERATABLE, VOCAB_SIZE, decode, encode, stream, windows
+from gradelib.lm.vocab import EOS, N_GENERATABLE, VOCAB_SIZE, encode, stream, windows
 
 A, B = encode("A")[0], encode("B")[0]
 

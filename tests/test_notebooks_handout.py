@@ -10,8 +10,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from support import HANDOUT
 from notebook_tools import NB1, NB2, NB3
+from support import HANDOUT
 
 ANSWER_TAG = "otter_answer_cell"
 SKIP_TAG = "skip-grading"

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from support import HANDOUT, SOLUTIONS
 from notebook_tools import NB1, NB2, PROBLEM_OF, grade, load, source
+from support import HANDOUT, SOLUTIONS
 
 SKIP_TAG = "skip-grading"
 

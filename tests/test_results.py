@@ -10,6 +10,7 @@ import pytest
 
 from gradelib import rubric
 from gradelib.problems import GRADERS
+
 from support import REPO, SOLUTIONS
 
 CLI = REPO / "autograder" / "autograder.py"

@@ -39,6 +39,7 @@ from gradelib.results import SubmissionResult, write_json_atomic, write_submissi
 from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
+
 from support import REPO, SOLUTIONS, grade_files
 
 CLI = REPO / "autograder" / "autograder.py"

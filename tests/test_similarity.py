@@ -21,8 +21,8 @@ from copydetect import compare_files
 
 from autograder.batch import similarity as sim
 
-from support import HANDOUT, SOLUTIONS
 from notebook_tools import NB2, source, student_form
+from support import HANDOUT, SOLUTIONS
 
 THRESHOLD = 0.5
 REFERENCE = (SOLUTIONS / "attention.py").read_text()

@@ -36,6 +36,7 @@ import numpy as np
 from gradelib.lm import fixed_models
 from gradelib.lm.metrics import greedy_generate, greedy_predict
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
+
 from . import lm_building_cases
 from .npzio import save
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .ngram import NGramModel
 from gradelib.lm.vocab import CHAR_TO_ID, stream, windows
+
+from .ngram import NGramModel
 
 ORACLE_ORDER = 6  # n-gram oracle for an instructor's corpus: contexts of up to 5 characters
 ORACLE_FILE = "oracle_ngram.npz"

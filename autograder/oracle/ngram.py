@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fixturegen import npzio
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE, stream
+
+from ..fixturegen import npzio
 
 
 def _codes(ids: np.ndarray, k: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+
 import numpy as np
 
 from gradelib.lm.metrics import Oracle

@@ -31,8 +31,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .automaton import Automaton
 from gradelib.lm.vocab import EOS, SPACE, encode
+
+from .automaton import Automaton
 
 VOWELS = set("AEIOU")
 

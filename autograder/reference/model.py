@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
-
 # ---------------------------------------------------------------------------- data
 
 

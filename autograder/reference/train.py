@@ -39,9 +39,10 @@ import torch.nn.functional as F
 
 from gradelib import rubric
 from gradelib.lm.metrics import generation_perplexity, prediction_report
-from .model import PAD, CausalLanguageModel, LMDataLoader, ModelConfig, generate, predict
-from ..oracle.oracles import load_oracle
 from gradelib.lm.vocab import decode, stream
+
+from ..oracle.oracles import load_oracle
+from .model import PAD, CausalLanguageModel, LMDataLoader, ModelConfig, generate, predict
 
 REPO = Path(__file__).resolve().parents[2]
 THREADS = 2

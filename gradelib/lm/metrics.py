@@ -72,7 +72,7 @@ def generation_token_nll(oracle: Oracle, prompts: np.ndarray, generated: np.ndar
     """-log q(generated[b, t] | prompt, generated[b, :t]). prompts (B, Tp), generated (B, Tg) -> (B, Tg)."""
     prompts = np.asarray(prompts, dtype=np.int64)
     generated = np.asarray(generated, dtype=np.int64)
-    Tp, Tg = prompts.shape[1], generated.shape[1]
+    Tp = prompts.shape[1]
     ids = np.concatenate([prompts, generated[:, :-1]], axis=1)  # (B, Tp + Tg - 1)
     probs = oracle.next_id_probs(ids)[:, Tp - 1 :]  # (B, Tg, 30)
     q = generation_distribution(probs, eps)

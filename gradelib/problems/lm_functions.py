@@ -49,10 +49,10 @@ from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
-from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 from ..results import TestResult
 from ..rubric import Problem, Setting, fraction
 from ..scoring import CaseOutcome, all_zero, group_results, load_meta
+from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"

@@ -8,9 +8,9 @@ computed in advance by torch (the case files).
 from __future__ import annotations
 
 from ..context import GradeContext
-from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 from ..results import TestResult
 from ..rubric import Problem
+from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 
 ARRAY = ("numpy.ndarray",)
 SCALAR = ("numpy.float64", "float", "numpy.ndarray")

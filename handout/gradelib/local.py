@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 
 from .grade import grade_submission
-from .safeio import clean_text
 from .intake import HandinError, open_handin
 from .manifest import check_folder, collect, runs, runs_text
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
+from .safeio import clean_text
 from .sandbox import Limits
 
 # What students call the parts of the handout -> problem ids.

@@ -14,8 +14,8 @@ import numpy as np
 
 from . import safeio
 from .compare import Check, Observed
-from .rubric import Group, Problem
 from .results import TestResult
+from .rubric import Group, Problem
 from .safeio import SafeReadError, clean_text
 
 # A child's array is the value of one quantity on one small case (the largest expected

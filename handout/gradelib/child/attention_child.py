@@ -16,7 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
 from child_common import Recorder, add_submission_to_path, load_task, short_exception
 
 FORWARD_ATTRS = ("Q", "K", "V", "A_w", "A_sig")

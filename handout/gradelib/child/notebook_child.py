@@ -29,7 +29,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-
 from child_common import OUTPUTS, SCRATCH, Recorder, load_task, short_exception  # noqa: E402
 
 MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped

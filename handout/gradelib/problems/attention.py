@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import sandbox
+from .. import safeio, sandbox
 from ..compare import Observed, check
 from ..context import GradeContext
-from ..results import TestResult
-from .. import safeio
 from ..intake import MAX_FILE_BYTES
+from ..results import TestResult
 from ..rubric import Problem, ProblemSchema
 from ..safeio import SafeReadError, clean_text
 from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child
