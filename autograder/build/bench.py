@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> None:
     print_class_figures(min(args.runs, 3))
     print()
     print_lm_figures(args.runs)
+    print()
+    from autograder.batch.similarity import print_similarity_figures
+
+    print_similarity_figures()
 
 
 def print_lm_figures(runs: int) -> None:
