@@ -322,7 +322,10 @@ def _bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], lis
             argv += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             argv += ["--ro-bind", link, link]
-    made: set[str] = {"/"}
+    # Private and empty; not writable by the child (TMPDIR is its scratch). Mounted before the
+    # interpreter, so a Python installation or virtual environment under /tmp is bound over it.
+    argv += ["--size", str(1024 * 1024), "--tmpfs", "/tmp"]
+    made: set[str] = {"/", "/tmp"}
 
     def parents(path: str) -> list[str]:
         # bwrap makes missing parents 0700 (root only): make them traversable first.
@@ -340,8 +343,6 @@ def _bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], lis
     argv += [
         "--proc", "/proc", "--dev", "/dev",
         "--perms", "01777", "--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm",
-        # Private and empty; not writable by the child (TMPDIR is its scratch).
-        "--size", str(1024 * 1024), "--tmpfs", "/tmp",
         "--bind", str(workdir), SCRATCH_INSIDE,
         *parents(BOOT_INSIDE), "--ro-bind", str(BOOT_SOURCE), BOOT_INSIDE,
         "--remount-ro", "/",

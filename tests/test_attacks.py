@@ -1079,3 +1079,15 @@ def test_control_characters_from_a_submission_reach_no_terminal_or_file(tmp_path
         assert "\\u001b" not in text.lower() and "\\u0007" not in text, where
     type_text = texts["escape_in_type_name/feedback.txt"]
     assert "got attention.Evil[2J" in type_text and "red[0m bell" in type_text, type_text
+
+
+def test_an_interpreter_under_tmp_is_mounted_over_the_private_tmp(monkeypatch, tmp_path):
+    """A checkout (and its .venv) under /tmp must stay visible inside the namespace: /tmp is mounted first."""
+    from gradelib import sandbox
+
+    venv = "/tmp/some-checkout/.venv"
+    monkeypatch.setattr(sandbox, "_python_mounts", lambda: ([venv], f"{venv}/bin/python"))
+    argv, _, _ = sandbox._bwrap_argv(tmp_path, sandbox.UID_BASE, sandbox.Limits())
+    tmpfs = next(i for i in range(len(argv) - 1) if argv[i] == "--tmpfs" and argv[i + 1] == "/tmp")
+    bind = next(i for i in range(len(argv) - 2) if argv[i] == "--ro-bind" and argv[i + 1] == venv)
+    assert tmpfs < bind
