@@ -7,6 +7,7 @@ message lists the cases that did not, each with the first failed check.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,31 @@ from .safeio import SafeReadError, clean_text
 MAX_ARRAY_BYTES = 64 * 1024 * 1024
 MAX_META_BYTES = 1_000_000
 MAX_FAILED_CASES_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case file, <case_root>/<folder>/<visibility>/<name>.npz, listed in that folder's cases.json."""
+
+    name: str
+    visibility: str
+    description: str
+    path: Path
+    dtype: str = ""  # attention cases say which dtype their expected values are in
+
+
+def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None) -> list[Case]:
+    """The cases of `folder` on these case sets (only `problem_id`'s when the index tags cases by problem)."""
+    cases = []
+    for vis in visibilities:
+        index = case_root / folder / vis / "cases.json"
+        if not index.exists():
+            continue
+        for entry in json.loads(index.read_text()):
+            if problem_id is None or entry.get("problem") == problem_id:
+                cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz",
+                                  entry.get("dtype", "")))
+    return cases
 
 
 @dataclass(frozen=True)

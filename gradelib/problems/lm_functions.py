@@ -38,7 +38,6 @@ under half of every filtered distribution's mass, so greedy ids are far off.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,7 +50,7 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric import Problem, Setting, fraction
-from ..scoring import CaseOutcome, all_zero, group_results, load_meta
+from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
 from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -143,17 +142,6 @@ HINTS = {
 }
 
 
-def load_cases(case_root: Path, visibilities: tuple[str, ...]) -> list[tuple[str, str, str, Path]]:
-    """(name, visibility, description, path) of every case."""
-    cases = []
-    for vis in visibilities:
-        index = case_root / CASE_FOLDER / vis / "cases.json"
-        if index.exists():
-            for entry in json.loads(index.read_text()):
-                cases.append((entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz"))
-    return cases
-
-
 def split_lines(problem: Problem) -> tuple[Problem, Problem]:
     """(the problem with its array lines only, the problem with its function lines only)."""
     arrays = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
@@ -171,7 +159,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not src.is_file():
         return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} is missing from the handin; "
                         "its predict() and generate() are graded from it: add it and submit again.")
-    cases = load_cases(ctx.case_root, vis)
+    cases = load_cases(ctx.case_root, CASE_FOLDER, vis)
     if not cases:
         return all_zero(problem, vis, f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
     wanted = {q for g in problem.groups for q in g.quantities}
@@ -181,7 +169,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return [_outcome(problem, case, scratch, run, report) for case in cases]
 
     outcomes, run, report = run_notebook(
-        ctx, problem.id, src, NOTEBOOK, [(name, path) for name, _v, _d, path in cases], calls, problem.settings,
+        ctx, problem.id, src, NOTEBOOK, [(c.name, c.path) for c in cases], calls, problem.settings,
         collect, child="lm_child.py", harness=HARNESS,
     )
     _note_cells(ctx, problem, SPEC, run, report)
@@ -195,8 +183,8 @@ def _as(got: Observed, kind: str, dtype) -> Observed:
     return got
 
 
-def _outcome(problem: Problem, case, scratch: Path, run, report) -> CaseOutcome:
-    name, vis, desc, path = case
+def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
+    name, vis, desc, path = case.name, case.visibility, case.description, case.path
     case_dir = scratch / "outputs" / name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
     outcome = CaseOutcome(name, vis, desc)

@@ -25,7 +25,7 @@ from ..context import GradeContext
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema, Setting
 from ..safeio import clean_text
-from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child, read_meta
+from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta, observed_from_child, read_meta
 
 CASE_FOLDER = "notebooks"
 HARNESS = ("child_common.py", "notebook_child.py")
@@ -76,26 +76,6 @@ class NotebookSpec:
         """What a problem graded from this notebook may list in the rubric."""
         outputs = {q for c in self.calls for q in c.outputs}
         return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs)
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    visibility: str
-    description: str
-    path: Path
-
-
-def load_cases(case_root: Path, visibilities: tuple[str, ...], problem_id: str) -> list[Case]:
-    cases = []
-    for vis in visibilities:
-        index = case_root / CASE_FOLDER / vis / "cases.json"
-        if not index.exists():
-            continue
-        for entry in json.loads(index.read_text()):
-            if entry["problem"] == problem_id:
-                cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz"))
-    return cases
 
 
 def run_notebook(
@@ -183,7 +163,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
     src = ctx.submission / spec.notebook
     if not src.is_file():
         return all_zero(problem, vis, f"{spec.notebook} is missing from the handin; add it and submit again.")
-    cases = load_cases(ctx.case_root, vis, problem.id)
+    cases = load_cases(ctx.case_root, CASE_FOLDER, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
     settings = problem.settings

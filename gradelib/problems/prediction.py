@@ -120,21 +120,19 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 
 def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
-    inputs = ctx.case_root / INPUTS
-    if not inputs.is_file():
+    prompts = lm_model.prompts(ctx, INPUTS)
+    if prompts is None:
         return None
-    with np.load(inputs, allow_pickle=False) as data:
-        rows = data["inp"].shape[0]
+    rows = prompts.shape[0]
     return load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", "")[0]
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    inputs = ctx.case_root / INPUTS
-    if not inputs.is_file():
-        return all_zero(problem, vis, f"prediction: {INPUTS} is missing under {ctx.case_root}: the case files are incomplete (download the handout again).")
-    with np.load(inputs, allow_pickle=False) as data:
-        rows = data["inp"].shape[0]
+    prompts = lm_model.prompts(ctx, INPUTS)
+    if prompts is None:
+        return all_zero(problem, vis, lm_model.missing("prediction", ctx, INPUTS))
+    rows = prompts.shape[0]
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
     logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what)

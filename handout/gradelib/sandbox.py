@@ -222,36 +222,12 @@ def processes_of_uid(uid: int) -> list[int]:
     return pids
 
 
-def _kill_new_children(before: set[int]) -> int:
-    """Kill and reap every child of ours that did not exist before the run."""
-    killed = 0
-    # Each kill re-parents the next link of a chain of orphans to us: go on until none is left.
-    deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline:
-        extra = _children_of(os.getpid()) - before
-        if not extra:
-            break
-        for pid in extra:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        for pid in extra:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-        time.sleep(0.01)
-    return killed
-
-
-def kill_uid(uid: int, wait_s: float = 5.0) -> int:
-    """SIGKILL every process of a sandbox uid until none is left; the number killed."""
+def _kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
+    """SIGKILL whatever pids_now() lists until it lists nothing (or wait_s passes); the number killed."""
     killed = 0
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        pids = processes_of_uid(uid)
+        pids = pids_now()
         if not pids:
             break
         for pid in pids:
@@ -260,8 +236,25 @@ def kill_uid(uid: int, wait_s: float = 5.0) -> int:
                 killed += 1
             except ProcessLookupError:
                 pass
-        time.sleep(0.02)
+        if reap:
+            for pid in pids:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+        time.sleep(pause_s)
     return killed
+
+
+def _kill_new_children(before: set[int]) -> int:
+    """Kill and reap every child of ours that did not exist before the run."""
+    # Each kill re-parents the next link of a chain of orphans to us: go on until none is left.
+    return _kill_until_gone(lambda: _children_of(os.getpid()) - before, 10.0, 0.01, reap=True)
+
+
+def kill_uid(uid: int, wait_s: float = 5.0) -> int:
+    """SIGKILL every process of a sandbox uid until none is left; the number killed."""
+    return _kill_until_gone(lambda: processes_of_uid(uid), wait_s, 0.02, reap=False)
 
 
 # ---------------------------------------------------------------- namespaces

@@ -11,7 +11,7 @@ import ast
 import json
 import math
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from ..intake import MAX_FILE_BYTES
 from ..results import TestResult
 from ..rubric import Problem, ProblemSchema
 from ..safeio import SafeReadError, clean_text
-from ..scoring import CaseOutcome, all_zero, group_results, load_meta, observed_from_child
+from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta, observed_from_child
 
 FILENAME = "attention.py"
 INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
@@ -61,27 +61,6 @@ AUTOGRAD_NAMES = {
     "jacfwd",
     "functorch",
 }
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    visibility: str
-    description: str
-    path: Path
-    dtype: str
-
-
-def load_cases(case_root: Path, visibilities: tuple[str, ...]) -> list[Case]:
-    """Cases listed in <case_root>/attention/<visibility>/cases.json."""
-    cases = []
-    for vis in visibilities:
-        index = case_root / "attention" / vis / "cases.json"
-        if not index.exists():
-            continue
-        for entry in json.loads(index.read_text()):
-            cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz", entry["dtype"]))
-    return cases
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
@@ -142,7 +121,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return all_zero(
             problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. Fix the syntax error and run the local autograder."
         )
-    cases = load_cases(ctx.case_root, vis)
+    cases = load_cases(ctx.case_root, "attention", vis)
     if not cases:
         return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 

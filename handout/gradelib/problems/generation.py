@@ -78,11 +78,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    inputs = ctx.case_root / INPUTS
-    if not inputs.is_file():
-        return all_zero(problem, vis, f"generation: {INPUTS} is missing under {ctx.case_root}: the case files are incomplete (download the handout again).")
-    with np.load(inputs, allow_pickle=False) as data:
-        prompts = data["inp"]
+    prompts = lm_model.prompts(ctx, INPUTS)
+    if prompts is None:
+        return all_zero(problem, vis, lm_model.missing("generation", ctx, INPUTS))
     shape = (prompts.shape[0], STEPS)
     what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {shape[0]} prompts of generation_test.npz"
     ids, message = load_npy("generation", ctx.submission / FILENAME, shape, "iu", what)

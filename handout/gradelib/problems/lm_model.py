@@ -80,6 +80,15 @@ def _load(path: Path, key: str) -> np.ndarray | None:
         return data[key] if key in data.files else None
 
 
+def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
+    """The prompts (`inp`) of the case file <case_root>/<rel>, None when it is missing."""
+    return _load(ctx.case_root / rel, "inp")
+
+
+def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
+    return f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete (download the handout again)."
+
+
 def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
     """Rows of random characters, and the same rows with every token after the probe position changed."""
     rng = np.random.default_rng(seed)
