@@ -97,3 +97,23 @@ def test_check_call_inside_a_student_cell_does_not_break_the_cell(tmp_path):
     result = grade(tmp_path, {NB1: nb}, only=["losses"])
     assert failing(result, "losses") == set()
     assert not result.notes, result.notes
+
+
+def test_a_helper_in_a_skip_grading_cell_is_explained_by_the_rule(tmp_path):
+    nb = json.loads(edited(NB1, "token_nll", "    target_ids = np.asarray(target_ids)\n",
+                           "    target_ids = np.asarray(target_ids) + OFFSET\n"))
+    index = nb["cells"].index(function_cell(nb, "token_nll"))
+    nb["cells"].insert(index, {"cell_type": "code", "execution_count": 7, "id": "demo-cell", "outputs": [],
+                               "metadata": {"tags": ["skip-grading"]}, "source": "OFFSET = 0  # a demo constant\n"})
+    result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
+    text = message(result, "losses", "token_nll", "public")
+    assert "NameError" in text and "`OFFSET` is defined in cell [7] (`OFFSET = 0  # a demo constant`)" in text, text
+    assert "tagged skip-grading, which the grader does not run" in text
+
+
+def test_cells_are_named_as_jupyter_shows_them(tmp_path):
+    nb = json.loads(with_cell_after(NB1, "softmax", "raise ValueError('boom')\n"))
+    cell = next(c for c in nb["cells"] if c.get("id") == "student-cell")
+    cell["execution_count"] = 12
+    result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
+    assert any("cell [12] (`raise ValueError('boom')`) raised: ValueError: boom" in n for n in result.notes), result.notes

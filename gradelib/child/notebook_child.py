@@ -118,7 +118,7 @@ def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
 
 def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     """Execute the code cells; return the per-cell log and where each graded function is defined."""
-    report: dict = {"read_error": None, "cells": [], "functions": {}}
+    report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
         with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
             nb = json.load(fh)
@@ -142,7 +142,10 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
         tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
-        entry = {"cell": code_index, "first_line": first_line(source), "status": "ran", "message": ""}
+        count = cell.get("execution_count")
+        # As Jupyter shows it: In [12] when the notebook was saved after running the cell.
+        label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {code_index} (not run when saved)"
+        entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
         names = set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded
         for name in names:
@@ -150,6 +153,8 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         if isinstance(tags, list) and skip_tags & set(map(str, tags)):
             entry["status"] = "skipped"
             entry["message"] = f"tagged {', '.join(sorted(skip_tags & set(map(str, tags))))}"
+            for defined in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=[^=]", source, flags=re.MULTILINE):
+                report["skipped_defs"].setdefault(defined[0] or defined[1], f"{label} (`{entry['first_line']}`)")
             continue
         if any(p.search(source) for p in skip_patterns):
             entry["status"] = "skipped"
@@ -184,6 +189,7 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         info.setdefault("placeholder", False)
         where = defined_in.get(name)
         info["cell"] = where["cell"] if where else None
+        info["cell_label"] = where["label"] if where else ""
         info["cell_status"] = f"{where['status']}{': ' + where['message'] if where['message'] else ''}" if where else ""
         info["cell_first_line"] = where["first_line"] if where else ""
     return report
@@ -193,7 +199,7 @@ def not_defined_reason(name: str, info: dict) -> str:
     if info.get("cell") is None:
         return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
     return (
-        f"`{name}` is not defined after running the notebook: code cell {info['cell']} "
+        f"`{name}` is not defined after running the notebook: {info.get('cell_label') or 'its cell'} "
         f"(`{info['cell_first_line']}`) {info['cell_status']}"
     )
 
@@ -255,7 +261,12 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
         if placeholder:
             absent(f"not attempted: `{name}` still has a `...` placeholder and raised {short_exception(exc)}")
         else:
-            absent(f"`{name}` raised {short_exception(exc)}")
+            missing = getattr(exc, "name", None) if isinstance(exc, NameError) else None
+            where = report.get("skipped_defs", {}).get(missing) if missing else None
+            rule = (f"; `{missing}` is defined in {where}, a cell tagged skip-grading, which the grader does not run: "
+                    "a graded function must not use anything defined there, so move it to a cell without that tag"
+                    if where else "")
+            absent(f"`{name}` raised {short_exception(exc)}{rule}")
         return
     if value is None or value is Ellipsis:
         if placeholder:

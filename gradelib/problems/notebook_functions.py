@@ -247,7 +247,7 @@ def _note_cells(ctx: GradeContext, problem: Problem, spec: NotebookSpec, run: sa
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
             lines.append(clean_text(
-                f"code cell {str(cell.get('cell'))[:20]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
+                f"{str(cell.get('label') or 'code cell ' + str(cell.get('cell')))[:60]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
                 f"{str(cell.get('message'))[:300]}"
             ))
         if run.timed_out:
