@@ -7,9 +7,6 @@ functions (gradelib/problems/lm_functions.py) are fed right and wrong outputs ma
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -20,7 +17,7 @@ from gradelib.compare import Observed, check
 from gradelib.lm.vocab import EOS, PAD
 from gradelib.problems import lm_functions
 
-from support import FIXTURES, REPO
+from support import FIXTURES, child_module
 
 CASES = sorted((FIXTURES / "lm_functions").glob("*/*.npz"))
 TOL = lm_functions.DEFAULT_TOLERANCE
@@ -163,13 +160,7 @@ def test_causal_check_names_the_position_that_saw_the_future():
 
 
 def test_harness_refuses_weights_a_renamed_module_cannot_hold():
-    spec = importlib.util.spec_from_file_location("lm_child_building", REPO / "gradelib" / "child" / "lm_child.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(REPO / "gradelib" / "child"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "gradelib" / "child"))
+    module = child_module("lm_child")
 
     class Renamed(torch.nn.Module):
         def __init__(self):

@@ -7,8 +7,6 @@ under test.
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -28,7 +26,7 @@ from autograder.reference.model import (
 from gradelib.lm import fixed_models
 from gradelib.lm.metrics import greedy_generate, greedy_predict
 
-from support import REPO
+from support import child_module
 
 SMALL = ModelConfig(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)
 
@@ -40,16 +38,7 @@ def small_model(seed: int = 0) -> CausalLanguageModel:
 
 def load_harness_model():
     """The torch twin of fixed_models that runs in the grader's child process."""
-    spec = importlib.util.spec_from_file_location("lm_child_under_test", REPO / "gradelib" / "child" / "lm_child.py")
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.path.insert(0, str(REPO / "gradelib" / "child"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "gradelib" / "child"))
-    return module.FixedModel
+    return child_module("lm_child").FixedModel
 
 
 def test_causal_mask_blocks_future():

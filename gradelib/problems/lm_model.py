@@ -18,8 +18,8 @@ predict(), to score generations and to compare with the handin's arrays.
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -176,7 +176,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
 
     def prepare(scratch: Path) -> dict:
         inputs = scratch / "inputs"
-        shutil_copy(src, scratch / "submission" / CHECKPOINT)
+        shutil.copyfile(src, scratch / "submission" / CHECKPOINT)
         np.savez(inputs / "probe.npz", **probe_inputs())
         np.savez(inputs / "generation.npz", inp=gen_inp)
         np.savez(inputs / "prediction.npz", inp=test_inp)
@@ -246,12 +246,6 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     return run_result
 
 
-def shutil_copy(src: Path, dest: Path) -> None:
-    import shutil
-
-    shutil.copyfile(src, dest)
-
-
 def causal_note(run: ModelRun) -> str:
     """A sentence for the student when the model's logits see the future, else ''."""
     if run.causal_change is None or run.causal_change <= CAUSAL_TOLERANCE:
@@ -267,8 +261,3 @@ def match_fraction(handed_in: np.ndarray | None, own: np.ndarray | None) -> floa
     if handed_in is None or own is None or handed_in.shape != own.shape:
         return None
     return float(np.mean(np.asarray(handed_in).astype(np.int64) == np.asarray(own).astype(np.int64)))
-
-
-def summary(run: ModelRun) -> dict:
-    """Plain numbers for results.json."""
-    return json.loads(json.dumps({"parameters": run.parameters, "causal_change": run.causal_change, "seconds": round(run.seconds, 2)}))
