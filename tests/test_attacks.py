@@ -569,6 +569,24 @@ def sandbox_uid_processes() -> list[int]:
     return pids
 
 
+def descendants(pid: int) -> list[int]:
+    """Processes below `pid` (whatever uid; orphans of a sandboxed run come to the grader, a subreaper)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat:
+            parent[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, pp in parent.items() if pp in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
 def outputs(result: dict) -> str:
     return "\n".join(t["output"] for t in result["tests"]) + "\n" + result.get("output", "")
 
@@ -1091,3 +1109,76 @@ def test_an_interpreter_under_tmp_is_mounted_over_the_private_tmp(monkeypatch, t
     tmpfs = next(i for i in range(len(argv) - 1) if argv[i] == "--tmpfs" and argv[i + 1] == "/tmp")
     bind = next(i for i in range(len(argv) - 2) if argv[i] == "--ro-bind" and argv[i + 1] == venv)
     assert tmpfs < bind
+
+
+# ---------------------------------------------------------------- the per-submission template process
+# Runs of one submission are forked from one template (gradelib/sandbox.py's Session). What one run
+# does to the template, or leaves behind, must cost that run only: the next problem of the same
+# submission is graded in full, by a fresh template where needed, and nothing outlives the grading.
+
+TEMPLATE_ATTACKS = {
+    "kill_template": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+    "stop_template": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    # A daemon in a session of its own that keeps a heartbeat in /dev/shm for 30 s; the next run reads it.
+    "daemon_into_next_run": r'''
+import ctypes, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
+        end = time.time() + 30
+        while time.time() < end:
+            with open("/dev/shm/hb-@MARKER@", "w") as fh:
+                fh.write(repr(time.time()))
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep(0.3)
+''',
+}
+
+HEARTBEAT_CELL = r'''import os, time
+_path = "/dev/shm/hb-@MARKER@"
+_first = open(_path).read() if os.path.exists(_path) else None
+time.sleep(0.5)
+_second = open(_path).read() if os.path.exists(_path) else None
+if _first is not None:  # a raising cell costs nothing here; the message reaches the feedback
+    raise RuntimeError("heartbeat alive" if _first != _second else "heartbeat stopped")
+'''
+
+
+def _notebook_with_first_cell(source: str) -> str:
+    import nbformat
+
+    nb = nbformat.read(SOLUTIONS / "01_mlm_and_next_token.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(source))
+    return nbformat.writes(nb)
+
+
+@pytest.mark.parametrize("attack", sorted(TEMPLATE_ATTACKS))
+def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
+    marker = "zt" + uuid.uuid4().hex[:10]
+    losses = rubric.load()["losses"]
+    files = {
+        "attention.py": TEMPLATE_ATTACKS[attack].replace("@MARKER@", marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+        "01_mlm_and_next_token.ipynb": _notebook_with_first_cell(HEARTBEAT_CELL.replace("@MARKER@", marker)),
+    }
+    (tmp_path / "attack").mkdir()
+    (tmp_path / "honest").mkdir()
+    start = time.monotonic()
+    attacked = grade_files(tmp_path / "attack", files, only=["attention", "losses"], timeout_s=30)
+    wall = time.monotonic() - start
+    # The next problem of the same submission is graded in full (a fresh template where the old one went) ...
+    assert attacked.score >= losses.points, (attack, [(t.name, t.score, t.output[:200]) for t in attacked.tests])
+    # ... with no heartbeat from the first run's daemon: it died with that run.
+    said = "\n".join([*attacked.notes, *(t.output for t in attacked.tests)])
+    assert "heartbeat alive" not in said, said
+    if attack == "daemon_into_next_run":
+        assert "heartbeat stopped" in said, said  # the daemon ran, and was gone before the next run began
+    Path(f"/dev/shm/hb-{marker}").unlink(missing_ok=True)  # the host's /dev/shm at the fallback level
+    assert wall < 60, wall
+    # Nothing of the attack outlives the grading, and an honest handin graded next is untouched.
+    assert processes_named(marker) == [] and descendants(os.getpid()) == []
+    honest = grade_files(tmp_path / "honest", {"attention.py": SOLUTIONS.joinpath("attention.py").read_text()},
+                         only=["attention"], timeout_s=30)
+    assert honest.score == rubric.load()["attention"].points
+    assert processes_named(marker) == []
