@@ -5,9 +5,15 @@ whole command, interpreter start included, on this machine; the commands
 take turns, so a change in load affects them alike:
 
 - local: `python autograder.py` in a copy of handout/ holding the reference
-  attention.py (public cases), with `--only attention` and with every problem;
-- hidden: the instructor CLI grading one reference handin on public and hidden
-  cases, and a batch of handins with --jobs 2 (time per handin);
+  handin (attention.py, the three solved notebooks, the reference model.pt and
+  its arrays; public cases), with `--only attention` and with every problem;
+- hidden: the instructor CLI grading one complete reference handin on public
+  and hidden cases, every problem, pinned to one core -- and without the
+  language-model problems, whose run of the handed-in model is most of it --
+  and a batch of attention handins with --jobs 2 (time per handin);
+- each grading figure twice: with one template process per submission that
+  imports numpy and torch once and is forked per run (the default), and with
+  a fresh interpreter per run (GRADELIB_TEMPLATE=off), side by side;
 - otter: `otter run` on a one-question notebook, made here with `otter assign`
   from a tiny master notebook, answered correctly; it runs offline.
 
@@ -37,6 +43,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_
 
 from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
+from autograder.build.demo import reference_handin
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
@@ -61,12 +68,29 @@ class Figure:
     check: Callable[[str], None]
     target: str = ""
     per: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    one_core: bool = False
     times: list[float] = field(default_factory=list)
+
+
+def pinned() -> None:  # in the benchmarked command, before exec: the first CPU this process may use
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+TEMPLATE_OFF = {"GRADELIB_TEMPLATE": "off"}
+
+
+def both_ways(fig: Figure) -> list[Figure]:
+    """The figure with the template process (the default) and with a fresh interpreter per run."""
+    off = Figure(fig.label + "  [fresh interpreter per run]", fig.cmd, fig.cwd, fig.check, "", fig.per,
+                 {**fig.env, **TEMPLATE_OFF}, fig.one_core)
+    return [fig, off]
 
 
 def run_once(fig: Figure) -> None:
     start = time.perf_counter()
-    proc = subprocess.run(fig.cmd, cwd=fig.cwd, capture_output=True, text=True)
+    proc = subprocess.run(fig.cmd, cwd=fig.cwd, capture_output=True, text=True, env={**os.environ, **fig.env},
+                          preexec_fn=pinned if fig.one_core else None)
     fig.times.append((time.perf_counter() - start) / fig.per)
     if proc.returncode != 0:
         raise BenchError(f"{' '.join(fig.cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -87,6 +111,17 @@ def attention_full_marks(points: str):
         line = next((ln for ln in stdout.splitlines() if ln.startswith("attention ")), "")
         if f"{points} / {points}".replace(" ", "") not in line.replace(" ", ""):
             raise BenchError(f"attention did not get {points} / {points}:\n{stdout[-3000:]}")
+
+    return check
+
+
+def total_full_marks():
+    """The score table's total reads `max / max`."""
+    def check(stdout: str) -> None:
+        line = next((ln for ln in stdout.splitlines() if ln.lower().startswith("total")), "")
+        parts = line.replace("/", " ").split()
+        if len(parts) < 3 or parts[-1] != parts[-2]:
+            raise BenchError(f"the complete reference handin did not get full marks:\n{stdout[-3000:]}")
 
     return check
 
@@ -147,17 +182,16 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         tmp = Path(tmp)
+        handin = reference_handin(tmp / "handins" / "reference")
         local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
-        shutil.copyfile(REFERENCE, local / "attention.py")
+        for item in handin.iterdir():
+            shutil.copyfile(item, local / item.name)
         figures = [
-            Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
-                   local, attention_full_marks("15.00"), "target < 3 s"),
-            Figure("local: python autograder.py, every problem (blank notebooks)", [PY, "autograder.py"],
-                   local, attention_full_marks("15.00")),
+            *both_ways(Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
+                              local, attention_full_marks("15.00"), "target < 3 s")),
+            *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
+                              [PY, "autograder.py"], local, attention_full_marks("15.00"))),
         ]
-        handin = tmp / "handins" / "reference"
-        handin.mkdir(parents=True)
-        shutil.copyfile(REFERENCE, handin / "attention.py")
         one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
         many = []
         for i in range(args.batch):
@@ -166,14 +200,17 @@ def main(argv: list[str] | None = None) -> None:
             shutil.copyfile(REFERENCE, folder / "attention.py")
             many.append(str(folder))
         figures += [
-            Figure("hidden: CLI, one handin, --only attention", [*one, "--only", "attention"], REPO,
-                   attention_full_marks("30.00"), "target < 10 s"),
-            Figure("hidden: CLI, one handin (attention.py only), every problem", one, REPO,
-                   attention_full_marks("30.00")),
-            Figure(f"hidden: CLI, batch of {args.batch}, --jobs 2, per handin",
-                   [PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
-                    "--only", "attention"], REPO, expect(f"graded {args.batch} of {args.batch}"), "target < 10 s",
-                   per=args.batch),
+            *both_ways(Figure("hidden: one handin, --only attention", [*one, "--only", "attention"], REPO,
+                              attention_full_marks("30.00"), "target < 10 s")),
+            *both_ways(Figure("hidden: complete handin, every problem, one core", one, REPO,
+                              total_full_marks(), "target < 20 s", one_core=True)),
+            *both_ways(Figure("hidden: complete handin, all but the LM problems, one core",
+                              [*one, "--only", "attention", "losses", "masks"], REPO, attention_full_marks("30.00"),
+                              "target < 5 s", one_core=True)),
+            *both_ways(Figure(f"hidden: batch of {args.batch}, --jobs 2, per handin (attention)",
+                              [PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
+                               "--only", "attention"], REPO, expect(f"graded {args.batch} of {args.batch}"),
+                              "target < 10 s", per=args.batch)),
         ]
         otter_dir = tmp / "otter"
         otter_dir.mkdir()
@@ -196,9 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     for f in figures:
         spread = f"[{min(f.times):.2f} .. {max(f.times):.2f}]"
         print(f"  {f.label:<{width}}  {statistics.median(f.times):6.2f} s  {spread:<16} {f.target}")
-    print("ratios ours / otter run:")
-    for f in figures[:-1]:
-        print(f"  {f.label:<{width}}  {statistics.median(f.times) / statistics.median(otter.times):6.2f}")
+    print("ratios ours / otter run, and template process / fresh interpreter per run:")
+    for f, off in zip(figures[:-1:2], figures[1:-1:2]):
+        mine, fresh = statistics.median(f.times), statistics.median(off.times)
+        print(f"  {f.label:<{width}}  {mine / statistics.median(otter.times):6.2f} x otter   "
+              f"{mine / fresh:5.2f} x fresh interpreters ({fresh:.2f} s)")
     print()
     print_class_figures(min(args.runs, 3))
     print()
