@@ -942,6 +942,41 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     assert leftovers == []
 
 
+def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
+    """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
+    from gradelib.sandbox import mounts_under
+
+    marker = "zk" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "filler"
+    folder.mkdir()
+    name = f'import ctypes\nctypes.CDLL(None).prctl(15, b"{marker}", 0, 0, 0)\n'
+    (folder / "attention.py").write_text(name + FILL_AND_HANG.replace("@MARKER@", marker))
+    batch = subprocess.Popen([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60",
+                              "--only", "attention"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    pattern = f"autograder-scratch-{batch.pid}-*"
+    deadline = time.monotonic() + 60
+    while not processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_named(marker), "the submission never started"
+    time.sleep(1.0)  # it has filled its scratch by now
+    os.kill(batch.pid, 9)
+    batch.wait()
+    stale = sorted(Path("/tmp").glob(pattern))
+    assert stale, "a batch killed outright skips its own cleanup"
+    deadline = time.monotonic() + 20  # the worker (SIGTERM on its parent's death) ends the sandbox
+    while processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_named(marker) == []
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    (honest / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    proc = run_cli(str(honest), "--out", str(tmp_path / "grades2"), "--only", "attention")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "grades2" / "honest" / "results.json").read_text())["score"] == POINTS
+    assert not any(p.exists() for p in stale) and all(mounts_under(p) == [] for p in stale)
+
+
 def test_read_tail_never_follows_links_or_blocks(tmp_path):
     from gradelib.sandbox import read_tail
 

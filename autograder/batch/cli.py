@@ -165,7 +165,8 @@ class Batch:
         self.failed: list[str] = []
         self.logs = args.out / ".logs"
         # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
-        self.scratch = Path(tempfile.mkdtemp(prefix="autograder-scratch-"))
+        sweep_scratch()
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
         import resource
@@ -243,7 +244,7 @@ class Batch:
         sandbox.sweep_free_slots()
         sandbox.sweep_cgroups()
         if job.scratch is not None:
-            shutil.rmtree(job.scratch, ignore_errors=True)
+            remove_scratch(job.scratch)
             job.scratch = None
 
     def _reap_orphans(self, before: set[int], workers: set[int] | None = None) -> None:
@@ -301,12 +302,34 @@ class Batch:
             self.active.clear()
             self._reap_orphans(before)
             sandbox.sweep_free_slots()
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            remove_scratch(self.scratch)
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.stop_signal = signum
+
+
+SCRATCH_PREFIX = "autograder-scratch-"
+
+
+def remove_scratch(folder: Path) -> None:
+    """Remove a scratch folder with the capped tmpfs mounts a worker made in it."""
+    shutil.rmtree(folder, ignore_errors=True)
+    sandbox.uncap_folder(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep_scratch() -> int:
+    """Remove the scratch folders of batches that were killed (SIGKILL skips their cleanup); how many."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        owner = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
+        if (owner.isdigit() and not os.path.exists(f"/proc/{owner}") and not folder.is_symlink() and folder.is_dir()
+                and folder.stat().st_uid == os.geteuid()):
+            remove_scratch(folder)
+            removed += 1
+    return removed
 
 
 def _describe_exit(returncode: int) -> str:
