@@ -299,7 +299,7 @@ while True:
 '''
 
 ATTACKS["resource_counts"] = r'''
-import os, threading, time
+import errno, os, threading, time
 start = time.monotonic()
 forks = 0
 for _ in range(300):
@@ -318,17 +318,18 @@ for _ in range(200):
     except RuntimeError:
         break
     threads += 1
-files = 0
+files, stop = 0, "time"
 os.makedirs("many", exist_ok=True)
 for i in range(100000):
     if time.monotonic() - start > 6:  # stay inside the 15 s run on a loaded machine
         break
     try:
         open(f"many/{i}", "w").close()
-    except OSError:
+    except OSError as exc:
+        stop = errno.errorcode.get(exc.errno, str(exc.errno))
         break
     files += 1
-raise RuntimeError(f"counts forks={forks} threads={threads} files={files}")
+raise RuntimeError(f"counts forks={forks} threads={threads} files={files} stop={stop}")
 '''
 
 ATTACKS["shared_memory"] = r'''
@@ -784,6 +785,10 @@ def test_process_and_thread_counts_stop_at_the_cap(batch):
     cap = Limits().processes
     assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
     assert files > 0  # the attack ran; the files went with its scratch folder
+    if os.geteuid() == 0:  # the submission's tmpfs holds at most SCRATCH_FILES inodes
+        from gradelib.sandbox import SCRATCH_FILES
+
+        assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
     assert batch["left"]["scratch"] == []
 
 
