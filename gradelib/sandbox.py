@@ -47,6 +47,8 @@ from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them 
     BOOT_ENV,
     PR_SET_NO_NEW_PRIVS,
     _apply_landlock,
+    _children_of,
+    _kill_until_gone,
     _libc,
     landlock_abi,
 )
@@ -190,26 +192,6 @@ def _become_subreaper() -> None:
         _subreaper_set = True
 
 
-def _proc_stat(pid: str) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-    except OSError:
-        return None
-    # Fields after the ')' that closes the command name: state, ppid, ...
-    return stat[stat.rfind(")") + 2 :].split()
-
-
-def _children_of(pid: int) -> set[int]:
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _proc_stat(entry)
-            if fields and len(fields) > 1 and int(fields[1]) == pid:
-                kids.add(int(entry))
-    return kids
-
-
 def processes_of_uid(uid: int) -> list[int]:
     """Pids whose real uid is `uid`."""
     pids = []
@@ -222,30 +204,6 @@ def processes_of_uid(uid: int) -> list[int]:
         except OSError:
             pass
     return pids
-
-
-def _kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
-    """SIGKILL whatever pids_now() lists until it lists nothing (or wait_s passes); the number killed."""
-    killed = 0
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        pids = pids_now()
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        if reap:
-            for pid in pids:
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
-        time.sleep(pause_s)
-    return killed
 
 
 def _kill_new_children(before: set[int]) -> int:
@@ -764,6 +722,41 @@ def sweep_free_slots() -> int:
     return killed
 
 
+def _pipes(log: _Tail, events: _Tail, out_r: int, rep_r: int) -> selectors.DefaultSelector:
+    """A selector over the run's output and event pipes, each read into its tail."""
+    sel = selectors.DefaultSelector()
+    for fd, sink in ((out_r, log), (rep_r, events)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, sink)
+    return sel
+
+
+def _pump(sel: selectors.DefaultSelector, wait_s: float) -> list:
+    """Read what the pipes hold into their tails (a pipe at its end is dropped); other ready keys are returned."""
+    others = []
+    for key, _ in sel.select(wait_s):
+        if not isinstance(key.data, _Tail):
+            others.append(key)
+            continue
+        try:
+            chunk = os.read(key.fd, 65536)
+        except BlockingIOError:
+            continue
+        if chunk:
+            key.data.add(chunk)
+        else:
+            sel.unregister(key.fd)
+    return others
+
+
+def _drain(sel: selectors.DefaultSelector, wait_s: float = 2.0) -> None:
+    """Every writer is gone: read what is left, up to end of file (or wait_s), then close the selector."""
+    until = time.monotonic() + wait_s
+    while sel.get_map() and time.monotonic() < until:
+        _pump(sel, 0.05)
+    sel.close()
+
+
 def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
                cgroups) -> ChildRun:
     before = _children_of(os.getpid())
@@ -779,21 +772,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     os.close(out_w)
     os.close(rep_w)
     log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
-    sel = selectors.DefaultSelector()
-    for fd, sink in ((out_r, log), (rep_r, events)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, sink)
-
-    def pump(wait_s: float) -> None:
-        for key, _ in sel.select(wait_s):
-            try:
-                chunk = os.read(key.fd, 65536)
-            except BlockingIOError:
-                continue
-            if chunk:
-                key.data.add(chunk)
-            else:
-                sel.unregister(key.fd)
+    sel = _pipes(log, events, out_r, rep_r)
 
     deadline = start + limits.timeout_s
     timed_out = False
@@ -807,7 +786,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
             timed_out = True
             break
         if sel.get_map():
-            pump(min(left, 0.05))
+            _pump(sel, min(left, 0.05))
         else:
             time.sleep(min(left, 0.05))
     # Killing bubblewrap ends the namespace's init and with it every process of the run;
@@ -824,11 +803,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     if slot is not None:
         killed += kill_uid(slot.uid)
     _active.pop(proc.pid, None)
-    # Every writer is gone now: read what is left, up to end of file.
-    drain_until = time.monotonic() + 2.0
-    while sel.get_map() and time.monotonic() < drain_until:
-        pump(0.05)
-    sel.close()
+    _drain(sel)  # every writer is gone now
     if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
@@ -1112,11 +1087,8 @@ class Session:
                 except OSError:
                     pass
         log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
-        sel = selectors.DefaultSelector()
-        for fd, sink in ((out_r, log), (rep_r, events)):
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ, sink)
-        sel.register(self.sock, selectors.EVENT_READ, None)
+        sel = _pipes(log, events, out_r, rep_r)
+        sel.register(self.sock, selectors.EVENT_READ, "template")
         deadline = start + limits.timeout_s
         timed_out, reply, gone = False, None, False
         quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
@@ -1129,22 +1101,12 @@ class Session:
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since > TEMPLATE_REPLY_S:
                     break  # a template that was stopped or is stuck: replaced below
-            for key, _ in sel.select(min(left, 0.05)):
-                if key.data is None:
-                    message, _creds = self._receive(0)
-                    if message is None:
-                        gone = True  # the template died (or was killed by the run)
-                    elif "returncode" in message:
-                        reply = message
-                    continue
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    sel.unregister(key.fd)
+            if _pump(sel, min(left, 0.05)):  # the template said something, or its socket closed
+                message, _creds = self._receive(0)
+                if message is None:
+                    gone = True  # the template died (or was killed by the run)
+                elif "returncode" in message:
+                    reply = message
         sel.unregister(self.sock)
         killed = 0
         if reply is None:
@@ -1163,18 +1125,7 @@ class Session:
         killed += int(reply.get("killed", 0)) if reply else 0
         if reply is None and not timed_out:
             returncode = -signal.SIGKILL  # the template went, and the run with it
-        drain_until = time.monotonic() + 2.0
-        while sel.get_map() and time.monotonic() < drain_until:
-            for key, _ in sel.select(0.05):
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    sel.unregister(key.fd)
-        sel.close()
+        _drain(sel)
         for fd in (out_r, rep_r):
             os.close(fd)
         text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]

@@ -176,8 +176,9 @@ def _run_harness(argv: list[str]) -> None:
     runpy.run_path(argv[0], run_name="__main__")
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
+def _children_of(pid: int) -> set[int]:
+    """Pids whose parent is `pid`, from /proc."""
+    kids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -185,35 +186,42 @@ def _children(pid: int) -> list[int]:
                     stat = fh.read().decode("latin-1")
             except OSError:
                 continue
-            fields = stat[stat.rfind(")") + 2:].split()
+            fields = stat[stat.rfind(")") + 2 :].split()  # after the command name: state, ppid, ...
             if len(fields) > 1 and int(fields[1]) == pid:
-                kids.append(int(entry))
+                kids.add(int(entry))
     return kids
 
 
-def _kill_descendants() -> int:
-    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper)."""
+def _kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
+    """SIGKILL whatever pids_now() lists until it lists nothing (or wait_s passes); the number killed."""
     import signal
     import time
 
     killed = 0
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        kids = _children(os.getpid())
-        if not kids:
+        pids = pids_now()
+        if not pids:
             break
-        for pid in kids:
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass
-        for pid in kids:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        if reap:
+            for pid in pids:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+        time.sleep(pause_s)
     return killed
+
+
+def _kill_descendants() -> int:
+    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper)."""
+    return _kill_until_gone(lambda: _children_of(os.getpid()), 10.0, 0.005, reap=True)
 
 
 def _status(status: int) -> int:
