@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import random
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from autograder.batch import regrade
+from autograder.batch import gradebook, regrade
 from gradelib import results as results_mod
 from gradelib import rubric as rubric_mod
 
@@ -200,3 +203,135 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
     forced = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--force")
     assert "regrading 2 of 2: --force" in forced.stdout and "graded 2 of 2" in forced.stdout
     assert {t["tags"][0] for t in json.loads((out / "alice" / "results.json").read_text())["tests"]} == {"attention", "losses"}
+
+
+# ---------------------------------------------------------------- gradebook: rounding, roster, late policy, exports
+
+
+def _half_up_cents(x: Fraction) -> Fraction:
+    return Fraction(math.floor(x * 100 + Fraction(1, 2)), 100)
+
+
+def test_rounded_columns_always_add_up_to_the_rounded_total():
+    # Rounded one by one (half up) these give 1.34 + 2.34 + 3.34 = 7.02, but their sum 7.005 rounds to 7.01.
+    cols, total = gradebook.round_columns([1.335, 2.335, 3.335])
+    assert [str(c) for c in cols] == ["1.34", "2.34", "3.33"] and str(total) == "7.01"
+    cols, total = gradebook.round_columns([0.125, 0.125, 0.125, 0.125])  # naive: 4 x 0.13 = 0.52 against 0.50
+    assert [str(c) for c in cols] == ["0.13", "0.13", "0.12", "0.12"] and str(total) == "0.50"
+    rng = random.Random(7)
+    for _ in range(2000):
+        values = [round(rng.uniform(0, 30), rng.choice((2, 3, 4))) for _ in range(5)]
+        cols, total = gradebook.round_columns(values)
+        exact = [Fraction(repr(v)) for v in values]
+        assert sum(cols) == total
+        assert Fraction(str(total)) == _half_up_cents(sum(exact)), values
+        assert all(abs(Fraction(str(c)) - e) < Fraction(1, 100) for c, e in zip(cols, exact)), (values, cols)
+
+
+def _synthetic_results(folder: Path, scores: dict[str, float], records: dict[str, dict]) -> None:
+    """A results.json as the grader writes it: one test per problem, with the grader record."""
+    r = results_mod.SubmissionResult(submission=folder.name, problems=tuple(ORDER))
+    points = {p: rubric_mod.load()[p].points for p in ORDER}
+    for pid in ORDER:
+        r.tests.append(results_mod.TestResult(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))
+        r.max_points[pid] = points[pid]
+    regrade.write_merged(r, folder, records, ORDER, merge_old=False)
+
+
+def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_path):
+    from autograder.batch.cli import source_key
+
+    records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
+    full = {"attention": 30, "losses": 20, "masks": 20, "prediction": 24, "generation": 26}
+    odd = {"attention": 1.335, "losses": 2.335, "masks": 3.335}
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    times = {"s01": "2025-03-02T00:00:00+00:00",  # one minute late: one day
+             "s02": "2025-03-03T00:59:00+00:00",  # 25 hours: two days
+             "s03": "2025-03-05T23:58:00+00:00",  # 3 days 23:59 late: four started days, past max_days
+             "s04": "2025-03-03T11:59:00+00:00",  # 1.5 days, with a 2-day extension
+             "s06": "2025-03-02T10:00:00+00:00"}  # one day
+    names = [f"s{i:02d}" for i in range(60)] + ["stranger"]
+    for i, name in enumerate(names):
+        (subs / name).mkdir(parents=True)
+        if name == "s59":
+            continue  # on the roster, never handed in
+        scores = odd if name == "s06" else full if i < 10 else {"attention": i / 3, "losses": 20 - i / 7, "masks": 10.0}
+        _synthetic_results(out / name, scores, records)
+        (out / name / ".source").write_text(source_key(subs / name))
+    # s05: Gradescope's metadata, submitted 30 hours after its own due date (two days).
+    (subs / "s05" / "submission_metadata.json").write_text(json.dumps({
+        "created_at": "2025-03-03T05:59:00.000000+00:00",
+        "assignment": {"due_date": "2025-03-01T23:59:00.000000+00:00", "title": "HW3"},
+        "users": [{"email": "s05@uni.edu", "name": "Student 05", "sid": "1005"}],
+    }))
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student ID,Name,Email,Submission,Section\n" + "".join(
+        f"{1000 + i},Student {i:02d},s{i:02d}@uni.edu,{f's{i:02d}.tar' if i == 7 else f's{i:02d}'},A{i % 2}\n" for i in range(60)))
+    (tmp_path / "ext.csv").write_text("student,days\n1004,2\n")
+    (tmp_path / "times.csv").write_text("submission,submitted_at\n" + "".join(f"{k},{v}\n" for k, v in times.items()))
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(RUBRIC.read_text() + "\n[late]\npenalty_per_day = 0.1\nmax_days = 3\n")
+    proc = _cli(*[str(subs / n) for n in names if n != "s59"], "--out", str(out), "--rubric", str(rubric),
+                "--roster", str(roster), "--extensions", str(tmp_path / "ext.csv"), "--submitted-at", str(tmp_path / "times.csv"),
+                "--due", "2025-03-01T23:59:00+00:00", "--assignment-title", "HW3 (1234)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "graded 0 of 60" in proc.stdout and "60 up to date" in proc.stdout
+    assert "roster: 59 of 60 students have results" in proc.stdout
+    assert "no results for: 1059 (s59)" in proc.stdout and "not on the roster: stranger" in proc.stdout
+
+    rows = _rows(out)
+    assert len(rows) == 60
+    expected = {  # total, days late, penalty, final: by hand from the policy
+        "s00": ("120.00", "", "0.00", "120.00"),  # no submission time known: no penalty, and the run says so
+        "s01": ("120.00", "1", "12.00", "108.00"),
+        "s02": ("120.00", "2", "24.00", "96.00"),
+        "s03": ("120.00", "4", "120.00", "0.00"),
+        "s04": ("120.00", "0", "0.00", "120.00"),
+        "s05": ("120.00", "2", "24.00", "96.00"),
+        "s06": ("7.01", "1", "0.70", "6.31"),
+        "s10": ("", "", "0.00", ""),
+    }
+    for name, (total, days, penalty, final) in expected.items():
+        row = rows[name]
+        assert (row["days_late"], row["penalty"]) == (days, penalty), (name, row)
+        if total:
+            assert (row["total"], row["final"]) == (total, final), (name, row)
+    assert [rows["s06"][p] for p in ORDER] == ["1.34", "2.34", "3.33", "0.00", "0.00"]
+    for row in rows.values():
+        cents = sum(round(float(row[p]) * 100) for p in ORDER)
+        assert cents == round(float(row["total"]) * 100), row
+    assert rows["s07"]["student_id"] == "1007" and rows["stranger"]["student_id"] == ""
+    assert "late policy: no submission or due time for 54 submissions (no penalty applied)" in proc.stdout
+    assert "late: 6 submissions, 5 with a penalty" not in proc.stdout and "late: 5 submissions, 5 with a penalty" in proc.stdout
+
+    with open(out / "canvas.csv", newline="") as fh:
+        canvas = list(csv.reader(fh))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "Section", "HW3 (1234)"]
+    assert canvas[1] == ["Points Possible", "", "", "", "120.00"]
+    assert len(canvas) == 62
+    assert canvas[2 + 3] == ["Student 03", "", "1003", "A1", "0.00"]
+    assert canvas[2 + 1] == ["Student 01", "", "1001", "A1", "108.00"]
+    assert canvas[2 + 59] == ["Student 59", "", "1059", "A1", ""]
+    with open(out / "scores.csv", newline="") as fh:
+        scores = {r["id"]: r["score"] for r in csv.DictReader(fh)}
+    # stranger (i = 60): 60/3 + (20 - 60/7) + 10 = 41.428...
+    assert scores["1002"] == "96.00" and scores["stranger"] == "41.43" and len(scores) == 60
+
+
+def test_bad_bookkeeping_files_stop_the_run_before_grading_with_a_clear_message(tmp_path):
+    sub = tmp_path / "alice"
+    sub.mkdir()
+    cases = [
+        ("roster.csv", "id,name\n1,A\n", "--roster", "no column for email, submission"),
+        ("roster.csv", "student id,name,email,submission\n1,A,a@x,a\n1,B,b@x,b\n", "--roster", "student id '1' appears twice"),
+        ("ext.csv", "student,days\n1,two\n", "--extensions", "extra days 'two' is not a number"),
+        ("times.csv", "submission,time\nalice,yesterday\n", "--submitted-at", "'yesterday' is not an ISO 8601 time"),
+    ]
+    for fname, text, flag, fragment in cases:
+        (tmp_path / fname).write_text(text)
+        proc = _cli(str(sub), "--out", str(tmp_path / "out"), flag, str(tmp_path / fname))
+        assert proc.returncode == 2 and fragment in proc.stderr, (fragment, proc.stderr[-800:])
+        assert "Traceback" not in proc.stderr
+    proc = _cli(str(sub), "--out", str(tmp_path / "out"), "--due", "Friday")
+    assert proc.returncode == 2 and "--due: 'Friday' is not an ISO 8601 time" in proc.stderr
+    assert not (tmp_path / "out" / "alice").exists()
