@@ -16,6 +16,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autograder.batch import gradebook, regrade
@@ -335,3 +336,46 @@ def test_bad_bookkeeping_files_stop_the_run_before_grading_with_a_clear_message(
     proc = _cli(str(sub), "--out", str(tmp_path / "out"), "--due", "Friday")
     assert proc.returncode == 2 and "--due: 'Friday' is not an ISO 8601 time" in proc.stderr
     assert not (tmp_path / "out" / "alice").exists()
+
+
+# ---------------------------------------------------------------- hidden cases that rotate per term
+
+
+def _files(root: Path, folder: str, vis: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / folder / vis).iterdir())}
+
+
+def test_a_term_seed_rotates_the_hidden_cases_only_and_the_reference_still_scores_full_marks(tmp_path):
+    from autograder.batch.worker import grade_hidden
+    from autograder.fixturegen import attention_cases, lm_function_cases, notebook_cases
+    from gradelib.sandbox import Limits
+
+    terms = {}
+    for label, seed, public_too in (("a", 1, False), ("b", 2, False), ("c", 2, True)):
+        out = tmp_path / label
+        attention_cases.write(out, seed, public_too)
+        notebook_cases.write(out, seed, public_too)
+        lm_function_cases.build(out, seed, public_too)
+        terms[label] = out
+    a, b, c = terms["a"], terms["b"], terms["c"]
+    for folder in ("attention", "notebooks", "lm_functions"):
+        assert _files(a, folder, "public") == _files(b, folder, "public"), folder
+        hidden_a, hidden_b = _files(a, folder, "hidden"), _files(b, folder, "hidden")
+        assert sorted(hidden_a) == sorted(hidden_b)
+        differ = [n for n in hidden_a if n.endswith(".npz") and hidden_a[n] != hidden_b[n]]
+        assert len(differ) == sum(n.endswith(".npz") for n in hidden_a), (folder, differ)
+        assert _files(c, folder, "hidden") == hidden_b  # --public-too changes the public cases, not the hidden ones
+        public_c = _files(c, folder, "public")
+        assert all(public_c[n] != v for n, v in _files(b, folder, "public").items() if n.endswith(".npz")), folder
+    # The cases really hold other numbers (not just other bytes): a hidden input differs.
+    x_a = np.load(a / "attention" / "hidden" / "dk_ne_dv.npz")["X"]
+    x_b = np.load(b / "attention" / "hidden" / "dk_ne_dv.npz")["X"]
+    assert x_a.shape == x_b.shape and not np.allclose(x_a, x_b)
+
+    sub = tmp_path / "reference"
+    sub.mkdir()
+    shutil.copyfile(SOLUTIONS / "attention.py", sub / "attention.py")
+    full = sum(g.points for g in rubric_mod.load()["attention"].groups)
+    for term in (a, b):
+        result = grade_hidden(sub, case_root=term, only=["attention"], limits=Limits(timeout_s=30))
+        assert result.score == full, [(t.name, t.score, t.output[:200]) for t in result.tests if not t.passed]
