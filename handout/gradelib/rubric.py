@@ -54,7 +54,7 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     ),
 }
 
-# The optional [late] table: the late policy the course gradebook applies (autograder/batch/gradebook.py).
+# The optional [late] table: the late policy the course staff's gradebook applies to the final scores.
 LATE_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "penalty_per_day": (
         (int, float), None,
