@@ -177,7 +177,7 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
 
     # The rubric changes: both are regraded, the one whose score changed is logged.
     rubric = _rubric_with(tmp_path, 'quantities = ["A_w"]\npoints = 2', 'quantities = ["A_w"]\npoints = 4')
-    changed = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric))
+    changed = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--jobs", "2")
     assert "regrading 2 of 2: rubric changed (attention: points)" in changed.stdout, changed.stdout
     assert "1 score(s) changed by the regrade" in changed.stdout
     assert float(_rows(out)["alice"]["attention"]) == 32
@@ -187,7 +187,7 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
         ("alice", "attention", "30", "32", "rubric changed (attention: points)")]
 
     # --only losses on graded handins: attention's tests stay, losses' are added, every column stays.
-    merged = _cli(*two, "--out", str(out), "--only", "losses", "--rubric", str(rubric))
+    merged = _cli(*two, "--out", str(out), "--only", "losses", "--rubric", str(rubric), "--jobs", "2")
     assert merged.returncode == 0, merged.stderr[-2000:]
     alice = json.loads((out / "alice" / "results.json").read_text())
     assert {t["tags"][0] for t in alice["tests"]} == {"attention", "losses"}
@@ -201,7 +201,7 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
     assert sorted(_rows(out)) == ["alice", "carol", "late"]
     assert "3 submissions" in (out / "report.html").read_text()
 
-    forced = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--force")
+    forced = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--force", "--jobs", "2")
     assert "regrading 2 of 2: --force" in forced.stdout and "graded 2 of 2" in forced.stdout
     assert {t["tags"][0] for t in json.loads((out / "alice" / "results.json").read_text())["tests"]} == {"attention", "losses"}
 

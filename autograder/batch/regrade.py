@@ -24,7 +24,7 @@ from pathlib import Path
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
 from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
-from gradelib.safeio import SafeReadError
+from gradelib.safeio import SafeReadError, clean_text
 
 FORMAT = 1
 MANIFEST = "MANIFEST.sha256"
@@ -230,11 +230,12 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
             continue  # graded by an older grader: stays stale
         problems[pid] = {
             **rec,
-            "notes": list(result.problem_notes.get(pid, [])),
-            "flags": list(result.problem_flags.get(pid, [])),
+            "notes": [clean_text(n) for n in result.problem_notes.get(pid, [])],
+            "flags": [clean_text(f) for f in result.problem_flags.get(pid, [])],
             "seconds": round(float(result.problem_seconds.get(pid, 0.0)), 3),
         }
-    data.setdefault("extra_data", {})["grader"] = {"format": FORMAT, "notes": general_notes(result), "problems": problems}
+    general = [clean_text(n) for n in general_notes(result)]
+    data.setdefault("extra_data", {})["grader"] = {"format": FORMAT, "notes": general, "problems": problems}
     return data
 
 
