@@ -110,6 +110,7 @@ def grade_submission(
 def _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result) -> None:
     """Grade each selected problem into `result`; a grader bug costs its own problem only."""
     for p in selected:
+        problem_start = time.monotonic()
         ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
                            oracle_loader=oracle_loader, cache=shared)
         try:
@@ -120,5 +121,8 @@ def _grade_problems(selected, files, case_root, visibilities, limits, workdir, o
             why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
             tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
         result.tests += tests
-        result.notes += [clean_text(n) for n in ctx.notes]
+        result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
+        result.notes += result.problem_notes[p.id]
+        result.problem_flags[p.id] = list(ctx.flags)
         result.flags.update(ctx.flags)
+        result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)

@@ -66,6 +66,11 @@ class SubmissionResult:
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
     isolation: str = ""  # sandbox level the submission's code ran under (gradelib.sandbox.LEVELS)
+    # Per problem id: the notes and flag keys its grading added, and the seconds it took (notes and
+    # flags hold them too); a regrade of some problems keeps the others' with these.
+    problem_notes: dict[str, list[str]] = field(default_factory=dict)
+    problem_flags: dict[str, list[str]] = field(default_factory=dict)
+    problem_seconds: dict[str, float] = field(default_factory=dict)
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}

@@ -131,7 +131,7 @@ def test_interrupted_runs_stop_cleanly_and_the_rerun_completes(graded_class):
     assert 3 <= first < second < total, (first, second, total)
     assert graded_class["leftovers_after_sigint"] == []
     assert runs["finish"][0] == 0, runs["finish"][2][-2000:]
-    assert f"{second} already had results" in runs["finish"][1]
+    assert f"{second} up to date" in runs["finish"][1]
 
 
 def test_every_submission_has_results_feedback_and_one_gradebook_row(graded_class):
@@ -195,7 +195,8 @@ def test_forged_score_lines_never_reach_the_grader_output(graded_class):
     stdout = graded_class["runs"]["repeat"][1]
     n = len(graded_class["expected"])
     assert '"scores"' not in stdout and "PASS" not in stdout
-    assert stdout.strip().splitlines()[0].startswith(f"graded {n} of {n}")
+    assert stdout.strip().splitlines()[0] == f"grading {n} new submissions"
+    assert stdout.strip().splitlines()[1].startswith(f"graded {n} of {n}")
 
 
 def test_submissions_cannot_touch_the_cases_or_outlive_the_run(graded_class):
@@ -219,7 +220,7 @@ def test_rerun_without_force_grades_nothing_again(graded_class, tmp_path):
     rc, stdout, _ = _run([*map(str, graded_class["base"].glob("submissions/*")), "--out", str(graded_class["fresh"])],
                          dict(os.environ))
     n = len(graded_class["expected"])
-    assert rc == 0 and f"graded 0 of {n}" in stdout and f"{n} already had results" in stdout
+    assert rc == 0 and f"graded 0 of {n}" in stdout and f"({n} up to date" in stdout
 
 
 def test_a_grader_process_that_keeps_dying_is_recorded_as_zero(tmp_path):

@@ -7,7 +7,12 @@ times; after that, or when it runs past its deadline, the submission is
 recorded as graded 0 with a message saying why -- it is never lost and never
 retried forever. Results are written atomically, so a run stopped at any
 point (Ctrl-C, SIGTERM) leaves every submission either graded or not; the
-same command run again grades only what is missing (--force regrades all).
+same command run again grades only what is missing or stale: each results.json
+records the rubric and fixtures that graded each of its problems (regrade.py),
+and a problem whose rubric or fixtures changed since is regraded, its tests
+merged into the results already there (--force regrades all). The class files
+(grades.csv, report.html) are rebuilt from every results.json under --out, and
+each score a regrade changed is appended to regrades.csv.
 """
 
 from __future__ import annotations
@@ -23,25 +28,31 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
 from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
-from gradelib.results import SubmissionResult, write_submission, write_text_atomic
+from gradelib.results import SubmissionResult, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import all_zero
 
-from .report import read_row, write_gradebook, write_report
+from . import gradebook, regrade
+from .report import Row, read_row, write_report
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+CASE_ROOT = PACKAGE_ROOT.parent / "fixtures"
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
 TERM_GRACE_S = 5.0
 
 
-RESERVED = {"grades.csv", "report.html"}  # the class outputs beside the per-submission folders
+# The class outputs beside the per-submission folders.
+RESERVED = {"grades.csv", "report.html", "regrades.csv", "canvas.csv", "scores.csv"}
+REGRADE_LOG = "regrades.csv"
+REGRADE_LOG_HEADER = ["time", "submission", "problem", "old_score", "new_score", "reason"]
 SOURCE_FILE = ".source"  # in each submission's folder: the path it was graded from
 
 
@@ -117,20 +128,20 @@ def claim(path: Path, folder: Path) -> None:
     """Mark `folder` as the one of `path`; results there of any other submission are removed first."""
     source = source_key(path)
     if _source_of(folder) != source:
-        for stale in ("results.json", "feedback.txt"):
+        for stale in ("results.json", "feedback.txt", "submission_metadata.json"):
             (folder / stale).unlink(missing_ok=True)
         write_text_atomic(folder / SOURCE_FILE, source)
 
 
-def selected_problems(only: list[str] | None) -> list[rubric_mod.Problem]:
-    problems = rubric_mod.load()
+def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
+    problems = rubric_mod.load(rubric)
     return [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
 
 
-def ungraded_result(name: str, only: list[str] | None, message: str) -> SubmissionResult:
+def ungraded_result(name: str, only: list[str] | None, message: str, rubric: Path | None = None) -> SubmissionResult:
     """Every test 0 with `message`: what a submission gets when the grader could not finish it."""
     vis = ("public", "hidden")
-    selected = selected_problems(only)
+    selected = selected_problems(only, rubric)
     result = SubmissionResult(
         submission=name,
         problems=tuple(p.id for p in selected),
@@ -146,6 +157,9 @@ def ungraded_result(name: str, only: list[str] | None, message: str) -> Submissi
 class Job:
     path: Path
     name: str
+    only: list[str] | None = None  # problems to grade (None: all)
+    merge: bool = False  # replace only those problems' tests in the results already there
+    reasons: dict[str, str] = field(default_factory=dict)  # problem -> why it is regraded
     attempts: int = 0
     proc: subprocess.Popen | None = None
     started: float = 0.0
@@ -185,9 +199,14 @@ class Batch:
             "--name", job.name, "--out", str(self.args.out.resolve()),
             "--timeout", str(self.args.timeout), "--memory-mb", str(self.args.memory_mb),
             "--isolation", self.args.isolation, "--scratch-root", str(job.scratch),
+            "--case-root", str(self.args.fixtures.resolve()),
         ]
-        if self.args.only:
-            argv += ["--only", *self.args.only]
+        if self.args.rubric:
+            argv += ["--rubric", str(self.args.rubric.resolve())]
+        if job.only:
+            argv += ["--only", *job.only]
+        if job.merge:
+            argv.append("--merge")
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{job.name}.log", "ab") as log:
             log.write(f"--- attempt {job.attempts}\n".encode())
@@ -209,8 +228,10 @@ class Batch:
             f"nothing is lost; please tell the course staff, who can regrade it with --force."
         )
         tail = self._log_tail(job)
-        write_submission(ungraded_result(job.name, self.args.only, message + (f"\n  last output:\n{tail}" if tail else "")),
-                         self.args.out / job.name)
+        result = ungraded_result(job.name, job.only, message + (f"\n  last output:\n{tail}" if tail else ""), self.args.rubric)
+        problems = rubric_mod.load(self.args.rubric)
+        records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
+        regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)
         self.failed.append(job.name)
 
     def _finished(self, job: Job, returncode: int | None, bar) -> None:
@@ -364,6 +385,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
     ap.add_argument("--title", default="Class report", help="heading of report.html")
+    ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
+    book = ap.add_argument_group("gradebook (grades.csv, scores.csv, canvas.csv; the late policy is the rubric's [late] table)")
+    book.add_argument("--roster", type=Path, help="CSV: student id, name, email, submission (folder or file name) [, section, canvas id]")
+    book.add_argument("--extensions", type=Path, help="CSV: student id or submission, extra days")
+    book.add_argument("--submitted-at", type=Path, help="CSV: submission, ISO time (else submission_metadata.json in the submission folder)")
+    book.add_argument("--due", help="due time, ISO 8601 (else the due date in submission_metadata.json)")
+    book.add_argument("--assignment-title", default="Self-attention and language modeling", help="the assignment's column in canvas.csv")
+    ap.add_argument("--fixtures", type=Path, default=CASE_ROOT,
+                    help="folder of the public and hidden cases and MANIFEST.sha256 (default: fixtures/)")
     ap.add_argument(
         "--isolation", choices=("best", "strict"), default="best",
         help="best: namespaces where the machine allows, else the Landlock fallback (recorded per submission); "
@@ -377,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        known = [p for p in rubric_mod.load() if p in GRADERS]
+        known = [p for p in rubric_mod.load(args.rubric) if p in GRADERS]
     except rubric_mod.RubricError as exc:
         print(f"The rubric cannot be used, so nothing was graded: {exc}", file=sys.stderr)
         return 2
@@ -387,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown problem id(s) {unknown}; known: {known}", file=sys.stderr)
             return 2
     problem_ids = [p for p in known if not args.only or p in args.only]
+    try:
+        args.book = read_book_inputs(args)
+    except (gradebook.BookError, rubric_mod.RubricError) as exc:
+        print(f"nothing was graded: {exc}", file=sys.stderr)
+        return 2
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
         print(
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
@@ -397,9 +432,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = submission_names(args.submissions)
     args.out.mkdir(parents=True, exist_ok=True)
-    jobs = [Job(p, n) for p, n in zip(args.submissions, names) if args.force or not already_graded(p, args.out / n)]
+    jobs, plan = plan_jobs(args, names, problem_ids)
+    before = {job.name: read_row(args.out / job.name / "results.json", job.name) for job in jobs if job.reasons}
     for job in jobs:
         claim(job.path, args.out / job.name)
+    for path, name in zip(args.submissions, names):
+        gradebook.keep_metadata(path, args.out / name)
+    if plan:
+        print(plan, file=sys.stderr if len(names) == 1 else sys.stdout, flush=True)
     deadline = args.submission_timeout or (len(problem_ids) + 1) * args.timeout + 60.0
     batch = Batch(args, jobs, deadline)
     start = time.monotonic()
@@ -414,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + batch.stop_signal
+    changed = log_regrades(args.out, jobs, before)
     rows = [read_row(args.out / n / "results.json", n) for n in names]
     if len(names) == 1:
         feedback = args.out / names[0] / "feedback.txt"
@@ -424,18 +465,138 @@ def main(argv: list[str] | None = None) -> int:
         except SafeReadError as exc:
             text = f"{names[0]}: {exc}"
         print(clean_text(text).rstrip("\n"))
+        if len(class_rows(args.out)) > 1:  # a late handin graded into a class's folder: the class files follow
+            book_lines = write_class_files(args, known)[1]
+            if book_lines:
+                print(book_lines, file=sys.stderr)
         print(rows[0].autolab_line(problem_ids), flush=True)
         return 0
-    write_gradebook(args.out / "grades.csv", rows, problem_ids)
     similar = ""
     if args.similarity:
         from .similarity import run_class, summary_line
 
         similar = "\n" + summary_line(run_class(list(args.submissions), args.out, jobs=max(1, args.jobs)), args.out)
-    write_report(args.out / "report.html", rows, problem_ids, args.title)
+    book, book_lines = write_class_files(args, known)
+    exports = f"\nexports:   {args.out / 'scores.csv'}" + (f", {args.out / 'canvas.csv'}" if args.roster else "")
+    changes = f"; {changed} score(s) changed by the regrade: {args.out / REGRADE_LOG}" if changed else ""
     print(
         f"graded {batch.graded + len(batch.failed)} of {len(names)} submissions in {wall:.1f} s "
-        f"({len(names) - len(jobs)} already had results, {len(batch.failed)} could not be graded)\n"
-        f"gradebook: {args.out / 'grades.csv'}\nreport:    {args.out / 'report.html'}{similar}"
+        f"({len(names) - len(jobs)} up to date, {len(batch.failed)} could not be graded{changes})\n"
+        f"gradebook: {args.out / 'grades.csv'} ({book} rows: every results.json under {args.out})\n"
+        f"report:    {args.out / 'report.html'}{exports}{similar}" + (f"\n{book_lines}" if book_lines else "")
     )
     return 0
+
+
+def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]) -> tuple[list[Job], str]:
+    """Who is graded and why: new submissions, stale problems of graded ones (merged), or all with --force.
+
+    Returns the jobs and the lines saying so ("regrading 12 of 60: rubric changed (...)", "48 up to date").
+    """
+    problems = rubric_mod.load(args.rubric)
+    current = regrade.current_records(problems, problem_ids, args.fixtures)
+    only = list(args.only) if args.only else None
+    jobs, new, stale, up_to_date, graded_before = [], [], Counter(), 0, 0
+    for path, name in zip(args.submissions, names):
+        folder = args.out / name
+        if not already_graded(path, folder):
+            jobs.append(Job(path, name, only=only))
+            new.append(name)
+            continue
+        graded_before += 1
+        if args.force:
+            jobs.append(Job(path, name, only=only, merge=bool(only), reasons=dict.fromkeys(problem_ids, "--force")))
+            stale["--force"] += 1
+            continue
+        data = regrade.read_results(folder / "results.json")
+        why = (dict.fromkeys(problem_ids, "results.json could not be read") if data is None
+               else regrade.stale_problems(data, current))
+        if not why:
+            up_to_date += 1
+            continue
+        ids = [p for p in problem_ids if p in why]
+        whole = ids == [p for p in problems if p in GRADERS]
+        jobs.append(Job(path, name, only=None if whole else ids, merge=True, reasons=why))
+        stale["; ".join(dict.fromkeys(why[p] for p in ids))] += 1
+    lines = []
+    if new:
+        lines.append(f"grading {len(new)} new submission{'s' if len(new) != 1 else ''}")
+    if stale:
+        n = sum(stale.values())
+        if len(stale) == 1:
+            lines.append(f"regrading {n} of {graded_before}: {next(iter(stale))}")
+        else:
+            parts = "; ".join(f"{k} ({v})" for k, v in stale.most_common())
+            lines.append(f"regrading {n} of {graded_before}: {parts}")
+    if graded_before and (stale or up_to_date):
+        lines.append(f"{up_to_date} up to date")
+    return jobs, "\n".join(lines)
+
+
+def log_regrades(out: Path, jobs: list[Job], before: dict[str, Row]) -> int:
+    """Append to out/regrades.csv each problem score a regrade changed; return how many changed."""
+    stamp = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    lines = []
+    for job in jobs:
+        old = before.get(job.name)
+        if old is None or old.notes.startswith("results.json could not be read"):
+            continue
+        new = read_row(out / job.name / "results.json", job.name)
+        for pid, reason in job.reasons.items():
+            if pid in old.scores and abs(new.scores.get(pid, 0.0) - old.scores[pid]) > 1e-9:
+                lines.append([stamp, job.name, pid, f"{old.scores[pid]:g}", f"{new.scores.get(pid, 0.0):g}", reason])
+    if lines:
+        import csv
+        import io
+
+        path = out / REGRADE_LOG
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        if not path.is_file():
+            writer.writerow(REGRADE_LOG_HEADER)
+        writer.writerows(lines)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(buf.getvalue())
+    return len(lines)
+
+
+def class_rows(out: Path) -> list[Row]:
+    """A row per submission folder under `out` that holds a results.json, whichever run graded it."""
+    folders = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "results.json").is_file())
+    return [read_row(p / "results.json", p.name) for p in folders]
+
+
+def read_book_inputs(args: argparse.Namespace) -> dict:
+    """The roster, extensions, times, due time and late policy, read and checked before anything is graded."""
+    return {
+        "roster": gradebook.read_roster(args.roster) if args.roster else None,
+        "extensions": gradebook.read_extensions(args.extensions) if args.extensions else {},
+        "submitted_at": gradebook.read_submitted_at(args.submitted_at) if args.submitted_at else {},
+        "due": gradebook.parse_time(args.due, "--due") if args.due else None,
+        "policy": rubric_mod.late_policy(args.rubric),
+    }
+
+
+def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple[int, str]:
+    """grades.csv, scores.csv, canvas.csv (with a roster) and report.html from every results.json under --out.
+
+    Returns the number of rows and the lines that say who is missing, unknown or late.
+    """
+    rows = class_rows(args.out)
+    inputs = args.book
+    metadata = {}
+    for r in rows:
+        try:
+            metadata[r.submission] = safeio.read_json(args.out / r.submission / gradebook.METADATA, 1024 * 1024)
+        except SafeReadError:
+            pass
+    sources = {r.submission: _source_of(args.out / r.submission) or "" for r in rows}
+    problems = rubric_mod.load(args.rubric)
+    book = gradebook.build(rows, problem_ids, sources=sources, metadata=metadata,
+                           max_points=sum(problems[p].points for p in problem_ids), **inputs)
+    gradebook.write_grades(args.out / "grades.csv", book, problem_ids, roster=inputs["roster"] is not None)
+    gradebook.write_scores(args.out / "scores.csv", book)
+    if inputs["roster"] is not None:
+        gradebook.write_canvas(args.out / "canvas.csv", book, inputs["roster"], args.assignment_title)
+    write_report(args.out / "report.html", rows, problem_ids, args.title)
+    return len(rows), gradebook.summary(book, inputs["roster"] is not None)

@@ -12,8 +12,6 @@ messages that quote a student's exception) is HTML-escaped.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -105,13 +103,10 @@ def _flags(extra) -> dict[str, str]:
 
 
 def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None:
-    """One row per submission (sorted by name), a column per problem, the total and the maximum."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["submission", *problem_ids, "total", "max"])
-    for row in sorted(rows, key=lambda r: r.submission):
-        writer.writerow([row.submission, *[f"{row.scores.get(p, 0.0):g}" for p in problem_ids], f"{row.total:g}", f"{row.max:g}"])
-    write_text_atomic(path, buf.getvalue())
+    """grades.csv without a roster or late policy: one row per submission (gradebook.py has the full version)."""
+    from .gradebook import build, write_grades
+
+    write_grades(path, build(rows, problem_ids), problem_ids, roster=False)
 
 
 def _histogram_svg(totals: list[float], max_score: float) -> str:

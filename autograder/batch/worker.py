@@ -1,8 +1,8 @@
 """Grade one submission to disk, in a process of its own.
 
-    python -m autograder.batch.worker SUBMISSION --name NAME --out DIR [--only ID ...]
+    python -m autograder.batch.worker SUBMISSION --name NAME --out DIR [--only ID ...] [--merge]
                                 [--timeout S] [--memory-mb M] [--isolation best|strict]
-                                [--scratch-root DIR]
+                                [--scratch-root DIR] [--rubric FILE] [--case-root DIR]
 
 The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
@@ -21,11 +21,13 @@ import signal
 import sys
 from pathlib import Path
 
+from gradelib import rubric as rubric_mod
 from gradelib import sandbox
 from gradelib.grade import grade_submission
-from gradelib.results import write_submission
+from gradelib.problems import GRADERS
 
 from ..oracle.oracles import load_oracle
+from .regrade import current_records, write_merged
 
 CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -58,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-mb", type=int, default=3072)
     ap.add_argument("--isolation", choices=("best", "strict"), default="best",
                     help="strict: refuse to run submission code without namespaces")
+    ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
+    ap.add_argument("--case-root", type=Path, default=CASE_ROOT, help="folder of the cases (default: fixtures/)")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only the graded problems' tests in the results.json already there, keep the others'")
     ap.add_argument("--scratch-root", type=Path, default=None,
                     help="folder for scratch files (the batch removes it whatever happens to this process)")
     args = ap.parse_args(argv)
@@ -66,14 +72,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _kill_children_and_exit)
+    problems = rubric_mod.load(args.rubric)
     result = grade_hidden(
         args.submission,
+        case_root=args.case_root,
+        problems=problems,
         only=args.only or None,
         limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb, isolation=args.isolation),
         name=args.name,
         scratch_root=args.scratch_root,
     )
-    write_submission(result, args.out / args.name)
+    order = [p for p in problems if p in GRADERS]
+    write_merged(result, args.out / args.name, current_records(problems, list(result.problems), args.case_root), order, args.merge)
     return 0
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from autograder.fixturegen import npzio
+from autograder.fixturegen.rotation import rotated
 
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
 # exp() of a score above this overflows in the dtype; "large" cases exceed it.
@@ -107,7 +108,8 @@ def describe(spec: CaseSpec) -> str:
     return f"B={spec.B}, T={spec.T}, D={spec.D}, Dk={spec.Dk}, Dv={spec.Dv}, {spec.dtype}; {spec.why}"
 
 
-def write(out: Path) -> list[Path]:
+def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
+    """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
     torch.set_num_threads(1)
     written = []
     for vis in ("public", "hidden"):
@@ -115,6 +117,7 @@ def write(out: Path) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         index = []
         for spec in (c for c in CASES if c.visibility == vis):
+            spec = replace(spec, seed=rotated(spec.seed, vis, seed, public_too))
             path = folder / f"{spec.name}.npz"
             npzio.save(path, make_case(spec))
             written.append(path)

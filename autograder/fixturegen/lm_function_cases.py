@@ -39,6 +39,7 @@ from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
 from . import lm_building_cases
 from .npzio import save
+from .rotation import rotated
 
 SEED = 785
 SPECIAL = [EOS, PAD]
@@ -154,13 +155,17 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     }
 
 
-def build(out: Path) -> list[Path]:
+def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
+    """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
     rng = np.random.default_rng(SEED)
     written = []
     index: dict[str, list] = {"public": [], "hidden": []}
     for i, (name, spec) in enumerate(CASES.items()):
-        arrays = make_case(rng, spec)
-        arrays.update(lm_building_cases.make(np.random.default_rng([SEED, i]), *BUILDING[name]))
+        arrays = make_case(rng, spec)  # drawn whatever the term, so the shared stream (the other cases) stays the same
+        own = rotated(SEED, spec[0], seed, public_too)
+        if own != SEED:
+            arrays = make_case(np.random.default_rng([own, i]), spec)
+        arrays.update(lm_building_cases.make(np.random.default_rng([own, i]), *BUILDING[name]))
         folder = out / "lm_functions" / spec[0]
         save(folder / f"{name}.npz", arrays)
         written.append(folder / f"{name}.npz")

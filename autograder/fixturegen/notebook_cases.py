@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.fixturegen import npzio
+from autograder.fixturegen.rotation import rotated
 
 IGNORE_INDEX = -100
 # exp() of a float64 above this overflows; "large" cases exceed it.
@@ -231,7 +232,8 @@ def describe_masks(c: MasksCase) -> str:
     return f"B={c.B}, Tq={c.Tq}, Tk={c.Tk}, T={c.T}, V={c.V}, pad_id={c.pad_id}; {c.why}"
 
 
-def write(out: Path) -> list[Path]:
+def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
+    """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
     torch.set_num_threads(1)
     written = []
     for vis in ("public", "hidden"):
@@ -241,12 +243,14 @@ def write(out: Path) -> list[Path]:
             stale.unlink()
         index = []
         for c in (c for c in LOSSES_CASES if c.visibility == vis):
+            c = replace(c, seed=rotated(c.seed, vis, seed, public_too))
             x = losses_inputs(c)
             if c.logit_scale > 100:
                 assert np.abs(x["logits"]).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: logits too small to overflow"
             npzio.save(folder / f"{c.name}.npz", {**x, **losses_expected(x)})
             index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c)})
         for c in (c for c in MASKS_CASES if c.visibility == vis):
+            c = replace(c, seed=rotated(c.seed, vis, seed, public_too))
             x = masks_inputs(c)
             npzio.save(folder / f"{c.name}.npz", {**x, **masks_expected(x)})
             index.append({"name": c.name, "problem": "masks", "seed": c.seed, "description": describe_masks(c)})

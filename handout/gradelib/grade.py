@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import rubric as rubric_mod
+from . import sandbox
 from .context import GradeContext
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
@@ -95,20 +96,30 @@ def grade_submission(
         # With --only the other problems' files are not wanted; a note about them would mislead.
         result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
-        for p in selected:
-            ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                               oracle_loader=oracle_loader, cache=shared)
-            try:
-                tests: list[TestResult] = GRADERS[p.id](ctx, p)
-            except Exception as exc:  # a grader bug must not cost the student a results file
-                # The traceback is for the staff (the worker's log), not for the student's feedback.
-                print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
-                why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
-                tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
-            result.tests += tests
-            result.notes += [clean_text(n) for n in ctx.notes]
-            result.flags.update(ctx.flags)
+        with sandbox.session(workdir, limits):  # one template process, forked once per run
+            _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start
     return result
+
+
+def _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result) -> None:
+    """Grade each selected problem into `result`; a grader bug costs its own problem only."""
+    for p in selected:
+        problem_start = time.monotonic()
+        ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
+                           oracle_loader=oracle_loader, cache=shared)
+        try:
+            tests: list[TestResult] = GRADERS[p.id](ctx, p)
+        except Exception as exc:  # a grader bug must not cost the student a results file
+            # The traceback is for the staff (the worker's log), not for the student's feedback.
+            print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+            why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+            tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
+        result.tests += tests
+        result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
+        result.notes += result.problem_notes[p.id]
+        result.problem_flags[p.id] = list(ctx.flags)
+        result.flags.update(ctx.flags)
+        result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)

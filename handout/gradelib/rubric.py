@@ -54,6 +54,18 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     ),
 }
 
+# The optional [late] table: the late policy the course staff's gradebook applies to the final scores.
+LATE_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
+    "penalty_per_day": (
+        (int, float), None,
+        "Fraction of the total (in [0, 1]) taken off per day late; a started day counts as a whole day.",
+    ),
+    "max_days": (
+        (int, float), None,
+        "Days late (>= 0) after which the score is 0: a handin more than max_days late scores 0.",
+    ),
+}
+
 
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the key and what was expected."""
@@ -124,6 +136,22 @@ class Problem:
     def max_points(self, visibilities: tuple[str, ...]) -> float:
         """Points available on these case sets."""
         return sum(self.share(g, v) for g in self.groups for v in visibilities if v in g.visibilities)
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """[late]: penalty_per_day (fraction of the total per started day late), max_days (more than that: 0)."""
+
+    penalty_per_day: float
+    max_days: float
+
+    def penalty(self, days_late: int) -> float:
+        """Fraction of the total taken off for `days_late` whole days (0 on time, 1 past max_days)."""
+        if days_late <= 0:
+            return 0.0
+        if days_late > self.max_days:
+            return 1.0
+        return min(1.0, days_late * self.penalty_per_day)
 
 
 def _is(value: Any, typ: type | tuple[type, ...]) -> bool:
@@ -236,6 +264,41 @@ def _settings(where: str, table: dict, schema: ProblemSchema | None) -> dict[str
     return out
 
 
+def _late(where: str, table: Any) -> LatePolicy:
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: must be a table ([late]) with keys {sorted(LATE_KEYS)}, got {table!r}")
+    spec = _check_keys(where, table, LATE_KEYS)
+    per_day = _number(f"{where}: penalty_per_day", spec["penalty_per_day"])
+    if not 0 <= per_day <= 1:
+        raise RubricError(f"{where}: penalty_per_day must be a fraction between 0 and 1 (0.1 = 10% per day), got {per_day!r}")
+    max_days = _number(f"{where}: max_days", spec["max_days"])
+    if max_days < 0:
+        raise RubricError(f"{where}: max_days must be >= 0 (days late after which the score is 0), got {max_days!r}")
+    return LatePolicy(per_day, max_days)
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise RubricError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RubricError(f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc}); expected a rubric TOML file") from None
+    unknown_top = sorted(set(data) - {"problems", "late"})
+    if unknown_top:
+        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables and an optional [late] table")
+    if "late" in data:
+        _late(f"{path.name} [late]", data["late"])
+    return data
+
+
+def late_policy(path: Path | str | None = None) -> LatePolicy | None:
+    """The rubric's [late] table, validated; None when the rubric has none."""
+    path = Path(path or RUBRIC_PATH)
+    data = _read(path)
+    return _late(f"{path.name} [late]", data["late"]) if "late" in data else None
+
+
 def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
     """Read and validate the rubric; return problems by id, in file order.
 
@@ -247,13 +310,7 @@ def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | Non
 
         schemas = SCHEMAS
     path = Path(path or RUBRIC_PATH)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise RubricError(f"{path}: not valid TOML: {exc}") from None
-    unknown_top = sorted(set(data) - {"problems"})
-    if unknown_top:
-        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables")
+    data = _read(path)
     problems: dict[str, Problem] = {}
     for pid, table in data.get("problems", {}).items():
         where = f"{path.name} [problems.{pid}]"

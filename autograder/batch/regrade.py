@@ -1,0 +1,261 @@
+"""What a results.json was graded with, whether it is stale, and merging a regrade of some problems into it.
+
+Each results.json carries, in its top-level `extra_data` (which Gradescope keeps
+and shows to nobody), a record of what graded it:
+
+    "grader": {"format": 1, "notes": [submission-wide notes],
+               "problems": {"<id>": {"rubric": {"sha256", "parts", "settings"},
+                                     "fixtures": "<sha256 of the problem's MANIFEST.sha256 lines>",
+                                     "notes": [...], "flags": [...], "seconds": s}}}
+
+A problem is stale when its rubric (parsed: points, checks, tolerances, settings,
+titles) or the fixtures it reads changed, or when the results.json has no
+record (an older grader wrote it). A regrade of some problems replaces only
+their tests and keeps every other problem's tests, notes and flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from gradelib import rubric as rubric_mod
+from gradelib import safeio
+from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
+from gradelib.safeio import SafeReadError, clean_text
+
+FORMAT = 1
+MANIFEST = "MANIFEST.sha256"
+MAX_RESULTS_BYTES = 64 * 1024 * 1024
+OLDER_GRADER = "results from an older grader without rubric/fixture hashes"
+# Fixture files each problem's grading reads, as prefixes of their paths under fixtures/. The model
+# run serves prediction and generation together, so both depend on every prompt set it reads.
+LM_RUN = ("lm_functions/", "lm/prediction.npz", "lm/prediction_test.npz", "lm/hidden/", "lm/generation_test.npz")
+PROBLEM_FIXTURES: dict[str, tuple[str, ...]] = {
+    "attention": ("attention/",),
+    "losses": ("notebooks/",),
+    "masks": ("notebooks/",),
+    "prediction": LM_RUN,
+    "generation": (*LM_RUN, "lm/oracle.json"),
+}
+FROM_GRADESCOPE = {v: k for k, v in VISIBILITY_TO_GRADESCOPE.items()}
+
+
+def _sha(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def rubric_record(problem: rubric_mod.Problem) -> dict:
+    """Hashes of a parsed rubric problem: whole, and by part, with its settings verbatim (to say what changed)."""
+    d = dataclasses.asdict(problem)
+    groups = d["groups"]
+    parts = {
+        "points": _sha([d["visibility_share"], [[g["id"], g["points"], list(g["visibilities"])] for g in groups]]),
+        "checks": _sha([[g["id"], list(g["quantities"]), g["backward"]] for g in groups]),
+        "tolerance": _sha(d["tolerance"]),
+        "titles": _sha([d["title"], [g["title"] for g in groups]]),
+    }
+    settings = json.loads(json.dumps(d["settings"]))
+    return {"sha256": _sha([parts, settings]), "parts": parts, "settings": settings}
+
+
+def manifest_lines(case_root: Path) -> dict[str, str]:
+    """path -> sha256 from case_root/MANIFEST.sha256; without a manifest, the files' own checksums."""
+    try:
+        text = safeio.read_text(case_root / MANIFEST, 4 * 1024 * 1024)
+        out = {}
+        for line in text.splitlines():
+            digest, _, rel = line.partition("  ")
+            if digest and rel:
+                out[rel.strip()] = digest.strip()
+        return out
+    except SafeReadError:
+        return {p.relative_to(case_root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(case_root.rglob("*")) if p.is_file()}
+
+
+def fixture_hash(lines: dict[str, str], problem_id: str) -> str:
+    prefixes = PROBLEM_FIXTURES.get(problem_id, ("",))
+    mine = sorted(f"{h}  {rel}" for rel, h in lines.items() if rel.startswith(prefixes))
+    return _sha(mine)
+
+
+def current_records(problems: dict[str, rubric_mod.Problem], ids: list[str], case_root: Path) -> dict[str, dict]:
+    """What grading `ids` now would record: {id: {"rubric": ..., "fixtures": ...}}."""
+    lines = manifest_lines(case_root)
+    return {pid: {"rubric": rubric_record(problems[pid]), "fixtures": fixture_hash(lines, pid)} for pid in ids}
+
+
+def read_results(path: Path) -> dict | None:
+    """A results.json as a dict, None when it is missing or not a Gradescope results object."""
+    try:
+        data = safeio.read_json(path, MAX_RESULTS_BYTES)
+    except SafeReadError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
+
+
+def grader_record(data: dict | None) -> dict | None:
+    extra = data.get("extra_data") if isinstance(data, dict) else None
+    record = extra.get("grader") if isinstance(extra, dict) else None
+    if isinstance(record, dict) and record.get("format") == FORMAT and isinstance(record.get("problems"), dict):
+        return record
+    return None
+
+
+def _rubric_change(problem_id: str, old: dict, new: dict) -> str:
+    """'prediction: full_credit_nll 0.85 -> 0.8' -- what changed in a problem's rubric, in words."""
+    what = []
+    old_settings, new_settings = old.get("settings"), new.get("settings") or {}
+    if isinstance(old_settings, dict):
+        for key in sorted(set(old_settings) | set(new_settings)):
+            a, b = old_settings.get(key), new_settings.get(key)
+            if a != b:
+                what.append(f"{key} {a if a is not None else '(none)'} -> {b if b is not None else '(none)'}")
+    old_parts = old.get("parts") if isinstance(old.get("parts"), dict) else {}
+    what += [part for part, h in (new.get("parts") or {}).items() if old_parts and old_parts.get(part) != h]
+    return f"{problem_id}: {', '.join(what)}" if what else problem_id
+
+
+def stale_problems(data: dict | None, current: dict[str, dict]) -> dict[str, str]:
+    """Problem id -> why it must be (re)graded, for each of `current`'s problems whose results are not up to date."""
+    record = grader_record(data)
+    if record is None:
+        return dict.fromkeys(current, OLDER_GRADER)
+    graded = record["problems"]
+    why = {}
+    for pid, now in current.items():
+        was = graded.get(pid)
+        if not isinstance(was, dict):
+            why[pid] = f"not graded yet ({pid})"
+            continue
+        old_rubric = was.get("rubric") if isinstance(was.get("rubric"), dict) else {}
+        reasons = []
+        if old_rubric.get("sha256") != now["rubric"]["sha256"]:
+            reasons.append(f"rubric changed ({_rubric_change(pid, old_rubric, now['rubric'])})")
+        if was.get("fixtures") != now["fixtures"]:
+            reasons.append(f"fixtures changed ({pid})")
+        if reasons:
+            why[pid] = "; ".join(reasons)
+    return why
+
+
+def from_gradescope(data: dict, name: str, problem_order: list[str]) -> SubmissionResult:
+    """A SubmissionResult back from a results.json, with its per-problem notes and flags when recorded."""
+    record = grader_record(data) or {}
+    graded = record.get("problems", {}) if record else {}
+    result = SubmissionResult(submission=name)
+    for t in data.get("tests", []):
+        if not isinstance(t, dict):
+            continue
+        tags = t.get("tags") if isinstance(t.get("tags"), list) else [""]
+        line = t.get("extra_data", {}).get("line", "") if isinstance(t.get("extra_data"), dict) else ""
+        result.tests.append(TestResult(
+            problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score", 0.0),
+            max_score=t.get("max_score", 0.0), visibility=FROM_GRADESCOPE.get(t.get("visibility"), "hidden"),
+            output=str(t.get("output", "")), line=str(line),
+        ))
+    present = {t.problem for t in result.tests} | set(graded)
+    result.problems = tuple([p for p in problem_order if p in present] + sorted(present - set(problem_order)))
+    for t in result.tests:
+        result.max_points[t.problem] = round(result.max_points.get(t.problem, 0.0) + t.max_score, 4)
+    extra = data.get("extra_data") if isinstance(data.get("extra_data"), dict) else {}
+    flags = extra.get("flags") if isinstance(extra.get("flags"), dict) else {}
+    result.flags = {str(k): str(v) for k, v in flags.items()}
+    result.isolation = str(extra.get("isolation", ""))
+    for pid, rec in graded.items():
+        if isinstance(rec, dict):
+            result.problem_notes[pid] = [str(n) for n in rec.get("notes", []) if isinstance(n, str)]
+            result.problem_flags[pid] = [str(f) for f in rec.get("flags", []) if isinstance(f, str)]
+            if isinstance(rec.get("seconds"), (int, float)):
+                result.problem_seconds[pid] = float(rec["seconds"])
+    general = record.get("notes") if record else None
+    if isinstance(general, list):
+        result.notes = [str(n) for n in general] + [n for pid in result.problems for n in result.problem_notes.get(pid, [])]
+    else:
+        output = str(data.get("output", "") or "")
+        result.notes = [output] if output else []
+    wall = data.get("execution_time", 0.0)
+    result.wall_s = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else 0.0
+    return result
+
+
+def general_notes(result: SubmissionResult) -> list[str]:
+    """The notes of the whole submission (intake, missing files): those no problem added."""
+    mine = sum(len(result.problem_notes.get(p, [])) for p in result.problems)
+    return list(result.notes[: len(result.notes) - mine]) if mine else list(result.notes)
+
+
+def merge(old: SubmissionResult, new: SubmissionResult, problem_order: list[str]) -> SubmissionResult:
+    """`old` with the problems graded in `new` replaced by `new`'s: tests, notes, flags; the score is the new sum."""
+    regraded = set(new.problems)
+    kept = [p for p in old.problems if p not in regraded]
+    problems = [p for p in problem_order if p in regraded or p in kept]
+    problems += [p for p in [*old.problems, *new.problems] if p not in problems]
+    whole = not kept  # the regrade covers every problem the old results had
+    notes_general = general_notes(new) if whole or not old.notes else general_notes(old)
+    merged = SubmissionResult(
+        submission=new.submission or old.submission,
+        problems=tuple(problems),
+        isolation=new.isolation or old.isolation,
+    )
+    for pid in problems:
+        src = new if pid in regraded else old
+        merged.tests += [t for t in src.tests if t.problem == pid]
+        merged.max_points[pid] = src.max_points.get(pid, 0.0)
+        if pid in src.problem_notes:
+            merged.problem_notes[pid] = list(src.problem_notes[pid])
+        if pid in src.problem_flags:
+            merged.problem_flags[pid] = list(src.problem_flags[pid])
+        if pid in src.problem_seconds:
+            merged.problem_seconds[pid] = src.problem_seconds[pid]
+    merged.notes = notes_general + [n for pid in problems for n in merged.problem_notes.get(pid, [])]
+    old_flag_owner = {f: pid for pid, fs in old.problem_flags.items() for f in fs}
+    merged.flags = {k: v for k, v in old.flags.items()
+                    if (old_flag_owner.get(k) in kept) or (k not in old_flag_owner and not whole)}
+    merged.flags.update(new.flags)
+    merged.wall_s = new.wall_s + sum(old.problem_seconds.get(p, 0.0) for p in kept)
+    return merged
+
+
+def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
+    """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures)."""
+    data = result.to_gradescope()
+    problems = {}
+    for pid in result.problems:
+        rec = records.get(pid)
+        if rec is None:
+            continue  # graded by an older grader: stays stale
+        problems[pid] = {
+            **rec,
+            "notes": [clean_text(n) for n in result.problem_notes.get(pid, [])],
+            "flags": [clean_text(f) for f in result.problem_flags.get(pid, [])],
+            "seconds": round(float(result.problem_seconds.get(pid, 0.0)), 3),
+        }
+    general = [clean_text(n) for n in general_notes(result)]
+    data.setdefault("extra_data", {})["grader"] = {"format": FORMAT, "notes": general, "problems": problems}
+    return data
+
+
+def records_of(data: dict | None) -> dict[str, dict]:
+    """The rubric/fixture record of each problem of a results.json ({} for an older grader's)."""
+    record = grader_record(data)
+    if record is None:
+        return {}
+    return {pid: {"rubric": rec.get("rubric"), "fixtures": rec.get("fixtures")}
+            for pid, rec in record["problems"].items() if isinstance(rec, dict)}
+
+
+def write_merged(new: SubmissionResult, folder: Path, records: dict[str, dict], problem_order: list[str], merge_old: bool) -> None:
+    """Write `new` to folder/results.json and feedback.txt; with merge_old, into the results already there."""
+    result, all_records = new, dict(records)
+    if merge_old:
+        old_data = read_results(folder / "results.json")
+        if old_data is not None:
+            old = from_gradescope(old_data, new.submission, problem_order)
+            result = merge(old, new, problem_order)
+            all_records = {p: r for p, r in records_of(old_data).items() if p not in new.problems} | records
+    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
+    write_json_atomic(folder / "results.json", to_results_json(result, all_records))
