@@ -76,6 +76,7 @@ def grade_submission(
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     # Traversable (not listable) so a child running as `nobody` reaches its own scratch.
     workdir.chmod(0o711)
+    sandbox.cap_folder(workdir)  # as root: all of it in a size- and file-count-capped tmpfs
     try:
         files = workdir / "files"
         files.mkdir(mode=0o700)
@@ -99,6 +100,8 @@ def grade_submission(
         with sandbox.session(workdir, limits):  # one template process, forked once per run
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
     finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        sandbox.uncap_folder(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start
     return result

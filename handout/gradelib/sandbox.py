@@ -26,6 +26,7 @@ replace), read with a byte cap.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -46,10 +47,13 @@ from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them 
     BOOT_ENV,
     PR_SET_NO_NEW_PRIVS,
     _apply_landlock,
+    _children_of,
+    _kill_until_gone,
     _libc,
     landlock_abi,
 )
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
@@ -188,26 +192,6 @@ def _become_subreaper() -> None:
         _subreaper_set = True
 
 
-def _proc_stat(pid: str) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-    except OSError:
-        return None
-    # Fields after the ')' that closes the command name: state, ppid, ...
-    return stat[stat.rfind(")") + 2 :].split()
-
-
-def _children_of(pid: int) -> set[int]:
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _proc_stat(entry)
-            if fields and len(fields) > 1 and int(fields[1]) == pid:
-                kids.add(int(entry))
-    return kids
-
-
 def processes_of_uid(uid: int) -> list[int]:
     """Pids whose real uid is `uid`."""
     pids = []
@@ -220,30 +204,6 @@ def processes_of_uid(uid: int) -> list[int]:
         except OSError:
             pass
     return pids
-
-
-def _kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
-    """SIGKILL whatever pids_now() lists until it lists nothing (or wait_s passes); the number killed."""
-    killed = 0
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        pids = pids_now()
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        if reap:
-            for pid in pids:
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
-        time.sleep(pause_s)
-    return killed
 
 
 def _kill_new_children(before: set[int]) -> int:
@@ -470,6 +430,10 @@ def run(
     level = isolation_level()
     if limits.isolation == "strict" and level != "namespaces":
         return ChildRun(None, False, 0.0, f"refused to run without namespaces: {isolation_reason()}", [], 0, level)
+    if _session is not None and _session.compatible(workdir, limits):
+        done = _session.run(argv, workdir, limits, env_extra)
+        if done is not None:
+            return done
     (workdir / "tmp").mkdir(exist_ok=True)
     out_r, out_w = os.pipe()
     rep_r, rep_w = os.pipe()
@@ -625,13 +589,13 @@ def _rlimits(limits: Limits, nproc: int | None):
     return apply
 
 
-def _namespaced(argv, workdir: Path, limits: Limits, slot: _Slot, rep_w: int, env_extra):
+def _namespaced(argv, workdir: Path, limits: Limits, slot: _Slot, rep_w: int, env_extra, template: dict | None = None):
     os.chown(workdir, slot.uid, slot.uid)
     os.chown(workdir / "tmp", slot.uid, slot.uid)
     prefix, read, write = _bwrap_argv(workdir, slot.uid, limits)
     tmp = f"{SCRATCH_INSIDE}/tmp"
     env = _child_env(SCRATCH_INSIDE, tmp, env_extra)
-    env[BOOT_ENV] = json.dumps({"landlock": {"read": read, "write": write}, "report_fd": rep_w})
+    env[BOOT_ENV] = json.dumps({"landlock": {"read": read, "write": write}, "report_fd": rep_w, "template": template})
     rl = _rlimits(limits, limits.processes)  # counted for the slot's uid only
 
     def preexec() -> None:
@@ -644,7 +608,7 @@ def _namespaced(argv, workdir: Path, limits: Limits, slot: _Slot, rep_w: int, en
     return [*prefix, *argv], preexec, env, isolation
 
 
-def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
+def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra, template: dict | None = None):
     abi = landlock_abi()
     isolation: list[str] = []
     boot = workdir / "_boot.py"
@@ -657,10 +621,13 @@ def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
         nobody = _nobody()
         if nobody and all(_readable_by(nobody[0], nobody[1], p) for p in [sys.executable, *python_paths()]):
             switch_to = nobody
-            for root, dirs, files in os.walk(workdir):
-                for name in [*dirs, *files]:
-                    os.lchown(os.path.join(root, name), *nobody)
-            os.chown(workdir, *nobody)
+            if template is None:
+                for root, dirs, files in os.walk(workdir):
+                    for name in [*dirs, *files]:
+                        os.lchown(os.path.join(root, name), *nobody)
+                os.chown(workdir, *nobody)
+            else:  # the submission's folder stays the grader's; each run's folder is given to nobody
+                os.chown(workdir / "tmp", *nobody)
             isolation.append("user nobody")
         else:
             drop_caps = True
@@ -685,7 +652,14 @@ def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra):
             _drop_all_capabilities()
 
     env = _child_env(str(workdir), str(workdir / "tmp"), env_extra)
-    env[BOOT_ENV] = json.dumps({"landlock": None, "report_fd": rep_w})
+    env[BOOT_ENV] = json.dumps({"landlock": None, "report_fd": rep_w, "template": template})
+    if template is not None:
+        inner = preexec
+
+        def preexec() -> None:  # a template that outlives its grader would be nobody's
+            inner()
+            _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
     return [sys.executable, "-I", "-B", str(boot), *argv], preexec, env, isolation
 
 
@@ -704,20 +678,19 @@ class _Tail:
             del self.data[: max(0, len(self.data) - self.cap)]
 
 
-_active: dict = {}  # the run in progress: {"pid": ..., "uid": ..., "cgroups": [...]}
+_active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid": ..., "cgroups": [...]}
 
 
 def abort_active() -> None:
-    """Kill the run in progress, if any, and everything it started (for a grader's signal handler)."""
-    pid, uid = _active.get("pid"), _active.get("uid")
-    kill_cgroups(_active.get("cgroups") or [], wait_s=2.0)
-    if pid:
+    """Kill the runs and templates in progress, and everything they started (for a grader's signal handler)."""
+    for pid, entry in list(_active.items()):
+        kill_cgroups(entry.get("cgroups") or [], wait_s=2.0)
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    if uid:
-        kill_uid(uid, wait_s=2.0)
+        if entry.get("uid"):
+            kill_uid(entry["uid"], wait_s=2.0)
 
 
 def sweep_free_slots() -> int:
@@ -749,6 +722,41 @@ def sweep_free_slots() -> int:
     return killed
 
 
+def _pipes(log: _Tail, events: _Tail, out_r: int, rep_r: int) -> selectors.DefaultSelector:
+    """A selector over the run's output and event pipes, each read into its tail."""
+    sel = selectors.DefaultSelector()
+    for fd, sink in ((out_r, log), (rep_r, events)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, sink)
+    return sel
+
+
+def _pump(sel: selectors.DefaultSelector, wait_s: float) -> list:
+    """Read what the pipes hold into their tails (a pipe at its end is dropped); other ready keys are returned."""
+    others = []
+    for key, _ in sel.select(wait_s):
+        if not isinstance(key.data, _Tail):
+            others.append(key)
+            continue
+        try:
+            chunk = os.read(key.fd, 65536)
+        except BlockingIOError:
+            continue
+        if chunk:
+            key.data.add(chunk)
+        else:
+            sel.unregister(key.fd)
+    return others
+
+
+def _drain(sel: selectors.DefaultSelector, wait_s: float = 2.0) -> None:
+    """Every writer is gone: read what is left, up to end of file (or wait_s), then close the selector."""
+    until = time.monotonic() + wait_s
+    while sel.get_map() and time.monotonic() < until:
+        _pump(sel, 0.05)
+    sel.close()
+
+
 def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, isolation, level, slot,
                cgroups) -> ChildRun:
     before = _children_of(os.getpid())
@@ -760,25 +768,11 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", isolation, 0, level)
-    _active.update(pid=proc.pid, uid=slot.uid if slot is not None else 0, cgroups=cgroups)
+    _active[proc.pid] = {"uid": slot.uid if slot is not None else 0, "cgroups": cgroups}
     os.close(out_w)
     os.close(rep_w)
     log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
-    sel = selectors.DefaultSelector()
-    for fd, sink in ((out_r, log), (rep_r, events)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, sink)
-
-    def pump(wait_s: float) -> None:
-        for key, _ in sel.select(wait_s):
-            try:
-                chunk = os.read(key.fd, 65536)
-            except BlockingIOError:
-                continue
-            if chunk:
-                key.data.add(chunk)
-            else:
-                sel.unregister(key.fd)
+    sel = _pipes(log, events, out_r, rep_r)
 
     deadline = start + limits.timeout_s
     timed_out = False
@@ -792,7 +786,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
             timed_out = True
             break
         if sel.get_map():
-            pump(min(left, 0.05))
+            _pump(sel, min(left, 0.05))
         else:
             time.sleep(min(left, 0.05))
     # Killing bubblewrap ends the namespace's init and with it every process of the run;
@@ -808,18 +802,354 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     killed += _kill_new_children(before)
     if slot is not None:
         killed += kill_uid(slot.uid)
-    _active.clear()
-    # Every writer is gone now: read what is left, up to end of file.
-    drain_until = time.monotonic() + 2.0
-    while sel.get_map() and time.monotonic() < drain_until:
-        pump(0.05)
-    sel.close()
+    _active.pop(proc.pid, None)
+    _drain(sel)  # every writer is gone now
     if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
     text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
     lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
     return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, lines)
+
+
+
+# ---------------------------------------------------------------- a size-capped folder per submission
+
+SCRATCH_MB = 512  # everything one submission's runs may write, its own files included
+SCRATCH_FILES = 20_000  # files and folders (inodes) of one submission
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+
+
+def cap_folder(folder: Path, mb: int = SCRATCH_MB, files: int = SCRATCH_FILES) -> str:
+    """Mount a size- and inode-capped tmpfs on the empty `folder` (root only); what was done, in words.
+
+    A submission's files and every run's scratch folder then live in memory that
+    cannot outgrow `mb` or `files`, whatever the runs write, and vanish with
+    `uncap_folder` even if a process still holds a file open.
+    """
+    if os.geteuid() != 0:
+        return ""
+    options = f"size={mb}m,nr_inodes={files},mode=0711".encode()
+    if _libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return ""
+    return f"scratch: tmpfs of {mb} MB and {files:,} files"
+
+
+def uncap_folder(folder: Path) -> None:
+    """Detach the tmpfs `cap_folder` mounted (its contents go with it); nothing when none is there."""
+    for mount in reversed(mounts_under(Path(folder))):
+        _libc.umount2(str(mount).encode(), MNT_DETACH)
+
+
+def mounts_under(folder: Path) -> list[Path]:
+    """Mount points at or below `folder`, from /proc/self/mountinfo, outermost first."""
+    import re
+
+    found = []
+    root = os.fsencode(os.path.realpath(folder))
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # the mount point, with space, tab, newline and backslash as \ooo
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            if point == root or point.startswith(root + b"/"):
+                found.append(Path(os.fsdecode(point)))
+    return found
+
+# ---------------------------------------------------------------- one sandbox per submission
+
+PRELOAD = ("numpy", "torch", "matplotlib.pyplot")  # imported once by the template, never by a run
+TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
+TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
+TEMPLATE_ENV = "GRADELIB_TEMPLATE"  # "off": no template, a fresh interpreter per run
+TEMPLATE_CPU_S = 3600  # the template's own CPU limit; each run sets its own below it
+
+
+class Session:
+    """One confined template process per submission, forked once per run.
+
+    `run()` of this module starts a fresh interpreter for every run, and each
+    imports torch again (over a second). Within `session(root, limits)` the
+    runs whose folders lie under `root` are forked instead from a template
+    that was started once, confined like any child (same namespaces, uid,
+    Landlock, rlimits, cgroups), and imported numpy, torch and matplotlib.
+    The template runs no line of the submission. A forked run gets its own
+    pipes, folder, environment, session and rlimits; when it ends, the
+    template kills everything it left (it is their subreaper) and says how it
+    ended. A run that passes its deadline is killed from here; a template
+    that dies or stops answering is replaced at the next run. Only runs of one
+    submission share a template, so whatever a run does to it costs that
+    submission's own runs, never another's.
+    """
+
+    def __init__(self, root: Path, limits: Limits):
+        self.root = Path(root).resolve()
+        self.limits = limits
+        self.level = isolation_level()
+        self.proc: subprocess.Popen | None = None
+        self.sock = None
+        self.pid = 0  # the template's pid as this process sees it
+        self.slot: _Slot | None = None
+        self.cgroups: list[Path] = []
+        self.isolation: list[str] = []
+        self.broken = ""  # why no template could be started ('' while none was tried or it works)
+        self.before: set[int] = set()
+
+    def compatible(self, workdir: Path, limits: Limits) -> bool:
+        if self.broken:
+            return False
+        if (limits.memory_mb, limits.file_mb, limits.open_files, limits.processes, limits.isolation) != (
+                self.limits.memory_mb, self.limits.file_mb, self.limits.open_files, self.limits.processes,
+                self.limits.isolation):
+            return False
+        try:
+            Path(workdir).resolve().relative_to(self.root)
+        except ValueError:
+            return False
+        return True
+
+    # -------------------------------------------------------------- the template
+    def _start(self) -> bool:
+        import socket
+
+        _become_subreaper()
+        self.before = _children_of(os.getpid())
+        (self.root / "tmp").mkdir(exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        template = {"control_fd": theirs.fileno(), "preload": list(PRELOAD)}
+        # The template counts as one process of the run's uid and cgroup.
+        limits = Limits(timeout_s=TEMPLATE_CPU_S, memory_mb=self.limits.memory_mb, file_mb=self.limits.file_mb,
+                        open_files=self.limits.open_files, processes=self.limits.processes + 1,
+                        isolation=self.limits.isolation)
+        try:
+            if self.level == "namespaces":
+                self.slot = _Slot()
+                cmd, preexec, env, isolation = _namespaced([], self.root, limits, self.slot, rep_w, None, template)
+                os.chown(self.root, os.getuid(), os.getgid())  # the submission's folder stays the grader's
+            else:
+                cmd, preexec, env, isolation = _fallback([], self.root, limits, rep_w, None, template)
+            env["MPLCONFIGDIR"] = env["TMPDIR"]
+            self.cgroups = _make_cgroups(limits) if os.geteuid() == 0 else []
+            if self.cgroups:
+                isolation.append("cgroups: " + ", ".join(c.parent.name if c.parent != CGROUP_ROOT else "v2"
+                                                         for c in self.cgroups))
+            procs_files = [str(c / "cgroup.procs") for c in self.cgroups]
+            inner = preexec
+
+            def preexec() -> None:
+                for path in procs_files:
+                    with open(path, "w") as fh:
+                        fh.write(str(os.getpid()))
+                inner()
+
+            self.isolation = [*isolation, "template process (forked per run)"]
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.root, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env,
+                start_new_session=True, preexec_fn=preexec, close_fds=True, pass_fds=(rep_w, theirs.fileno()),
+            )
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            self.broken = f"the template process could not start: {exc}"
+            self._stop()
+            return False
+        finally:
+            theirs.close()
+            for fd in (rep_w, out_w, rep_r):
+                os.close(fd)
+        self.sock = ours
+        _active[self.proc.pid] = {"uid": self.slot.uid if self.slot else 0, "cgroups": self.cgroups}
+        reply, creds = self._receive(TEMPLATE_START_S)
+        tail = _Tail(4000)
+        try:
+            os.set_blocking(out_r, False)
+            tail.add(os.read(out_r, 4000))
+        except OSError:
+            pass
+        os.close(out_r)
+        if not reply or not reply.get("ready"):
+            said = _printable(bytes(tail.data).decode("utf-8", "replace")).strip()
+            self.broken = "the template process did not start" + (f": {said[-300:]}" if said else "")
+            self._stop()
+            return False
+        self.pid = creds[0] if creds else self.proc.pid
+        return True
+
+    def _receive(self, wait_s: float) -> tuple[dict | None, tuple[int, int, int] | None]:
+        """The template's next reply (and the sender's pid, uid, gid as the kernel vouches), or None."""
+        import socket
+        import struct
+
+        sock = self.sock
+        if sock is None:
+            return None, None
+        ready = selectors.DefaultSelector()
+        ready.register(sock, selectors.EVENT_READ)
+        try:
+            if not ready.select(wait_s):
+                return None, None
+            data, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+        except OSError:
+            return None, None
+        finally:
+            ready.close()
+        creds = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
+                creds = struct.unpack("iII", payload[:12])
+        try:
+            return (json.loads(data) if data else None), creds
+        except ValueError:
+            return None, creds
+
+    def _stop(self) -> int:
+        """End the template and everything of the submission; the number of processes killed."""
+        killed = 0
+        if self.proc is not None:
+            _active.pop(self.proc.pid, None)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            killed += kill_cgroups(self.cgroups)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            killed += _kill_new_children(self.before)
+        if self.slot is not None:
+            killed += kill_uid(self.slot.uid)
+            self.slot.release()
+        for folder in self.cgroups:
+            _remove_cgroup(folder)
+        if self.sock is not None:
+            self.sock.close()
+        self.proc, self.sock, self.slot, self.cgroups, self.pid = None, None, None, [], 0
+        return killed
+
+    def close(self) -> None:
+        self._stop()
+
+    def _kill_run(self) -> int:
+        """Kill every process below the template (the run's), however it tried to get away."""
+        killed = _kill_until_gone(lambda: _children_of(self.pid), 5.0, 0.01, reap=False)
+        if self.level != "namespaces":
+            killed += _kill_new_children(self.before | {self.proc.pid})  # orphans that came to us
+        return killed
+
+    # -------------------------------------------------------------- one run
+    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
+        """The run, forked from the template; None when no template works here (run it the usual way)."""
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self._stop()
+            if not self._start():
+                return None
+        workdir = Path(workdir).resolve()
+        (workdir / "tmp").mkdir(exist_ok=True)
+        if self.level == "namespaces":
+            os.chown(workdir, self.slot.uid, self.slot.uid)
+            os.chown(workdir / "tmp", self.slot.uid, self.slot.uid)
+            inside = f"{SCRATCH_INSIDE}/{workdir.relative_to(self.root)}"
+        else:
+            inside = str(workdir)
+            if "user nobody" in self.isolation:
+                nobody = _nobody()
+                for root, dirs, files in os.walk(workdir):
+                    for name in [*dirs, *files]:
+                        os.lchown(os.path.join(root, name), *nobody)
+                os.chown(workdir, *nobody)
+        env = _child_env(inside, f"{inside}/tmp", env_extra)
+        cpu_s = int(limits.timeout_s) + 5
+        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s}}
+        out_r, out_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        import socket
+
+        start = time.monotonic()
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, rep_w])
+        except OSError:
+            for fd in (out_r, out_w, rep_r, rep_w):
+                os.close(fd)
+            self._stop()
+            return None
+        finally:
+            for fd in (out_w, rep_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
+        sel = _pipes(log, events, out_r, rep_r)
+        sel.register(self.sock, selectors.EVENT_READ, "template")
+        deadline = start + limits.timeout_s
+        timed_out, reply, gone = False, None, False
+        quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
+        while reply is None and not gone:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if len(sel.get_map()) == 1:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > TEMPLATE_REPLY_S:
+                    break  # a template that was stopped or is stuck: replaced below
+            if _pump(sel, min(left, 0.05)):  # the template said something, or its socket closed
+                message, _creds = self._receive(0)
+                if message is None:
+                    gone = True  # the template died (or was killed by the run)
+                elif "returncode" in message:
+                    reply = message
+        sel.unregister(self.sock)
+        killed = 0
+        if reply is None:
+            killed += self._kill_run()
+            if timed_out and not gone:  # killed from here: the template now reaps it and answers
+                while reply is None:
+                    message, _creds = self._receive(TEMPLATE_REPLY_S)
+                    if message is None:
+                        break
+                    if "returncode" in message:
+                        reply = message
+            if reply is None:
+                killed += self._stop()  # the next run starts a fresh template
+        wall = time.monotonic() - start
+        returncode = reply.get("returncode") if reply else None
+        killed += int(reply.get("killed", 0)) if reply else 0
+        if reply is None and not timed_out:
+            returncode = -signal.SIGKILL  # the template went, and the run with it
+        _drain(sel)
+        for fd in (out_r, rep_r):
+            os.close(fd)
+        text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
+        lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
+        return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, _printable(text),
+                        list(self.isolation), killed, self.level, lines)
+
+
+_session: Session | None = None
+
+
+@contextlib.contextmanager
+def session(root: Path, limits: Limits):
+    """Runs under `root` with these limits are forked from one template process (see Session)."""
+    global _session
+    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (`make bench` compares both)
+        yield None
+        return
+    outer, _session = _session, Session(root, limits)
+    try:
+        yield _session
+    finally:
+        _session.close()
+        _session = outer
 
 
 def _printable(text: str) -> str:

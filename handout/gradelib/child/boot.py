@@ -12,6 +12,16 @@ Runs before any line of the submission, with nothing but the standard library:
   or patching Python state afterwards cannot take it back, and Python offers
   no way to remove an audit hook.
 
+    python -I -B boot.py --template               (the same, as a template process)
+
+A template process (gradelib/sandbox.py's Session, one per submission) is
+confined the same way, imports numpy and torch once, and then forks one
+child per run on the grader's request: the child takes the run's pipes for
+output and audit events, its folder, environment and rlimits, and runs the
+harness; the template reports how it ended and kills whatever the run left.
+A child never holds the template's control socket. The template runs no
+line of the submission itself.
+
 The same file is imported by gradelib/sandbox.py for its Landlock helpers.
 """
 
@@ -24,6 +34,7 @@ import runpy
 import sys
 
 # Linux constants (stable kernel ABI).
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
@@ -148,6 +159,169 @@ def _install_reporter(fd: int) -> None:
     sys.addaudithook(hook)
 
 
+def _printed_exit(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_harness(argv: list[str]) -> None:
+    sys.audit("gradelib.boot", "ok")
+    if len(argv) < 1:
+        sys.exit("boot.py: no harness given")
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def _children_of(pid: int) -> set[int]:
+    """Pids whose parent is `pid`, from /proc."""
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read().decode("latin-1")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()  # after the command name: state, ppid, ...
+            if len(fields) > 1 and int(fields[1]) == pid:
+                kids.add(int(entry))
+    return kids
+
+
+def _kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
+    """SIGKILL whatever pids_now() lists until it lists nothing (or wait_s passes); the number killed."""
+    import signal
+    import time
+
+    killed = 0
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pids = pids_now()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        if reap:
+            for pid in pids:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+        time.sleep(pause_s)
+    return killed
+
+
+def _kill_descendants() -> int:
+    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper)."""
+    return _kill_until_gone(lambda: _children_of(os.getpid()), 10.0, 0.005, reap=True)
+
+
+def _status(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _fork_run(sock, request: dict, fds: list[int], report_fd: int) -> int:
+    """Fork the child of one run; returns its pid (in the template)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        sock.close()  # the run never holds the template's control socket
+        out_fd, events_fd = fds
+        os.setsid()
+        _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the template goes
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after exec: itself, not the template
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(events_fd, report_fd, inheritable=False)
+        for fd in (out_fd, events_fd):
+            if fd not in (1, 2, report_fd):
+                os.close(fd)
+        import resource
+
+        for name, value in request.get("rlimits", {}).items():
+            limit = getattr(resource, name)
+            soft, hard = resource.getrlimit(limit)
+            value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(limit, (value, value))
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request.get("env", {}))
+        import random
+
+        random.seed()
+        _run_harness(request["argv"])
+        code = 0
+    except SystemExit as exc:
+        code = _printed_exit(exc.code)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+    return 0  # not reached
+
+
+def _serve(control_fd: int, report_fd: int, preload: list[str]) -> None:
+    """The template's loop: one request, one forked run, one reply with how it ended."""
+    import json as _json
+    import socket
+
+    for name in preload:
+        try:
+            __import__(name)
+        except Exception:
+            pass  # the run imports it itself, and reports what fails
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # runs of the same uid cannot read or trace it
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=control_fd)
+    sock.send(b'{"ready": true}')
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 4)
+        except OSError:
+            break
+        if not message:
+            break  # the grader is gone
+        request = _json.loads(message)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            sock.send(b'{"error": "a run needs two descriptors"}')
+            continue
+        pid = _fork_run(sock, request, fds, report_fd)
+        for fd in fds:
+            os.close(fd)
+        sock.send(_json.dumps({"pid": pid}).encode())
+        status = None
+        while status is None:
+            try:
+                done, raw = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if done == pid:
+                status = _status(raw)
+        killed = _kill_descendants()
+        sock.send(_json.dumps({"returncode": status, "killed": killed}).encode())
+    os._exit(0)
+
+
 def main() -> None:
     config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
     rules = config.get("landlock")
@@ -155,14 +329,14 @@ def main() -> None:
         abi = landlock_abi()
         if abi:
             _apply_landlock(abi, rules["read"], rules["write"])
-    if config.get("report_fd") is not None:
-        _install_reporter(int(config["report_fd"]))
-    sys.audit("gradelib.boot", "ok")
-    if len(sys.argv) < 2:
-        sys.exit("boot.py: no harness given")
-    harness = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    runpy.run_path(harness, run_name="__main__")
+    report_fd = config.get("report_fd")
+    if report_fd is not None:
+        _install_reporter(int(report_fd))
+    template = config.get("template")
+    if template:
+        _serve(int(template["control_fd"]), int(report_fd), list(template.get("preload", [])))
+        return
+    _run_harness(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -200,11 +200,13 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
     note = lm_model.causal_note(run)
     if note:
         ctx.note(f"prediction: {note}")
-    if logits is not None and run.predicted is not None and run.predicted.shape == logits.shape:
-        differ = np.abs(run.predicted.astype(np.float64) - logits) > 1e-3 * max(1.0, float(np.abs(logits).max()))
+    checked = run.predicted.shape[0] if run.predicted is not None and run.predicted.ndim == 3 else 0
+    if logits is not None and checked and run.predicted.shape == (checked, *logits.shape[1:]) and checked <= len(logits):
+        head = logits[:checked]
+        differ = np.abs(run.predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
         if differ.any():
             rows = int(differ.any(axis=(1, 2)).sum())
-            message = (f"{FILENAME} is not what model.pt predicts: {rows} of {logits.shape[0]} rows differ from the "
+            message = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {checked} rows differ from the "
                        "model's own predict(). The grader scores the model, not the array.")
             ctx.note(f"prediction: {message}")
             ctx.flags["predictions_do_not_match_model"] = message
