@@ -44,6 +44,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_
 from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
 from autograder.build.demo import reference_handin
+from gradelib.manifest import sources
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
@@ -184,8 +185,12 @@ def main(argv: list[str] | None = None) -> None:
         tmp = Path(tmp)
         handin = reference_handin(tmp / "handins" / "reference")
         local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
+        # The language-model files where notebook 3's training writes them (run "bench", epoch 6).
+        placed = {v: k for k, v in sources("bench", "6").items()}
         for item in handin.iterdir():
-            shutil.copyfile(item, local / item.name)
+            rel = next((r for r, name in placed.items() if name == item.name), item.name)
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(item, local / rel)
         figures = [
             *both_ways(Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
                               local, attention_full_marks("15.00"), "target < 3 s")),
