@@ -40,7 +40,7 @@ from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import all_zero
 
 from . import gradebook, regrade
-from .report import Row, read_row, write_report
+from .report import Row, read_row, thresholds_of, write_report
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 CASE_ROOT = PACKAGE_ROOT.parent / "fixtures"
@@ -598,5 +598,5 @@ def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple
     gradebook.write_scores(args.out / "scores.csv", book)
     if inputs["roster"] is not None:
         gradebook.write_canvas(args.out / "canvas.csv", book, inputs["roster"], args.assignment_title)
-    write_report(args.out / "report.html", rows, problem_ids, args.title)
+    write_report(args.out / "report.html", rows, problem_ids, args.title, thresholds_of(problems))
     return len(rows), gradebook.summary(book, inputs["roster"] is not None)

@@ -151,11 +151,13 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> Submissi
         if not isinstance(t, dict):
             continue
         tags = t.get("tags") if isinstance(t.get("tags"), list) else [""]
-        line = t.get("extra_data", {}).get("line", "") if isinstance(t.get("extra_data"), dict) else ""
+        extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
+        figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
         result.tests.append(TestResult(
             problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score", 0.0),
             max_score=t.get("max_score", 0.0), visibility=FROM_GRADESCOPE.get(t.get("visibility"), "hidden"),
-            output=str(t.get("output", "")), line=str(line),
+            output=str(t.get("output", "")), line=str(extra.get("line", "")),
+            figures={k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         ))
     present = {t.problem for t in result.tests} | set(graded)
     result.problems = tuple([p for p in problem_order if p in present] + sorted(present - set(problem_order)))
