@@ -40,7 +40,7 @@ from .scoring import group_results, load_cases
 
 CHILD = Path(__file__).resolve().parent / "child"
 ROOT = Path(__file__).resolve().parent.parent
-# Where the public cases are: tests/ in the handout, fixtures/ in the course repository.
+# Where the public cases are: under tests in the handout, under fixtures in the course repository.
 CASE_ROOTS = ("tests", "fixtures")
 
 
