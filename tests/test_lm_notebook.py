@@ -5,6 +5,7 @@ the lines they break."""
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import numpy as np
@@ -86,7 +87,7 @@ def test_notebook_model_is_the_reference_model():
     assert torch.equal(x_nb, x_ref) and torch.equal(y_nb, y_ref)
 
 
-def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch):
+def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch, capsys):
     from gradelib.manifest import check_file
 
     monkeypatch.chdir(tmp_path)
@@ -103,6 +104,11 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
             namespace["EPOCHS"] = 1
             namespace["train_stream"] = namespace["train_stream"][:20_000]
         exec(compile(cell.source, NOTEBOOK, "exec"), namespace)
+    # Plain progress lines (they show when run headless): threads measured, the default run's duration, ETA.
+    shown = capsys.readouterr().out
+    assert re.search(r"threads: 1: \d+ ms/step", shown) or "on cuda" in shown or "on mps" in shown, shown
+    assert re.search(r"the default run \(1 epochs x \d+ steps\) takes about [\d.]+ min on this machine", shown), shown
+    assert re.search(r"epoch 1 step \d+/\d+  loss [\d.]+  [\d.]+ steps/s  ETA", shown), shown
     run = tmp_path / "experiments" / namespace["runid"]
     names = {p.name for p in run.iterdir()}
     assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
