@@ -5,6 +5,7 @@ the lines they break."""
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import numpy as np
@@ -18,9 +19,9 @@ from support import FIXTURES, HANDOUT, SOLUTIONS, grade_files
 
 NOTEBOOK = "03_language_model.ipynb"
 LINES = {
-    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps": "predict",
-    "generation: generate(): greedy by default, never <eos>/<pad>": "greedy",
-    "generation: generate(): temperature, top_k and top_p sampling": "sampling",
+    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps; the model's mode restored": "predict",
+    "generation: generate(): greedy by default and at temperature 0, never <eos>/<pad>; the model's mode restored": "greedy",
+    "generation: generate(): temperature, top_k (ties kept) and top_p (the crossing token kept) sampling": "sampling",
     "prediction: collate(): shifted inputs and targets padded with <pad>; lm_loss(): mean NLL over non-<pad> targets": "collate_loss",
     "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, outputs unchanged by later inputs": "attention",
     "prediction: CausalLanguageModel on fixed weights (causal, eval mode), weight tying, embedding_dropout": "model",
@@ -86,7 +87,7 @@ def test_notebook_model_is_the_reference_model():
     assert torch.equal(x_nb, x_ref) and torch.equal(y_nb, y_ref)
 
 
-def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch):
+def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch, capsys):
     from gradelib.manifest import check_file
 
     monkeypatch.chdir(tmp_path)
@@ -103,6 +104,11 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
             namespace["EPOCHS"] = 1
             namespace["train_stream"] = namespace["train_stream"][:20_000]
         exec(compile(cell.source, NOTEBOOK, "exec"), namespace)
+    # Plain progress lines (they show when run headless): threads measured, the default run's duration, ETA.
+    shown = capsys.readouterr().out
+    assert re.search(r"threads: 1: \d+ ms/step", shown) or "on cuda" in shown or "on mps" in shown, shown
+    assert re.search(r"the default run \(1 epochs x \d+ steps\) takes about [\d.]+ min on this machine", shown), shown
+    assert re.search(r"epoch 1 step \d+/\d+  loss [\d.]+  [\d.]+ steps/s  ETA", shown), shown
     run = tmp_path / "experiments" / namespace["runid"]
     names = {p.name for p in run.iterdir()}
     assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
@@ -147,8 +153,9 @@ BUGS = {
     ),
     "eos_and_pad_not_excluded": (
         [('    logits[:, [EOS, PAD]] = float("-inf")                        # never generated\n', "")],
-        # Public sampling fails too: its distribution check uses a model where <eos> scores highest.
-        {("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
+        # Public greedy fails on the public case whose rows favour <eos>/<pad>; sampling too: its distribution
+        # check uses a model where <eos> scores highest.
+        {("greedy", "public"), ("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
     ),
     "generate_feeds_only_the_last_token": (
         [("        logits = model(x)[:, -1, :]                                   # (B, V)\n        if temperature == 0:",
@@ -159,6 +166,23 @@ BUGS = {
     "generate_returns_greedy_ids_when_filtering": (
         [("        if temperature == 0:\n            next_id = filter_logits",
           "        if temperature == 0 or top_k is not None or top_p is not None:\n            next_id = filter_logits")],
+        {("sampling", "public"), ("sampling", "hidden")},
+    ),
+    "generate_leaves_the_model_in_eval_mode": (
+        [("    model.train(was_training)                                         # the caller's mode, restored\n"
+          "    return torch.stack(out, dim=1)", "    return torch.stack(out, dim=1)")],
+        {("greedy", "public"), ("greedy", "hidden")},
+    ),
+    # torch.topk picks one of two tied logits: the other, kept by the rule, is never sampled.
+    "top_k_keeps_exactly_k_despite_a_tie": (
+        [("        logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
+          "        keep = torch.topk(logits, k, dim=-1).indices\n"
+          "        logits = torch.full_like(logits, float(\"-inf\")).scatter(-1, keep, logits.gather(-1, keep))")],
+        {("sampling", "public"), ("sampling", "hidden")},
+    ),
+    "top_p_drops_the_token_that_crosses_it": (
+        [("        drop_sorted = mass_before >= top_p                       # the top token always stays",
+          "        drop_sorted = (mass_before + probs > top_p) & (mass_before > 0)")],
         {("sampling", "public"), ("sampling", "hidden")},
     ),
     # Trains to a low loss (it reads the answer), and predict/generate on fixed models cannot tell.
@@ -232,3 +256,104 @@ def test_committed_checkpoint_reproduces_committed_arrays():
     logits = ref.predict(model, test_inp, 20).numpy()
     np.testing.assert_allclose(logits, np.load(FIXTURES / "lm" / "reference_predictions.npy"), rtol=0, atol=1e-4)
     np.testing.assert_array_equal(ref.generate(model, gen_inp, 30).numpy(), np.load(FIXTURES / "lm" / "reference_generated.npy"))
+
+
+# --- the rules generate()'s docstring states, with expected values written by hand ---------------
+
+def solution_namespace() -> dict:
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(graded_code(master()), NOTEBOOK, "exec"), namespace)
+    return namespace
+
+
+def hand_rows():
+    """Two rows whose kept sets are written below by hand: ids 5, 12, 16 (logits 2, 1, 1) and ids 3, 9, 20."""
+    tie = torch.full((1, 30), -3.0)
+    tie[0, [0, 1]] = torch.tensor([5.0, 4.0])       # <eos>, <pad>: excluded before top-k
+    tie[0, [5, 12, 16]] = torch.tensor([2.0, 1.0, 1.0])
+    probs = torch.full((30,), 0.05 / 25, dtype=torch.float64)
+    probs[[0, 1]] = 0.0
+    probs[[3, 9, 20]] = torch.tensor([0.45, 0.35, 0.15], dtype=torch.float64)
+    edge = torch.log(probs.clamp_min(1e-300)).float()[None]
+    edge[0, [0, 1]] = 3.0
+    return tie, edge
+
+
+def test_filter_logits_keeps_top_k_ties_and_the_top_p_crossing_token():
+    ns = solution_namespace()
+    tie, edge = hand_rows()
+    kept = torch.isfinite(ns["filter_logits"](tie, 1.0, 2, None))[0].nonzero().flatten().tolist()
+    assert kept == [5, 12, 16], "k = 2 with the 2nd and 3rd best tied: all three kept"
+    kept = torch.isfinite(ns["filter_logits"](edge, 1.0, None, 0.5))[0].nonzero().flatten().tolist()
+    assert kept == [3, 9], "0.45 < 0.5 <= 0.45 + 0.35: the token with 0.35 carries the sum past top_p and is kept"
+    kept = torch.isfinite(ns["filter_logits"](edge, 1.0, None, 0.8 + 1e-3))[0].nonzero().flatten().tolist()
+    assert kept == [3, 9, 20]
+
+
+def test_grader_rules_match_the_hand_computed_sets_and_the_case_files():
+    from gradelib.problems import lm_functions as lf
+
+    tie, edge = hand_rows()
+    assert lf._top_k(tie[0].numpy(), 2) == {5, 12, 16}
+    assert lf._nucleus(edge[0].numpy(), 0.5) == {3, 9}
+    for path in sorted((FIXTURES / "lm_functions").glob("*/*.npz")):
+        with np.load(path) as c:
+            t_row, e_row = c["t_table"][0], c["e_table"][0]
+            kept = sorted(t_row[sorted(lf._top_k(t_row, int(c["tie_k"])))].tolist())
+            assert kept == [1.0, 1.0, 2.0], path  # the best and both tied second-best logits
+            probs = np.exp(e_row[2:].astype(np.float64))
+            kept = sorted(np.exp(e_row[sorted(lf._nucleus(e_row, float(c["edge_p"])))].astype(np.float64)) / probs.sum())
+            np.testing.assert_allclose(kept, [0.35, 0.45], rtol=1e-6)
+            assert c["zero_temperature"] == 0.0 and c["expected_mode"].tolist() == [True, False]
+
+
+class Toy(torch.nn.Module):
+    """Logits favour id (last + 1), with a parameter so that predict/generate can find a device."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, inp):
+        nxt = torch.where(inp + 1 > 27, torch.full_like(inp, 2), inp + 1)
+        return torch.nn.functional.one_hot(nxt, 30).float() * 4.0 + self.w
+
+
+def test_temperature_zero_is_greedy_and_the_mode_is_restored():
+    ns = solution_namespace()
+    model, inp = Toy(), torch.tensor([[0, 2], [0, 26]])
+    greedy = [[3, 4, 5], [27, 2, 3]]  # by hand: each id is the previous + 1, wrapping 27 -> 2
+    assert ns["generate"](model, inp, 3).tolist() == greedy
+    assert ns["generate"](model, inp, 3, temperature=0.0, top_k=3, top_p=0.5).tolist() == greedy
+    with pytest.raises(ValueError, match="temperature"):
+        ns["generate"](model, inp, 3, temperature=-1.0)
+    for training in (True, False):
+        for call in (lambda: ns["predict"](model, inp, 2), lambda: ns["generate"](model, inp, 2, temperature=1.0)):
+            model.train(training)
+            call()
+            assert model.training is training
+
+
+def test_in_kernel_check_of_predict_and_generate_sees_each_rule_broken():
+    """gradelib.notebook_check (grader.check) on the public cases: the solution passes, each broken rule fails."""
+    from gradelib.notebook_check import grade_line
+
+    ns = solution_namespace()
+    predict, generate = ns["predict"], ns["generate"]
+    assert grade_line("prediction", "predict_function", {"predict": predict}).passed
+    assert grade_line("generation", "generate_greedy", {"generate": generate}).passed
+
+    def leaves_eval(model, inp, steps):
+        out = predict(model, inp, steps)
+        model.eval()
+        return out
+
+    def samples_at_zero(model, inp, steps, temperature=0.0, top_k=None, top_p=None):
+        if temperature == 0 and top_k is None and top_p is None:
+            return generate(model, inp, steps)
+        return generate(model, inp, steps, temperature=temperature or 1.0, top_k=top_k, top_p=top_p)
+
+    failed = grade_line("prediction", "predict_function", {"predict": leaves_eval})
+    assert not failed.passed and "'predict_mode'" in failed.output and "[False, False]" in failed.output
+    failed = grade_line("generation", "generate_greedy", {"generate": samples_at_zero})
+    assert not failed.passed and "'zero_temperature_ids'" in failed.output

@@ -78,12 +78,14 @@ def run_in_handout_copy(nb: nbformat.NotebookNode, name: str, tmp_path, allow_er
     """Execute `nb` as handout/<name> in a copy of the handout folder, with the network blocked."""
     folder = tmp_path / "handout"
     shutil.copytree(HANDOUT / "tests", folder / "tests")
+    shutil.copytree(HANDOUT / "gradelib", folder / "gradelib", ignore=shutil.ignore_patterns("__pycache__"))
     if name in WITHOUT_SKIPPED:
         nb.cells = [c for c in nb.cells if SKIP_TAG not in c.metadata.get("tags", [])]
     nb.cells.insert(0, nbformat.v4.new_code_cell(NO_NETWORK))
     nbformat.write(nb, folder / name)
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=allow_errors,
                    resources={"metadata": {"path": str(folder)}}).execute()
+    assert not (folder / ".OTTER_LOG").exists(), "grader.check left otter's log in the student's folder"
     return nb
 
 
@@ -141,7 +143,7 @@ def test_grader_check_on_the_blank_notebook_fails_each_public_test_by_name(name,
         for k, block in results.items():
             assert "Test case failed" in block, f"{question} - {k} passed on the blank notebook"
             # The student reads which TODO stopped the test, not a wrong explanation.
-            assert "NotImplementedError: TODO" in block, f"{question} - {k}:\n{block}"
+            assert re.search(r"NotImplementedError\(['\"]TODO ", block), f"{question} - {k}:\n{block}"
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.output_type == "error":
@@ -177,14 +179,14 @@ NB3_BUGS = (
     ("weight.new_empty(weight.size(0), 1)", "weight.new_empty(weight.shape)"),
     ('logits[:, [EOS, PAD]] = float("-inf")', "pass"),
 )
-# (question, test number) -> what its failure must tell the student; every other public test passes.
+# (question, test number) -> what its failure must tell the student (the grader's message for the line's
+# first failing quantity); every other public test passes.
 NB3_FAILS = {
-    ("nb3_collate", 2): "inputs: expected [[0, 5, 6], [8, PAD, PAD]]",
-    ("nb3_attention", 2): "apply the causal mask",
-    ("nb3_model", 1): "a row must be dropped or kept as a whole",
-    ("nb3_model", 3): "changing tokens 5..8 changed the logits at positions 0..4",
-    ("nb3_generate", 1): "greedy without EOS/PAD",
-    ("nb3_generate", 2): "AssertionError",
+    ("nb3_collate", 1): "'collate_inputs' has wrong values",
+    ("nb3_attention", 1): "a position saw later ones",
+    ("nb3_model", 1): "a position saw later ones",
+    ("nb3_generate", 1): "'greedy_ids' has wrong values",
+    ("nb3_generate", 2): "outside the allowed set",
 }
 
 

@@ -6,7 +6,10 @@ its output is split in two:
 - for students (handout/): the notebook with solutions replaced by
   `raise NotImplementedError("TODO ...")` and outputs cleared, and the public
   tests as handout/tests/<question>.py, where `grader.check("<question>")` looks
-  for them when the notebook runs from handout/;
+  for them when the notebook runs from handout/. Each public test calls
+  gradelib.notebook_check.check on one rubric line: the course grader's public
+  cases and comparison, run in the kernel. The init cell uses otter's client
+  without its log file;
 - for the course staff (build/otter/<notebook>/, never in handout/): otter's
   autograder folder -- the solutions notebook and the tests with hidden cases.
 
@@ -59,6 +62,21 @@ def normalise(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+# Otter's init cell, as `otter assign` writes it, and what the student notebook gets instead: the same
+# client without its event log (gradelib/notebook_check.py), so grader.check leaves no .OTTER_LOG behind.
+OTTER_INIT = '# Initialize Otter\nimport otter\ngrader = otter.Notebook("{name}")'
+QUIET_INIT = ('# Initialize Otter: grader.check("...") runs the public cases the way `python autograder.py` grades them\n'
+              'from gradelib.notebook_check import Notebook\n\ngrader = Notebook("{name}")')
+
+
+def quiet_init(nb: nbformat.NotebookNode, name: str) -> None:
+    """Replace otter's init cell with QUIET_INIT (exactly one is expected)."""
+    found = [c for c in nb.cells if c.cell_type == "code" and c.source.strip() == OTTER_INIT.format(name=name)]
+    if len(found) != 1:
+        raise AssignError(f"{name}: expected one otter init cell, found {len(found)}")
+    found[0].source = QUIET_INIT.format(name=name)
+
+
 def run_assign(names: tuple[str, ...], workdir: Path) -> dict[str, Path]:
     """Run otter assign on each master (in parallel); return name -> its output folder."""
     procs = {}
@@ -84,6 +102,7 @@ def build(staff_out: Path | None = STAFF_OUT) -> dict[str, bytes]:
         dists = run_assign(NOTEBOOKS, Path(tmp))
         for name, dist in dists.items():
             student = nbformat.read(dist / "student" / name, as_version=4)
+            quiet_init(student, name)
             files[name] = normalise(student).encode()
             for test in sorted((dist / "student" / "tests").glob("*.py")):
                 rel = f"tests/{test.name}"

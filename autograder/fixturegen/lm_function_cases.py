@@ -9,7 +9,14 @@ gradelib/lm/metrics.py (greedy_predict, greedy_generate: numpy, independent of
 any torch code):
 
     expected_predict_logits  (B, steps, 30) float32   predict(model, inp, steps)
-    expected_greedy_ids      (B, steps) int64          generate(model, inp, steps)
+    expected_greedy_ids      (B, steps) int64          generate(model, inp, steps), and at temperature 0
+                                                       whatever top_k and top_p say
+    expected_mode            (2,) bool                 model.training after predict()/generate() called
+                                                       in training mode, then in eval mode: restored
+
+The rules generate()'s docstring states get one-row models of their own: "t" (the
+k-th and (k+1)-th best allowed logits tie: both are kept) and "e" (the nucleus's
+last token is the one whose probability carries the sum past top_p: it is kept).
 
 Every case also carries the sampling settings (top_k, top_p, temperature) and a
 "d" model for the distribution checks; the grader checks those samples by their
@@ -65,6 +72,10 @@ CASES = {
         "hidden", "generation-sized: 5 prompts of 40 ids, 30 steps, sum of all ids", "prefix_sum", 30, 5, 40, 30, True, True,
     ),
     "one_step": ("hidden", "a single prompt of one <eos>, one step", "prefix_sum", 30, 1, 1, 1, False, False),
+    # Last, so that the cases above keep their random draws.
+    "specials_first": (
+        "public", "<eos> and <pad> score highest in most rows; 3 prompts of 4 ids, 6 steps", "last", 30, 3, 4, 6, True, True,
+    ),
 }
 # name -> building blocks' sizes: (d_model, n_heads, n_layers, d_ff, embedding dropout p)
 BUILDING = {
@@ -74,7 +85,17 @@ BUILDING = {
     "position": (8, 1, 1, 16, 0.4),
     "long_prompts": (24, 3, 2, 48, 0.1),
     "one_step": (16, 2, 3, 32, 0.6),
+    "specials_first": (8, 2, 1, 16, 0.25),
 }
+# The rules generate()'s docstring states, each on a one-row model (every context reads row 0):
+# top-k ties: the k-th and (k+1)-th best allowed logits are equal, and both are kept;
+TIE_K = 2
+TIE_ROW = {"best": 2.0, "tied": 1.0, "rest": -3.0}
+# top-p boundary: the token whose probability carries the cumulative sum past top_p is kept.
+EDGE_PROBS = (0.45, 0.35, 0.15)  # the three best allowed tokens; the other 25 share the last 0.05
+EDGE_P = 0.5  # 0.45 < 0.5 <= 0.45 + 0.35: the nucleus is the two best tokens
+# Mode probes: the model's `training` flag after predict()/generate() called in training, then in eval mode.
+EXPECTED_MODE = np.array([True, False])
 
 
 def separated_table(rng: np.random.Generator, K: int, favour_specials: bool) -> np.ndarray:
@@ -123,6 +144,25 @@ def dist_top_p(row: np.ndarray) -> float:
     return float(round((lo + hi) / 2, 4))
 
 
+def tie_table(rng: np.random.Generator) -> np.ndarray:
+    """(1, 30): one best allowed token, two tied for second place (exactly equal in float32), the rest far below."""
+    row = np.full(VOCAB_SIZE, TIE_ROW["rest"], dtype=np.float32)
+    best, *tied = rng.choice(np.arange(2, VOCAB_SIZE), size=3, replace=False)
+    row[best], row[tied] = TIE_ROW["best"], TIE_ROW["tied"]
+    row[EOS], row[PAD] = 5.0, 4.0  # excluded before top-k: they must not take a place among the k
+    return row[None, :]
+
+
+def edge_table(rng: np.random.Generator) -> np.ndarray:
+    """(1, 30) log-probabilities: EDGE_PROBS on three allowed tokens, the rest of the mass spread evenly."""
+    allowed = rng.permutation(np.arange(2, VOCAB_SIZE))
+    probs = np.full(VOCAB_SIZE, (1.0 - sum(EDGE_PROBS)) / (VOCAB_SIZE - 2 - len(EDGE_PROBS)))
+    probs[allowed[: len(EDGE_PROBS)]] = EDGE_PROBS
+    row = np.log(probs).astype(np.float32)
+    row[EOS], row[PAD] = 3.0, 3.0
+    return row[None, :]
+
+
 def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     _vis, _desc, kind, K, B, T, steps, favour, offset = spec
     table = separated_table(rng, K, favour)
@@ -150,9 +190,23 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
         "dist_top_p": np.float64(dist_top_p(d_table[0])),
         "tiny_p": np.float64(TINY_P),
         "seed": np.int64(rng.integers(1 << 30)),
+        "zero_temperature": np.float64(0.0),
+        "tie_k": np.int64(TIE_K),
+        "edge_p": np.float64(EDGE_P),
+        "expected_mode": EXPECTED_MODE,
         "expected_predict_logits": greedy_predict(next_logits, inp, steps).astype(np.float32),
         "expected_greedy_ids": greedy_generate(next_logits, inp, steps).astype(np.int64),
     }
+
+
+def rule_models(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The one-row models of the top-k tie and top-p boundary rules (a "t" and an "e" model)."""
+    arrays = {}
+    for key, table in (("t", tie_table(rng)), ("e", edge_table(rng))):
+        arrays[f"{key}_table"] = table
+        arrays[f"{key}_kind"] = np.int64(fixed_models.KINDS.index("last"))
+        arrays[f"{key}_train_offset"] = np.zeros(VOCAB_SIZE, np.float32)
+    return arrays
 
 
 def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
@@ -166,6 +220,8 @@ def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         if own != SEED:
             arrays = make_case(np.random.default_rng([own, i]), spec)
         arrays.update(lm_building_cases.make(np.random.default_rng([own, i]), *BUILDING[name]))
+        # Their own stream: the draws above do not move.
+        arrays.update(rule_models(np.random.default_rng([own, i, 1])))
         folder = out / "lm_functions" / spec[0]
         save(folder / f"{name}.npz", arrays)
         written.append(folder / f"{name}.npz")

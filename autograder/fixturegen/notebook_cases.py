@@ -60,7 +60,15 @@ LOSSES_CASES = (
                "attention mask that also blocks keys more than 2 steps back"),
     LossesCase("single_position", "hidden", 405, 1, 2, 2, 3, 5, 0, IGNORE_INDEX, 1.0, None,
                "T = 1 (a 1 x 1 causal mask) and no ignored target"),
+    # Public twins of the edge cases, so that `python autograder.py` and grader.check test them too.
+    LossesCase("huge_logits", "public", 306, 4, 3, 2, 5, 8, 1, IGNORE_INDEX, 1000.0, None,
+               "logits and scores so large that exp() without max-subtraction overflows and "
+               "np.log(softmax(...)) of an unlikely target is log(0) = -inf"),
+    LossesCase("ignore_index_zero", "public", 307, 5, 2, 2, 6, 7, 2, 0, 1.0, None,
+               "ignore_index = 0, a real id, instead of -100"),
 )
+# A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
+LOG_UNDERFLOW_FLOAT64 = -745.2
 
 
 @dataclass(frozen=True)
@@ -110,9 +118,9 @@ def losses_inputs(c: LossesCase) -> dict[str, np.ndarray]:
 
     Q, K, V = randn(c.T, c.d_k), randn(c.T, c.d_k), randn(c.T, c.d_v)
     if c.logit_scale > 100:
-        # Scale Q so that the largest scaled score reaches the requested size.
-        scores = Q @ K.T / math.sqrt(c.d_k)
-        Q = Q * (c.logit_scale / scores.abs().max())
+        # Scale Q so that the largest scaled score is +logit_scale: exp() of it overflows.
+        scores = (Q @ K.T / math.sqrt(c.d_k)).flatten()
+        Q = Q * (c.logit_scale / scores[scores.abs().argmax()])
     i, j = torch.meshgrid(torch.arange(c.T), torch.arange(c.T), indexing="ij")
     blocked = j > i
     if c.window is not None:
@@ -247,6 +255,9 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
             x = losses_inputs(c)
             if c.logit_scale > 100:
                 assert np.abs(x["logits"]).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: logits too small to overflow"
+                assert (x["Q"] @ x["K"].T).max() / math.sqrt(c.d_k) > EXP_OVERFLOW_FLOAT64, f"{c.name}: scores too small"
+                log_p = torch.log_softmax(torch.from_numpy(x["logits"]), -1)[torch.arange(c.N), torch.from_numpy(x["nll_targets"])]
+                assert float(log_p.min()) < LOG_UNDERFLOW_FLOAT64, f"{c.name}: np.log(softmax(...)) would stay finite"
             npzio.save(folder / f"{c.name}.npz", {**x, **losses_expected(x)})
             index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c)})
         for c in (c for c in MASKS_CASES if c.visibility == vis):

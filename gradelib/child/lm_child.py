@@ -9,7 +9,9 @@ notebook 3's functions take besides arrays:
     bool:<key>    a Python bool
     pieces:<key>  a list of 1-D int64 tensors, <key>_flat cut at <key>_lengths (collate's input)
 
-and two classes called like functions: `CausalSelfAttention(x, x_changed)` and
+a quantity named *_mode (the function is called on the model in training mode, then
+in eval mode, and model.training after each call is recorded), and two classes
+called like functions: `CausalSelfAttention(x, x_changed)` and
 `CausalLanguageModel(inp, inp_changed)` stand for "build the notebook's module
 from ModelConfig with the case's sizes, load the case's weights with
 load_state_dict, switch to eval mode and run it on both inputs". The model's call
@@ -119,12 +121,27 @@ def _language_model(namespace: dict, inputs: dict):
 DRIVERS = {"CausalSelfAttention": _attention, "CausalLanguageModel": _language_model}
 
 
+def _mode_after(function):
+    """The function called on its model in training mode, then in eval mode: model.training after each call."""
+    def run(model, *args, **kwargs):
+        after = []
+        for training in (True, False):
+            model.train(training)
+            function(model, *args, **kwargs)
+            after.append(bool(model.training))
+        return np.asarray(after)
+
+    return run
+
+
 def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float) -> None:
     # Every call starts from the case's seed: random inits and samples are the same on every run.
     torch.manual_seed(int(inputs.get("seed", 0)))
     name = call["function"]
     if name in DRIVERS and callable(namespace.get(name)):
         namespace = {**namespace, name: DRIVERS[name](namespace, inputs)}
+    elif any(q.endswith("_mode") for q in call["outputs"]) and callable(namespace.get(name)):
+        namespace = {**namespace, name: _mode_after(namespace[name])}
     base_call_and_record(rec, call, inputs, namespace, report, timeout_s)
 
 

@@ -32,9 +32,11 @@ HARNESS = ("child_common.py", "notebook_child.py")
 # Cells the grader does not run: plots and demos carry this tag in the handout.
 SKIP_TAGS = ("skip-grading",)
 # A cell made only of otter's client calls (init, check, export) needs otter and the
-# public tests; the grader has no use for it.
+# public tests; the grader has no use for it. The handout's init cell imports the client
+# from gradelib.notebook_check.
 OTTER_CELL = (
-    r"\A(?:[ \t]*(?:#[^\n]*|import otter|grader\s*=\s*otter\.Notebook\([^\n]*\)"
+    r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
+    r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
     r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
 )
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
@@ -192,14 +194,21 @@ def _outcome(
 ) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
+    return judge_case(problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused))
+
+
+def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:
+    """Every quantity of `spec` (or the `wanted` ones) on one case: observe(q) -> Observed, compared here.
+
+    The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
+    notebooks' grader.check) observes the same calls made in the student's kernel.
+    """
     outcome = CaseOutcome(case.name, case.visibility, case.description)
     with np.load(case.path, allow_pickle=False) as data:
-        expected = {q: data[f"expected_{q}"] for q in spec.quantities}
-    for q, quantity in spec.quantities.items():
-        exp = expected[q]
+        expected = {q: data[f"expected_{q}"] for q in spec.quantities if wanted is None or q in wanted}
+    for q, exp in expected.items():
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        got = observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
-        outcome.checks[q] = _check(q, got, exp, quantity, tol)
+        outcome.checks[q] = _check(q, observe(q), exp, spec.quantities[q], tol)
     return outcome
 
 

@@ -6,9 +6,8 @@ name = "nb2_causal_mask"
 points = None
 
 @test_case(points=None, hidden=False, 
-    failure_message="mask[i, j] = (j <= i), dtype torch.bool")
-def test_nb2_causal_mask_1(torch, causal_mask):
-    m = causal_mask(3)
-    assert m.dtype == torch.bool, f'the mask must be boolean, got {m.dtype}'
-    assert torch.equal(m, torch.tensor([[True, False, False], [True, True, False], [True, True, True]])), 'True on and below the diagonal'
+    failure_message="causal_mask: boolean lower triangle: the course grader's public cases")
+def test_nb2_causal_mask_1(causal_mask):
+    from gradelib.notebook_check import check
+    check('masks', 'causal_mask', causal_mask=causal_mask)
 

@@ -14,7 +14,8 @@ once, with only the calls its own lines need.
 Cases: <case_root>/lm_functions/<visibility>/ (the handout's public ones in tests/lm_functions/).
 Function lines (rubric.toml), by the quantities they need:
 
-    prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t
+    prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t;
+                                   predict_mode: the model's train/eval mode restored after the call
     prediction  collate_and_loss   collate_inputs, collate_targets (exact), lm_loss (float32 tolerance)
     prediction  causal_attention   attention_causal, attention_out: CausalSelfAttention on fixed weights, eval
                                    mode, on x and on x with the positions from att_position on changed;
@@ -23,12 +24,17 @@ Function lines (rubric.toml), by the quantities they need:
                                    (fc.weight is token_embedding.weight), emb_dropout_train (whole rows
                                    dropped, kept ones scaled by 1/(1-p), about p of them dropped),
                                    emb_dropout_eval (the weight unchanged)
-    generation  generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>
+    generation  generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>; zero_temperature_ids:
+                                   temperature 0 is greedy whatever top_k/top_p say; generate_mode: the
+                                   model's mode restored after the call
     generation  generate_sampling  top_k1_ids, top_p_tiny_ids, cold_ids (each equal to greedy),
                                    top_k_ids, top_p_ids (inside the top-k set / nucleus),
                                    sampled_ids (frequencies close to softmax(logits / temperature)),
                                    sampled_top_k_ids, sampled_top_p_ids (never outside the top-k set /
-                                   nucleus, frequencies close to the softmax renormalised over it)
+                                   nucleus, frequencies close to the softmax renormalised over it),
+                                   sampled_top_k_tie_ids (tokens tied with the k-th best logit are all
+                                   kept), sampled_top_p_edge_ids (the token that carries the cumulative
+                                   probability past top_p is kept)
 
 Expected values are stored in the case files, computed by numpy implementations
 independent of the solution notebook. Sampled ids are
@@ -77,7 +83,13 @@ SPEC = NotebookSpec(
     notebook=NOTEBOOK,
     calls=(
         Call("predict", (MODEL, "tensor:inp", STEPS), {"predict_logits": None}),
+        # A quantity named *_mode: child/lm_child.py calls the function on the model in training mode,
+        # then in eval mode, and records model.training after each call.
+        Call("predict", (MODEL, "tensor:inp", STEPS), {"predict_mode": None}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"greedy_ids": None}),
+        Call("generate", (MODEL, "tensor:inp", STEPS), {"generate_mode": None}),
+        Call("generate", (MODEL, "tensor:inp", STEPS), {"zero_temperature_ids": None},
+             kwargs={"temperature": "float:zero_temperature", "top_k": "int:top_k", "top_p": "float:top_p"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_k1_ids": None}, kwargs={**SAMPLE, "top_k": "int:one"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_tiny_ids": None}, kwargs={**SAMPLE, "top_p": "float:tiny_p"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"cold_ids": None}, kwargs={"temperature": "float:cold_temperature"}),
@@ -89,6 +101,10 @@ SPEC = NotebookSpec(
              kwargs={"temperature": "float:dist_temperature", "top_k": "int:top_k"}),
         Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_top_p_ids": None},
              kwargs={"temperature": "float:dist_temperature", "top_p": "float:dist_top_p"}),
+        Call("generate", ("model:t", "tensor:dist_inp", "int:one"), {"sampled_top_k_tie_ids": None},
+             kwargs={"temperature": "float:unit_temperature", "top_k": "int:tie_k"}),
+        Call("generate", ("model:e", "tensor:dist_inp", "int:one"), {"sampled_top_p_edge_ids": None},
+             kwargs={"temperature": "float:unit_temperature", "top_p": "float:edge_p"}),
         Call("collate", ("pieces:pieces",), {"collate_inputs": 0, "collate_targets": 1}),
         Call("lm_loss", ("tensor:loss_logits", "tensor:loss_targets"), {"lm_loss": None}),
         # Classes: child/lm_child.py builds them, loads the case's weights and runs them in eval mode.
@@ -113,6 +129,16 @@ HINTS = {
     "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
     "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
     "append each pick and run the model on the whole sequence again; call model.eval() first.",
+    "predict_mode": "predict() runs the model in eval mode and then restores the mode it found: `was = model.training; "
+    "model.eval(); ...; model.train(was)`.",
+    "generate_mode": "generate() runs the model in eval mode and then restores the mode it found: `was = model.training; "
+    "model.eval(); ...; model.train(was)`.",
+    "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
+    "no sampling and no division by 0.",
+    "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
+    "with the k-th are all kept (e.g. logits < torch.topk(logits, k).values[:, -1:] set to -inf).",
+    "sampled_top_p_edge_ids": "the nucleus is the smallest set of most probable tokens whose probabilities reach top_p: "
+    "the token that carries the sum past top_p is kept (drop a token when the mass ranked above it is >= top_p).",
     "top_k1_ids": "top_k=1 keeps only the best allowed token, so sampling must return the greedy ids.",
     "top_p_tiny_ids": "a tiny top_p keeps only the most probable allowed token (the nucleus always holds at least one).",
     "cold_ids": "temperature 0.01 divides the logits by 0.01 before the softmax: almost all mass on the greedy token.",
@@ -184,9 +210,18 @@ def _as(got: Observed, kind: str, dtype) -> Observed:
 
 
 def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
-    name, vis, desc, path = case.name, case.visibility, case.description, case.path
-    case_dir = scratch / "outputs" / name
+    case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
+    return judge_case(problem, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused))
+
+
+def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
+    """The quantities of `problem`'s lines on one case: observe(q) -> Observed, judged here.
+
+    The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
+    notebook's grader.check) observes the same calls made in the student's kernel.
+    """
+    name, vis, desc, path = case.name, case.visibility, case.description, case.path
     outcome = CaseOutcome(name, vis, desc)
     with np.load(path, allow_pickle=False) as data:
         c = {k: data[k] for k in data.files}
@@ -194,7 +229,7 @@ def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOu
     wanted = {q for g in problem.groups for q in g.quantities}
 
     def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observed(q, case_dir, meta, run, report, root=scratch, refused=refused), kind, dtype)
+        return _as(observe(q), kind, dtype)
 
     def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
         expected_type = obs.type_name if obs.type_name in types else types[0]
@@ -202,7 +237,16 @@ def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOu
 
     if "predict_logits" in wanted:
         outcome.checks["predict_logits"] = exact("predict_logits", got("predict_logits", "f", np.float32), c["expected_predict_logits"])
-    for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids"):
+    for q in ("predict_mode", "generate_mode"):
+        if q in wanted:
+            obs = got(q, "b", np.bool_)
+            first = exact(q, obs, c["expected_mode"])
+            outcome.checks[q] = first if first.passed or first.stage != "values" else Check(
+                q, False, "values",
+                f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval mode; "
+                f"expected {c['expected_mode'].tolist()} (the mode the model had before the call). Hint: {HINTS[q]}",
+            )
+    for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
         if q in wanted:
             outcome.checks[q] = exact(q, got(q, "iu", np.int64), c["expected_greedy_ids"])
     kind = fixed_models.KINDS[int(c["m_kind"])]
@@ -213,10 +257,14 @@ def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOu
             outcome.checks[q] = first if first.stage != "values" and not first.passed else _inside(q, obs.array, c["inp"], kind, c["m_table"], keep)
     temperature = float(c["dist_temperature"])
     tempered = _allowed(c["d_table"][0]) / temperature
-    for q, keep in (
-        ("sampled_ids", None),
-        ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"]))),
-        ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"]))),
+    rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
+             "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
+    for q, keep, tempered, temperature in (
+        ("sampled_ids", None, tempered, temperature),
+        ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
+        ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
+        *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
+          for rq, (table, rule) in rules.items() if rq in wanted),
     ):
         if q in wanted:
             obs = got(q, "iu", np.int64)
@@ -319,7 +367,10 @@ def _allowed(row: np.ndarray) -> np.ndarray:
 
 
 def _top_k(row: np.ndarray, k: int) -> set[int]:
-    return set(np.argsort(-_allowed(row))[:k].tolist())
+    """The allowed ids whose logit is at least the k-th best allowed logit: ties with the k-th are all kept."""
+    logits = _allowed(row)
+    kth = np.sort(logits)[::-1][k - 1]
+    return set(np.flatnonzero(logits >= kth).tolist())
 
 
 def _nucleus(row: np.ndarray, p: float) -> set[int]:

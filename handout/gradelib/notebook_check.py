@@ -1,0 +1,220 @@
+"""The notebooks' `grader.check` cells: the course grader's public cases and comparisons, run in the kernel.
+
+Every public otter test of the three notebooks is one call of `check`, e.g.
+
+    check("losses", "token_nll", token_nll=token_nll)
+
+which grades rubric line `token_nll` of problem `losses` on the public case files
+of the handout (tests/notebooks/public/, tests/lm_functions/public/) the way
+`python autograder.py` grades it: the same calls with the same arguments
+(child/notebook_child.py and child/lm_child.py, run here in the student's kernel
+instead of a sandboxed process), the same comparisons (problems/notebook_functions.py,
+problems/lm_functions.py) and the same message. It raises AssertionError with that
+message when the line would lose its points, so a check and the local grader's
+public line cannot disagree. A line whose functions belong to two questions
+(notebook 3's collate_and_loss) is checked on the quantities of the functions
+passed in.
+
+`Notebook(path)` is otter's client without its event log: `grader.check` writes no
+.OTTER_LOG file into the student's folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import signal
+import sys
+import textwrap
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .compare import Observed
+from .rubric import Problem, load
+from .safeio import clean_text
+from .scoring import group_results, load_cases
+
+CHILD = Path(__file__).resolve().parent / "child"
+ROOT = Path(__file__).resolve().parent.parent
+# Where the public cases are: under tests in the handout, under fixtures in the course repository.
+CASE_ROOTS = ("tests", "fixtures")
+
+
+def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for the class otter.Notebook)
+    """otter.Notebook without its log file (.OTTER_LOG): checks run offline and leave nothing behind."""
+    import otter
+
+    class QuietNotebook(otter.Notebook):
+        def _log_event(self, *args, **kwargs) -> None:
+            return None
+
+    return QuietNotebook(nb_path, **kwargs)
+
+
+def case_root() -> Path:
+    for name in CASE_ROOTS:
+        if (ROOT / name / "notebooks" / "public" / "cases.json").is_file():
+            return ROOT / name
+    raise FileNotFoundError(f"no public cases under {ROOT} ({' or '.join(CASE_ROOTS)}): download the handout again")
+
+
+_HARNESS: dict[str, object] = {}
+
+
+def harness(name: str):
+    """A private copy of the child script `name` (notebook_child or lm_child), imported once per process."""
+    if name not in _HARNESS:
+        shared = ("child_common", "notebook_child", "lm_child")
+        saved = {n: sys.modules.pop(n, None) for n in shared}
+        sys.path.insert(0, str(CHILD))
+        try:
+            _HARNESS[name] = importlib.import_module(name)
+            _HARNESS[f"{name}:child_common"] = sys.modules["child_common"]
+        finally:
+            sys.path.remove(str(CHILD))
+            for n in shared:
+                sys.modules.pop(n, None)
+                if saved[n] is not None:
+                    sys.modules[n] = saved[n]
+    return _HARNESS[name]
+
+
+class MemoryRecorder:
+    """child_common.Recorder's interface, kept in memory: what one case's calls returned."""
+
+    def __init__(self, common):
+        self.common = common
+        self.meta: dict = {"quantities": {}, "errors": {}, "flags": {}}
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def record(self, name: str, obj, *, convert) -> None:
+        entry = {"present": obj is not None, "type": self.common.type_name(obj) if obj is not None else None}
+        if obj is not None:
+            try:
+                arr = convert(obj)
+            except BaseException as exc:  # noqa: BLE001 (as the child: any object may raise anything)
+                arr = None
+                entry["note"] = f"could not be read back: {self.common.short_exception(exc)}"
+            if arr is not None:
+                if arr.dtype.kind in "biuf":
+                    self.arrays[name] = np.array(arr, copy=True)
+                else:
+                    entry["note"] = f"has non-numeric dtype {arr.dtype}"
+        self.meta["quantities"][name] = entry
+
+    def observe(self, q: str) -> Observed:
+        """As the grader reads a quantity back from the child (scoring.observed_from_child)."""
+        entry = self.meta["quantities"].get(q)
+        if not isinstance(entry, dict) or not entry.get("present"):
+            return Observed(False, note=clean_text(str(self.meta["errors"].get(q, "not produced"))[:800]))
+        type_name = clean_text(entry["type"])[:200] if entry.get("type") is not None else None
+        return Observed(True, type_name, self.arrays.get(q), clean_text(entry.get("note", ""))[:500])
+
+
+def placeholder(obj) -> bool:
+    """Whether a function's source still holds `...` or raises NotImplementedError (as the child decides)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(harness("notebook_child").placeholder_functions(tree).values())
+
+
+class _NoLimit:
+    """Outside the main thread SIGALRM cannot interrupt a call: run it without the grader's time limit."""
+
+    def __init__(self, seconds: float):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _spec(problem_id: str):
+    from .problems import lm_functions, losses, masks
+
+    if problem_id in ("losses", "masks"):
+        return {"losses": losses.SPEC, "masks": masks.SPEC}[problem_id], "notebooks", "notebook_child"
+    if problem_id in ("prediction", "generation"):
+        return lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child"
+    raise ValueError(f"no notebook check for problem {problem_id!r}")
+
+
+def line_problem(problem: Problem, line: str, quantities: set[str]) -> Problem:
+    """`problem` with only rubric line `line`, on its public cases, restricted to `quantities`."""
+    groups = [g for g in problem.groups if g.id == line]
+    if not groups:
+        raise ValueError(f"problem {problem.id!r} has no rubric line {line!r}")
+    group = groups[0]
+    kept = tuple(q for q in group.quantities if q in quantities)
+    if not kept:
+        raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
+    return replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
+
+
+def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):
+    """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
+    problem = load()[problem_id]
+    spec, folder, child = _spec(problem_id)
+    group_quantities = next((g.quantities for g in problem.groups if g.id == line), ())
+    calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & set(group_quantities)]
+    sub = line_problem(problem, line, {q for c in calls for q in c.outputs})
+    module = harness(child)
+    base = harness("notebook_child") if child == "notebook_child" else module.notebook_child
+    root = root or case_root()
+    cases = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
+    if not cases:
+        raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
+    report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function]), "cell": 0} for c in calls},
+              "skipped_defs": {}}
+    timeout = float(problem.settings.get("call_timeout_s", 10.0))
+    in_main = threading.current_thread() is threading.main_thread()
+    old_handler = signal.getsignal(signal.SIGALRM) if in_main else None
+    old_limit = base.time_limit
+    torch = sys.modules.get("torch")
+    rng = torch.get_rng_state() if torch is not None else None
+    if not in_main:
+        base.time_limit = _NoLimit
+    outcomes = []
+    try:
+        for case in cases:
+            with np.load(case.path, allow_pickle=False) as data:
+                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
+            rec = MemoryRecorder(_HARNESS[f"{child}:child_common"])
+            for call in calls:
+                as_task = {"function": call.function, "args": list(call.args), "kwargs": dict(call.kwargs),
+                           "outputs": dict(call.outputs)}
+                base.call_and_record(rec, as_task, inputs, dict(namespace), report, timeout)
+            outcomes.append(_judge(problem_id, sub, spec, case, rec.observe))
+    finally:
+        base.time_limit = old_limit
+        if in_main:
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            signal.signal(signal.SIGALRM, old_handler)
+        if rng is not None and "torch" in sys.modules:
+            sys.modules["torch"].set_rng_state(rng)
+    return group_results(sub, outcomes, ("public",))[0]
+
+
+def _judge(problem_id: str, sub: Problem, spec, case, observe):
+    from .problems import lm_functions, notebook_functions
+
+    if problem_id in ("losses", "masks"):
+        return notebook_functions.judge_case(sub, spec, case, observe, wanted=set(sub.groups[0].quantities))
+    return lm_functions.judge_case(sub, case, observe)
+
+
+def check(problem_id: str, line: str, **namespace) -> None:
+    """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case."""
+    result = grade_line(problem_id, line, namespace)
+    if not result.passed:
+        raise AssertionError(
+            f"{result.name} fails, as `python autograder.py` grades it:\n{result.output}"
+        )

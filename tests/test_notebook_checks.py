@@ -1,0 +1,173 @@
+"""The notebooks' grader.check cells and `python autograder.py` agree: one source for both.
+
+Every public otter test calls gradelib.notebook_check.check on one rubric line, so
+each planted bug must fail exactly the otter tests whose public line the local
+grader fails. The checks run in-process through otter's own client (the handout's
+init cell), on a copy of the handout; notebook 3's training cells never run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from test_notebooks_bugs import BUGS
+
+from gradelib.grade import grade_submission
+from gradelib.problems.notebook_functions import OTTER_CELL
+from gradelib.sandbox import Limits
+
+from notebook_tools import NB1, NB2, NB3, PROBLEM_OF, edited, load, source
+from support import HANDOUT
+
+SKIP_TAG = "skip-grading"
+LINE_CALL = re.compile(r"check\(['\"](\w+)['\"], ['\"](\w+)['\"]")
+NB3_PROBLEMS = ("prediction", "generation")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A copy of the handout without the training data, as a student's folder."""
+    dest = tmp_path_factory.mktemp("student") / "handout"
+    shutil.copytree(HANDOUT, dest, ignore=shutil.ignore_patterns("data", "experiments", "__pycache__"))
+    return dest
+
+
+def namespace(nb: dict) -> dict:
+    """Run a notebook's code cells as the kernel would before the checks: no skip-grading cells (training,
+    plots), no otter cells, no test definitions of the masters."""
+    ns: dict = {"__name__": "__main__"}
+    for cell in nb["cells"]:
+        text = source(cell)
+        if cell["cell_type"] != "code" or SKIP_TAG in cell["metadata"].get("tags", []):
+            continue
+        if re.search(OTTER_CELL, text, re.MULTILINE) or "BEGIN TEST CONFIG" in text:
+            continue
+        exec(compile(text, "<cell>", "exec"), ns)
+    return ns
+
+
+def questions(name: str) -> list[str]:
+    nb = json.loads((HANDOUT / name).read_text())
+    return [source(c).split('"')[1] for c in nb["cells"] if source(c).startswith("grader.check(")]
+
+
+def lines_of(question: str) -> list[tuple[str, str]]:
+    """(problem, line) of each public test of `question`, in otter's order."""
+    return LINE_CALL.findall((HANDOUT / "tests" / f"{question}.py").read_text())
+
+
+def run_checks(folder: Path, name: str, ns: dict) -> dict[str, list[tuple[bool, str]]]:
+    """question -> [(passed, otter's message)] for each of its tests, through the handout's otter client."""
+    from gradelib.notebook_check import Notebook
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        grader = Notebook(name)
+        out = {}
+        for q in questions(name):
+            result = grader.check(q, global_env=ns)
+            out[q] = [(r.passed, r.message) for r in result.test_case_results]
+        return out
+    finally:
+        os.chdir(cwd)
+
+
+def line_verdicts(checks: dict[str, list[tuple[bool, str]]]) -> dict[tuple[str, str], bool]:
+    """(problem, line) -> whether every otter test built from it passed."""
+    verdict: dict[tuple[str, str], bool] = {}
+    for q, results in checks.items():
+        lines = lines_of(q)
+        assert len(lines) == len(results), q
+        for line, (passed, _) in zip(lines, results):
+            verdict[line] = verdict.get(line, True) and passed
+    return verdict
+
+
+def local_public_lines(tmp_path: Path, name: str, text: str, problems: list[str]) -> dict[tuple[str, str], bool]:
+    """(problem, line) -> passed, as `python autograder.py --only <problems>` grades the notebook (public cases)."""
+    sub = tmp_path / "handin"
+    sub.mkdir(exist_ok=True)
+    (sub / name).write_text(text)
+    result = grade_submission(sub, case_root=HANDOUT / "tests", visibilities=("public",), only=problems,
+                              limits=Limits(timeout_s=60))
+    from gradelib.rubric import load as load_rubric
+
+    rubric = load_rubric()
+    by_name = {f"{p}: {g.title} [public]": (p, g.id) for p in problems for g in rubric[p].groups}
+    return {by_name[t.name]: t.passed for t in result.tests if t.name in by_name}
+
+
+# The textbook shortcut: finite on small logits, log(0) = -inf when a target is far below the best logit.
+LOG_OF_SOFTMAX = pytest.param(
+    NB1, "token_nll", "return -log_probs[np.arange(len(target_ids)), target_ids]",
+    "return -np.log(softmax(logits))[np.arange(len(target_ids)), target_ids]",
+    {("token_nll", "public"), ("token_nll", "hidden"), ("cross_entropy_loss", "public"), ("cross_entropy_loss", "hidden")},
+    "inf", id="token_nll_as_log_of_softmax")
+
+
+@pytest.mark.parametrize("notebook,function,old,new,expected,hint", [*BUGS, LOG_OF_SOFTMAX])
+def test_planted_bug_fails_the_same_lines_in_grader_check_and_the_local_grader(
+        tmp_path, folder, notebook, function, old, new, expected, hint):
+    text = edited(notebook, function, old, new)
+    problem = PROBLEM_OF[notebook]
+    checks = run_checks(folder, notebook, namespace(json.loads(text)))
+    otter = {line: ok for line, ok in line_verdicts(checks).items() if line[0] == problem}
+    local = local_public_lines(tmp_path, notebook, text, [problem])
+    assert otter == local, {line: (otter.get(line), local.get(line)) for line in set(otter) | set(local)}
+    # The bug is seen by both, on the lines it breaks on the public cases (hand-written in BUGS).
+    assert {line for (problem_id, line), ok in local.items() if not ok} == {g for g, v in expected if v == "public"}
+    # ... and grader.check shows the grader's message (the hint of BUGS' first line).
+    first = sorted(expected)[0][0]
+    shown = [m for q, results in checks.items() for line, (_, m) in zip(lines_of(q), results) if line == (problem, first)]
+    assert shown and all(hint in m for m in shown), shown
+
+
+@pytest.mark.parametrize("name", [NB1, NB2, NB3])
+def test_every_check_passes_on_the_solution_and_fails_naming_the_todo_on_the_blank_handout(folder, name):
+    solved = run_checks(folder, name, namespace(load(name)))
+    assert solved and all(ok for results in solved.values() for ok, _ in results), {
+        q: [m for ok, m in r if not ok] for q, r in solved.items()}
+    blank = run_checks(folder, name, namespace(json.loads((HANDOUT / name).read_text())))
+    assert set(blank) == set(solved)
+    for q, results in blank.items():
+        assert results, q
+        for ok, message in results:
+            assert not ok, f"{q} passed on the blank handout"
+            assert "not attempted" in message and re.search(r"NotImplementedError\(['\"]TODO ", message), message
+    # Every rubric line with quantities of the notebook's problems is checked by some public test.
+    from gradelib.rubric import load as load_rubric
+
+    problems = NB3_PROBLEMS if name == NB3 else (PROBLEM_OF[name],)
+    wanted = {(p, g.id) for p in problems for g in load_rubric()[p].groups if g.quantities}
+    assert {line for q in solved for line in lines_of(q)} == wanted
+    assert not (folder / ".OTTER_LOG").exists(), "grader.check wrote otter's log into the student's folder"
+
+
+def test_no_otter_log_in_the_handout_or_after_checks(folder):
+    assert not (HANDOUT / ".OTTER_LOG").exists()
+    from gradelib.notebook_check import Notebook
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        grader = Notebook(NB1)
+        grader.check("nb1_softmax", global_env=namespace(load(NB1)))
+    finally:
+        os.chdir(cwd)
+    assert not list(folder.rglob(".OTTER_LOG"))
+    # Otter's own client, as a contrast, writes one: the test above can fail.
+    import otter
+
+    os.chdir(folder)
+    try:
+        otter.Notebook(NB1)
+        assert (folder / ".OTTER_LOG").exists()
+    finally:
+        (folder / ".OTTER_LOG").unlink(missing_ok=True)
+        os.chdir(cwd)
