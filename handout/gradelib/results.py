@@ -28,6 +28,7 @@ class TestResult:
     visibility: str  # "public" or "hidden"
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
+    figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -37,6 +38,7 @@ class TestResult:
         if not _finite(self.score):
             self.output += f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
             self.score = 0.0
+        self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if _finite(v)}
 
     @property
     def passed(self) -> bool:
@@ -52,7 +54,8 @@ class TestResult:
             "output": clean_text(self.output),
             "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
             "tags": [self.problem],
-            **({"extra_data": {"line": self.line}} if self.line else {}),
+            **({"extra_data": {"line": self.line, **({"figures": self.figures} if self.figures else {})}}
+               if self.line else {}),
         }
 
 

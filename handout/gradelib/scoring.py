@@ -63,10 +63,11 @@ class Line:
     def points(self) -> float:
         return self.problem.share(self.group, self.visibility)
 
-    def result(self, fraction: float, output: str) -> TestResult:
-        """The test with `fraction` of the line's points and the message a student reads."""
+    def result(self, fraction: float, output: str, figures: dict[str, float] | None = None) -> TestResult:
+        """The test with `fraction` of the line's points, the message a student reads and the figures it scored."""
         name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
-        return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output, line=self.group.id)
+        return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output,
+                          line=self.group.id, figures=dict(figures or {}))
 
 
 def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:

@@ -187,4 +187,4 @@ def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResu
             said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
         said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
                      "check that generate feeds each picked id back as input for the next step.")
-    return line.result(frac, "\n".join(said))
+    return line.result(frac, "\n".join(said), {"generation_perplexity": ppl})

@@ -180,7 +180,7 @@ def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     if frac < 1.0:
         text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
                          "the checkpoint of the epoch with the lowest validation NLL.")
-    return line.result(frac, text)
+    return line.result(frac, text, {"prediction_nll": nll})
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
