@@ -1141,7 +1141,7 @@ _session: Session | None = None
 def session(root: Path, limits: Limits):
     """Runs under `root` with these limits are forked from one template process (see Session)."""
     global _session
-    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (`make bench` compares both)
+    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (the benchmarks compare both)
         yield None
         return
     outer, _session = _session, Session(root, limits)
