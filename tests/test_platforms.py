@@ -26,7 +26,7 @@ from autograder.platforms.package import build_autolab, build_gradescope
 from gradelib import rubric
 from gradelib.problems import GRADERS
 
-from support import SOLUTIONS
+from support import REPO, SOLUTIONS
 
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
 PROBLEM_IDS = [p for p in rubric.load() if p in GRADERS]
@@ -68,12 +68,17 @@ def test_gradescope_zip_has_its_scripts_at_the_root_and_no_build_tools(packages)
         names = z.namelist()
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert names[:2] == ["setup.sh", "run_autograder"] and modes["run_autograder"] & 0o111
-    assert "requirements.txt" in names and "autograder/batch/cli.py" in names
+    assert "requirements-grading.txt" in names and "autograder/batch/cli.py" in names
     assert any(n.startswith("fixtures/attention/hidden/") for n in names)
     assert not any(n.startswith(("autograder/build/", "solutions/", "tests/")) or "__pycache__" in n for n in names)
     setup = zipfile.ZipFile(packages["zip"]).read("setup.sh").decode()
-    assert "-r requirements.txt" in setup and "download.pytorch.org/whl/cpu" in setup
-    assert "torch==2.13.0" in zipfile.ZipFile(packages["zip"]).read("requirements.txt").decode()
+    assert "-r requirements-grading.txt" in setup and "download.pytorch.org/whl/cpu" in setup
+    slim = zipfile.ZipFile(packages["zip"]).read("requirements-grading.txt").decode()
+    slim = "\n".join(ln.split("==")[0] for ln in slim.splitlines() if ln.strip() and not ln.startswith("#"))
+    assert slim.splitlines()[0] == "torch"
+    # What only students, instructors and the test suite use is not installed on a grading machine.
+    for tool in ("jupyter", "otter-grader", "nbclient", "pytest", "ruff", "copydetect", "ipykernel"):
+        assert tool not in slim, tool
 
 
 def test_platform_scripts_are_valid_shell(packages, tmp_path):
@@ -86,6 +91,82 @@ def test_platform_scripts_are_valid_shell(packages, tmp_path):
     makefile = packages["autolab"][1]
     proc = subprocess.run(["make", "-n", "-f", str(makefile)], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0 and "autograder.platforms.runtime autolab ../handin.tar" in proc.stdout, proc.stderr
+
+
+def test_autolab_dockerfile_recipe_holds_together(packages, tmp_path):
+    """Without docker here: every file a COPY names is beside the Dockerfile, every RUN is valid shell,
+    and the image installs the grading requirements from the CPU index."""
+    folder = packages["autolab"][1].parent
+    text = (folder / "Dockerfile").read_text()
+    lines = text.replace("\\\n", " ")  # continuation lines joined
+    instructions = [ln.strip() for ln in lines.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert instructions[0].startswith("FROM python:3.11")
+    for ins in instructions:
+        word, _, rest = ins.partition(" ")
+        if word == "COPY":
+            source = rest.split()[0]
+            assert (folder / source).is_file(), source
+        elif word == "RUN":
+            proc = subprocess.run(["bash", "-n", "-c", rest], capture_output=True, text=True)
+            assert proc.returncode == 0, (rest, proc.stderr)
+    assert "-r /tmp/requirements-grading.txt" in text and "download.pytorch.org/whl/cpu" in text
+    assert "bubblewrap" in text
+    assert (folder / "requirements-grading.txt").read_bytes() == (REPO / "requirements-grading.txt").read_bytes()
+
+
+def _slim_environment(folder: Path) -> Path:
+    """A virtual environment holding only requirements-grading.txt's packages and what they require, as
+    hard links to this environment's files (none of jupyter, otter, nbformat, pytest...); its python."""
+    import importlib.metadata as md
+    import re
+
+    wanted = [re.split(r"[=<> ]", ln, 1)[0] for ln in (REPO / "requirements-grading.txt").read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")]
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = next(folder.glob("lib/python3*/site-packages"))
+    seen, todo = set(), list(wanted)
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue  # a requirement for another platform (pip did not install it here either)
+        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if "extra ==" not in r]
+        for f in dist.files or []:
+            src = Path(dist.locate_file(f)).resolve()
+            rel = Path(f)
+            if rel.parts[0] == ".." or not src.is_file():
+                continue  # scripts and data outside site-packages
+            dest = site / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, dest)
+            except OSError as exc:
+                pytest.skip(f"cannot hard-link the installed packages into a slim environment here ({exc})")
+    return folder / "bin" / "python"
+
+
+def test_the_slim_grading_environment_grades_the_reference_to_full_marks(tmp_path):
+    from autograder.build.demo import reference_handin
+
+    python = _slim_environment(REPO / "build" / f"slim-venv-{os.getpid()}")
+    try:
+        probe = subprocess.run([str(python), "-c", "import torch, numpy, matplotlib, tqdm\n"
+                                "for tool in ('nbformat', 'otter', 'jupyter_core', 'pytest', 'copydetect', 'nbclient'):\n"
+                                "    try:\n        __import__(tool)\n    except ImportError:\n        continue\n"
+                                "    raise SystemExit(tool + ' is importable')"], capture_output=True, text=True)
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        handin = reference_handin(tmp_path / "reference")
+        proc = subprocess.run([str(python), "-m", "autograder", str(handin), "--out", str(tmp_path / "grades")],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = json.loads((tmp_path / "grades" / "reference" / "results.json").read_text())
+        assert results["score"] == sum(p.points for p in rubric.load().values()), results["output"][-3000:]
+    finally:
+        shutil.rmtree(REPO / "build" / f"slim-venv-{os.getpid()}", ignore_errors=True)
 
 
 def test_packages_are_byte_identical_when_built_twice(packages, tmp_path):

@@ -246,11 +246,65 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print_class_figures(min(args.runs, 3))
     print()
+    print_box_figures(min(args.runs, 3))
+    print()
     print_lm_figures(args.runs)
     print()
     from autograder.batch.similarity import print_similarity_figures
 
     print_similarity_figures()
+
+
+BOX_CPU_QUOTA = 0.5  # Gradescope's default autograder box: half a vCPU ...
+BOX_MEMORY_MB = 768  # ... and 768 MB
+
+
+def print_box_figures(runs: int) -> None:
+    """The complete reference handin graded inside a cgroup the size of Gradescope's default box.
+
+    As root with cgroup v1 cpu and memory controllers: a cpu quota of half a CPU and a memory
+    limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
+    made below the grader's). Prints the wall time and the peak memory of each run.
+    """
+    from gradelib.sandbox import CPU_PERIOD_US, _own_cgroup, _remove_cgroup, kill_cgroups
+
+    cpu, memory = _own_cgroup("cpu"), _own_cgroup("memory")
+    if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
+        print("Gradescope-sized box: skipped (needs root and cgroup v1 cpu and memory controllers)")
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-box-") as tmp:
+        handin = reference_handin(Path(tmp) / "reference")
+        boxes = [cpu / f"bench-box-{os.getpid()}", memory / f"bench-box-{os.getpid()}"]
+        for box in boxes:
+            box.mkdir()
+        try:
+            (boxes[0] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (boxes[0] / "cpu.cfs_quota_us").write_text(str(int(CPU_PERIOD_US * BOX_CPU_QUOTA)))
+            (boxes[1] / "memory.limit_in_bytes").write_text(str(BOX_MEMORY_MB * 1024 * 1024))
+            procs = [str(b / "cgroup.procs") for b in boxes]
+
+            def enter() -> None:
+                for path in procs:
+                    with open(path, "w") as fh:
+                        fh.write(str(os.getpid()))
+
+            times, peaks, scores = [], [], []
+            for i in range(runs):
+                (boxes[1] / "memory.max_usage_in_bytes").write_text("0")
+                start = time.perf_counter()
+                proc = subprocess.run([PY, str(CLI), str(handin), "--out", str(Path(tmp) / f"grades{i}")], cwd=REPO,
+                                      capture_output=True, text=True, preexec_fn=enter)
+                times.append(time.perf_counter() - start)
+                peaks.append(int((boxes[1] / "memory.max_usage_in_bytes").read_text()) / 2**20)
+                last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+                scores.append(sum(json.loads(last).get("scores", {}).values()) if last.startswith("{") else 0.0)
+        finally:
+            kill_cgroups(boxes)
+            for box in boxes:
+                _remove_cgroup(box)
+    print(f"Gradescope-sized box (cgroup: {BOX_CPU_QUOTA:g} CPU, {BOX_MEMORY_MB} MB), complete reference handin, "
+          f"{runs} runs: wall min {min(times):.1f} s, median {statistics.median(times):.1f} s; "
+          f"peak memory max {max(peaks):.0f} MB; scores {', '.join(f'{x:g}' for x in scores)}")
 
 
 def print_lm_figures(runs: int) -> None:

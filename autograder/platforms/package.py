@@ -1,13 +1,16 @@
 """Build the Gradescope and Autolab autograder packages (`make gradescope`, `make autolab`).
 
 Both carry the same payload: gradelib/ and the staff grader (autograder/, without
-the instructor-only build tools), fixtures/ with the hidden cases, and the pinned
-requirements.txt. The platform files live beside this module in platform_files/.
+the instructor-only build tools), fixtures/ with the hidden cases, and
+requirements-grading.txt (torch, numpy, matplotlib, tqdm: what grading needs;
+no jupyter, otter or pytest). The platform files live beside this module in
+platform_files/.
 
 - build/gradescope/autograder.zip: setup.sh and run_autograder at the root of
   the zip (Gradescope unpacks it to /autograder/source), then the payload.
-- build/autolab/autograde.tar (the payload under autograde/) and
-  build/autolab/autograde-Makefile.
+- build/autolab/autograde.tar (the payload under autograde/),
+  build/autolab/autograde-Makefile and build/autolab/Dockerfile, a recipe
+  for the grading image (Python 3.11, bubblewrap, the grading requirements).
 
 The archives are byte-identical for identical inputs (sorted entries, fixed
 timestamps and modes).
@@ -32,7 +35,7 @@ EXECUTABLE = {"setup.sh", "run_autograder"}
 
 def payload() -> list[tuple[str, Path]]:
     """(path inside the package, source file) for the grader, its cases and requirements."""
-    files = [("requirements.txt", REPO / "requirements.txt")]
+    files = [("requirements-grading.txt", REPO / "requirements-grading.txt")]
     for top in ("gradelib", "autograder", "fixtures"):
         for path in sorted((REPO / top).rglob("*")):
             rel = path.relative_to(REPO)
@@ -68,6 +71,8 @@ def build_autolab(out: Path) -> tuple[Path, Path]:
             tar.addfile(info, io.BytesIO(data))
     makefile = out / "autograde-Makefile"
     shutil.copyfile(PLATFORM_FILES / "autograde-Makefile", makefile)
+    shutil.copyfile(PLATFORM_FILES / "Dockerfile", out / "Dockerfile")
+    shutil.copyfile(REPO / "requirements-grading.txt", out / "requirements-grading.txt")
     return tar_path, makefile
 
 
