@@ -447,7 +447,7 @@ def run(
             cmd, preexec, env, isolation = _fallback(argv, workdir, limits, rep_w, env_extra)
         cgroups = _make_cgroups(limits) if os.geteuid() == 0 else []
         if cgroups:
-            isolation.append("cgroups: " + ", ".join(c.parent.name if c.parent != CGROUP_ROOT else "v2" for c in cgroups))
+            isolation.append("cgroups: " + ", ".join(_cgroup_label(c) for c in cgroups))
         procs_files = [str(c / "cgroup.procs") for c in cgroups]
         inner = preexec
 
@@ -494,7 +494,10 @@ def _make_cgroups(limits: Limits) -> list[Path]:
     if (CGROUP_ROOT / "cgroup.controllers").exists():  # v2
         settings = {"": {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "pids.max": str(limits.processes + 2)}}
     for controller, files in settings.items():
-        base = CGROUP_ROOT / controller if controller else CGROUP_ROOT
+        # v1: below the grader's own group, so limits put on the grader (a slice, a benchmark's box) hold
+        # for the run too. v2 forbids processes in a group with children: its root (a container's own, under
+        # a cgroup namespace) is the exception.
+        base = _own_cgroup(controller) if controller else CGROUP_ROOT
         if not (base / "cgroup.procs").exists():
             continue
         folder = base / name
@@ -510,6 +513,26 @@ def _make_cgroups(limits: Limits) -> list[Path]:
             continue
         made.append(folder)
     return made
+
+
+def _own_cgroup(controller: str) -> Path:
+    """The folder of this process's cgroup for a v1 controller ('' for v2), from /proc/self/cgroup."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _num, names, path = line.split(":", 2)
+        if (controller in names.split(",")) if controller else names == "":
+            folder = CGROUP_ROOT / controller / path.lstrip("/") if controller else CGROUP_ROOT / path.lstrip("/")
+            if (folder / "cgroup.procs").exists():
+                return folder
+    return CGROUP_ROOT / controller if controller else CGROUP_ROOT
+
+
+def _cgroup_label(folder: Path) -> str:
+    first = folder.relative_to(CGROUP_ROOT).parts[0]
+    return first if first in ("cpu", "pids") else "v2"
 
 
 def _remove_cgroup(folder: Path) -> None:
@@ -558,8 +581,8 @@ def kill_cgroups(cgroups: list[Path], wait_s: float = 10.0) -> int:
 
 
 def sweep_cgroups() -> None:
-    """Empty and remove the run cgroups of graders that were killed."""
-    for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu", CGROUP_ROOT / "pids"):
+    """Empty and remove the run cgroups of graders that were killed (below our own groups)."""
+    for base in {CGROUP_ROOT, _own_cgroup("cpu"), _own_cgroup("pids")}:
         for folder in base.glob("gradelib-*"):
             try:
                 owner = int(folder.name.split("-")[1])
@@ -939,8 +962,7 @@ class Session:
             env["MPLCONFIGDIR"] = env["TMPDIR"]
             self.cgroups = _make_cgroups(limits) if os.geteuid() == 0 else []
             if self.cgroups:
-                isolation.append("cgroups: " + ", ".join(c.parent.name if c.parent != CGROUP_ROOT else "v2"
-                                                         for c in self.cgroups))
+                isolation.append("cgroups: " + ", ".join(_cgroup_label(c) for c in self.cgroups))
             procs_files = [str(c / "cgroup.procs") for c in self.cgroups]
             inner = preexec
 
@@ -1141,7 +1163,7 @@ _session: Session | None = None
 def session(root: Path, limits: Limits):
     """Runs under `root` with these limits are forked from one template process (see Session)."""
     global _session
-    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (`make bench` compares both)
+    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (the benchmarks compare both)
         yield None
         return
     outer, _session = _session, Session(root, limits)
