@@ -364,6 +364,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown problem id(s) {unknown}; known: {known}", file=sys.stderr)
             return 2
     problem_ids = [p for p in known if not args.only or p in args.only]
+    if {"prediction", "generation"} & set(problem_ids):
+        from ..reference.provenance import refusal
+        from .worker import CASE_ROOT
+
+        why = refusal(CASE_ROOT / "lm")
+        if why:
+            print(f"Not grading: {why}.", file=sys.stderr)
+            return 2
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
         print(
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "

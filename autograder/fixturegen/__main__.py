@@ -1,35 +1,62 @@
 """Regenerate fixtures/ (`make fixtures`): every case set, the language-model data, the manifest.
 
-    python -m autograder.fixturegen [--out fixtures] [--corpus PATH] [--manifest-only]
+    python -m autograder.fixturegen [--out fixtures] [--corpus PATH] [--oracle ngram|model:PATH] [--manifest-only]
 
 Each generator is deterministic and prints what it made; the manifest (sha256 of every
 file) comes last. --corpus builds the language-model data from an instructor's text
-instead of the toy source. --manifest-only rewrites the manifest alone (after
+instead of the toy source; --oracle model:PATH scores generations with a reference-model
+checkpoint instead of the corpus' default oracle (oracle.json is rewritten by every build,
+so pass it each time). A corpus below the minimum size, or an oracle that cannot be used,
+ends with one line saying why (exit status 2). --manifest-only rewrites the manifest alone (after
 `make reference-model` replaced the reference model's files).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from . import attention_cases, lm_fixtures, lm_function_cases, manifest, notebook_cases
+
+
+def build(out: Path, corpus: Path | None = None, oracle: str | None = None) -> None:
+    """Every fixture, then the manifest. Raises CorpusTooSmall / OracleChoiceError (one-line messages)."""
+    if corpus is not None and not Path(corpus).is_file():
+        raise lm_fixtures.OracleChoiceError(f"--corpus {corpus}: no such file; expected plain text or transcript rows")
+    lm_fixtures.parse_oracle(oracle)  # a bad --oracle is refused before anything is written
+    if corpus is not None:  # a corpus below the minimum is refused before anything is written
+        from autograder.oracle import corpus as corpus_mod
+
+        loaded = corpus_mod.load(corpus)
+        corpus_mod.split(loaded.sentences, lm_fixtures.N_ROWS,
+                         (lm_fixtures.PROMPT + lm_fixtures.TARGET,) * 2 + (lm_fixtures.GEN_PROMPT,))
+    attention_cases.write(out)
+    notebook_cases.write(out)
+    lm_fixtures.write(out, corpus, oracle)
+    lm_function_cases.build(out)
+    counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
+    print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED})")
+    manifest.write(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m autograder.fixturegen", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("fixtures"))
     ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
+    ap.add_argument("--oracle", default=None, metavar="ngram|model:PATH",
+                    help="what scores generations: the corpus' default (toy source, or its order-6 n-gram) or a checkpoint")
     ap.add_argument("--manifest-only", action="store_true", help="only rewrite MANIFEST.sha256")
     args = ap.parse_args()
-    if not args.manifest_only:
-        attention_cases.write(args.out)
-        notebook_cases.write(args.out)
-        lm_fixtures.write(args.out, args.corpus)
-        lm_function_cases.build(args.out)
-        counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
-        print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED})")
-    manifest.write(args.out)
+    if args.manifest_only:
+        manifest.write(args.out)
+        return
+    from autograder.oracle.corpus import CorpusTooSmall
+
+    try:
+        build(args.out, args.corpus, args.oracle)
+    except (CorpusTooSmall, lm_fixtures.OracleChoiceError) as exc:
+        sys.exit(f"fixtures not built: {exc}")
 
 
 if __name__ == "__main__":

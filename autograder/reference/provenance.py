@@ -81,3 +81,15 @@ def check_thresholds(lm_dir: Path, rubric_path: Path | None = None) -> None:
             f"corpus (corpus hash {_short(got)}) than the fixtures' ({_short(want)}, {corpus_label(lm_dir)}): run "
             "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them"
         )
+
+
+def refusal(lm_dir: Path, rubric_path: Path | None = None, reference: bool = False) -> str | None:
+    """Why grading on lm_dir must not go on (thresholds, and with reference=True the reference model,
+    measured on another corpus), in one line; None when all is consistent."""
+    try:
+        check_thresholds(lm_dir, rubric_path)
+        if reference:
+            check_reference(lm_dir)
+    except StaleCalibration as exc:
+        return str(exc)
+    return None
