@@ -19,9 +19,12 @@ from pathlib import Path
 
 from . import attention_cases, lm_fixtures, lm_function_cases, manifest, notebook_cases
 
+CORPUS_FREE = ("attention", "notebooks", "lm_functions")  # case sets that do not depend on the corpus
 
-def build(out: Path, corpus: Path | None = None, oracle: str | None = None) -> None:
-    """Every fixture, then the manifest. Raises CorpusTooSmall / OracleChoiceError (one-line messages)."""
+
+def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_only: bool = False) -> None:
+    """Every fixture (lm_only: the language-model data alone, the other case sets left as they are), then
+    the manifest. Raises CorpusTooSmall / OracleChoiceError (one-line messages) before writing anything."""
     if corpus is not None and not Path(corpus).is_file():
         raise lm_fixtures.OracleChoiceError(f"--corpus {corpus}: no such file; expected plain text or transcript rows")
     lm_fixtures.parse_oracle(oracle)  # a bad --oracle is refused before anything is written
@@ -31,6 +34,10 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None) -> N
         loaded = corpus_mod.load(corpus)
         corpus_mod.split(loaded.sentences, lm_fixtures.N_ROWS,
                          (lm_fixtures.PROMPT + lm_fixtures.TARGET,) * 2 + (lm_fixtures.GEN_PROMPT,))
+    if lm_only:
+        lm_fixtures.write(out, corpus, oracle)
+        manifest.write(out)
+        return
     attention_cases.write(out)
     notebook_cases.write(out)
     lm_fixtures.write(out, corpus, oracle)

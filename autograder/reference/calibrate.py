@@ -333,9 +333,9 @@ def _pred_cell(row: dict) -> str:
 
 
 def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
-    head = f"measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), oracle: {f['oracle_label']}"
-    pred = [f"# Calibration ({head}): teacher-forced NLL in nats/char of the",
-            "# 20 true characters after each prompt, on prediction.npz (validation) / prediction_test (hidden, graded):"]
+    pred = [f"# Calibration, measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), oracle: {f['oracle_label']}.",
+            "# Teacher-forced NLL in nats/char of the 20 true characters after each prompt,",
+            "# on prediction.npz (validation) / prediction_test (hidden, graded):"]
     gen = ["# Calibration (as above): perplexity, under the smoothed oracle,",
            "# of what each model generates greedily after the prompts of generation_test.npz:"]
     for row in f["models"]:

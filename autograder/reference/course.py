@@ -2,15 +2,17 @@
 
     python -m autograder.reference.course [--corpus PATH] [--oracle ngram|model:PATH]
                                           [--fixtures fixtures] [--rubric gradelib/rubric.toml]
-                                          [--epochs 6] [--seed 0] [--config key=value,...] [--max-steps N]
+                                          [--epochs 6] [--seed 0] [--config key=value,...] [--max-steps N] [--init CKPT]
                                           [--retrain] [--repeats 3]
 
-1. fixtures: builds fixtures/ from the corpus (the toy-English source without --corpus),
-   printing what the text gave and what was dropped; a corpus below the minimum size
-   ends here with one line saying so;
+1. fixtures: builds fixtures/lm/ from the corpus (the toy-English source without --corpus),
+   printing what the text gave and what was dropped (the case sets that do not depend on
+   the corpus are built only where missing); a corpus below the minimum size ends here
+   with one line saying so;
 2. reference model: trains it on the new training text with notebook 3's settings, or
    reuses the one in fixtures/lm/ when its inputs -- corpus hash, config, epochs, seed,
-   step cap -- are those recorded in reference_model.json (--retrain trains anyway);
+   step cap, warm-start checkpoint -- are those recorded in reference_model.json
+   (--retrain trains anyway);
 3. thresholds: measures the reference, n-gram baselines and degenerate generators
    (autograder/reference/calibrate.py), applies the stated rule (calibrate.RULE_TEXT),
    writes the four thresholds into rubric.toml with comments giving the figures they
@@ -51,13 +53,13 @@ def reusable(lm: Path, inputs: dict) -> bool:
 
 def reference_step(lm: Path, args: argparse.Namespace) -> tuple[dict, bool]:
     """Train or reuse; returns (reference_model.json's content, whether it was trained now)."""
-    config = train.parse_config(args.config)
-    inputs = train.training_inputs(lm, config, args.epochs, args.seed, args.max_steps)
+    config = train.initial_config(args.init, train.parse_config(args.config))
+    inputs = train.training_inputs(lm, config, args.epochs, args.seed, args.max_steps, init=args.init)
     if reusable(lm, inputs) and not args.retrain:
         print(f"reference model: reused (its inputs are unchanged: corpus {inputs['corpus_sha256'][:12]}, "
               f"config, {args.epochs} epochs, seed {args.seed})", flush=True)
         return json.loads((lm / provenance.REFERENCE_JSON).read_text()), False
-    model, figures = train.train(lm, args.epochs, args.seed, config, args.max_steps, rubric_path=args.rubric)
+    model, figures = train.train(lm, args.epochs, args.seed, config, args.max_steps, rubric_path=args.rubric, init=args.init)
     train.write_outputs(model, figures, lm, rubric_path=args.rubric)
     return figures, True
 
@@ -66,8 +68,11 @@ def run(args: argparse.Namespace) -> dict:
     """Steps 1-3; returns what calibration.json records."""
     start = time.perf_counter()
     fixtures, lm = args.fixtures, args.fixtures / "lm"
-    print(f"== 1. fixtures -> {fixtures}", flush=True)
-    fixturegen_main.build(fixtures, args.corpus, args.oracle)
+    # The case sets that do not depend on the corpus are built only when missing (a new folder):
+    # rebuilding them on another CPU would change float64 expectations in their last bits.
+    lm_only = all((fixtures / name).is_dir() for name in fixturegen_main.CORPUS_FREE)
+    print(f"== 1. fixtures -> {fixtures}" + (" (language-model data; the other case sets are kept)" if lm_only else ""), flush=True)
+    fixturegen_main.build(fixtures, args.corpus, args.oracle, lm_only=lm_only)
     fixtures_s = time.perf_counter() - start
 
     print("== 2. reference model", flush=True)
@@ -119,6 +124,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)")
     ap.add_argument("--max-steps", type=int, default=None, help="stop training after this many steps (tests)")
+    ap.add_argument("--init", type=Path, default=None, help="start the reference from this checkpoint (a warm start)")
     ap.add_argument("--retrain", action="store_true", help="train the reference even when its inputs are unchanged")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of the oracle timing (calibrate)")
     return ap.parse_args(argv)

@@ -27,12 +27,14 @@ for this corpus (rubric.toml's [calibration] corpus hash); otherwise it says so 
 The arrays are computed from the float16-rounded weights, so loading the
 checkpoint reproduces them. Torch's CPU kernels are deterministic for a fixed
 thread count; a different machine may still differ in the last bits.
---config and --max-steps shrink the run (tests train a tiny model for seconds).
+--config and --max-steps shrink the run; --init starts from a checkpoint's weights (a warm
+start: the tests fine-tune the shipped reference for a few steps on another corpus).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -52,7 +54,7 @@ from gradelib import rubric
 from gradelib.lm.metrics import generation_perplexity, prediction_nll
 from gradelib.lm.vocab import decode, stream
 
-from ..oracle.oracles import load_oracle
+from ..oracle.oracles import load_model, load_oracle
 from . import provenance
 from .model import PAD, CausalLanguageModel, LMDataLoader, ModelConfig, generate, predict
 
@@ -72,9 +74,10 @@ GENERATE_STEPS = 30
 
 
 def lr_at(step: int, total: int) -> float:
-    if step < WARMUP:
-        return LR * (step + 1) / WARMUP
-    return LR * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, total - WARMUP)))
+    warmup = min(WARMUP, max(1, total // 10))  # a run cut to a few hundred steps still reaches the peak
+    if step < warmup:
+        return LR * (step + 1) / warmup
+    return LR * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 def load_arrays(lm_dir: Path) -> dict[str, np.ndarray]:
@@ -129,9 +132,10 @@ def parse_config(text: str | None) -> ModelConfig:
 
 
 def training_inputs(lm_dir: Path, config: ModelConfig, epochs: int, seed: int, max_steps: int | None,
-                    batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN) -> dict:
+                    batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN, init: Path | None = None) -> dict:
     """Everything the trained weights depend on: equal inputs, equal model (on the same machine)."""
     return {
+        "init_sha256": hashlib.sha256(Path(init).read_bytes()).hexdigest() if init else None,
         "corpus_sha256": provenance.corpus_hash(lm_dir),
         "config": asdict(config),
         "epochs": epochs,
@@ -174,9 +178,17 @@ def full_credit_text(figures: dict) -> str:
     return f"full credit reached after {figures['wall_s_to_full_credit']:.0f} s (epoch {epoch})"
 
 
+def initial_config(init: Path | None, config: ModelConfig) -> ModelConfig:
+    """The config to train: a warm start's own (it must be), else `config`."""
+    if init is None:
+        return config
+    return load_model(init).cfg
+
+
 def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, max_steps: int | None = None,
           batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN, rubric_path: Path | None = None,
-          quiet: bool = False) -> tuple[CausalLanguageModel, dict]:
+          quiet: bool = False, init: Path | None = None) -> tuple[CausalLanguageModel, dict]:
+    """Train from scratch, or from the weights of checkpoint `init` (a warm start: its config wins)."""
     torch.set_num_threads(THREADS)
     torch.manual_seed(seed)
     say = (lambda *a, **k: None) if quiet else print
@@ -185,7 +197,10 @@ def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, ma
     arrays = load_arrays(lm_dir)
     train_stream = stream((lm_dir / "train.txt").read_text().splitlines())
 
+    config = initial_config(init, config)
     model = CausalLanguageModel(config)
+    if init is not None:
+        model.load_state_dict({k: v.float() for k, v in load_model(init).state_dict().items()})
     loader = LMDataLoader(train_stream, batch_size, seq_len, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, betas=(0.9, 0.98))
     total = epochs * len(loader) if max_steps is None else min(max_steps, epochs * len(loader))
@@ -196,7 +211,7 @@ def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, ma
         flush=True,
     )
     figures: dict = {
-        "inputs": training_inputs(lm_dir, config, epochs, seed, max_steps, batch_size, seq_len),
+        "inputs": training_inputs(lm_dir, config, epochs, seed, max_steps, batch_size, seq_len, init),
         "parameters": model.num_parameters(), "config": asdict(config), "epochs": [], "seed": seed,
         "corpus": provenance.corpus_label(lm_dir),
     }
@@ -284,9 +299,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)")
     ap.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps (for tests)")
+    ap.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights and config (a warm start)")
     args = ap.parse_args(argv)
     try:
-        model, figures = train(args.lm_dir, args.epochs, args.seed, parse_config(args.config), args.max_steps)
+        model, figures = train(args.lm_dir, args.epochs, args.seed, parse_config(args.config), args.max_steps, init=args.init)
     except provenance.StaleCalibration as exc:
         raise SystemExit(f"reference model: {exc}") from None
     write_outputs(model, figures, args.lm_dir)
