@@ -55,6 +55,15 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 }
 
 
+# The optional top-level [calibration] table: which corpus the language-model thresholds were measured on.
+CALIBRATION_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
+    "corpus": (str, "", "The corpus the thresholds were measured on, in words."),
+    "corpus_sha256": (str, "", "sha256 of the language-model data the thresholds were measured on; the course grader "
+                      "refuses to grade when it differs from its own data's."),
+    "oracle": (str, "", "The oracle that scored the generations the thresholds were measured with."),
+}
+
+
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the key and what was expected."""
 
@@ -236,6 +245,22 @@ def _settings(where: str, table: dict, schema: ProblemSchema | None) -> dict[str
     return out
 
 
+def _calibration(path: Path, data: dict) -> dict[str, str]:
+    table = data.get("calibration", {})
+    if not isinstance(table, dict):
+        raise RubricError(f"{path.name} [calibration]: must be a table")
+    return _check_keys(f"{path.name} [calibration]", table, CALIBRATION_KEYS)
+
+
+def calibration(path: Path | str | None = None) -> dict[str, str]:
+    """The [calibration] table (corpus, corpus_sha256, oracle), each key "" when absent."""
+    path = Path(path or RUBRIC_PATH)
+    try:
+        return _calibration(path, tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as exc:
+        raise RubricError(f"{path}: not valid TOML: {exc}") from None
+
+
 def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
     """Read and validate the rubric; return problems by id, in file order.
 
@@ -251,9 +276,11 @@ def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | Non
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise RubricError(f"{path}: not valid TOML: {exc}") from None
-    unknown_top = sorted(set(data) - {"problems"})
+    unknown_top = sorted(set(data) - {"problems", "calibration"})
     if unknown_top:
-        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables")
+        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables "
+                          "and a [calibration] table")
+    _calibration(path, data)
     problems: dict[str, Problem] = {}
     for pid, table in data.get("problems", {}).items():
         where = f"{path.name} [problems.{pid}]"
