@@ -63,7 +63,8 @@ def main() -> None:
     try:
         build(args.out, args.corpus, args.oracle)
     except (CorpusTooSmall, lm_fixtures.OracleChoiceError) as exc:
-        sys.exit(f"fixtures not built: {exc}")
+        print(f"fixtures not built: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
