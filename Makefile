@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sandbox-tools test demo bench handout fixtures notebooks clean gradescope autolab reference-model
+.PHONY: help setup sandbox-tools test demo bench handout fixtures notebooks clean gradescope autolab reference-model course
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -42,8 +42,11 @@ bench: setup ## print speed figures (local and hidden grading times, ratios to o
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout
 
-fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text; SEED=N rotates hidden cases) and their manifest
-	$(PY) -m autograder.fixturegen --out fixtures $(if $(CORPUS),--corpus $(CORPUS)) $(if $(SEED),--seed $(SEED))
+fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text, ORACLE=model:path; SEED=N rotates hidden cases) and their manifest
+	$(PY) -m autograder.fixturegen --out fixtures $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE)) $(if $(SEED),--seed $(SEED))
+
+course: setup ## the whole LM course for a corpus: fixtures, reference model (reused when unchanged), thresholds; CORPUS=path [ORACLE=model:path]
+	$(PY) -m autograder.reference.course $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE))
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
 	$(PY) -m autograder.build.notebooks --execute

@@ -5,7 +5,10 @@ Imported like any module (`from support import ...`); conftest.py keeps only pyt
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from autograder.batch.worker import grade_hidden
 from gradelib.results import SubmissionResult
@@ -15,6 +18,22 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 SOLUTIONS = REPO / "solutions"
 HANDOUT = REPO / "handout"
+
+
+def fixtures_corpus() -> tuple[bool, str]:
+    """(whether fixtures/lm/ holds the default toy-English corpus, what it holds in words), from oracle.json."""
+    info = json.loads((FIXTURES / "lm" / "oracle.json").read_text())
+    if "corpus" in info:
+        return False, f"{info['corpus']['path']} ({info['corpus']['kind']} text, {info['oracle']['kind']} oracle)"
+    return True, "toy English"
+
+
+TOY_ENGLISH, CORPUS_NAME = fixtures_corpus()
+# Tests of facts of the default corpus (its exact source, its sizes, margins measured on it). With fixtures
+# built from an instructor's corpus (`make course CORPUS=...`) they are skipped, saying why; every other
+# test runs on whatever fixtures exist.
+toy_english_only = pytest.mark.skipif(
+    not TOY_ENGLISH, reason=f"toy-English specific: the fixtures come from another corpus, {CORPUS_NAME}")
 
 
 def grade_files(

@@ -526,7 +526,7 @@ def test_rebuilding_the_handout_keeps_a_students_work(tmp_path, otter_build):
 # for something that is not there.
 STAFF_ONLY = re.compile(
     r"autograder/|autograder\.(?:batch|oracle|reference|fixturegen|build|platforms)\b|\bfixtures/|\bsolutions/"
-    r"|DESIGN\.md|\bfixturegen\b|make (?:fixtures|reference-model|demo|bench|gradescope|autolab|notebooks)\b"
+    r"|DESIGN\.md|\bfixturegen\b|make (?:fixtures|reference-model|course|demo|bench|gradescope|autolab|notebooks)\b"
     r"|python -m autograder\b|\.\./shared"
 )
 

@@ -21,7 +21,7 @@ from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
 from gradelib.sandbox import Limits
 
-from support import FIXTURES
+from support import FIXTURES, toy_english_only
 
 LM_OUTPUTS = (
     "train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz",
@@ -29,6 +29,7 @@ LM_OUTPUTS = (
 )
 
 
+@toy_english_only
 def test_fixtures_regenerate_byte_identically(tmp_path, capsys):
     lm_fixtures.write(tmp_path)
     printed = capsys.readouterr().out

@@ -24,7 +24,7 @@ from gradelib.lm.vocab import PAD, SPACE
 from gradelib.problems import lm_model
 from gradelib.rubric import load as load_rubric
 
-from support import FIXTURES, SOLUTIONS, grade_files
+from support import FIXTURES, SOLUTIONS, grade_files, toy_english_only
 
 LM = FIXTURES / "lm"
 NOTEBOOK = "03_language_model.ipynb"
@@ -121,7 +121,6 @@ def test_the_model_is_graded_and_the_argmax_trick_changes_nothing(tricked, refer
         expected = teacher_forced_nll(reference, f["inp"], g["out"])
     shown = float(nll_line.output.split("prediction NLL ")[1].split(" ")[0])
     assert shown == pytest.approx(expected, abs=2e-3)
-    assert expected <= SETTINGS["prediction"]["full_credit_nll"] - 0.1
 
 
 def test_arrays_that_do_not_match_the_model_are_flagged(tricked):
@@ -178,6 +177,7 @@ def test_the_probe_changes_only_tokens_after_its_position():
     assert changed.min() >= 2  # characters only
 
 
+@toy_english_only
 def test_reference_figures_leave_margin_under_the_thresholds(reference):
     """Teacher-forced NLL of the reference on the hidden rows, computed here without the grader."""
     with np.load(LM / "prediction_test.npz") as f, np.load(LM / "hidden" / "prediction_test_out.npz") as g:
@@ -185,6 +185,7 @@ def test_reference_figures_leave_margin_under_the_thresholds(reference):
     assert nll <= SETTINGS["prediction"]["full_credit_nll"] - 0.1
 
 
+@toy_english_only
 def test_reference_generations_leave_margin_under_the_perplexity_threshold():
     """reference_generated.npy is what the reference model generates (test_lm_notebook checks it)."""
     from autograder.oracle.oracles import load_oracle

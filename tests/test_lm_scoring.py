@@ -20,7 +20,7 @@ from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
 from gradelib.rubric import load as load_rubric
 
-from support import FIXTURES, grade_files
+from support import FIXTURES, grade_files, toy_english_only
 
 LM = FIXTURES / "lm"
 EPS = float(load_rubric()["generation"].settings["smoothing_eps"])
@@ -121,6 +121,7 @@ def targets() -> np.ndarray:
     return np.load(LM / "hidden" / "prediction_test_out.npz")["out"]
 
 
+@toy_english_only
 def test_source_itself_scores_full_credit_on_both_figures(oracle, prompts, targets):
     settings = {pid: p.settings for pid, p in load_rubric().items()}
     nll = M.prediction_nll(teacher_forced_logits(oracle.next_id_probs, prompts["prediction_test"], targets), targets)

@@ -422,6 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     except (gradebook.BookError, rubric_mod.RubricError) as exc:
         print(f"nothing was graded: {exc}", file=sys.stderr)
         return 2
+    if {"prediction", "generation"} & set(problem_ids):
+        from ..reference.provenance import refusal
+
+        why = refusal(Path(args.fixtures) / "lm", args.rubric)
+        if why:
+            print(f"Not grading: {why}.", file=sys.stderr)
+            return 2
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
         print(
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "

@@ -310,12 +310,13 @@ def print_box_figures(runs: int) -> None:
 def print_lm_figures(runs: int) -> None:
     """The language-model figures: reference training as recorded, scores next to Bayes and bigram."""
     from autograder.reference.calibrate import format_figures, lm_figures
+    from autograder.reference.train import full_credit_text
 
     ref = json.loads((REPO / "fixtures" / "lm" / "reference_model.json").read_text())
     print(
         f"reference LM (as recorded by `make reference-model`): {ref['parameters']:,} parameters, "
         f"{ref['train_tokens_per_s']:,.0f} training tokens/s on 2 threads, trained in {ref['train_s']:.0f} s, "
-        f"full credit on both lines after {ref['wall_s_to_full_credit']:.0f} s"
+        f"{full_credit_text(ref)} on both lines"
     )
     print(format_figures(lm_figures(REPO / "fixtures", repeats=runs)))
 

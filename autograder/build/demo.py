@@ -2,12 +2,15 @@
 
 Assembles two handins under build/demo/ -- the reference (solutions) and the
 untouched handout (the blank stubs) -- grades both with the instructor CLI,
-and prints both score tables: full marks against zero.
+and prints both score tables: full marks against zero. It refuses, naming the command
+to run, when the reference model or the rubric's thresholds were measured on another
+corpus than the fixtures' (after `make fixtures CORPUS=...` without `make course`).
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from autograder.batch.cli import main as grade_main
@@ -46,6 +49,11 @@ def blank_handin(dest: Path) -> Path:
 
 
 def main() -> None:
+    from autograder.reference.provenance import refusal
+
+    why = refusal(REPO / "fixtures" / "lm", reference=True)
+    if why:
+        sys.exit(f"demo: not grading: {why}.")
     if OUT.exists():
         shutil.rmtree(OUT)
     subs = OUT / "submissions"

@@ -8,6 +8,11 @@
 - gradelib/, whole -> handout/gradelib/; solutions/handout_autograder.py (the
   local runner) -> handout/autograder.py; public cases -> handout/tests/.
 - Hidden cases never leave fixtures/; tests/test_handout.py checks that.
+- Corpus facts: `{{name}}` placeholders in the handout README and in notebook 3's
+  markdown (the corpus, its size, the oracle, the reference run's figures and time)
+  are filled from fixtures/lm/ (oracle.json, train.txt, reference_model.json), so
+  the handout states the facts of the corpus it ships; a reference model trained
+  on another corpus is refused with the command to run.
 
 The build is deterministic: the same inputs give the same bytes, and files
 the build did not write are removed, so handout/ is exactly this output --
@@ -17,8 +22,10 @@ except a student's own work there (experiments/, handin.tar), which is kept.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from autograder.build import notebooks
@@ -41,6 +48,80 @@ END = re.compile(r"^\s*# END SOLUTION\s*$")
 
 class MarkerError(ValueError):
     pass
+
+
+PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
+ORACLE_PHRASES = {
+    "toy_source": "the exact probability model the corpus was drawn from",
+    "ngram": "a character n-gram model of the whole corpus",
+    "model": "a larger language model trained on the corpus",
+}
+TOY_PARAGRAPH = ("The text is toy English written by a probabilistic grammar (words in classes, subject–verb agreement, "
+                 "sentence ends). It was made for this course, so the grader knows the true probability of every next "
+                 "character.")
+
+
+def _chars(n: int) -> str:
+    return f"{n / 1e6:.1f} million" if n >= 1_000_000 else f"{n:,}"
+
+
+def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
+    """The corpus facts the handout states, from the fixtures: placeholder name -> text."""
+    from autograder.reference.provenance import check_reference
+
+    lm = fixtures / "lm"
+    check_reference(lm)  # a reference of another corpus would state stale figures
+    info = json.loads((lm / "oracle.json").read_text())
+    ref = json.loads((lm / "reference_model.json").read_text())
+    train_chars = len((lm / "train.txt").read_text())
+    kind = info["oracle"]["kind"]
+    if "corpus" in info:
+        c = info["corpus"]
+        name = c["path"]
+        kept = c.get("chars_kept", train_chars)
+        paragraph = (f"The text comes from {name}: {c.get('sentences', 0):,} sentences ({_chars(kept)} characters once "
+                     "upper-cased and reduced to A-Z, apostrophe and space). Nobody knows the true probability of its "
+                     f"next characters, so the grader scores generated text with {ORACLE_PHRASES[kind]}.")
+    else:
+        name = "toy English made for this course"
+        paragraph = TOY_PARAGRAPH if kind == "toy_source" else (
+            TOY_PARAGRAPH.rsplit(" It was made", 1)[0] + f" The grader scores generated text with {ORACLE_PHRASES[kind]}.")
+    epochs = ref["epochs"]
+    final = ref.get("float16_checkpoint", epochs[-1])
+    # Times on 2 free cores: the training's process CPU seconds over its 2 threads (the wall time
+    # of a run on a shared machine includes waiting for cores).
+    per_epoch = ref.get("train_cpu_s", 2 * ref["train_s"]) / 2 / max(1, len(epochs))
+    passing = [r["epoch"] for r in epochs if r.get("passes_full_credit")]
+    if not passing:
+        full = f"did not earn full credit on both within its {len(epochs)} epochs"
+    else:
+        first = passing[0]
+        steady = passing == list(range(first, len(epochs) + 1))
+        full = (f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''} "
+                f"(after about {max(1, round(first * per_epoch / 60))} minutes)")
+    return {
+        "corpus_name": name,
+        "corpus_paragraph": paragraph,
+        "oracle_phrase": ORACLE_PHRASES[kind],
+        "train_chars": _chars(train_chars),
+        "reference_parameters": f"{ref['parameters']:,}",
+        "reference_epochs": str(len(epochs)),
+        "train_minutes": str(max(1, round(per_epoch * len(epochs) / 60))),
+        "epoch_s": str(round(per_epoch)),
+        "reference_val_nll": f"{final['val_prediction_nll']:.2f}",
+        "reference_generation_perplexity": f"{final['generation_perplexity']:.1f}",
+        "full_credit_phrase": full,
+    }
+
+
+def fill_facts(text: str, facts: dict[str, str], where: str, json_string: bool = False) -> str:
+    """Replace every {{name}} in text; an unknown name is an error naming the file."""
+    unknown = sorted({m for m in PLACEHOLDER.findall(text) if m not in facts})
+    if unknown:
+        raise MarkerError(f"{where}: unknown placeholder(s) {unknown}; known: {sorted(facts)}")
+    # Inside a notebook's JSON a value must be a valid string body.
+    return PLACEHOLDER.sub(lambda m: json.dumps(facts[m.group(1)], ensure_ascii=False)[1:-1] if json_string
+                           else facts[m.group(1)], text)
 
 
 def strip_solutions(source: str, filename: str) -> str:
@@ -88,6 +169,7 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
         else:
             entry.unlink()
     written: list[Path] = []
+    facts = corpus_facts()
 
     def put(rel: str, data: bytes | str) -> None:
         path = out / rel
@@ -99,7 +181,7 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
         written.append(path)
 
     put("attention.py", strip_solutions((SOLUTIONS / "attention.py").read_text(), "attention.py"))
-    put("README.md", (SOLUTIONS / "HANDOUT_README.md").read_text())
+    put("README.md", fill_facts((SOLUTIONS / "HANDOUT_README.md").read_text(), facts, "HANDOUT_README.md"))
     put("Makefile", (SOLUTIONS / "handout_Makefile").read_text())
     put("autograder.py", (SOLUTIONS / "handout_autograder.py").read_text())
     for src in gradelib_files():
@@ -110,6 +192,8 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
         put(f"tests/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
     # Student notebooks and their public otter tests (handout/tests/<question>.py).
     for rel, data in sorted((notebook_files if notebook_files is not None else notebooks.build()).items()):
+        if rel.endswith(".ipynb"):
+            data = fill_facts(data.decode("utf-8"), facts, rel, json_string=True).encode("utf-8")
         put(rel, data)
     for src in sorted((FIXTURES / "notebooks" / "public").iterdir()):
         put(f"tests/notebooks/public/{src.name}", src.read_bytes())
@@ -124,7 +208,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="Generate handout/ from solutions/ and public fixtures.")
     ap.add_argument("--out", type=Path, default=REPO / "handout")
     args = ap.parse_args()
-    written = build(args.out)
+    from autograder.reference.provenance import StaleCalibration
+
+    try:
+        written = build(args.out)
+    except StaleCalibration as exc:
+        sys.exit(f"handout not built: {exc}")
     size = sum(p.stat().st_size for p in written)
     print(f"handout: wrote {len(written)} files ({size / 1024:.0f} KiB) to {args.out}")
 

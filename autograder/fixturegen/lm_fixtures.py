@@ -3,8 +3,10 @@
 Default: the toy-English source (autograder/oracle/source.py) writes everything, and
 the source itself is the scoring oracle. With --corpus PATH an instructor's text
 is used instead (plain text, or 11-785-style transcript rows `<eos> W H O ... <eos>`);
-then a character n-gram model fitted to its training part is the oracle until a
-reference-model checkpoint replaces it (see autograder/oracle/oracles.py).
+then a character n-gram model fitted to its training part is the oracle. --oracle
+model:PATH makes a CausalLanguageModel checkpoint the oracle instead (any corpus):
+it is copied to lm/oracle_model.pt and named in oracle.json. oracle.json is
+rewritten by every build, so the choice is made on the command line, each time.
 
 Output under <out>/lm/:
   train.txt, valid.txt     one sentence per line (A-Z, apostrophe, single spaces)
@@ -18,12 +20,13 @@ Every fixture row is a window of a held-out id stream <eos> s1 <eos> s2 <eos> ..
 that starts at an <eos>, i.e. at a sentence start, so the oracle's starting state
 is known exactly; windows cross sentence boundaries (targets may be <eos>).
 
-    python -m autograder.fixturegen [--out fixtures] [--corpus PATH]
+    python -m autograder.fixturegen [--out fixtures] [--corpus PATH] [--oracle ngram|model:PATH]
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -47,14 +50,53 @@ def toy_sentences(source: ToySource, split: str, n: int) -> list[str]:
     return source.sample_sentences(n, np.random.default_rng(SEEDS[split]))
 
 
-def write(out: Path, corpus: Path | None = None) -> list[Path]:
+MODEL_ORACLE_FILE = "oracle_model.pt"
+
+
+class OracleChoiceError(ValueError):
+    """--oracle names something that cannot be used; the message says what was expected."""
+
+
+def parse_oracle(choice: str | None) -> Path | None:
+    """--oracle: None / "default" / "ngram" -> None (the corpus' default oracle); "model:PATH" -> PATH."""
+    if choice in (None, "", "default", "ngram"):
+        return None
+    kind, _, path = choice.partition(":")
+    if kind != "model" or not path:
+        raise OracleChoiceError(f"--oracle {choice!r}: expected 'ngram' (the default for your own corpus) or "
+                                "'model:PATH' with PATH a reference-model checkpoint (.pt)")
+    if not Path(path).is_file():
+        raise OracleChoiceError(f"--oracle {choice!r}: {path} is not a file; expected a reference-model checkpoint (.pt)")
+    return Path(path)
+
+
+def _use_model_oracle(checkpoint: Path, lm: Path, info: dict) -> None:
+    from autograder.oracle.oracles import load_model
+
+    try:
+        model = load_model(checkpoint)
+    except Exception as exc:  # any reason torch gives: say which file and why, in one line
+        raise OracleChoiceError(f"--oracle model:{checkpoint}: not a usable CausalLanguageModel checkpoint "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    shutil.copyfile(checkpoint, lm / MODEL_ORACLE_FILE)
+    info["oracle"] = {"kind": "model", "path": MODEL_ORACLE_FILE, "from": checkpoint.name,
+                      "parameters": sum(p.numel() for p in model.parameters())}
+    print(f"lm/{MODEL_ORACLE_FILE}: the oracle is the checkpoint {checkpoint} ({info['oracle']['parameters']:,} parameters)")
+
+
+def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> list[Path]:
     lm = out / "lm"
     (lm / "hidden").mkdir(parents=True, exist_ok=True)
+    checkpoint = parse_oracle(oracle)
     written: list[Path] = []
     info: dict = {}
-    stale = lm / "oracle_ngram.npz"  # the oracle of an earlier instructor's corpus
-    if corpus is None and stale.exists():
-        stale.unlink()
+    earlier = lm / "oracle.json"
+    if checkpoint is None and earlier.is_file() and json.loads(earlier.read_text()).get("oracle", {}).get("kind") == "model":
+        print("note: the earlier oracle.json named a checkpoint oracle; this build uses the corpus' default oracle "
+              "(pass --oracle model:PATH to keep a checkpoint)")
+    for stale, used in (("oracle_ngram.npz", corpus is not None and checkpoint is None), (MODEL_ORACLE_FILE, checkpoint is not None)):
+        if not used and (lm / stale).exists():  # the oracle of an earlier build
+            (lm / stale).unlink()
     if corpus is None:
         source = ToySource(SOURCE_SEED)
         train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
@@ -73,8 +115,12 @@ def write(out: Path, corpus: Path | None = None) -> list[Path]:
         loaded = corpus_mod.load(corpus)
         print(loaded.report())
         train, valid, held = corpus_mod.split(loaded.sentences, N_ROWS, (PROMPT + TARGET, PROMPT + TARGET, GEN_PROMPT))
-        info = corpus_mod.fit_oracle(train, valid, lm)
-        info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "dropped": loaded.dropped_summary()}
+        info = corpus_mod.fit_oracle(train, valid, lm) if checkpoint is None else {}
+        info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "chars_read": loaded.chars_read,
+                          "chars_kept": sum(len(s) for s in loaded.sentences), "sentences": len(loaded.sentences),
+                          "dropped": loaded.dropped_summary()}
+    if checkpoint is not None:
+        _use_model_oracle(checkpoint, lm, info)
     for name, lines in (("train.txt", train), ("valid.txt", valid)):
         path = lm / name
         path.write_text("".join(s + "\n" for s in lines), encoding="ascii")

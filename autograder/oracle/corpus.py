@@ -16,6 +16,12 @@ Two input formats, told apart by the first non-empty line:
 Split, in document order: the last sentences are held out for the three fixture
 streams (as many as 128 non-overlapping windows each need), then 5% of the rest
 (at least 1) for validation, the remainder for training.
+
+Minimum size: the held-out windows need at least 3 x 128 sentences and about
+18,000 characters (each window starts at a sentence start: 128 x 50 + 128 x 50 +
+128 x 40 characters), and the training part at least MIN_TRAIN_CHARS characters
+once cleaned -- about 70 KB of plain English. Below that, `split` raises
+CorpusTooSmall with one line saying what the text gave and what it needs.
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ SENTENCE_END = re.compile(r"[.!?;:]+|\n\s*\n")
 TO_SPACE = re.compile(r"[\s\-\u2010-\u2015]+")
 TO_APOSTROPHE = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 VALID_FRACTION = 0.05
+MIN_TRAIN_CHARS = 50_000  # below this neither the oracle's n-gram nor a reference model has much to learn from
+
+
+class CorpusTooSmall(ValueError):
+    """The corpus cannot fill the fixtures and a training set; the message says how much it gave and needs."""
 
 
 @dataclass
@@ -106,12 +117,16 @@ def split(sentences: list[str], rows: int, lengths: tuple[int, int, int]) -> tup
     """(train, valid, held-out streams for prediction, prediction_test, generation_test)."""
     held: dict[str, np.ndarray] = {}
     end = len(sentences)
+    total = sum(len(s) + 1 for s in sentences)
+    need = (f"needs at least {3 * rows} sentences for the held-out windows and {MIN_TRAIN_CHARS:,} characters of "
+            f"training text after cleaning (about 70 KB of plain English)")
     for name, length in zip(("generation_test", "prediction_test", "prediction"), lengths[::-1]):
         start = end
         while True:
             start -= 16
             if start < 0:
-                raise ValueError(f"corpus too small: not enough sentences for {rows} windows of {length} characters for {name}")
+                raise CorpusTooSmall(f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
+                                     f"not enough for {rows} windows of {length} characters for {name}; it {need}")
             ids = stream(sentences[start:end])
             try:
                 windows(ids, length, rows)
@@ -121,8 +136,10 @@ def split(sentences: list[str], rows: int, lengths: tuple[int, int, int]) -> tup
         held[name] = ids
         end = start
     n_valid = max(1, int(VALID_FRACTION * end))
-    if end - n_valid < 10:
-        raise ValueError(f"corpus too small: only {end - n_valid} sentences left for training")
+    train_chars = sum(len(s) + 1 for s in sentences[: end - n_valid])
+    if train_chars < MIN_TRAIN_CHARS:
+        raise CorpusTooSmall(f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
+                             f"leave {train_chars:,} characters for training once the held-out windows are cut; it {need}")
     return sentences[: end - n_valid], sentences[end - n_valid : end], held
 
 

@@ -17,8 +17,10 @@ Kinds, named by oracle.json's "oracle": {"kind": ...}:
   written by `make fixtures CORPUS=...` for an instructor's corpus.
 - "model": a checkpoint of autograder/reference/model.py's CausalLanguageModel (`path`),
   either {"config": ModelConfig fields, "state_dict": ...} or a bare state dict
-  with its config in <stem>.json; set it by hand once a reference model is
-  trained on the instructor's corpus.
+  with its config in <stem>.json. Chosen on the command line, never by hand:
+  `make course CORPUS=... ORACLE=model:PATH` (or `python -m autograder.fixturegen
+  --oracle model:PATH`) copies the checkpoint to fixtures/lm/oracle_model.pt and
+  names it here; every fixture build rewrites oracle.json, so pass it each time.
 """
 
 from __future__ import annotations

@@ -82,6 +82,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="default: build/<platform>/")
     args = ap.parse_args()
     out = args.out or REPO / "build" / args.platform
+    from ..reference.provenance import refusal
+
+    why = refusal(REPO / "fixtures" / "lm")
+    if why:  # a package whose thresholds belong to another corpus would refuse every upload
+        raise SystemExit(f"{args.platform}: not packaging: {why}.")
     n = len(payload())
     if args.platform == "gradescope":
         target = build_gradescope(out)

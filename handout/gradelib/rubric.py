@@ -67,6 +67,15 @@ LATE_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 }
 
 
+# The optional top-level [calibration] table: which corpus the language-model thresholds were measured on.
+CALIBRATION_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
+    "corpus": (str, "", "The corpus the thresholds were measured on, in words."),
+    "corpus_sha256": (str, "", "sha256 of the language-model data the thresholds were measured on; the course grader "
+                      "refuses to grade when it differs from its own data's."),
+    "oracle": (str, "", "The oracle that scored the generations the thresholds were measured with."),
+}
+
+
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the key and what was expected."""
 
@@ -284,11 +293,13 @@ def _read(path: Path) -> dict:
         raise RubricError(f"{path}: not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RubricError(f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc}); expected a rubric TOML file") from None
-    unknown_top = sorted(set(data) - {"problems", "late"})
+    unknown_top = sorted(set(data) - {"problems", "late", "calibration"})
     if unknown_top:
-        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables and an optional [late] table")
+        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables, "
+                          "an optional [late] table and a [calibration] table")
     if "late" in data:
         _late(f"{path.name} [late]", data["late"])
+    _calibration(path, data)
     return data
 
 
@@ -297,6 +308,19 @@ def late_policy(path: Path | str | None = None) -> LatePolicy | None:
     path = Path(path or RUBRIC_PATH)
     data = _read(path)
     return _late(f"{path.name} [late]", data["late"]) if "late" in data else None
+
+
+def _calibration(path: Path, data: dict) -> dict[str, str]:
+    table = data.get("calibration", {})
+    if not isinstance(table, dict):
+        raise RubricError(f"{path.name} [calibration]: must be a table")
+    return _check_keys(f"{path.name} [calibration]", table, CALIBRATION_KEYS)
+
+
+def calibration(path: Path | str | None = None) -> dict[str, str]:
+    """The [calibration] table (corpus, corpus_sha256, oracle), each key "" when absent."""
+    path = Path(path or RUBRIC_PATH)
+    return _calibration(path, _read(path))
 
 
 def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:

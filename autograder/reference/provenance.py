@@ -1,0 +1,95 @@
+"""Which corpus a reference model and a set of thresholds were measured on, and the check before grading.
+
+The corpus hash is the sha256 of the language-model fixtures a student trains and is
+graded on (fixtures/lm/: train.txt, valid.txt and the public .npz inputs), so it
+changes whenever `make fixtures` or `make course` builds them from other text. The
+reference model records it in reference_model.json, the thresholds in rubric.toml's
+[calibration] table. The grader (batch, demo, calibrate) compares both with the
+fixtures and refuses, with one line naming the command to run, when they differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from gradelib import rubric as rubric_mod
+
+HASHED_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
+REFERENCE_JSON = "reference_model.json"
+
+
+class StaleCalibration(RuntimeError):
+    """A reference model or thresholds measured on another corpus than the fixtures'; the message says what to run."""
+
+
+def corpus_hash(lm_dir: Path) -> str:
+    """sha256 (hex) of the corpus files under lm_dir, in a fixed order, each preceded by its name."""
+    h = hashlib.sha256()
+    for name in HASHED_FILES:
+        path = Path(lm_dir) / name
+        if not path.is_file():
+            raise StaleCalibration(f"{path} is missing: build the fixtures first (make fixtures, or make course CORPUS=path)")
+        data = path.read_bytes()
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def corpus_label(lm_dir: Path) -> str:
+    """What the fixtures were built from, in words: "toy English (source seed 0)" or the corpus file's name."""
+    info = json.loads((Path(lm_dir) / "oracle.json").read_text())
+    if "corpus" in info:
+        return f"{info['corpus']['path']} ({info['corpus']['kind']} text)"
+    return f"toy English (source seed {info['oracle'].get('seed', 0)})"
+
+
+def reference_hash(lm_dir: Path) -> str | None:
+    """The corpus hash recorded by the reference model's training, or None when it recorded none."""
+    path = Path(lm_dir) / REFERENCE_JSON
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("inputs", {}).get("corpus_sha256")
+
+
+def threshold_hash(rubric_path: Path | None = None) -> str | None:
+    return rubric_mod.calibration(rubric_path).get("corpus_sha256")
+
+
+def _short(h: str | None) -> str:
+    return h[:12] if h else "none recorded"
+
+
+def check_reference(lm_dir: Path) -> None:
+    """Raise StaleCalibration unless the reference model was trained on these fixtures."""
+    want, got = corpus_hash(lm_dir), reference_hash(lm_dir)
+    if got != want:
+        raise StaleCalibration(
+            f"the reference model in {lm_dir} was trained on another corpus (corpus hash {_short(got)}) than the "
+            f"fixtures' ({_short(want)}, {corpus_label(lm_dir)}): run `make course CORPUS=<your text>` "
+            "(or `make reference-model` for the default corpus) to retrain it"
+        )
+
+
+def check_thresholds(lm_dir: Path, rubric_path: Path | None = None) -> None:
+    """Raise StaleCalibration unless rubric.toml's thresholds were set on these fixtures."""
+    want, got = corpus_hash(lm_dir), threshold_hash(rubric_path)
+    if got != want:
+        raise StaleCalibration(
+            f"the language-model thresholds in {Path(rubric_path or rubric_mod.RUBRIC_PATH).name} were set for another "
+            f"corpus (corpus hash {_short(got)}) than the fixtures' ({_short(want)}, {corpus_label(lm_dir)}): run "
+            "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them"
+        )
+
+
+def refusal(lm_dir: Path, rubric_path: Path | None = None, reference: bool = False) -> str | None:
+    """Why grading on lm_dir must not go on (thresholds, and with reference=True the reference model,
+    measured on another corpus), in one line; None when all is consistent."""
+    try:
+        check_thresholds(lm_dir, rubric_path)
+        if reference:
+            check_reference(lm_dir)
+    except StaleCalibration as exc:
+        return str(exc)
+    return None

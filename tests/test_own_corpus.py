@@ -1,0 +1,216 @@
+"""An instructor's own corpus, end to end: `make course` in a temporary folder.
+
+One course is built per module from about 300 KB of plain text (another sample of toy
+English, written as a book would have it, so it goes through the plain-text reader and
+gets the n-gram oracle of an instructor's corpus). The reference training is cut to what
+fits a test: a warm start from the shipped reference, 20 steps. Then: the thresholds obey
+the stated rule against figures computed here (torch for the reference, n-grams refitted
+here), rubric.toml names the corpus hash computed here, a stale reference or rubric is
+refused with the command to run, an unchanged course reuses its reference, the handout's
+corpus facts come from these fixtures, and a corpus below the minimum ends with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import shutil
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder.build import handout
+from autograder.oracle.ngram import NGramModel
+from autograder.oracle.oracles import load_model, load_oracle
+from autograder.oracle.source import ToySource
+from autograder.reference import calibrate, course, provenance
+from gradelib.lm import metrics as M
+from gradelib.lm.vocab import encode
+
+from support import REPO, SOLUTIONS
+
+STEPS = 20
+EPS = 1e-3
+
+
+def own_text(n: int, seed: int) -> str:
+    """Plain text as a book has it: capitalised sentences, full stops, paragraphs."""
+    sentences = ToySource(0).sample_sentences(n, np.random.default_rng(seed))
+    return "".join(s.capitalize() + (".\n\n" if i % 9 == 8 else ". ") for i, s in enumerate(sentences))
+
+
+def run_course(args: list[str], capsys) -> tuple[int, str, str]:
+    """course.main's exit status, stdout and stderr."""
+    code = course.main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("own_course")
+    corpus = root / "my_corpus.txt"
+    corpus.write_text(own_text(8000, seed=7), encoding="utf-8")
+    rubric = root / "rubric.toml"
+    shutil.copyfile(REPO / "gradelib" / "rubric.toml", rubric)
+    args = ["--corpus", str(corpus), "--fixtures", str(root / "fixtures"), "--rubric", str(rubric),
+            "--init", str(REPO / "fixtures" / "lm" / "reference_model.pt"), "--max-steps", str(STEPS), "--epochs", "1",
+            "--repeats", "1"]
+    out, err = io.StringIO(), io.StringIO()  # capsys is per test; this fixture is per module
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = course.main(args)
+    captured = {"out": out.getvalue(), "err": err.getvalue()}
+    assert code == 0, captured["err"][-2000:]
+    return {"root": root, "corpus": corpus, "rubric": rubric, "fixtures": root / "fixtures", "lm": root / "fixtures" / "lm",
+            "args": args, "printed": captured["out"]}
+
+
+def hash_of(lm: Path) -> str:
+    """The corpus hash as documented: sha256 over name, NUL, size, NUL, bytes of each file in this order."""
+    h = hashlib.sha256()
+    for name in ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz"):
+        data = (lm / name).read_bytes()
+        h.update(f"{name}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()
+
+
+def teacher_forced_nll(model, inp: np.ndarray, out: np.ndarray) -> float:
+    """Each true character from the prompt and the true characters before it, by F.cross_entropy in float64."""
+    with torch.no_grad():
+        ids = torch.as_tensor(np.concatenate([inp, out[:, :-1]], axis=1))
+        logits = model.double()(ids)[:, inp.shape[1] - 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.as_tensor(out).reshape(-1)).item()
+
+
+def test_thresholds_follow_the_rule_against_figures_measured_here(built):
+    lm = built["lm"]
+    settings = tomllib.loads(built["rubric"].read_text())["problems"]
+    full, zero = settings["prediction"]["settings"]["full_credit_nll"], settings["prediction"]["settings"]["zero_credit_nll"]
+    full_g = settings["generation"]["settings"]["full_credit_perplexity"]
+    zero_g = settings["generation"]["settings"]["zero_credit_perplexity"]
+    val, test_inp = np.load(lm / "prediction.npz"), np.load(lm / "prediction_test.npz")["inp"]
+    test_out = np.load(lm / "hidden" / "prediction_test_out.npz")["out"]
+    gen_inp = np.load(lm / "generation_test.npz")["inp"]
+    oracle = load_oracle(lm, EPS)
+
+    model = load_model(lm / "reference_model.pt")
+    ref_nll = max(teacher_forced_nll(model, val["inp"], val["out"]), teacher_forced_nll(model, test_inp, test_out))
+    ref_ppl = M.generation_perplexity(oracle, gen_inp, np.load(lm / "reference_generated.npy"), EPS)
+
+    train = (lm / "train.txt").read_text().splitlines()
+    base_nll, base_ppl = math.inf, math.inf
+    for order in (1, 2, 3):
+        gram = NGramModel.fit(train, order)
+        for inp, out in ((val["inp"], val["out"]), (test_inp, test_out)):
+            probs = gram.next_id_probs(np.concatenate([inp, out[:, :-1]], axis=1))[:, inp.shape[1] - 1:]
+            nll = float(-np.log(np.take_along_axis(probs, out[..., None], -1)).mean())
+            assert nll >= zero, f"the order-{order} n-gram would earn credit: NLL {nll:.3f} < {zero}"
+            base_nll = min(base_nll, nll)
+        ids = M.greedy_generate(lambda x, g=gram: g.next_id_probs(x)[:, -1], gen_inp, 30)
+        ppl = M.generation_perplexity(oracle, gen_inp, ids, EPS)
+        assert ppl >= zero_g, f"the order-{order} n-gram's generations would earn credit: {ppl:.2f} < {zero_g}"
+        base_ppl = min(base_ppl, ppl)
+    phrase = np.tile(np.array(encode("THE DOG THAT SEES THE CAT RUNS")), (len(gen_inp), 1))
+    copy = np.where(gen_inp[:, :30] < 2, 29, gen_inp[:, :30])
+    for ids in (phrase, copy):
+        assert M.generation_perplexity(oracle, gen_inp, ids, EPS) >= zero_g
+        base_ppl = min(base_ppl, M.generation_perplexity(oracle, gen_inp, ids, EPS))
+
+    # The rule: full credit at R + 1/4 of the gap, none at B - 0.15 of it, rounding costing at most 0.05 of it.
+    gap, lgap = base_nll - ref_nll, math.log(base_ppl / ref_ppl)
+    assert gap > 0.05 and lgap > math.log(1.5), (ref_nll, base_nll, ref_ppl, base_ppl)
+    assert ref_nll + 0.20 * gap - 2e-3 <= full <= ref_nll + 0.25 * gap + 2e-3
+    assert base_nll - 0.15 * gap - 0.05 - 2e-3 <= zero <= base_nll - 0.15 * gap + 2e-3
+    assert math.log(full_g / ref_ppl) >= 0.20 * lgap - 1e-3 and full_g <= ref_ppl * math.exp(0.25 * lgap) * 1.001
+    assert zero_g <= base_ppl * math.exp(-0.15 * lgap) * 1.001 and zero_g > full_g
+
+
+def test_rubric_records_the_corpus_hash_and_the_figures(built):
+    text = built["rubric"].read_text()
+    table = tomllib.loads(text)["calibration"]
+    assert table["corpus_sha256"] == hash_of(built["lm"])
+    assert table["corpus"] == "my_corpus.txt (plain text)" and table["oracle"] == "oracle (order-6 n-gram)"
+    ref = json.loads((built["lm"] / "reference_model.json").read_text())
+    assert ref["inputs"]["corpus_sha256"] == hash_of(built["lm"])
+    # The comments name the figures the thresholds came from, and no toy-English label.
+    row = next(r for r in json.loads((built["lm"] / "calibration.json").read_text())["models"] if r["model"] == "trigram")
+    assert f"{row['val_nll']:.3f} / {row['test_nll']:.3f}" in text
+    assert "Bayes-optimal" not in text and "oracle (order-6 n-gram)" in text
+    # The printed table is the README's, with the thresholds as its last row.
+    assert "| oracle (order-6 n-gram) |" in built["printed"] and "| full credit at / none at |" in built["printed"]
+
+
+def test_stale_reference_or_thresholds_are_refused_with_the_command_to_run(built, capsys, monkeypatch):
+    lm = built["lm"]
+    # The shipped rubric's thresholds belong to the default corpus: calibrate and the batch grader refuse them here.
+    assert calibrate.main(["--fixtures", str(built["fixtures"]), "--repeats", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "make course CORPUS=" in err and "Traceback" not in err, err
+    from autograder.batch import cli, worker
+
+    monkeypatch.setattr(worker, "CASE_ROOT", built["fixtures"])
+    assert cli.main([str(built["root"] / "nothing"), "--out", str(built["root"] / "grades")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Not grading: the language-model thresholds") and "make course" in err, err
+    # With this course's rubric calibrate runs; a reference of another corpus is refused.
+    assert provenance.refusal(lm, built["rubric"], reference=True) is None
+    saved = (lm / "reference_model.json").read_text()
+    try:
+        stale = json.loads(saved)
+        stale["inputs"]["corpus_sha256"] = "0" * 64
+        (lm / "reference_model.json").write_text(json.dumps(stale))
+        why = provenance.refusal(lm, built["rubric"], reference=True)
+        assert why and "reference model" in why and "make course CORPUS=" in why, why
+        assert calibrate.main(["--fixtures", str(built["fixtures"]), "--rubric", str(built["rubric"]), "--repeats", "1"]) == 2
+        assert "retrain" in capsys.readouterr().err
+    finally:
+        (lm / "reference_model.json").write_text(saved)
+
+
+def test_an_unchanged_course_reuses_its_reference(built, capsys):
+    """Step 2 of the course on unchanged inputs trains nothing; another seed would retrain."""
+    lm = built["lm"]
+    before = (lm / "reference_model.pt").read_bytes()
+    ref, trained = course.reference_step(lm, course.parse_args(built["args"]))
+    assert not trained and "reference model: reused" in capsys.readouterr().out
+    assert (lm / "reference_model.pt").read_bytes() == before
+    assert not course.reusable(lm, {**ref["inputs"], "seed": 1})
+    assert not course.reusable(lm, {**ref["inputs"], "corpus_sha256": "0" * 64})
+
+
+def test_handout_facts_come_from_the_fixtures(built):
+    lm = built["lm"]
+    facts = handout.corpus_facts(built["fixtures"])
+    train_chars = len((lm / "train.txt").read_text())
+    ref = json.loads((lm / "reference_model.json").read_text())
+    params = sum(p.numel() for p in load_model(lm / "reference_model.pt").parameters())
+    assert facts["corpus_name"] == "my_corpus.txt"
+    assert facts["train_chars"] == f"{train_chars:,}" and facts["reference_parameters"] == f"{params:,}"
+    assert facts["reference_val_nll"] == f"{ref['float16_checkpoint']['val_prediction_nll']:.2f}"
+    assert facts["oracle_phrase"] == "a character n-gram model of the whole corpus"
+    for name in ("03_language_model.ipynb", "HANDOUT_README.md"):
+        source = (SOLUTIONS / name).read_text()
+        filled = handout.fill_facts(source, facts, name, json_string=name.endswith(".ipynb"))
+        assert "{{" not in filled and "my_corpus.txt" in filled and f"{train_chars:,}" in filled
+        for stale in ("toy English", "probabilistic grammar", "1.9 million", "NLL 0.82"):
+            assert stale not in filled, (name, stale)
+        if name.endswith(".ipynb"):
+            json.loads(filled)  # still a notebook
+
+
+def test_a_corpus_below_the_minimum_ends_in_one_line(tmp_path, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text(own_text(500, seed=3))  # about 20 KB
+    assert 15_000 < small.stat().st_size < 25_000
+    code, out, err = run_course(["--corpus", str(small), "--fixtures", str(tmp_path / "fx"),
+                                 "--rubric", str(tmp_path / "rubric.toml")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("course not built: corpus too small:") and "50,000 characters of training text" in err, err
+    assert not (tmp_path / "fx").exists()
