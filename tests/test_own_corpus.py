@@ -147,16 +147,16 @@ def test_rubric_records_the_corpus_hash_and_the_figures(built):
     assert "| oracle (order-6 n-gram) |" in built["printed"] and "| full credit at / none at |" in built["printed"]
 
 
-def test_stale_reference_or_thresholds_are_refused_with_the_command_to_run(built, capsys, monkeypatch):
+def test_stale_reference_or_thresholds_are_refused_with_the_command_to_run(built, capsys):
     lm = built["lm"]
     # The shipped rubric's thresholds belong to the default corpus: calibrate and the batch grader refuse them here.
     assert calibrate.main(["--fixtures", str(built["fixtures"]), "--repeats", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "make course CORPUS=" in err and "Traceback" not in err, err
-    from autograder.batch import cli, worker
+    from autograder.batch import cli
 
-    monkeypatch.setattr(worker, "CASE_ROOT", built["fixtures"])
-    assert cli.main([str(built["root"] / "nothing"), "--out", str(built["root"] / "grades")]) == 2
+    assert cli.main([str(built["root"] / "nothing"), "--out", str(built["root"] / "grades"),
+                     "--fixtures", str(built["fixtures"])]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Not grading: the language-model thresholds") and "make course" in err, err
     # With this course's rubric calibrate runs; a reference of another corpus is refused.

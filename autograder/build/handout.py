@@ -192,9 +192,7 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
         put(f"tests/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
     # Student notebooks and their public otter tests (handout/tests/<question>.py).
     for rel, data in sorted((notebook_files if notebook_files is not None else notebooks.build()).items()):
-        if rel.endswith(".ipynb"):
-            data = fill_facts(data.decode("utf-8"), facts, rel, json_string=True).encode("utf-8")
-        put(rel, data)
+        put(rel, data)  # corpus facts already filled by notebooks.build
     for src in sorted((FIXTURES / "notebooks" / "public").iterdir()):
         put(f"tests/notebooks/public/{src.name}", src.read_bytes())
     for src in sorted((FIXTURES / "lm_functions" / "public").iterdir()):

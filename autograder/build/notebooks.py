@@ -96,14 +96,18 @@ def run_assign(names: tuple[str, ...], workdir: Path) -> dict[str, Path]:
 
 
 def build(staff_out: Path | None = STAFF_OUT) -> dict[str, bytes]:
-    """handout-relative path -> bytes for the student side; staff output goes to `staff_out`."""
+    """handout-relative path -> bytes for the student side, corpus facts filled in (handout.py's
+    placeholders); staff output goes to `staff_out`."""
+    from .handout import corpus_facts, fill_facts  # handout.py imports this module
+
+    facts = corpus_facts()
     files: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="otter-assign-") as tmp:
         dists = run_assign(NOTEBOOKS, Path(tmp))
         for name, dist in dists.items():
             student = nbformat.read(dist / "student" / name, as_version=4)
             quiet_init(student, name)
-            files[name] = normalise(student).encode()
+            files[name] = fill_facts(normalise(student), facts, name, json_string=True).encode()
             for test in sorted((dist / "student" / "tests").glob("*.py")):
                 rel = f"tests/{test.name}"
                 if rel in files:
