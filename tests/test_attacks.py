@@ -488,9 +488,9 @@ def batch(tmp_path_factory):
             "sysv_shm": sysv_segment_present(host["shm_key"]),
             "tmp": [p.name for p in Path("/tmp").iterdir() if marker in p.name and p.name != Path(host["secret"]).name
                     and p.name != Path(host["sock"]).name],
-            "scratch": sorted(str(p) for p in set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before),
+            "scratch": leftover_scratch(scratch_before),
             "uid_processes": sandbox_uid_processes(),
-            "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*")),
+            "cgroups": leftover_cgroups(),
         }
     results = {}
     for name in order:
@@ -562,14 +562,58 @@ def sysv_segment_present(key: int) -> bool:
 
 
 def sandbox_uid_processes() -> list[int]:
-    pids = []
+    """Processes of sandbox uids that no live grader holds: what a grading left behind.
+
+    A grader holds its uid's slot lock for as long as it runs anything as that uid, so the
+    processes of a uid whose lock we can take belong to no grading in progress (another
+    test's, run alongside, keeps its lock). While we hold the lock no grader can take it.
+    """
+    import fcntl
+
+    from gradelib.sandbox import SLOT_DIR
+
+    by_uid: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and UID_BASE <= os.stat(f"/proc/{entry}").st_uid < UID_BASE + SLOTS:
-                pids.append(int(entry))
+            uid = os.stat(f"/proc/{entry}").st_uid if entry.isdigit() else -1
         except OSError:
-            pass
-    return pids
+            continue
+        if UID_BASE <= uid < UID_BASE + SLOTS:
+            by_uid.setdefault(uid, []).append(int(entry))
+    stray = []
+    for uid, pids in sorted(by_uid.items()):
+        try:
+            fd = os.open(SLOT_DIR / f"slot-{uid - UID_BASE}.lock", os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            stray += pids  # no lock file: no grader ever held it
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # held: a grading in progress (another test's)
+        try:
+            stray += [p for p in pids if os.path.exists(f"/proc/{p}")]
+        finally:
+            os.close(fd)
+    return stray
+
+
+def _owner_dead(name: str, prefix: str) -> bool:
+    """A name <prefix><pid>-... made by a process that is gone (or a name without a pid)."""
+    owner = name[len(prefix):].split("-")[0]
+    return not owner.isdigit() or not os.path.exists(f"/proc/{owner}")
+
+
+def leftover_scratch(before: set[Path] = frozenset()) -> list[str]:
+    """Batch scratch folders not in `before` whose batch has ended (a running batch's are its own)."""
+    return sorted(str(p) for p in set(Path("/tmp").glob("autograder-scratch-*")) - set(before)
+                  if _owner_dead(p.name, "autograder-scratch-"))
+
+
+def leftover_cgroups() -> list[str]:
+    """Run cgroups whose grader has ended."""
+    return sorted(str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*") if _owner_dead(p.name, "gradelib-"))
 
 
 def descendants(pid: int) -> list[int]:
@@ -939,8 +983,8 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     assert result["score"] == 0.0 and "ran past the 10 s limit" in result["output"], result["output"]
     assert sandbox_uid_processes() == []
     assert processes_named(marker) == []
-    assert sorted(Path("/sys/fs/cgroup").glob("**/gradelib-*")) == []
-    assert set(Path("/tmp").glob("autograder-scratch-*")) - scratch_before == set()
+    assert leftover_cgroups() == []
+    assert leftover_scratch(scratch_before) == []
     leftovers = []
     deadline = time.monotonic() + 20
     for top, dirs, files in os.walk("/tmp"):

@@ -181,8 +181,16 @@ def _gzip_bomb(path: Path, inflated_mb: int) -> None:
         gz.write(b"\0" * 1024)
 
 
-def make_class(dest: Path) -> dict[str, str]:
-    """Write the class under dest/submissions; return submission file name -> expectation."""
+# The bugs a sampled class keeps (make_class(sample=True)): one scoring zero, two partial.
+SAMPLED_BUGS = ("no_max_subtraction", "no_causal_mask", "weight_grads_averaged")
+
+
+def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
+    """Write the class under dest/submissions; return submission file name -> expectation.
+
+    `sample`: every kind and every attack, archive and file problem, but only SAMPLED_BUGS of the
+    planted bugs (each bug is graded on its own in the attention bug tests); for the test suite.
+    """
     subs = dest / "submissions"
     if subs.exists():
         shutil.rmtree(subs)
@@ -203,6 +211,8 @@ def make_class(dest: Path) -> dict[str, str]:
                                          "correct_with_extra_file.tar", "correct_in_student_folder/handin.tar")})
 
     for name, edits in BUGS.items():
+        if sample and name not in SAMPLED_BUGS:
+            continue
         _tar(subs / f"bug_{name}.tar", [_file("attention.py", _edit(REFERENCE, edits).encode())])
         expected[f"bug_{name}.tar"] = "zero" if name in BUGS_SCORING_ZERO else "partial"
 
