@@ -97,7 +97,8 @@ def grade_submission(
         # With --only the other problems' files are not wanted; a note about them would mislead.
         result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
-        with sandbox.session(workdir, limits):  # one template process, forked once per run
+        preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if any(files.glob("*.ipynb")) else ())
+        with sandbox.session(workdir, limits, preload):  # one template process, forked once per run
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -886,7 +886,8 @@ def mounts_under(folder: Path) -> list[Path]:
 
 # ---------------------------------------------------------------- one sandbox per submission
 
-PRELOAD = ("numpy", "torch", "matplotlib.pyplot")  # imported once by the template, never by a run
+PRELOAD = ("numpy", "torch")  # imported once by the template, never by a run
+PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when the submission has notebooks (they import it)
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
 TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
 TEMPLATE_ENV = "GRADELIB_TEMPLATE"  # "off": no template, a fresh interpreter per run
@@ -900,7 +901,8 @@ class Session:
     imports torch again (over a second). Within `session(root, limits)` the
     runs whose folders lie under `root` are forked instead from a template
     that was started once, confined like any child (same namespaces, uid,
-    Landlock, rlimits, cgroups), and imported numpy, torch and matplotlib.
+    Landlock, rlimits, cgroups), and imported numpy and torch (and matplotlib
+    for a submission with notebooks).
     The template runs no line of the submission. A forked run gets its own
     pipes, folder, environment, session and rlimits; when it ends, the
     template kills everything it left (it is their subreaper) and says how it
@@ -910,9 +912,10 @@ class Session:
     submission's own runs, never another's.
     """
 
-    def __init__(self, root: Path, limits: Limits):
+    def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
         self.root = Path(root).resolve()
         self.limits = limits
+        self.preload = tuple(preload)
         self.level = isolation_level()
         self.proc: subprocess.Popen | None = None
         self.sock = None
@@ -947,7 +950,7 @@ class Session:
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
-        template = {"control_fd": theirs.fileno(), "preload": list(PRELOAD)}
+        template = {"control_fd": theirs.fileno(), "preload": list(self.preload)}
         # The template counts as one process of the run's uid and cgroup.
         limits = Limits(timeout_s=TEMPLATE_CPU_S, memory_mb=self.limits.memory_mb, file_mb=self.limits.file_mb,
                         open_files=self.limits.open_files, processes=self.limits.processes + 1,
@@ -1160,13 +1163,14 @@ _session: Session | None = None
 
 
 @contextlib.contextmanager
-def session(root: Path, limits: Limits):
-    """Runs under `root` with these limits are forked from one template process (see Session)."""
+def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
+    """Runs under `root` with these limits are forked from one template process (see Session) that
+    imported the modules `preload` names."""
     global _session
     if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (the benchmarks compare both)
         yield None
         return
-    outer, _session = _session, Session(root, limits)
+    outer, _session = _session, Session(root, limits, preload)
     try:
         yield _session
     finally:
