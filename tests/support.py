@@ -77,3 +77,24 @@ def child_module(name: str):
     finally:
         sys.path.remove(str(folder))
     return module
+
+
+# Notebook 3's function lines, by the title prefix of their tests -> a short name.
+LM_LINES = {
+    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps; the model's mode restored": "predict",
+    "generation: generate(): greedy by default and at temperature 0, never <eos>/<pad>; the model's mode restored": "greedy",
+    "generation: generate(): temperature, top_k (ties kept) and top_p (the crossing token kept) sampling": "sampling",
+    "prediction: collate(): shifted inputs and targets padded with <pad>; lm_loss(): mean NLL over non-<pad> targets": "collate_loss",
+    "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, outputs unchanged by later inputs": "attention",
+    "prediction: CausalLanguageModel on fixed weights (causal, eval mode), weight tying, embedding_dropout": "model",
+}
+
+
+def function_scores(result) -> dict[tuple[str, str], float]:
+    """(line, visibility) -> fraction earned, for the lines that grade notebook 3's functions."""
+    out = {}
+    for t in result.tests:
+        line = LM_LINES.get(t.name.rsplit(" [", 1)[0])
+        if line:
+            out[(line, t.visibility)] = t.score / t.max_score
+    return out

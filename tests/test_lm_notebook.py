@@ -4,7 +4,6 @@ the lines they break."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import nbformat
@@ -14,17 +13,9 @@ import torch
 
 from autograder.reference import model as ref
 
-from support import FIXTURES, HANDOUT, SOLUTIONS, grade_files
+from support import FIXTURES, HANDOUT, LM_LINES, SOLUTIONS, function_scores, grade_files
 
 NOTEBOOK = "03_language_model.ipynb"
-LINES = {
-    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps; the model's mode restored": "predict",
-    "generation: generate(): greedy by default and at temperature 0, never <eos>/<pad>; the model's mode restored": "greedy",
-    "generation: generate(): temperature, top_k (ties kept) and top_p (the crossing token kept) sampling": "sampling",
-    "prediction: collate(): shifted inputs and targets padded with <pad>; lm_loss(): mean NLL over non-<pad> targets": "collate_loss",
-    "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, outputs unchanged by later inputs": "attention",
-    "prediction: CausalLanguageModel on fixed weights (causal, eval mode), weight tying, embedding_dropout": "model",
-}
 LM_PROBLEMS = ["prediction", "generation"]
 
 
@@ -37,16 +28,6 @@ def graded_code(nb: nbformat.NotebookNode) -> str:
     return "\n\n".join(
         c.source for c in nb.cells if c.cell_type == "code" and "skip-grading" not in c.metadata.get("tags", [])
     )
-
-
-def function_scores(result) -> dict[tuple[str, str], float]:
-    """(line, visibility) -> fraction earned, for the lines that grade notebook 3's functions."""
-    out = {}
-    for t in result.tests:
-        line = LINES.get(t.name.rsplit(" [", 1)[0])
-        if line:
-            out[(line, t.visibility)] = t.score / t.max_score
-    return out
 
 
 def test_training_and_plotting_cells_are_tagged_skip_grading():
@@ -134,100 +115,15 @@ def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_
     scores = function_scores(solved)
     assert len(scores) == 12 and all(v == 1.0 for v in scores.values()), scores
     # Without predictions.npy / generated.npy only the array lines are lost, each saying so.
-    arrays = [t for t in solved.tests if t.name.rsplit(" [", 1)[0] not in LINES]
+    arrays = [t for t in solved.tests if t.name.rsplit(" [", 1)[0] not in LM_LINES]
     assert len(arrays) == 4 and all(t.score == 0.0 and "is missing from the handin" in t.output for t in arrays), arrays
     blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(blank)
     assert len(scores) == 12 and all(v == 0.0 for v in scores.values()), scores
-    assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LINES)
+    assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LM_LINES)
 
 
 # bug -> (text in the master's solution, its buggy replacement, the lines that must fail)
-BUGS = {
-    "predict_in_training_mode_and_sampling_ignores_temperature": (
-        [("    model.eval()\n    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []",
-          "    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []"),
-         ("    logits = logits / temperature\n", "")],
-        {("predict", "public"), ("predict", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
-    ),
-    "eos_and_pad_not_excluded": (
-        [('    logits[:, [EOS, PAD]] = float("-inf")                        # never generated\n', "")],
-        # Public greedy fails on the public case whose rows favour <eos>/<pad>; sampling too: its distribution
-        # check uses a model where <eos> scores highest.
-        {("greedy", "public"), ("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
-    ),
-    "generate_feeds_only_the_last_token": (
-        [("        logits = model(x)[:, -1, :]                                   # (B, V)\n        if temperature == 0:",
-          "        logits = model(x[:, -1:])[:, -1, :]\n        if temperature == 0:")],
-        {("greedy", "public"), ("greedy", "hidden"), ("sampling", "public"), ("sampling", "hidden")},
-    ),
-    # Greedy ids always lie inside the top-k set and the nucleus: only their frequencies give them away.
-    "generate_returns_greedy_ids_when_filtering": (
-        [("        if temperature == 0:\n            next_id = filter_logits",
-          "        if temperature == 0 or top_k is not None or top_p is not None:\n            next_id = filter_logits")],
-        {("sampling", "public"), ("sampling", "hidden")},
-    ),
-    "generate_leaves_the_model_in_eval_mode": (
-        [("    model.train(was_training)                                         # the caller's mode, restored\n"
-          "    return torch.stack(out, dim=1)", "    return torch.stack(out, dim=1)")],
-        {("greedy", "public"), ("greedy", "hidden")},
-    ),
-    # torch.topk picks one of two tied logits: the other, kept by the rule, is never sampled.
-    "top_k_keeps_exactly_k_despite_a_tie": (
-        [("        logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
-          "        keep = torch.topk(logits, k, dim=-1).indices\n"
-          "        logits = torch.full_like(logits, float(\"-inf\")).scatter(-1, keep, logits.gather(-1, keep))")],
-        {("sampling", "public"), ("sampling", "hidden")},
-    ),
-    "top_p_drops_the_token_that_crosses_it": (
-        [("        drop_sorted = mass_before >= top_p                       # the top token always stays",
-          "        drop_sorted = (mass_before + probs > top_p) & (mass_before > 0)")],
-        {("sampling", "public"), ("sampling", "hidden")},
-    ),
-    # Trains to a low loss (it reads the answer), and predict/generate on fixed models cannot tell.
-    "no_causal_mask_in_attention": (
-        [('        att = att.masked_fill(~self.causal[:T, :T], float("-inf"))  # no peeking at later positions\n', "")],
-        {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
-    ),
-    "collate_pads_with_the_wrong_id": (
-        [("    inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)   # (B, T)\n"
-          "    targets = torch.full((len(pieces), T), PAD, dtype=torch.long)  # (B, T)\n",
-          "    inputs = torch.full((len(pieces), T), EOS, dtype=torch.long)\n"
-          "    targets = torch.full((len(pieces), T), EOS, dtype=torch.long)\n")],
-        {("collate_loss", "public"), ("collate_loss", "hidden")},
-    ),
-    "lm_loss_averages_over_padding": (
-        [("F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=PAD)",
-          "F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))")],
-        {("collate_loss", "public"), ("collate_loss", "hidden")},
-    ),
-    "fc_weight_not_tied": (
-        [("        self.fc.weight = self.token_embedding.weight   # weight tying: one (V, C) parameter\n", "")],
-        {("model", "public"), ("model", "hidden")},
-    ),
-    "embedding_dropout_drops_single_entries": (
-        [("    keep = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)",
-          "    keep = torch.empty_like(weight).bernoulli_(1 - p) / (1 - p)")],
-        {("model", "public"), ("model", "hidden")},
-    ),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bug", sorted(BUGS))
-def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
-    edits, failing = BUGS[bug]
-    text = (SOLUTIONS / NOTEBOOK).read_text()
-    nb = json.loads(text)
-    for old, new in edits:
-        hits = [c for c in nb["cells"] if old in "".join(c["source"])]
-        assert len(hits) == 1, f"the master no longer holds {old!r}"
-        hits[0]["source"] = "".join(hits[0]["source"]).replace(old, new)
-    result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=LM_PROBLEMS, timeout_s=90)
-    scores = function_scores(result)
-    assert {k for k, v in scores.items() if v < 1.0} == failing, scores
-
-
 def test_committed_checkpoint_reproduces_committed_arrays():
     ckpt = torch.load(FIXTURES / "lm" / "reference_model.pt", map_location="cpu", weights_only=True)
     assert all(v.dtype == torch.float16 for v in ckpt["state_dict"].values() if v.is_floating_point())
