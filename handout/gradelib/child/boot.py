@@ -12,7 +12,7 @@ Runs before any line of the submission, with nothing but the standard library:
   or patching Python state afterwards cannot take it back, and Python offers
   no way to remove an audit hook.
 
-    python -I -B boot.py --template               (the same, as a template process)
+    python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
 A template process (gradelib/sandbox.py's Session, one per submission) is
 confined the same way, imports numpy and torch once, and then forks one
