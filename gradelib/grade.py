@@ -101,8 +101,7 @@ def grade_submission(
         with sandbox.session(workdir, limits, preload):  # one template process, forked once per run
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        sandbox.uncap_folder(workdir)
+        sandbox.uncap_folder(workdir)  # its tmpfs, with everything in it, then the folder
         shutil.rmtree(workdir, ignore_errors=True)
         result.wall_s = time.monotonic() - start
     return result

@@ -336,7 +336,6 @@ SCRATCH_PREFIX = "autograder-scratch-"
 
 def remove_scratch(folder: Path) -> None:
     """Remove a scratch folder with the capped tmpfs mounts a worker made in it."""
-    shutil.rmtree(folder, ignore_errors=True)
     sandbox.uncap_folder(folder)
     shutil.rmtree(folder, ignore_errors=True)
 

@@ -61,26 +61,25 @@ def _short(h: str | None) -> str:
     return h[:12] if h else "none recorded"
 
 
+def _same_corpus(lm_dir: Path, got: str | None, what: str, remedy: str) -> None:
+    """Raise StaleCalibration, saying `what` was measured elsewhere and the `remedy`, unless `got` is lm_dir's corpus hash."""
+    want = corpus_hash(lm_dir)
+    if got != want:
+        raise StaleCalibration(f"{what} (corpus hash {_short(got)}) than the fixtures' ({_short(want)}, "
+                               f"{corpus_label(lm_dir)}): run {remedy}")
+
+
 def check_reference(lm_dir: Path) -> None:
     """Raise StaleCalibration unless the reference model was trained on these fixtures."""
-    want, got = corpus_hash(lm_dir), reference_hash(lm_dir)
-    if got != want:
-        raise StaleCalibration(
-            f"the reference model in {lm_dir} was trained on another corpus (corpus hash {_short(got)}) than the "
-            f"fixtures' ({_short(want)}, {corpus_label(lm_dir)}): run `make course CORPUS=<your text>` "
-            "(or `make reference-model` for the default corpus) to retrain it"
-        )
+    _same_corpus(lm_dir, reference_hash(lm_dir), f"the reference model in {lm_dir} was trained on another corpus",
+                 "`make course CORPUS=<your text>` (or `make reference-model` for the default corpus) to retrain it")
 
 
 def check_thresholds(lm_dir: Path, rubric_path: Path | None = None) -> None:
     """Raise StaleCalibration unless rubric.toml's thresholds were set on these fixtures."""
-    want, got = corpus_hash(lm_dir), threshold_hash(rubric_path)
-    if got != want:
-        raise StaleCalibration(
-            f"the language-model thresholds in {Path(rubric_path or rubric_mod.RUBRIC_PATH).name} were set for another "
-            f"corpus (corpus hash {_short(got)}) than the fixtures' ({_short(want)}, {corpus_label(lm_dir)}): run "
-            "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them"
-        )
+    name = Path(rubric_path or rubric_mod.RUBRIC_PATH).name
+    _same_corpus(lm_dir, threshold_hash(rubric_path), f"the language-model thresholds in {name} were set for another corpus",
+                 "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them")
 
 
 def refusal(lm_dir: Path, rubric_path: Path | None = None, reference: bool = False) -> str | None:
