@@ -194,3 +194,22 @@ def test_reference_generations_leave_margin_under_the_perplexity_threshold():
     with np.load(LM / "generation_test.npz") as f:
         ppl = M.generation_perplexity(load_oracle(LM, eps), f["inp"], np.load(LM / "reference_generated.npy"), eps)
     assert ppl <= SETTINGS["generation"]["full_credit_perplexity"] / 2
+
+
+def test_hidden_grading_scores_the_test_rows_only(tricked):
+    # The validation rows grade nothing once the hidden rows are at hand, so the model is not run on them.
+    assert not any("(validation)" in n for n in tricked.notes), tricked.notes
+
+
+def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, checkpoint):
+    ids = np.load(LM / "reference_generated.npy")
+    changed = ids.copy()
+    row = lm_model.GENERATE_CHECK_ROWS - 1
+    changed[row, 0] = 2 + (changed[row, 0] - 1) % 27  # another character, still not <eos>/<pad>
+    files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "model.pt": torch_bytes(checkpoint), "generated.npy": npy(changed)}
+    result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction", "generation"], timeout_s=90)
+    flagged = [n for n in result.notes if "generated.npy is not what model.pt generates" in n]
+    share = 100 * (1 - 1 / (lm_model.GENERATE_CHECK_ROWS * ids.shape[1]))
+    assert flagged and f"{share:.1f}% of its ids in the first {lm_model.GENERATE_CHECK_ROWS} rows" in flagged[0], result.notes
+    assert "generated_does_not_match_model" in result.flags
+    assert not any("perplexity" in t.name for t in result.tests)  # the local grader scores no text

@@ -214,3 +214,35 @@ def test_a_corpus_below_the_minimum_ends_in_one_line(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("course not built: corpus too small:") and "50,000 characters of training text" in err, err
     assert not (tmp_path / "fx").exists()
+
+
+def test_a_checkpoint_oracle_is_a_command_line_choice(built, tmp_path, capsys):
+    """--oracle model:PATH makes a checkpoint the oracle: named in oracle.json, labelled as such, and its
+    perplexity of the reference's generations is the one torch computes here from the same checkpoint."""
+    fixtures, rubric = tmp_path / "fixtures", tmp_path / "rubric.toml"
+    shutil.copytree(built["fixtures"], fixtures)
+    shutil.copyfile(built["rubric"], rubric)
+    checkpoint = tmp_path / "teacher.pt"
+    shutil.copyfile(built["lm"] / "reference_model.pt", checkpoint)
+    args = list(built["args"])
+    args[args.index("--fixtures") + 1], args[args.index("--rubric") + 1] = str(fixtures), str(rubric)
+    code, out, err = run_course([*args, "--oracle", f"model:{checkpoint}"], capsys)
+    assert code == 0, err[-2000:]
+    lm = fixtures / "lm"
+    assert "reference model: reused" in out and "| reference-model oracle |" in out and "oracle (order-6 n-gram)" not in out
+    named = json.loads((lm / "oracle.json").read_text())["oracle"]
+    assert named["kind"] == "model" and named["from"] == "teacher.pt" and (lm / named["path"]).is_file()
+    calibration = json.loads((lm / "calibration.json").read_text())
+    reported = next(m for m in calibration["models"] if m["model"].startswith("reference model"))["generation_perplexity"]
+
+    model = load_model(checkpoint).double().eval()
+    prompts = np.load(lm / "generation_test.npz")["inp"]
+    generated = np.load(lm / "reference_generated.npy")
+    ids = torch.as_tensor(np.concatenate([prompts, generated[:, :-1]], axis=1))
+    with torch.no_grad():
+        probs = torch.softmax(model(ids)[:, prompts.shape[1] - 1:], dim=-1)[..., 2:]  # the 28 generatable ids
+    q = (1 - EPS) * probs / probs.sum(-1, keepdim=True) + EPS / 28
+    expected = torch.exp(-torch.log(torch.gather(q, -1, torch.as_tensor(generated)[..., None] - 2)).mean()).item()
+    assert reported == pytest.approx(expected, rel=1e-4)
+    settings = tomllib.loads(rubric.read_text())["problems"]["generation"]["settings"]
+    assert settings["full_credit_perplexity"] >= reported  # the reference itself earns full credit
