@@ -8,6 +8,7 @@ parts it affects.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from .context import GradeContext
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
 from .manifest import HANDIN_FILES, OPTIONAL
-from .problems import GRADERS
+from .problems import GRADERS, RUNS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
 from .sandbox import Limits, isolation_level
@@ -98,7 +99,9 @@ def grade_submission(
         result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if any(files.glob("*.ipynb")) else ())
-        with sandbox.session(workdir, limits, preload):  # one template process, forked once per run
+        runs = sum(n for name, n in (RUNS[p.id] for p in selected if p.id in RUNS) if (files / name).is_file())
+        # One template process, forked once per run; for a single run a fresh interpreter costs less.
+        with sandbox.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
     finally:
         sandbox.uncap_folder(workdir)  # its tmpfs, with everything in it, then the folder

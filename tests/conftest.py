@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import pickle
 import shutil
 from pathlib import Path
 
@@ -14,9 +16,23 @@ from support import SOLUTIONS
 
 @pytest.fixture(scope="session")
 def otter_build(tmp_path_factory) -> tuple[dict[str, bytes], Path]:
-    """One run of otter assign per test session: (student files by handout path, staff output folder)."""
-    staff = tmp_path_factory.mktemp("staff")
-    return notebooks.build(staff_out=staff), staff
+    """One run of otter assign per test run, shared by the workers: (student files by handout path, staff output folder).
+
+    Under pytest-xdist the first worker that asks builds into the run's common temporary folder
+    while holding a lock; the others wait for it and read what it wrote (the tests only read it).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    done = shared / "otter_build"
+    with open(shared / "otter_build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done / "files.pickle").is_file():
+            staff = done / "staff"
+            staff.mkdir(parents=True, exist_ok=True)
+            files = notebooks.build(staff_out=staff)
+            (done / "files.pickle.tmp").write_bytes(pickle.dumps(files))
+            (done / "files.pickle.tmp").rename(done / "files.pickle")
+    return pickle.loads((done / "files.pickle").read_bytes()), done / "staff"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The problems, by rubric id: each module's grade(ctx, problem) -> list[TestResult]."""
 
-from . import attention, generation, losses, masks, prediction
+from . import attention, generation, lm_model, losses, masks, prediction
 
 GRADERS = {
     "attention": attention.grade,
@@ -16,4 +16,14 @@ SCHEMAS = {
     "masks": masks.SCHEMA,
     "prediction": prediction.SCHEMA,
     "generation": generation.SCHEMA,
+}
+# The handin file whose code each problem runs in the sandbox, and how many runs it makes when the
+# file is there (notebook 3: the trained model, then the functions on fixed weights). A submission
+# with a single run to make gains nothing from a template process: grade.py starts none for it.
+RUNS = {
+    "attention": (attention.FILENAME, 1),
+    "losses": (losses.SPEC.notebook, 1),
+    "masks": (masks.SPEC.notebook, 1),
+    "prediction": (lm_model.NOTEBOOK, 2),
+    "generation": (lm_model.NOTEBOOK, 1),
 }

@@ -162,7 +162,8 @@ def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
         return
     same = lm_model.match_fraction(ids, run.generated)
     if same is not None and same < 1.0:
-        message = (f"{FILENAME} is not what model.pt generates: {same * 100:.1f}% of its ids equal the model's own "
+        rows = "" if len(run.generated) == len(ids) else f" in the first {len(run.generated)} rows"
+        message = (f"{FILENAME} is not what model.pt generates: {same * 100:.1f}% of its ids{rows} equal the model's own "
                    "greedy generation. The grader scores its own run of the model, not the array.")
         ctx.note(f"generation: {message}")
         ctx.flags["generated_does_not_match_model"] = message

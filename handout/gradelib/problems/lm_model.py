@@ -14,6 +14,12 @@ the child cannot redirect it). No look-ahead or stateful trick can see a target
 before the step it grades. The grader also probes causality (logits at t must
 not change when later tokens change) and runs the notebook's generate() and
 predict(), to score generations and to compare with the handin's arrays.
+
+What runs depends on what is graded. Hidden grading: 20 steps on the 128 test
+rows and generate() on all 128 generation prompts (the two scored lines).
+The local grader, which scores neither: 20 steps on the 128 validation rows
+(the figure notebook 3 prints each epoch) and generate() on the first 32
+prompts, enough to tell whether generated.npy is what model.pt writes.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ MODEL_TIME_FACTOR = 2.0
 # predictions.npy is checked against the model's own predict() on its first rows: the check
 # decides no score (the teacher-forced NLL does), and a forged array differs on every row.
 PREDICT_CHECK_ROWS = 32
+# Where no line scores generations (the local grader), generated.npy is checked the same way on
+# the first rows only; the hidden perplexity line has the model generate for every prompt.
+GENERATE_CHECK_ROWS = 32
 
 
 @dataclass
@@ -165,9 +174,11 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     if not notebook.is_file():
         return ModelRun(f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code.")
     lm = ctx.case_root / "lm"
+    hidden = "hidden" in ctx.visibilities
     sets = {}
     for name, (vis, prompts, targets) in SETS.items():
-        if vis in ctx.visibilities:
+        # With the hidden rows at hand the validation rows add nothing graded: the NLL line scores the test rows.
+        if vis in ctx.visibilities and not (hidden and vis == "public"):
             inp, out = _load(lm / prompts, "inp"), _load(lm / targets, "out")
             if inp is None or out is None:
                 return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete.")
@@ -181,7 +192,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         inputs = scratch / "inputs"
         shutil.copyfile(src, scratch / "submission" / CHECKPOINT)
         np.savez(inputs / "probe.npz", **probe_inputs())
-        np.savez(inputs / "generation.npz", inp=gen_inp)
+        np.savez(inputs / "generation.npz", inp=gen_inp if hidden else gen_inp[:GENERATE_CHECK_ROWS])
         np.savez(inputs / "prediction.npz", inp=test_inp[:PREDICT_CHECK_ROWS])
         for name, (inp, _out) in sets.items():
             np.savez(inputs / f"{name}.npz", inp=inp)
@@ -238,7 +249,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
 
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
-    # Notebook 3's cells, loading the model, 2 x 20 steps and 30 generated characters: the
+    # Notebook 3's cells, loading the model, 20 revealed steps and 30 generated characters: the
     # heaviest run of a handin, so it gets twice the time of the others.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
     run_notebook(
@@ -260,7 +271,9 @@ def causal_note(run: ModelRun) -> str:
 
 
 def match_fraction(handed_in: np.ndarray | None, own: np.ndarray | None) -> float | None:
-    """Fraction of equal ids between the handin's array and the model's own, None if either is absent."""
-    if handed_in is None or own is None or handed_in.shape != own.shape:
+    """Fraction of equal ids between the handin's array and the model's own on the rows the model
+    generated (all of them, or the first GENERATE_CHECK_ROWS), None if either is absent."""
+    if handed_in is None or own is None or own.ndim != 2 or handed_in.shape[1:] != own.shape[1:] or len(own) > len(handed_in):
         return None
-    return float(np.mean(np.asarray(handed_in).astype(np.int64) == np.asarray(own).astype(np.int64)))
+    head = np.asarray(handed_in[: len(own)]).astype(np.int64)
+    return float(np.mean(head == np.asarray(own).astype(np.int64)))
