@@ -11,7 +11,6 @@ fixtures/attention/<visibility>/ as <name>.npz plus a cases.json index.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,9 +111,7 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
     """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
     torch.set_num_threads(1)
     written = []
-    for vis in ("public", "hidden"):
-        folder = out / "attention" / vis
-        folder.mkdir(parents=True, exist_ok=True)
+    for vis, folder in npzio.case_folders(out, "attention"):
         index = []
         for spec in (c for c in CASES if c.visibility == vis):
             spec = replace(spec, seed=rotated(spec.seed, vis, seed, public_too))
@@ -122,7 +119,6 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
             npzio.save(path, make_case(spec))
             written.append(path)
             index.append({"name": spec.name, "dtype": spec.dtype, "seed": spec.seed, "description": describe(spec)})
-        (folder / "cases.json").write_text(json.dumps(index, indent=2) + "\n")
-        written.append(folder / "cases.json")
+        written.append(npzio.write_index(folder, index))
         print(f"attention/{vis}: {len(index)} cases: {', '.join(c['name'] for c in index)}")
     return written

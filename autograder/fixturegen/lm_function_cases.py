@@ -35,7 +35,6 @@ the predict/generate arrays above do not depend on it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,7 @@ from gradelib.lm.metrics import greedy_generate, greedy_predict
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
 from . import lm_building_cases
-from .npzio import save
+from .npzio import save, write_index
 from .rotation import rotated
 
 SEED = 785
@@ -231,7 +230,5 @@ def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         for stale in (out / "lm_functions" / vis).iterdir():
             if stale.name not in keep:  # a case renamed or removed since the last run
                 stale.unlink()
-        path = out / "lm_functions" / vis / "cases.json"
-        path.write_text(json.dumps(entries, indent=2) + "\n")
-        written.append(path)
+        written.append(write_index(out / "lm_functions" / vis, entries))
     return written

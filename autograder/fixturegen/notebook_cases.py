@@ -12,7 +12,6 @@ Output: fixtures/notebooks/<visibility>/<name>.npz and a cases.json index.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -244,9 +243,7 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
     """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
     torch.set_num_threads(1)
     written = []
-    for vis in ("public", "hidden"):
-        folder = out / "notebooks" / vis
-        folder.mkdir(parents=True, exist_ok=True)
+    for vis, folder in npzio.case_folders(out, "notebooks"):
         for stale in folder.glob("*.npz"):
             stale.unlink()
         index = []
@@ -268,8 +265,7 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         names = [e["name"] for e in index]
         assert len(set(names)) == len(names), f"case names repeat in {folder}: {names}"
         written += [folder / f"{e['name']}.npz" for e in index]
-        (folder / "cases.json").write_text(json.dumps(index, indent=2) + "\n")
-        written.append(folder / "cases.json")
+        written.append(npzio.write_index(folder, index))
         for problem in ("losses", "masks"):
             names = [e["name"] for e in index if e["problem"] == problem]
             print(f"notebooks/{vis}: {len(names)} {problem} cases: {', '.join(names)}")

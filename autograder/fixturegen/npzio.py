@@ -8,6 +8,7 @@ drift, so they are written here with a fixed timestamp and sorted keys.
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -30,3 +31,18 @@ def save(path: Path | str, arrays: dict[str, np.ndarray]) -> None:
             info = zipfile.ZipInfo(f"{key}.npy", date_time=FIXED_TIME)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())
+
+
+def write_index(folder: Path, index: list[dict]) -> Path:
+    """A case folder's cases.json (one entry per case, in order); returns its path."""
+    path = Path(folder) / "cases.json"
+    path.write_text(json.dumps(index, indent=2) + "\n")
+    return path
+
+
+def case_folders(out: Path, kind: str):
+    """(visibility, out/<kind>/<visibility>) for the public and hidden case sets, each folder made if missing."""
+    for vis in ("public", "hidden"):
+        folder = Path(out) / kind / vis
+        folder.mkdir(parents=True, exist_ok=True)
+        yield vis, folder
