@@ -31,7 +31,7 @@ $(STAMP): requirements.txt
 
 test: setup ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n auto --dist loadfile tests
+	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 )) --dist loadfile tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.build.demo
