@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print_box_figures(min(args.runs, 3))
     print()
+    print_model_run_figures(min(args.runs, 3))
+    print()
     print_lm_figures(args.runs)
     print()
     from autograder.batch.similarity import print_similarity_figures
@@ -305,6 +307,38 @@ def print_box_figures(runs: int) -> None:
     print(f"Gradescope-sized box (cgroup: {BOX_CPU_QUOTA:g} CPU, {BOX_MEMORY_MB} MB), complete reference handin, "
           f"{runs} runs: wall min {min(times):.1f} s, median {statistics.median(times):.1f} s; "
           f"peak memory max {max(peaks):.0f} MB; scores {', '.join(f'{x:g}' for x in scores)}")
+
+
+def print_model_run_figures(runs: int) -> None:
+    """Where the run of a handed-in model spends its time: the reference handin's model run as the
+    hidden grader makes it (every step the child timed), pinned to one core."""
+    from gradelib import rubric, sandbox
+    from gradelib.context import GradeContext
+    from gradelib.problems import lm_model
+
+    settings = rubric.load()["prediction"].settings
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # the sandbox's processes inherit it
+    steps: dict[str, list[float]] = {}
+    try:
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory(prefix="bench-model-") as tmp:
+                work = Path(tmp)
+                work.chmod(0o711)  # as grade.py: the sandboxed child (another uid) reaches its scratch below
+                handin = reference_handin(work / "files")
+                ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
+                with sandbox.session(work, ctx.limits, sandbox.PRELOAD + sandbox.PRELOAD_NOTEBOOKS):
+                    run = lm_model.model_run(ctx, settings)
+            if run.problem:
+                raise BenchError(f"the reference model did not run: {run.problem}")
+            whole = "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch, matplotlib)"
+            for name, value in {**run.steps, whole: run.seconds}.items():
+                steps.setdefault(name, []).append(value)
+    finally:
+        os.sched_setaffinity(0, before)
+    print(f"model run of the reference handin, hidden grading, one core, median of {runs}:")
+    for name, values in steps.items():
+        print(f"  {statistics.median(values):6.2f} s  {name}")
 
 
 def print_lm_figures(runs: int) -> None:

@@ -152,9 +152,20 @@ def main() -> None:
 
     torch.set_num_threads(1)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": notebook_child.OfflineGrader()}
+    seconds: dict[str, float] = {}  # how long each step took, for the benchmarks
+    mark = time.monotonic()
+
+    def lap(step: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        seconds[step] = round(now - mark, 4)
+        mark = now
+
     cells = notebook_child.run_notebook(task, namespace, budget * 0.5)
+    lap("cells")
     torch.set_num_threads(1)  # the notebook may have asked for more
-    report: dict = {"cells": cells.get("cells", []), "read_error": cells.get("read_error"), "load_error": None, "calls": {}}
+    report: dict = {"cells": cells.get("cells", []), "read_error": cells.get("read_error"), "load_error": None, "calls": {},
+                    "seconds": seconds}
     if cells.get("read_error"):
         write_report(report)
         return
@@ -164,6 +175,7 @@ def main() -> None:
         write_report(report)
         return
     report["parameters"] = int(sum(p.numel() for p in model.parameters()))
+    lap("load")
     write_report(report)
     try:
         with np.load(SCRATCH / "inputs" / "probe.npz", allow_pickle=False) as probe:
@@ -172,6 +184,7 @@ def main() -> None:
                  model(torch.as_tensor(probe["x_changed"], dtype=torch.long)).detach().float().numpy())
     except BaseException as exc:
         report["probe"] = f"the model raised {short_exception(exc)}"
+    lap("probe")
     for entry in task["teacher_forcing"]:
         with np.load(SCRATCH / entry["inputs"], allow_pickle=False) as data:
             prompts = data["inp"]
@@ -179,17 +192,20 @@ def main() -> None:
             report[entry["name"]] = teacher_forced(model, entry["name"], prompts, int(entry["steps"]))
         except BaseException as exc:
             report[entry["name"]] = f"the model raised {short_exception(exc)}"
+        lap(f"teacher_forcing_{entry['name']}")
     call_s = float(task.get("call_timeout_s", 30.0))
     with np.load(SCRATCH / "inputs" / "generation.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
     ids = call(namespace, "generate", report["calls"], call_s, model, prompts, int(task["generation_steps"]))
     if ids is not None:
         save(OUTPUTS / "generated.npy", np.asarray(ids))
+    lap("generate")
     with np.load(SCRATCH / "inputs" / "prediction.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
     logits = call(namespace, "predict", report["calls"], call_s, model, prompts, int(task["prediction_steps"]))
     if logits is not None:
         save(OUTPUTS / "predicted.npy", np.asarray(logits))
+    lap("predict")
     write_report(report)
 
 

@@ -24,6 +24,7 @@ prompts, enough to tell whether generated.npy is what model.pt writes.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import threading
@@ -75,6 +76,9 @@ class ModelRun:
     predicted: np.ndarray | None = None
     call_problems: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
+    # predict): for the benchmarks only, never for a grade, since the child could say anything.
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
@@ -245,6 +249,9 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
             run_result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
         run_result.generated = read_array(out / "generated.npy", scratch)[0]
         run_result.predicted = read_array(out / "predicted.npy", scratch)[0]
+        said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
+        run_result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
+                            if isinstance(v, (int, float)) and math.isfinite(v)}
         calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
         run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
 
