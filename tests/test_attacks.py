@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric
+from gradelib import rubric, sandbox
 from gradelib.sandbox import SLOTS, UID_BASE, isolation_level, isolation_report, landlock_abi
 
 from support import FIXTURES, REPO, SOLUTIONS, grade_files
@@ -1270,3 +1271,29 @@ def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
                          only=["attention"], timeout_s=30)
     assert honest.score == rubric.load()["attention"].points
     assert processes_named(marker) == []
+
+
+# ---------------------------------------------------------------- cgroup v2
+def test_on_a_cgroup_v2_host_a_run_gets_one_cpu_and_a_process_cap(tmp_path, monkeypatch):
+    """Where /sys/fs/cgroup is v2 (this machine may be v1), a run's group is made at the (namespace's)
+    root, with the kernel's v2 files: cpu.max "<quota> <period>" (one CPU) and pids.max (the run's
+    processes, plus bubblewrap's two); killing it lifts the CPU cap first and kills what cgroup.procs lists."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.procs").write_text("")
+    monkeypatch.setattr(sandbox, "CGROUP_ROOT", root)
+    made = sandbox._make_cgroups(sandbox.Limits(processes=40))
+    assert len(made) == 1 and made[0].parent == root and made[0].name.startswith(f"gradelib-{os.getpid()}-")
+    assert (made[0] / "cpu.max").read_text() == f"{sandbox.CPU_PERIOD_US} {sandbox.CPU_PERIOD_US}"
+    assert (made[0] / "pids.max").read_text() == "42"
+    assert sandbox._cgroup_label(made[0]) == "v2"
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        (made[0] / "cgroup.procs").write_text(f"{child.pid}\n")
+        assert sandbox.kill_cgroups(made, wait_s=0.3) == 1
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert (made[0] / "cpu.max").read_text() == "max"
+    finally:
+        child.kill()
+        child.wait()
