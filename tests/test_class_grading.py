@@ -277,9 +277,14 @@ def _render(report: Path, profile: Path, *extra: str) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=120)
 
 
-def test_report_renders_in_headless_chromium_with_every_section(graded_class, tmp_path):
-    report = graded_class["fresh"] / "report.html"
-    dom = _render(report, tmp_path / "profile", "--dump-dom").stdout
+@pytest.fixture(scope="module")
+def report_dom(graded_class, tmp_path_factory) -> str:
+    """The class report's DOM as headless Chromium builds it (its script run)."""
+    return _render(graded_class["fresh"] / "report.html", tmp_path_factory.mktemp("profile"), "--dump-dom").stdout
+
+
+def test_report_renders_in_headless_chromium_with_every_section(graded_class, report_dom):
+    dom = report_dom
     n = len(graded_class["expected"])
     assert f"{n} submissions" in dom
     for section in ('id="score-histogram"', 'id="pass-rates"', 'id="slowest"', 'id="failed"', 'id="all"'):
@@ -294,11 +299,10 @@ def test_report_renders_in_headless_chromium_with_every_section(graded_class, tm
     assert "attack_steals_hidden_cases" in dom and "archive_gzip_bomb" in dom
 
 
-def test_report_escapes_what_a_submission_printed(graded_class, tmp_path):
-    report = graded_class["fresh"] / "report.html"
-    html = report.read_text()
+def test_report_escapes_what_a_submission_printed(graded_class, report_dom):
+    html = (graded_class["fresh"] / "report.html").read_text()
     assert "&lt;script&gt;document.title" in html  # the sleeper's output, shown as text
-    dom = _render(report, tmp_path / "profile", "--dump-dom").stdout
+    dom = report_dom
     # The one script is the report's own (allowed by its hash); nothing a submission printed became markup.
     assert dom.count("<script") == 1 and SCRIPT.strip() in dom and "<img" not in dom
     assert "<title>Class report</title>" in dom
