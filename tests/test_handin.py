@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -229,3 +230,45 @@ def test_handin_tar_is_readable_and_todos_left_are_named(student, capsys):
 def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
     rc, _, err = pack(student, capsys, "--runid", "run2", "--epoch", "3")
     assert rc != 0 and "experiments/ holds: runid=run1 (epochs 3)" in err, err
+
+
+def test_the_notebook_check_agrees_with_nbformat_s_validator():
+    """The handin check reads notebooks without nbformat (whose validator takes a second to import);
+    on the shipped notebooks and on each malformation below it says what nbformat.validate says."""
+    import copy
+
+    from gradelib.manifest import notebook_problem
+
+    def nbformat_rejects(data) -> bool:
+        try:
+            nbformat.validate(nbformat.from_dict(data))
+        except Exception:  # nbformat's ValidationError and the errors of very broken input
+            return True
+        return False
+
+    good = [json.loads(p.read_text()) for p in [*SOLUTIONS.glob("0*.ipynb"), *HANDOUT.glob("0*.ipynb")]]
+    assert len(good) == 6
+    for data in good:
+        assert notebook_problem(data) == "" and not nbformat_rejects(data)
+    base = good[0]
+
+    def broken(change) -> dict:
+        data = copy.deepcopy(base)
+        change(data)
+        return data
+
+    cases = {
+        "cells not a list": broken(lambda d: d.update(cells={})),
+        "nbformat 3": broken(lambda d: d.update(nbformat=3)),
+        "metadata a list": broken(lambda d: d.update(metadata=[])),
+        "a cell a string": broken(lambda d: d["cells"].append("x")),
+        "unknown cell type": broken(lambda d: d["cells"][0].update(cell_type="python")),
+        "source a number": broken(lambda d: d["cells"][0].update(source=3)),
+        "source lines not text": broken(lambda d: d["cells"][0].update(source=["a", 1])),
+        "cell metadata a string": broken(lambda d: d["cells"][0].update(metadata="x")),
+        "code outputs a dict": broken(lambda d: next(c for c in d["cells"] if c["cell_type"] == "code").update(outputs={})),
+        "not an object": [1, 2],
+    }
+    for what, data in cases.items():
+        assert notebook_problem(data), what
+        assert nbformat_rejects(data), what  # the oracle agrees that it is malformed
