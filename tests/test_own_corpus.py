@@ -30,11 +30,11 @@ from autograder.build import handout
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
 from autograder.oracle.source import ToySource
-from autograder.reference import calibrate, course, provenance
+from autograder.reference import calibrate, course, provenance, train
 from gradelib.lm import metrics as M
 from gradelib.lm.vocab import encode
 
-from support import REPO, SOLUTIONS
+from support import REPO, SOLUTIONS, toy_english_only
 
 STEPS = 20
 EPS = 1e-3
@@ -183,6 +183,18 @@ def test_an_unchanged_course_reuses_its_reference(built, capsys):
     assert (lm / "reference_model.pt").read_bytes() == before
     assert not course.reusable(lm, {**ref["inputs"], "seed": 1})
     assert not course.reusable(lm, {**ref["inputs"], "corpus_sha256": "0" * 64})
+
+
+@toy_english_only  # another corpus' reference may have been trained with other settings (--epochs ...)
+def test_the_shipped_reference_is_reused_by_the_default_course():
+    """`make course` without CORPUS trains nothing: the committed reference's recorded inputs (written
+    before warm starts existed, so without init_sha256) are what the default course would train with."""
+    lm = REPO / "fixtures" / "lm"
+    args = course.parse_args([])
+    config = train.initial_config(args.init, train.parse_config(args.config))
+    inputs = train.training_inputs(lm, config, args.epochs, args.seed, args.max_steps, init=args.init)
+    assert course.reusable(lm, inputs)
+    assert not course.reusable(lm, {**inputs, "init_sha256": "0" * 64})
 
 
 def test_handout_facts_come_from_the_fixtures(built):
