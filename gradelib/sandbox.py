@@ -1147,7 +1147,8 @@ class Session:
                 killed += self._stop()  # the next run starts a fresh template
         wall = time.monotonic() - start
         returncode = reply.get("returncode") if reply else None
-        killed += int(reply.get("killed", 0)) if reply else 0
+        said = reply.get("killed") if reply else 0
+        killed += said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
         if reply is None and not timed_out:
             returncode = -signal.SIGKILL  # the template went, and the run with it
         _drain(sel)

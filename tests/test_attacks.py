@@ -1297,3 +1297,38 @@ def test_on_a_cgroup_v2_host_a_run_gets_one_cpu_and_a_process_cap(tmp_path, monk
     finally:
         child.kill()
         child.wait()
+
+
+# ---------------------------------------------------------------- what the model's child says about itself
+# Notebook 3 runs in the same process as the harness that rebuilds the model, so its code can change
+# what that harness writes to the grader: here every JSON report gains step timings no number can
+# hold and a parameter count that is not a number. The grader must read past it, grade the model
+# by what it answered, and let nothing of it decide a point.
+FORGED_REPORT_CELL = r'''
+import json as _json
+_dump = _json.dump
+def _forged(obj, fh, *args, **kwargs):
+    if isinstance(obj, dict) and "calls" in obj:
+        obj["seconds"] = {"cells": 10 ** 400, "x" * 5000: 1.0, "load": "fast", **{f"k{i}": i for i in range(300)}}
+        obj["parameters"] = "lots"
+    return _dump(obj, fh, *args, **kwargs)
+_json.dump = _forged
+'''
+
+
+def test_a_notebook_that_forges_the_model_harness_report_changes_no_grade(tmp_path):
+    import nbformat
+
+    nb = nbformat.read(SOLUTIONS / "03_language_model.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(FORGED_REPORT_CELL))
+    lm = FIXTURES / "lm"
+    files = {"03_language_model.ipynb": nbformat.writes(nb), "model.pt": (lm / "reference_model.pt").read_bytes(),
+             "predictions.npy": (lm / "reference_predictions.npy").read_bytes(),
+             "generated.npy": (lm / "reference_generated.npy").read_bytes()}
+    result = grade_files(tmp_path, files, only=["prediction", "generation"], timeout_s=120)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "internal grader error" not in said, said[:3000]
+    quality = {t.line: t for t in result.tests if t.line in ("nll", "perplexity")}
+    # The reference model, graded by what it answered: the forged report neither costs nor earns a point.
+    assert set(quality) == {"nll", "perplexity"} and all(t.passed for t in quality.values()), said[:3000]
+    assert result.score == result.max_score, [(t.name, t.score, t.output[:200]) for t in result.tests if not t.passed]

@@ -24,7 +24,6 @@ prompts, enough to tell whether generated.npy is what model.pt writes.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import threading
@@ -232,7 +231,8 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         if not meta:
             run_result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
             return
-        run_result.parameters = int(meta.get("parameters", 0) or 0)
+        said = meta.get("parameters")
+        run_result.parameters = said if type(said) is int and 0 <= said < 10**12 else 0  # the child's word only
         for name, (_inp, out_ids) in sets.items():
             answers = revealer.answers[name]
             if len(answers) == out_ids.shape[1]:
@@ -251,7 +251,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         run_result.predicted = read_array(out / "predicted.npy", scratch)[0]
         said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
         run_result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
-                            if isinstance(v, (int, float)) and math.isfinite(v)}
+                            if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
         calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
         run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
 
