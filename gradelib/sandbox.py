@@ -46,6 +46,7 @@ from pathlib import Path
 from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them from here)
     BOOT_ENV,
     PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
     _apply_landlock,
     _children_of,
     _kill_until_gone,
@@ -53,7 +54,6 @@ from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them 
     landlock_abi,
 )
 
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28

@@ -37,14 +37,14 @@ from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
 from gradelib.results import SubmissionResult, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
+from gradelib.sandbox import PR_SET_PDEATHSIG
 from gradelib.scoring import all_zero
 
 from . import gradebook, regrade
 from .report import Row, read_row, thresholds_of, write_report
+from .worker import CASE_ROOT
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-CASE_ROOT = PACKAGE_ROOT.parent / "fixtures"
-PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
 TERM_GRACE_S = 5.0
 
@@ -461,7 +461,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 128 + batch.stop_signal
     changed = log_regrades(args.out, jobs, before)
-    rows = [read_row(args.out / n / "results.json", n) for n in names]
     if len(names) == 1:
         feedback = args.out / names[0] / "feedback.txt"
         if not jobs:
@@ -471,11 +470,11 @@ def main(argv: list[str] | None = None) -> int:
         except SafeReadError as exc:
             text = f"{names[0]}: {exc}"
         print(clean_text(text).rstrip("\n"))
-        if len(class_rows(args.out)) > 1:  # a late handin graded into a class's folder: the class files follow
+        if len(_class_folders(args.out)) > 1:  # a late handin graded into a class's folder: the class files follow
             book_lines = write_class_files(args, known)[1]
             if book_lines:
                 print(book_lines, file=sys.stderr)
-        print(rows[0].autolab_line(problem_ids), flush=True)
+        print(read_row(args.out / names[0] / "results.json", names[0]).autolab_line(problem_ids), flush=True)
         return 0
     similar = ""
     if args.similarity:
@@ -566,10 +565,14 @@ def log_regrades(out: Path, jobs: list[Job], before: dict[str, Row]) -> int:
     return len(lines)
 
 
+def _class_folders(out: Path) -> list[Path]:
+    """The submission folders under `out` that hold a results.json, whichever run graded them."""
+    return sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "results.json").is_file())
+
+
 def class_rows(out: Path) -> list[Row]:
-    """A row per submission folder under `out` that holds a results.json, whichever run graded it."""
-    folders = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "results.json").is_file())
-    return [read_row(p / "results.json", p.name) for p in folders]
+    """A row per submission folder under `out` that holds a results.json."""
+    return [read_row(p / "results.json", p.name) for p in _class_folders(out)]
 
 
 def read_book_inputs(args: argparse.Namespace) -> dict:

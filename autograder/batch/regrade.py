@@ -26,9 +26,10 @@ from gradelib import safeio
 from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 
+from .report import MAX_RESULTS_BYTES
+
 FORMAT = 1
 MANIFEST = "MANIFEST.sha256"
-MAX_RESULTS_BYTES = 64 * 1024 * 1024
 OLDER_GRADER = "results from an older grader without rubric/fixture hashes"
 # Fixture files each problem's grading reads, as prefixes of their paths under fixtures/. The model
 # run serves prediction and generation together, so both depend on every prompt set it reads.

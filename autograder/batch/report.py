@@ -239,11 +239,16 @@ def _link(name: str) -> str:
     return f'<a href="{escape(name)}/feedback.txt">{escape(name)}</a>'
 
 
+def _hidden_figures(row: Row, key: str) -> list[float]:
+    """The values of figure `key` that the row's hidden-test lines recorded."""
+    return [t.figures[key] for t in row.tests if t.name.endswith("[hidden]") and key in t.figures]
+
+
 def _figure_charts(rows: list[Row], thresholds: dict[str, tuple[float, float]]) -> list[str]:
     """One histogram per recorded figure (hidden-test lines), with the rubric's thresholds drawn."""
     out = []
     for key, (_problem, _full, _zero, label, log) in FIGURES.items():
-        values = [v for r in rows for t in r.tests if t.name.endswith("[hidden]") for k, v in t.figures.items() if k == key]
+        values = [v for r in rows for v in _hidden_figures(r, key)]
         if not values:
             continue
         full, zero = thresholds.get(key, (min(values), max(values)))
@@ -320,7 +325,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: 
     ]
 
     def figure(r: Row, key: str) -> str:
-        got = [v for t in r.tests if t.name.endswith("[hidden]") for k, v in t.figures.items() if k == key]
+        got = _hidden_figures(r, key)
         return f"{got[0]:.4g}" if got else ""
 
     shown_figures = [k for k in FIGURES if any(figure(r, k) for r in rows)]
