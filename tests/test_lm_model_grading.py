@@ -147,6 +147,10 @@ def test_a_model_without_its_causal_mask_is_told_so(tmp_path, checkpoint):
     files = {NOTEBOOK: text.replace(mask, "pass"), "model.pt": torch_bytes(checkpoint)}
     result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction"], timeout_s=90)
     assert any("Your model is not causal" in n for n in result.notes), result.notes
+    # The local figure comes from one forward pass over public targets: a model that sees the future is told
+    # the figure is not what the course grader finds, and is promised no credit.
+    figure = next(n for n in result.notes if "(validation)" in n)
+    assert "not causal, so it read the characters" in figure and "% at this figure" not in figure, figure
 
 
 def test_a_target_is_never_written_where_the_child_points(tmp_path):
@@ -201,7 +205,7 @@ def test_hidden_grading_scores_the_test_rows_only(tricked):
     assert not any("(validation)" in n for n in tricked.notes), tricked.notes
 
 
-def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, checkpoint):
+def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, checkpoint, reference):
     ids = np.load(LM / "reference_generated.npy")
     changed = ids.copy()
     row = lm_model.GENERATE_CHECK_ROWS - 1
@@ -213,3 +217,8 @@ def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, check
     assert flagged and f"{share:.1f}% of its ids in the first {lm_model.GENERATE_CHECK_ROWS} rows" in flagged[0], result.notes
     assert "generated_does_not_match_model" in result.flags
     assert not any("perplexity" in t.name for t in result.tests)  # the local grader scores no text
+    # The validation figure (one forward pass in the child) is the teacher-forced NLL computed here.
+    with np.load(LM / "prediction.npz") as f:
+        expected = teacher_forced_nll(reference, f["inp"], f["out"][:, : lm_model.PREDICTION_STEPS])
+    figure = next(n for n in result.notes if "(validation)" in n)
+    assert float(figure.split(" is ")[1].split(" ")[0]) == pytest.approx(expected, abs=1e-4), figure

@@ -180,6 +180,9 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5, rubric_path:
         generations[name] = generate(gen_inp, T_gen)
         tok = M.generation_token_nll(oracle, gen_inp, generations[name], eps)
         row["generation_perplexity"] = float(np.exp(tok.mean()))
+        # The same figure on each half of the prompts: how much the graded figure depends on which prompts were drawn.
+        half = len(tok) // 2
+        row["generation_perplexity_halves"] = [float(np.exp(tok[:half].mean())), float(np.exp(tok[half:].mean()))]
         row["generation_credit"] = credit(
             math.log(row["generation_perplexity"]),
             math.log(float(g_set["full_credit_perplexity"])),
@@ -219,13 +222,17 @@ def format_figures(f: dict) -> str:
         f"(eps {g['smoothing_eps']})"
     )
     lines.append("val / test: teacher-forced NLL (nats/char) on prediction.npz / prediction_test (graded, hidden);")
-    lines.append("gen ppl: oracle perplexity of the model's greedy generations for generation_test.npz (graded).")
-    head = f"{'model':36s} {'val':>7s} {'test':>7s} {'credit':>7s}   {'gen ppl':>10s} {'credit':>7s} {'time':>6s}"
+    lines.append("gen ppl: oracle perplexity of the model's greedy generations for generation_test.npz (graded);")
+    lines.append("halves: the same on its first and on its second half of the prompts (how much the figure depends on the draw).")
+    head = (f"{'model':36s} {'val':>7s} {'test':>7s} {'credit':>7s}   {'gen ppl':>10s} {'credit':>7s} "
+            f"{'halves':>19s} {'time':>6s}")
     lines += ["", head, "-" * len(head)]
     for r in f["models"]:
         pred = (f"{r['val_nll']:7.3f} {r.get('test_nll', float('nan')):7.3f} {r['prediction_credit']:7.0%}"
                 if "val_nll" in r else f"{'-':>7s} {'-':>7s} {'-':>7s}")
-        lines.append(f"{r['model']:36s} {pred}   {r['generation_perplexity']:10.2f} {r['generation_credit']:7.0%} {r['seconds']:5.1f}s")
+        halves = " / ".join(f"{x:.2f}" for x in r.get("generation_perplexity_halves", []))
+        lines.append(f"{r['model']:36s} {pred}   {r['generation_perplexity']:10.2f} {r['generation_credit']:7.0%} "
+                     f"{halves:>19s} {r['seconds']:5.1f}s")
     lines.append("")
     lines.append("oracle scoring of 128 x 30 generations (median): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in f["scoring_s"].items()))
     return "\n".join(lines)

@@ -10,11 +10,13 @@ task.json names the notebook and the checkpoint; the child
    bare state dict, and loads the weights strictly; outputs/model.json says how;
 3. causality probe: logits of inputs/probe.npz's `x` and `x_changed` (the same rows
    with the tokens after `position` replaced), for the grader to compare;
-4. teacher forcing, one step at a time, for each prediction set the task names:
-   writes outputs/<set>/step_<t>.npy, the logits of the next character given the
-   prompt and the true characters before t, and only then waits for the grader to
-   reveal character t as inputs/<set>_reveal_<t>.npy. The child never holds a target
-   before it has answered the step the target grades;
+4. teacher forcing for each prediction set the task names. A hidden set, one step at
+   a time: writes outputs/<set>/step_<t>.npy, the logits of the next character given
+   the prompt and the true characters before t, and only then waits for the grader to
+   reveal character t as inputs/<set>_reveal_<t>.npy, so the child never holds a
+   target before it has answered the step the target grades. A public set (its
+   targets are in the handout): the true characters come with the prompts, and one
+   forward pass writes outputs/<set>/logits.npy, every step at once;
 5. greedy generation with the notebook's generate(model, inp, steps) on
    inputs/generation.npz, and predict(model, inp, steps) on inputs/prediction.npz,
    written as outputs/generated.npy and outputs/predicted.npy (compared with the
@@ -127,6 +129,20 @@ def teacher_forced(model, name: str, prompts: np.ndarray, steps: int) -> str:
     return ""
 
 
+def teacher_forced_given(model, name: str, prompts: np.ndarray, given: np.ndarray, steps: int) -> str:
+    """Every step's logits from one forward pass over the prompt and the true characters."""
+    import torch
+
+    folder = OUTPUTS / name
+    folder.mkdir(exist_ok=True)
+    seq = np.concatenate([prompts, given[:, : steps - 1]], axis=1).astype(np.int64)
+    with torch.no_grad():
+        out = model(torch.as_tensor(seq, dtype=torch.long))
+    first = prompts.shape[1] - 1
+    save(folder / "logits.npy", out[:, first : first + steps, :].detach().float().cpu().numpy())  # (B, steps, V)
+    return ""
+
+
 def call(namespace: dict, name: str, report: dict, timeout_s: float, *args):
     fn = namespace.get(name)
     if not callable(fn):
@@ -188,8 +204,12 @@ def main() -> None:
     for entry in task["teacher_forcing"]:
         with np.load(SCRATCH / entry["inputs"], allow_pickle=False) as data:
             prompts = data["inp"]
+            given = data["given"] if entry.get("given") else None
         try:
-            report[entry["name"]] = teacher_forced(model, entry["name"], prompts, int(entry["steps"]))
+            if given is not None:
+                report[entry["name"]] = teacher_forced_given(model, entry["name"], prompts, given, int(entry["steps"]))
+            else:
+                report[entry["name"]] = teacher_forced(model, entry["name"], prompts, int(entry["steps"]))
         except BaseException as exc:
             report[entry["name"]] = f"the model raised {short_exception(exc)}"
         lap(f"teacher_forcing_{entry['name']}")

@@ -15,11 +15,13 @@ before the step it grades. The grader also probes causality (logits at t must
 not change when later tokens change) and runs the notebook's generate() and
 predict(), to score generations and to compare with the handin's arrays.
 
-What runs depends on what is graded. Hidden grading: 20 steps on the 128 test
-rows and generate() on all 128 generation prompts (the two scored lines).
-The local grader, which scores neither: 20 steps on the 128 validation rows
-(the figure notebook 3 prints each epoch) and generate() on the first 32
-prompts, enough to tell whether generated.npy is what model.pt writes.
+What runs depends on what is graded. Hidden grading: 20 revealed steps on the
+128 test rows and generate() on all 128 generation prompts (the two scored
+lines). The local grader, which scores neither: the 128 validation rows, whose
+targets are public, in one forward pass as notebook 3 computes its figure each
+epoch (the causality probe says when that figure cannot be trusted), and
+generate() on the first 16 prompts, enough to tell whether generated.npy is
+what model.pt writes.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ NOTEBOOK = "03_language_model.ipynb"
 HARNESS = ("child_common.py", "notebook_child.py", "model_child.py")
 PREDICTION_STEPS = 20
 GENERATION_STEPS = 30
-# Prediction sets: name -> (visibility, prompts file, targets file), under <case_root>/lm/.
+# Prediction sets: name -> (visibility, prompts file, targets file), under <case_root>/lm/. A public
+# set's targets are in the handout, so the child gets them with the prompts and runs one forward
+# pass; a hidden set's are revealed one step at a time.
 SETS = {
     "validation": ("public", "prediction.npz", "prediction.npz"),
     "test": ("hidden", "prediction_test.npz", "hidden/prediction_test_out.npz"),
@@ -55,10 +59,10 @@ CAUSAL_TOLERANCE = 1e-4
 MODEL_TIME_FACTOR = 2.0
 # predictions.npy is checked against the model's own predict() on its first rows: the check
 # decides no score (the teacher-forced NLL does), and a forged array differs on every row.
-PREDICT_CHECK_ROWS = 32
+PREDICT_CHECK_ROWS = 16
 # Where no line scores generations (the local grader), generated.npy is checked the same way on
 # the first rows only; the hidden perplexity line has the model generate for every prompt.
-GENERATE_CHECK_ROWS = 32
+GENERATE_CHECK_ROWS = 16
 
 
 @dataclass
@@ -178,7 +182,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         return ModelRun(f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code.")
     lm = ctx.case_root / "lm"
     hidden = "hidden" in ctx.visibilities
-    sets = {}
+    sets, given = {}, set()
     for name, (vis, prompts, targets) in SETS.items():
         # With the hidden rows at hand the validation rows add nothing graded: the NLL line scores the test rows.
         if vis in ctx.visibilities and not (hidden and vis == "public"):
@@ -186,6 +190,8 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
             if inp is None or out is None:
                 return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete.")
             sets[name] = (inp, out[:, :PREDICTION_STEPS])
+            if vis == "public":
+                given.add(name)
     gen_inp, test_inp = _load(lm / "generation_test.npz", "inp"), _load(lm / "prediction_test.npz", "inp")
     if gen_inp is None or test_inp is None:
         return ModelRun(f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete.")
@@ -197,18 +203,22 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         np.savez(inputs / "probe.npz", **probe_inputs())
         np.savez(inputs / "generation.npz", inp=gen_inp if hidden else gen_inp[:GENERATE_CHECK_ROWS])
         np.savez(inputs / "prediction.npz", inp=test_inp[:PREDICT_CHECK_ROWS])
-        for name, (inp, _out) in sets.items():
-            np.savez(inputs / f"{name}.npz", inp=inp)
+        for name, (inp, out) in sets.items():
+            if name in given:  # the true characters before each step, all at once
+                np.savez(inputs / f"{name}.npz", inp=inp, given=out[:, :-1])
+            else:
+                np.savez(inputs / f"{name}.npz", inp=inp)
         return {
             "checkpoint": f"submission/{CHECKPOINT}",
-            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS} for n in sets],
+            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in given}
+                                for n in sets],
             "generation_steps": GENERATION_STEPS,
             "prediction_steps": PREDICTION_STEPS,
         }
 
     def companion(scratch: Path):
         fd = os.open(scratch / "inputs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        revealer = Revealer(scratch / "outputs", fd, {n: out for n, (_inp, out) in sets.items()})
+        revealer = Revealer(scratch / "outputs", fd, {n: out for n, (_inp, out) in sets.items() if n not in given})
         revealer.start()
 
         def finish() -> Revealer:
@@ -234,6 +244,17 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         said = meta.get("parameters")
         run_result.parameters = said if type(said) is int and 0 <= said < 10**12 else 0  # the child's word only
         for name, (_inp, out_ids) in sets.items():
+            if name in given:
+                logits = read_array(out / name / "logits.npy", scratch)[0]
+                if logits is not None and logits.shape == (*out_ids.shape, VOCAB_SIZE) and logits.dtype.kind == "f":
+                    run_result.teacher_forced[name] = logits.astype(np.float32)
+                    run_result.targets[name] = out_ids
+                else:
+                    why = clean_text(meta.get(name) or "") or (
+                        f"logits of shape {logits.shape} and dtype {logits.dtype}, expected {(*out_ids.shape, VOCAB_SIZE)} floats"
+                        if logits is not None else f"the process {run.describe()}")
+                    run_result.set_problems[name] = f"your model's teacher-forced logits are missing: {why}"[:800]
+                continue
             answers = revealer.answers[name]
             if len(answers) == out_ids.shape[1]:
                 run_result.teacher_forced[name] = np.stack(answers, axis=1)

@@ -192,12 +192,19 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
         return
     full = float(problem.settings["full_credit_nll"])
     zero = float(problem.settings["zero_credit_nll"])
+    note = lm_model.causal_note(run)
     if "validation" in run.teacher_forced:
         nll = prediction_nll(run.teacher_forced["validation"], run.targets["validation"])
-        ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char. "
-                 f"The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
-                 f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
-    note = lm_model.causal_note(run)
+        if note:  # one forward pass over the true characters: a model that sees the future reads them
+            ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char, "
+                     "but your model is not causal, so it read the characters it was to predict: the course grader "
+                     "reveals each one only after your model has answered, and finds a much higher figure.")
+        else:
+            ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char. "
+                     f"The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
+                     f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
+    elif run.set_problems.get("validation"):
+        ctx.note(f"prediction: {run.set_problems['validation']}")
     if note:
         ctx.note(f"prediction: {note}")
     checked = run.predicted.shape[0] if run.predicted is not None and run.predicted.ndim == 3 else 0
