@@ -949,7 +949,7 @@ def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
 
 
 FILL_AND_HANG = r"""
-import ctypes, os, signal
+import ctypes, os, signal, time
 ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
 if os.fork() == 0:
     os.setsid()  # a second process, outside the child's session
@@ -963,8 +963,8 @@ for folder in (".", os.environ.get("TMPDIR", "tmp")):
                 fh.write(block)
     except OSError:
         pass
-while True:
-    pass
+while True:  # hangs without spinning: the spinning loop is the batch's infinite_loop attack
+    time.sleep(3600)
 """
 
 

@@ -405,7 +405,9 @@ def test_requires_grad_keyword_is_found():
 
 
 def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
-    source = edit(REFERENCE, [("        d_k = self.W_k.shape[1]\n\n        dLdA_sig", "        while True:\n            pass\n        dLdA_sig", 1)])
+    # It sleeps rather than spins: the time limit stops both alike (the attack tests spin), and a spin burns 8 CPU-seconds.
+    source = edit(REFERENCE, [("        d_k = self.W_k.shape[1]\n\n        dLdA_sig",
+                               "        import time\n        while True:\n            time.sleep(3600)\n        dLdA_sig", 1)])
     result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=8)
     forward = [t for t in result.tests if "forward" in t.name]
     backward = [t for t in result.tests if "backward" in t.name]
