@@ -29,10 +29,11 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-# One pytest worker per core plus one (at most 8; many tests wait on a sandbox time limit), a test file per worker.
+# One pytest worker per core plus one (at most 8; many tests wait on a sandbox time limit), a test file per worker,
+# the longest files first (tests/conftest.py's LONGEST_FIRST; xdist would otherwise reorder them by test count).
 test: setup ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile tests
+	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.build.demo

@@ -50,10 +50,14 @@ def copy_solution(tmp_path: Path):
     return _copy
 
 
-# The longest test files (wall clock, one at a time, on a 2-core machine: 80, 71, 39, 33 and 32 s)
-# start first: with one worker per file, a long file started last would finish the run alone.
-LONGEST_FIRST = ("test_attacks.py", "test_class_grading.py", "test_notebooks_handout.py", "test_attention_bugs.py",
-                 "test_notebooks_robustness.py", "test_lm_notebook_bugs.py", "test_platforms.py", "test_handout.py")
+# The longest test files first (wall clock in a run of the whole suite with 3 workers beside a
+# CPU-bound process on 2 cores: 177, 168, 111, 97, 84 and 80 s ...): with one worker per file, a long
+# file started last would finish the run alone. `make test` passes --no-loadscope-reorder, without
+# which pytest-xdist hands out the files with the most tests first, whatever this order says.
+LONGEST_FIRST = ("test_attacks.py", "test_lm_notebook_bugs.py", "test_own_corpus.py", "test_class_grading.py",
+                 "test_lm_model_grading.py", "test_platforms.py", "test_handout.py", "test_notebooks_handout.py",
+                 "test_notebook_checks.py", "test_attention_bugs.py", "test_course_ops.py", "test_notebooks_robustness.py",
+                 "test_lm_notebook.py")
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -22,6 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradelib import rubric, sandbox
@@ -1332,3 +1333,42 @@ def test_a_notebook_that_forges_the_model_harness_report_changes_no_grade(tmp_pa
     # The reference model, graded by what it answered: the forged report neither costs nor earns a point.
     assert set(quality) == {"nll", "perplexity"} and all(t.passed for t in quality.values()), said[:3000]
     assert result.score == result.max_score, [(t.name, t.score, t.output[:200]) for t in result.tests if not t.passed]
+
+
+# ---------------------------------------------------------------- the one-pass path is for public rows only
+# The local grader hands the child the validation targets with the prompts and reads every step's logits
+# from outputs/<set>/logits.npy in one go. A notebook under hidden grading finds the harness's task in
+# memory, marks the hidden set as given, and plants logits.npy with logits that put all their mass on the
+# true characters (which a student could only have from a leak; the test writes them in). The grader
+# takes the one-pass file only for sets it gave out itself, so the attack earns nothing.
+PLANT_LOGITS_CELL = r'''
+import gc as _gc, numpy as _np
+for _obj in _gc.get_objects():
+    if type(_obj) is dict and type(_obj.get("teacher_forcing")) is list:
+        for _entry in _obj["teacher_forcing"]:
+            _entry["given"] = True
+_targets = _np.array(@TARGETS@, dtype=_np.int64)
+_logits = _np.full((*_targets.shape, 30), -30.0, dtype=_np.float32)
+_np.put_along_axis(_logits, _targets[..., None], 30.0, axis=-1)
+import child_common as _cc  # the harness's own module: where its outputs go
+(_cc.OUTPUTS / "test").mkdir(parents=True, exist_ok=True)
+_np.save(_cc.OUTPUTS / "test" / "logits.npy", _logits)
+'''
+
+
+def test_a_notebook_that_plants_one_pass_logits_for_the_hidden_rows_gains_nothing(tmp_path):
+    import nbformat
+
+    lm = FIXTURES / "lm"
+    with np.load(lm / "hidden" / "prediction_test_out.npz") as f:
+        targets = f["out"][:, :20]
+    nb = nbformat.read(SOLUTIONS / "03_language_model.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(PLANT_LOGITS_CELL.replace("@TARGETS@", repr(targets.tolist()))))
+    files = {"03_language_model.ipynb": nbformat.writes(nb), "model.pt": (lm / "reference_model.pt").read_bytes()}
+    result = grade_files(tmp_path, files, only=["prediction"], timeout_s=120)
+    nll = next(t for t in result.tests if t.line == "nll")
+    # Planted logits would give an NLL near 0 and full credit; the grader never read them.
+    assert nll.score == 0.0 and "prediction NLL" not in nll.output, nll.output
+    assert "answered 0 of 20 steps" in nll.output, nll.output
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "internal grader error" not in said and "Traceback" not in said, said[:3000]

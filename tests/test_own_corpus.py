@@ -53,8 +53,16 @@ def run_course(args: list[str], capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+RECIPE_THREADS = train.THREADS
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    # One thread, not the reference recipe's two: every test worker already has a core's worth of work,
+    # and two threads of one process that wait on each other crawl on a busy machine (this module took
+    # 271 s of wall clock beside a CPU-bound process, against 27 CPU-seconds).
+    patch = pytest.MonkeyPatch()
+    patch.setattr(train, "THREADS", 1)
     root = tmp_path_factory.mktemp("own_course")
     corpus = root / "my_corpus.txt"
     corpus.write_text(own_text(8000, seed=7), encoding="utf-8")
@@ -68,8 +76,9 @@ def built(tmp_path_factory):
         code = course.main(args)
     captured = {"out": out.getvalue(), "err": err.getvalue()}
     assert code == 0, captured["err"][-2000:]
-    return {"root": root, "corpus": corpus, "rubric": rubric, "fixtures": root / "fixtures", "lm": root / "fixtures" / "lm",
-            "args": args, "printed": captured["out"]}
+    yield {"root": root, "corpus": corpus, "rubric": rubric, "fixtures": root / "fixtures", "lm": root / "fixtures" / "lm",
+           "args": args, "printed": captured["out"]}
+    patch.undo()
 
 
 def hash_of(lm: Path) -> str:
@@ -186,9 +195,10 @@ def test_an_unchanged_course_reuses_its_reference(built, capsys):
 
 
 @toy_english_only  # another corpus' reference may have been trained with other settings (--epochs ...)
-def test_the_shipped_reference_is_reused_by_the_default_course():
+def test_the_shipped_reference_is_reused_by_the_default_course(monkeypatch):
     """`make course` without CORPUS trains nothing: the committed reference's recorded inputs (written
     before warm starts existed, so without init_sha256) are what the default course would train with."""
+    monkeypatch.setattr(train, "THREADS", RECIPE_THREADS)  # the recipe's, whatever the module's course used
     lm = REPO / "fixtures" / "lm"
     args = course.parse_args([])
     config = train.initial_config(args.init, train.parse_config(args.config))

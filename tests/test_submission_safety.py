@@ -196,12 +196,21 @@ def _grade(path, only=("attention",)):
     return grade_hidden(path, case_root=FIXTURES, only=list(only) if only else None, limits=Limits(timeout_s=60))
 
 
+# Grading is a function of the files the intake puts in place, so every shape is opened and compared
+# with the plain folder's files; these shapes are also graded end to end.
+GRADED_SHAPES = ("folder", "zip_top_folder_macos", "folder_holding_tgz_in_subfolder")
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_upload_shape_is_graded_like_the_plain_folder(tmp_path, shape):
     path = _shape(tmp_path / "upload", shape)
-    result = _grade(path)
-    assert result.score == ATTENTION_MAX, (result.notes, [t.output for t in result.tests if not t.passed][:1])
-    assert not any("missing" in t.output for t in result.tests)
+    intake = open_upload(path, tmp_path / "files")
+    placed = {p.relative_to(tmp_path / "files").as_posix(): p.read_bytes() for p in (tmp_path / "files").rglob("*") if p.is_file()}
+    assert placed == {"attention.py": REFERENCE}, (sorted(placed), intake.notes)
+    if shape in GRADED_SHAPES:
+        result = _grade(path)
+        assert result.score == ATTENTION_MAX, (result.notes, [t.output for t in result.tests if not t.passed][:1])
+        assert not any("missing" in t.output for t in result.tests)
 
 
 def test_resolve_upload_names_the_archive_or_folder_the_handin_is_read_from(tmp_path):

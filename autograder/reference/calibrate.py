@@ -88,9 +88,10 @@ def _reference(path: Path):
 
     from ..oracle.oracles import load_model
     from .model import generate
+    from .train import THREADS
 
     model = load_model(path)
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)  # as the reference was trained and evaluated
 
     def probs(ids):
         with torch.no_grad():
