@@ -40,7 +40,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .child.boot import (  # noqa: F401  (re-exported: tests and tools use them from here)
@@ -929,9 +929,7 @@ class Session:
     def compatible(self, workdir: Path, limits: Limits) -> bool:
         if self.broken:
             return False
-        if (limits.memory_mb, limits.file_mb, limits.open_files, limits.processes, limits.isolation) != (
-                self.limits.memory_mb, self.limits.file_mb, self.limits.open_files, self.limits.processes,
-                self.limits.isolation):
+        if replace(limits, timeout_s=self.limits.timeout_s) != self.limits:  # every limit but the run's own time
             return False
         try:
             Path(workdir).resolve().relative_to(self.root)
@@ -952,9 +950,7 @@ class Session:
         out_r, out_w = os.pipe()
         template = {"control_fd": theirs.fileno(), "preload": list(self.preload)}
         # The template counts as one process of the run's uid and cgroup.
-        limits = Limits(timeout_s=TEMPLATE_CPU_S, memory_mb=self.limits.memory_mb, file_mb=self.limits.file_mb,
-                        open_files=self.limits.open_files, processes=self.limits.processes + 1,
-                        isolation=self.limits.isolation)
+        limits = replace(self.limits, timeout_s=TEMPLATE_CPU_S, processes=self.limits.processes + 1)
         try:
             if self.level == "namespaces":
                 self.slot = _Slot()

@@ -224,10 +224,6 @@ def _kill_descendants() -> int:
     return _kill_until_gone(lambda: _children_of(os.getpid()), 10.0, 0.005, reap=True)
 
 
-def _status(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
 def _fork_run(sock, request: dict, fds: list[int], report_fd: int) -> int:
     """Fork the child of one run; returns its pid (in the template)."""
     pid = os.fork()
@@ -316,7 +312,7 @@ def _serve(control_fd: int, report_fd: int, preload: list[str]) -> None:
             except ChildProcessError:
                 break
             if done == pid:
-                status = _status(raw)
+                status = os.waitstatus_to_exitcode(raw)  # -N when killed by signal N
         killed = _kill_descendants()
         sock.send(_json.dumps({"returncode": status, "killed": killed}).encode())
     os._exit(0)
