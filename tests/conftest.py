@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import pickle
 import shutil
 from pathlib import Path
 
-import pytest
+# One torch thread in each test worker (read when torch starts, so before anything imports it): the
+# workers already share the cores, and two threads of one process that wait on each other crawl on a
+# busy machine. Code that asks for threads itself (reference training) still gets them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from autograder.build import notebooks
+import pytest  # noqa: E402
 
-from support import SOLUTIONS
+from autograder.build import notebooks  # noqa: E402
+
+from support import SOLUTIONS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

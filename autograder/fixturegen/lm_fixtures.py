@@ -104,8 +104,10 @@ def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> l
         auto = source.automaton
         info = {
             "oracle": {"kind": "toy_source", "seed": SOURCE_SEED},
-            "entropy_rate_nats_per_char": auto.entropy_rate(),
-            "mean_sentence_chars_with_eos": auto.mean_sentence_length(),
+            # 12 significant digits: the last bits of these linear-algebra results depend on how many
+            # threads the BLAS library uses, and the file must be the same bytes on every machine.
+            "entropy_rate_nats_per_char": float(f"{auto.entropy_rate():.12g}"),
+            "mean_sentence_chars_with_eos": float(f"{auto.mean_sentence_length():.12g}"),
             "automaton_states": auto.n_states,
             "words": len(source.vocabulary()),
         }
