@@ -202,10 +202,10 @@ def main() -> None:
         report["probe"] = f"the model raised {short_exception(exc)}"
     lap("probe")
     for entry in task["teacher_forcing"]:
-        with np.load(SCRATCH / entry["inputs"], allow_pickle=False) as data:
-            prompts = data["inp"]
-            given = data["given"] if entry.get("given") else None
         try:
+            with np.load(SCRATCH / entry["inputs"], allow_pickle=False) as data:
+                prompts = data["inp"]
+                given = data["given"] if entry.get("given") else None
             if given is not None:
                 report[entry["name"]] = teacher_forced_given(model, entry["name"], prompts, given, int(entry["steps"]))
             else:
