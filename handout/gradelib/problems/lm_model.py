@@ -118,6 +118,13 @@ def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
     return {"x": x.astype(np.int64), "x_changed": changed.astype(np.int64)}
 
 
+def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
+    """Why an array the child wrote is not logits of `shape` ('' when it is)."""
+    if logits.shape != shape or logits.dtype.kind != "f":
+        return f"logits of shape {logits.shape} and dtype {logits.dtype}, expected {shape} floats"
+    return ""
+
+
 class Revealer(threading.Thread):
     """Reveals each true character once the child has answered the step it grades."""
 
@@ -135,9 +142,9 @@ class Revealer(threading.Thread):
                 logits = self._wait_for(self.outputs / name / f"step_{t}.npy")
                 if logits is None:
                     return
-                if logits.shape != (rows, VOCAB_SIZE) or logits.dtype.kind != "f":
-                    self.problems[name] = (f"step {t}: logits of shape {logits.shape} and dtype {logits.dtype}, "
-                                           f"expected ({rows}, {VOCAB_SIZE}) floats")
+                why = logits_problem(logits, (rows, VOCAB_SIZE))
+                if why:
+                    self.problems[name] = f"step {t}: {why}"
                     break
                 self.answers[name].append(logits.astype(np.float32))
                 final = f"{name}_reveal_{t}.npy"
@@ -246,13 +253,12 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         for name, (_inp, out_ids) in sets.items():
             if name in given:
                 logits = read_array(out / name / "logits.npy", scratch)[0]
-                if logits is not None and logits.shape == (*out_ids.shape, VOCAB_SIZE) and logits.dtype.kind == "f":
+                shape_why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
+                if logits is not None and not shape_why:
                     run_result.teacher_forced[name] = logits.astype(np.float32)
                     run_result.targets[name] = out_ids
                 else:
-                    why = clean_text(meta.get(name) or "") or (
-                        f"logits of shape {logits.shape} and dtype {logits.dtype}, expected {(*out_ids.shape, VOCAB_SIZE)} floats"
-                        if logits is not None else f"the process {run.describe()}")
+                    why = clean_text(meta.get(name) or "") or shape_why or f"the process {run.describe()}"
                     run_result.set_problems[name] = f"your model's teacher-forced logits are missing: {why}"[:800]
                 continue
             answers = revealer.answers[name]

@@ -195,13 +195,12 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
     note = lm_model.causal_note(run)
     if "validation" in run.teacher_forced:
         nll = prediction_nll(run.teacher_forced["validation"], run.targets["validation"])
+        said = f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char"
         if note:  # one forward pass over the true characters: a model that sees the future reads them
-            ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char, "
-                     "but your model is not causal, so it read the characters it was to predict: the course grader "
-                     "reveals each one only after your model has answered, and finds a much higher figure.")
+            ctx.note(f"{said}, but your model is not causal, so it read the characters it was to predict: the course "
+                     "grader reveals each one only after your model has answered, and finds a much higher figure.")
         else:
-            ctx.note(f"prediction: your model.pt's teacher-forced NLL on prediction.npz (validation) is {nll:.4f} nats/char. "
-                     f"The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
+            ctx.note(f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
                      f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
     elif run.set_problems.get("validation"):
         ctx.note(f"prediction: {run.set_problems['validation']}")
