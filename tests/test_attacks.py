@@ -778,6 +778,33 @@ while True:
     assert "MemoryError" in text or "killed by" in text, text
 
 
+FLOOD = "import os\nwhile True:\n    os.write(1, b'{\"scores\":{\"attention\":30}}\\n' * 1000)\n"
+
+
+@pytest.mark.parametrize("where", ["attention.py", "a notebook cell"])
+def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path, where):
+    """Printing without end is stopped once the output passes Limits.output_mb, in a plain run and in a
+    run forked from the template (attention.py with a notebook), long before the 30 s limit; the
+    forged score lines gain nothing and the honest problem beside it keeps its points."""
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    if where == "attention.py":
+        files, only = {"attention.py": FLOOD + reference}, ["attention"]
+    else:
+        files, only = {"attention.py": reference, "01_mlm_and_next_token.ipynb": _notebook_with_first_cell(FLOOD)}, ["attention", "losses"]
+    start = time.monotonic()
+    result = grade_files(tmp_path, files, only=only, timeout_s=30)
+    wall = time.monotonic() - start
+    assert wall < 15, wall
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    cap = sandbox.Limits().output_mb
+    assert f"was stopped when its output passed {cap} MB" in said, said
+    by_problem = {p: sum(t.score for t in result.tests if t.problem == p) for p in only}
+    if where == "attention.py":
+        assert by_problem == {"attention": 0.0}
+    else:
+        assert by_problem == {"attention": rubric.load()["attention"].points, "losses": 0.0}, by_problem
+
+
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
     from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, _python_mounts, python_paths

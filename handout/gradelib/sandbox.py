@@ -127,6 +127,7 @@ class Limits:
     file_mb: int = 64  # largest file the child may write
     open_files: int = 256
     processes: int = 64  # processes and threads together (RLIMIT_NPROC)
+    output_mb: int = 32  # all it may print; a run that prints more is stopped at once
     isolation: str = "best"  # "strict": refuse to run without namespaces
 
 
@@ -157,8 +158,11 @@ class ChildRun:
     leftover_killed: int = 0
     level: str = "none"
     events: list[str] = field(default_factory=list)  # audit events, in order, as "gradelib.<name> args"
+    output_capped_mb: int = 0  # the cap on what it may print, when it printed more and was stopped for it
 
     def describe(self) -> str:
+        if self.output_capped_mb:
+            return f"was stopped when its output passed {self.output_capped_mb} MB (print less: the grader keeps only the last lines)"
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:
@@ -798,7 +802,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     sel = _pipes(log, events, out_r, rep_r)
 
     deadline = start + limits.timeout_s
-    timed_out = False
+    timed_out = flooded = False
     returncode: int | None = None
     while True:
         returncode = proc.poll()
@@ -810,6 +814,9 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
             break
         if sel.get_map():
             _pump(sel, min(left, 0.05))
+            if log.total > limits.output_mb << 20:
+                flooded = True  # printing all the time it has would only cost the grader reading it
+                break
         else:
             time.sleep(min(left, 0.05))
     # Killing bubblewrap ends the namespace's init and with it every process of the run;
@@ -820,7 +827,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         pass
     killed = kill_cgroups(cgroups)
     if returncode is None:
-        proc.wait()
+        returncode = proc.wait() if flooded else None
     wall = time.monotonic() - start
     killed += _kill_new_children(before)
     if slot is not None:
@@ -832,7 +839,8 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         returncode = -(returncode - 128)
     text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
     lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
-    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, lines)
+    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, lines,
+                    limits.output_mb if flooded else 0)
 
 
 
@@ -887,7 +895,7 @@ def mounts_under(folder: Path) -> list[Path]:
 # ---------------------------------------------------------------- one sandbox per submission
 
 PRELOAD = ("numpy", "torch")  # imported once by the template, never by a run
-PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when the submission has notebooks (they import it)
+PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
 TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
 TEMPLATE_ENV = "GRADELIB_TEMPLATE"  # "off": no template, a fresh interpreter per run
@@ -1111,7 +1119,7 @@ class Session:
         sel = _pipes(log, events, out_r, rep_r)
         sel.register(self.sock, selectors.EVENT_READ, "template")
         deadline = start + limits.timeout_s
-        timed_out, reply, gone = False, None, False
+        timed_out, flooded, reply, gone = False, False, None, False
         quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
         while reply is None and not gone:
             left = deadline - time.monotonic()
@@ -1128,11 +1136,14 @@ class Session:
                     gone = True  # the template died (or was killed by the run)
                 elif "returncode" in message:
                     reply = message
+            if log.total > limits.output_mb << 20:
+                flooded = True
+                break
         sel.unregister(self.sock)
         killed = 0
         if reply is None:
             killed += self._kill_run()
-            if timed_out and not gone:  # killed from here: the template now reaps it and answers
+            if (timed_out or flooded) and not gone:  # killed from here: the template now reaps it and answers
                 while reply is None:
                     message, _creds = self._receive(TEMPLATE_REPLY_S)
                     if message is None:
@@ -1153,7 +1164,7 @@ class Session:
         text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
         lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
         return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, _printable(text),
-                        list(self.isolation), killed, self.level, lines)
+                        list(self.isolation), killed, self.level, lines, limits.output_mb if flooded else 0)
 
 
 _session: Session | None = None
