@@ -66,6 +66,16 @@ LONGEST_FIRST = ("test_attacks.py", "test_lm_notebook_bugs.py", "test_own_corpus
                  "test_lm_notebook.py")
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Back to one torch thread before each test: notebook 3's first cell asks for two, and a test
+    that runs its code in this process would otherwise leave two for every later test of the worker."""
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
 def pytest_collection_modifyitems(items) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a file stays

@@ -117,3 +117,24 @@ def test_cells_are_named_as_jupyter_shows_them(tmp_path):
     cell["execution_count"] = 12
     result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
     assert any("cell [12] (`raise ValueError('boom')`) raised: ValueError: boom" in n for n in result.notes), result.notes
+
+
+def test_the_template_imports_matplotlib_only_for_a_notebook_whose_graded_cells_name_it(tmp_path):
+    """A speed choice (grade.runs_matplotlib), never a grading one: notebook 3 plots in a skip-grading
+    cell only, notebook 2 imports pyplot in a graded cell, and whatever cannot be read counts as yes."""
+    from gradelib.grade import runs_matplotlib
+
+    from support import SOLUTIONS
+
+    nb3, nb2 = SOLUTIONS / "03_language_model.ipynb", SOLUTIONS / NB2
+    assert "matplotlib" in nb3.read_text()  # it is there, in a cell the grader skips
+    assert runs_matplotlib([nb3]) is False
+    assert runs_matplotlib([nb3, nb2]) is True
+    plotted = json.loads(nb3.read_text())
+    plotted["cells"].append({"cell_type": "code", "metadata": {}, "source": ["import matplotlib\n"]})
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{not json")
+    for name, text in (("plotted.ipynb", json.dumps(plotted)), ("nested.ipynb", "[" * 100_000 + "]" * 100_000)):
+        (tmp_path / name).write_text(text)
+    assert runs_matplotlib([tmp_path / "plotted.ipynb"]) is True
+    assert runs_matplotlib([broken]) is True and runs_matplotlib([tmp_path / "nested.ipynb"]) is True

@@ -9,6 +9,7 @@ parts it affects.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 import tempfile
@@ -24,12 +25,34 @@ from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
 from .manifest import HANDIN_FILES, OPTIONAL
 from .problems import GRADERS, RUNS
+from .problems.notebook_functions import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
 from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
 OracleLoader = Callable[[Path, float], Oracle]
+
+
+def runs_matplotlib(notebooks) -> bool:
+    """Whether a cell the grader runs in one of these notebooks names matplotlib: then the template
+    imports it once for every run (0.3 s), else no run pays for it. Only a matter of speed: a cell
+    imports what it needs either way, so a notebook that cannot be read here counts as yes."""
+    for path in notebooks:
+        try:
+            for cell in json.loads(path.read_bytes()).get("cells", []):
+                if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                    continue
+                meta = cell.get("metadata")
+                tags = meta.get("tags", []) if isinstance(meta, dict) else []
+                if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
+                    continue
+                source = cell.get("source", "")
+                if "matplotlib" in ("".join(map(str, source)) if isinstance(source, list) else str(source)):
+                    return True
+        except Exception:  # unreadable here: the child reports it
+            return True
+    return False
 
 
 def missing_files_notes(intake: Intake, files: Path) -> list[str]:
@@ -98,7 +121,7 @@ def grade_submission(
         # With --only the other problems' files are not wanted; a note about them would mislead.
         result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
-        preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if any(files.glob("*.ipynb")) else ())
+        preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
         runs = sum(n for name, n in (RUNS[p.id] for p in selected if p.id in RUNS) if (files / name).is_file())
         # One template process, forked once per run; for a single run a fresh interpreter costs less.
         with sandbox.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
