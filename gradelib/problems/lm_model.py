@@ -20,7 +20,7 @@ What runs depends on what is graded. Hidden grading: 20 revealed steps on the
 lines). The local grader, which scores neither: the 128 validation rows, whose
 targets are public, in one forward pass as notebook 3 computes its figure each
 epoch (the causality probe says when that figure cannot be trusted), and
-generate() on the first 16 prompts, enough to tell whether generated.npy is
+generate() on the first 8 prompts, enough to tell whether generated.npy is
 what model.pt writes.
 """
 
@@ -59,10 +59,10 @@ CAUSAL_TOLERANCE = 1e-4
 MODEL_TIME_FACTOR = 2.0
 # predictions.npy is checked against the model's own predict() on its first rows: the check
 # decides no score (the teacher-forced NLL does), and a forged array differs on every row.
-PREDICT_CHECK_ROWS = 16
+PREDICT_CHECK_ROWS = 8
 # Where no line scores generations (the local grader), generated.npy is checked the same way on
 # the first rows only; the hidden perplexity line has the model generate for every prompt.
-GENERATE_CHECK_ROWS = 16
+GENERATE_CHECK_ROWS = 8
 
 
 @dataclass
