@@ -111,6 +111,18 @@ def test_a_helper_in_a_skip_grading_cell_is_explained_by_the_rule(tmp_path):
     assert "tagged skip-grading, which the grader does not run" in text
 
 
+def test_a_graded_cell_that_plots_is_told_pyplot_is_imported_in_a_skip_grading_cell(tmp_path):
+    # Notebook 2 imports pyplot beside its figures, in a cell the grader skips; a plot added to a graded
+    # cell raises NameError there (the functions it follows keep their points), and the note says why.
+    nb = with_cell_after(NB2, "causal_mask", "plt.imshow(causal_mask(4))\n")
+    result = grade(tmp_path, {NB2: nb}, only=["masks"])
+    assert failing(result, "masks") == set()
+    said = "\n".join(result.notes)
+    assert "(`plt.imshow(causal_mask(4))`) raised: NameError" in said, said
+    assert "`plt` is defined in cell" in said and "(`# For the figures below." in said, said
+    assert "a cell tagged skip-grading, which the grader does not run: this cell must not use anything" in said, said
+
+
 def test_cells_are_named_as_jupyter_shows_them(tmp_path):
     nb = json.loads(with_cell_after(NB1, "softmax", "raise ValueError('boom')\n"))
     cell = next(c for c in nb["cells"] if c.get("id") == "student-cell")
@@ -120,17 +132,17 @@ def test_cells_are_named_as_jupyter_shows_them(tmp_path):
 
 
 def test_the_template_imports_matplotlib_only_for_a_notebook_whose_graded_cells_name_it(tmp_path):
-    """A speed choice (grade.runs_matplotlib), never a grading one: notebook 3 plots in a skip-grading
-    cell only, notebook 2 imports pyplot in a graded cell, and whatever cannot be read counts as yes."""
+    """A speed choice (grade.runs_matplotlib), never a grading one: notebooks 2 and 3 import pyplot in
+    skip-grading cells only (beside their figures); a graded cell that names it, or a notebook that
+    cannot be read, counts as yes."""
     from gradelib.grade import runs_matplotlib
 
     from support import SOLUTIONS
 
     nb3, nb2 = SOLUTIONS / "03_language_model.ipynb", SOLUTIONS / NB2
-    assert "matplotlib" in nb3.read_text()  # it is there, in a cell the grader skips
-    assert runs_matplotlib([nb3]) is False
-    assert runs_matplotlib([nb3, nb2]) is True
-    plotted = json.loads(nb3.read_text())
+    assert "import matplotlib.pyplot" in nb3.read_text() and "import matplotlib.pyplot" in nb2.read_text()
+    assert runs_matplotlib([nb3, nb2]) is False
+    plotted = json.loads(nb2.read_text())
     plotted["cells"].append({"cell_type": "code", "metadata": {}, "source": ["import matplotlib\n"]})
     broken = tmp_path / "broken.ipynb"
     broken.write_text("{not json")

@@ -320,6 +320,7 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
     time less the model's forward passes."""
     from gradelib import rubric, sandbox
     from gradelib.context import GradeContext
+    from gradelib.grade import runs_matplotlib
     from gradelib.problems import lm_model
 
     settings = rubric.load()["prediction"].settings
@@ -333,11 +334,13 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                 work.chmod(0o711)  # as grade.py: the sandboxed child (another uid) reaches its scratch below
                 handin = reference_handin(work / "files")
                 ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
-                with sandbox.session(work, ctx.limits, sandbox.PRELOAD + sandbox.PRELOAD_NOTEBOOKS):
+                plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
+                with sandbox.session(work, ctx.limits, sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
                     run = lm_model.model_run(ctx, settings)
             if run.problem:
                 raise BenchError(f"the reference model did not run: {run.problem}")
-            whole = "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch, matplotlib)"
+            whole = "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch)" + (
+                ", matplotlib" if plots else "")
             for name, value in {**run.steps, whole: run.seconds}.items():
                 steps.setdefault(name, []).append(value)
     finally:

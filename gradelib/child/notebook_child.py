@@ -153,8 +153,8 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         if isinstance(tags, list) and skip_tags & set(map(str, tags)):
             entry["status"] = "skipped"
             entry["message"] = f"tagged {', '.join(sorted(skip_tags & set(map(str, tags))))}"
-            for defined in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=[^=]", source, flags=re.MULTILINE):
-                report["skipped_defs"].setdefault(defined[0] or defined[1], f"{label} (`{entry['first_line']}`)")
+            for name in skipped_names(source):
+                report["skipped_defs"].setdefault(name, f"{label} (`{entry['first_line']}`)")
             continue
         if any(p.search(source) for p in skip_patterns):
             entry["status"] = "skipped"
@@ -183,7 +183,7 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry["message"] = f"stopped after {seconds:.1f} s"
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry["status"] = "raised"
-            entry["message"] = short_exception(exc)
+            entry["message"] = short_exception(exc) + skipped_rule(exc, report, "this cell")
     for name in graded:
         info = report["functions"].setdefault(name, {})
         info.setdefault("placeholder", False)
@@ -193,6 +193,26 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         info["cell_status"] = f"{where['status']}{': ' + where['message'] if where['message'] else ''}" if where else ""
         info["cell_first_line"] = where["first_line"] if where else ""
     return report
+
+
+def skipped_names(source: str) -> list[str]:
+    """Names a cell binds at its top level: def, class, assignment and import (read, never run)."""
+    names = [a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=[^=]", source, flags=re.MULTILINE)]
+    for module, alias in re.findall(r"^import\s+([\w.]+)(?:\s+as\s+(\w+))?", source, flags=re.MULTILINE):
+        names.append(alias or module.split(".")[0])
+    for imported in re.findall(r"^from\s+[\w.]+\s+import\s+\(?([\w\s,]+)", source, flags=re.MULTILINE):
+        names += [part.split(" as ")[-1].strip() for part in imported.split(",") if part.strip()]
+    return [n for n in names if n.isidentifier()]
+
+
+def skipped_rule(exc: BaseException, report: dict, who: str) -> str:
+    """For a NameError whose name only a skip-grading cell defines: where it is, and what to do."""
+    missing = getattr(exc, "name", None) if isinstance(exc, NameError) else None
+    where = report.get("skipped_defs", {}).get(missing) if missing else None
+    if not where:
+        return ""
+    return (f"; `{missing}` is defined in {where}, a cell tagged skip-grading, which the grader does not run: "
+            f"{who} must not use anything defined there, so move it to a cell without that tag")
 
 
 def not_defined_reason(name: str, info: dict) -> str:
@@ -261,12 +281,7 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
         if placeholder:
             absent(f"not attempted: `{name}` still has a `...` placeholder and raised {short_exception(exc)}")
         else:
-            missing = getattr(exc, "name", None) if isinstance(exc, NameError) else None
-            where = report.get("skipped_defs", {}).get(missing) if missing else None
-            rule = (f"; `{missing}` is defined in {where}, a cell tagged skip-grading, which the grader does not run: "
-                    "a graded function must not use anything defined there, so move it to a cell without that tag"
-                    if where else "")
-            absent(f"`{name}` raised {short_exception(exc)}{rule}")
+            absent(f"`{name}` raised {short_exception(exc)}{skipped_rule(exc, report, 'a graded function')}")
         return
     if value is None or value is Ellipsis:
         if placeholder:
