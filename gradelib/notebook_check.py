@@ -164,13 +164,13 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
               "skipped_defs": {}}
     timeout = float(problem.settings.get("call_timeout_s", 10.0))
     in_main = threading.current_thread() is threading.main_thread()
-    old_handler = signal.getsignal(signal.SIGALRM) if in_main else None
+    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main else {}
     old_limit = base.time_limit
     torch = sys.modules.get("torch")
     rng = torch.get_rng_state() if torch is not None else None
     if not in_main:
-        # Outside the main thread SIGALRM cannot interrupt a call: run it without the grader's time limit.
-        base.time_limit = lambda _seconds: contextlib.nullcontext()
+        # Outside the main thread a timer's signal cannot interrupt a call: run it without the grader's time limit.
+        base.time_limit = lambda *_args, **_kwargs: contextlib.nullcontext()
     outcomes = []
     try:
         for case in cases:
@@ -186,7 +186,9 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
         base.time_limit = old_limit
         if in_main:
             signal.setitimer(signal.ITIMER_REAL, 0, 0)
-            signal.signal(signal.SIGALRM, old_handler)
+            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
         if rng is not None and "torch" in sys.modules:
             sys.modules["torch"].set_rng_state(rng)
     return group_results(sub, outcomes, ("public",))[0]

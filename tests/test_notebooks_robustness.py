@@ -24,7 +24,7 @@ def test_endless_cell_is_stopped_and_the_rest_of_the_notebook_graded(tmp_path):
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
     assert time.monotonic() - start < 15
     assert failing(result, "losses") == set()
-    assert any("(`while True:`) timed out: stopped after 2.0 s" in n for n in result.notes), result.notes
+    assert any("(`while True:`) timed out: stopped after 2 s of CPU time" in n for n in result.notes), result.notes
 
 
 def test_endless_function_loses_its_lines_and_the_lines_that_call_it(tmp_path):
@@ -35,7 +35,34 @@ def test_endless_function_loses_its_lines_and_the_lines_that_call_it(tmp_path):
     assert time.monotonic() - start < 20
     # scaled_dot_product_attention calls softmax; token_nll and cross_entropy_loss do not.
     assert failing(result, "losses") == {(g, v) for g in ("softmax", "attention", "masked_attention") for v in ("public", "hidden")}
-    assert "`softmax` did not return within 0.25 s" in message(result, "losses", "softmax", "public")
+    assert "`softmax` did not return within 0.25 s of CPU time (an endless loop?)" in message(result, "losses", "softmax", "public")
+
+
+# The first call of softmax in the child waits 0.4 s: longer than its 0.1 s limit on the wall clock,
+# but waiting uses no CPU time, as a process does on a busy or throttled machine.
+WAIT_ONCE = ("e = np.exp(shifted)", "import time\n    if not globals().get('waited'):\n        globals()['waited'] = True\n"
+             "        time.sleep({seconds})\n    e = np.exp(shifted)")
+
+
+def test_a_call_that_waits_is_not_stopped_at_its_cpu_limit(tmp_path):
+    """Limits count CPU time: a slow or crowded machine (here: a call that sleeps) costs the student nothing."""
+    problems = with_problem_settings("losses", call_timeout_s=0.1)
+    nb = edited(NB1, "softmax", WAIT_ONCE[0], WAIT_ONCE[1].format(seconds=0.4))
+    result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
+    assert failing(result, "losses") == set(), [t.output for t in result.tests if not t.passed]
+
+
+def test_a_call_that_waits_forever_is_stopped_on_the_wall_clock(tmp_path):
+    """A call that never computes is stopped at 3 x its limit + 2 s of wall clock, and told so."""
+    problems = with_problem_settings("losses", call_timeout_s=0.1)
+    nb = edited(NB1, "softmax", WAIT_ONCE[0], WAIT_ONCE[1].format(seconds=1000))
+    start = time.monotonic()
+    result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
+    assert time.monotonic() - start < 20
+    text = " ".join(t.output for t in result.tests if not t.passed)
+    assert "`softmax` did not return within 2.3 s on the wall clock (it waited rather than computed)" in text, text
+    # Only the one call that waited lost its line; the process went on with every other call.
+    assert len(failing(result, "losses")) == 1, failing(result, "losses")
 
 
 def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanation(tmp_path):

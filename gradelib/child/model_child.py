@@ -148,12 +148,13 @@ def call(namespace: dict, name: str, report: dict, timeout_s: float, *args):
     if not callable(fn):
         report[name] = f"`{name}` is not defined after running notebook 3"
         return None
+    limit = notebook_child.time_limit(timeout_s)
     try:
-        with notebook_child.time_limit(timeout_s):
+        with limit:
             value = fn(*args)
         return notebook_child.convert(value)
-    except notebook_child.GradingTimeout:
-        report[name] = f"`{name}` did not return within {timeout_s:g} s"
+    except notebook_child.GradingTimeout as exc:
+        report[name] = f"`{name}` did not return within {exc.describe(limit)}"
     except BaseException as exc:
         report[name] = f"`{name}` raised {short_exception(exc)}"
     return None

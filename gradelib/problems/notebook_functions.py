@@ -41,8 +41,8 @@ OTTER_CELL = (
 )
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
 NOTEBOOK_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 10.0, "Seconds one notebook cell may run before the grader stops it and moves on."),
-    "call_timeout_s": Setting((int, float), 5.0, "Seconds one call of a graded function may take."),
+    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."),
+    "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
 }
 MAX_CELL_NOTES = 6
 

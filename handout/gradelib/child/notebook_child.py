@@ -7,7 +7,7 @@ and the cases whose inputs feed them. The child
    markdown and raw cells, cells tagged `skip_tags` and otter's own cells
    (`grader = otter.Notebook(...)`, `grader.check(...)`) are skipped; a cell that
    raises or runs past its timeout is recorded and the next cell runs anyway;
-2. calls every graded function on every case's inputs, each call under a timeout,
+2. calls every graded function on every case's inputs, each call under a limit on its CPU time,
    and records what it returned as arrays (outputs/<case>/<quantity>.npy + meta.json).
 
 It knows the inputs and the notebook, never an expected value. Why a quantity is
@@ -33,10 +33,6 @@ from child_common import OUTPUTS, SCRATCH, Recorder, load_task, short_exception 
 
 MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
-
-
-class GradingTimeout(BaseException):
-    """Raised in the student's code when its time is up (BaseException: `except Exception` cannot catch it)."""
 
 
 class BoundedSink:
@@ -66,21 +62,51 @@ class OfflineGrader:
         return lambda *args, **kwargs: None
 
 
-def _on_alarm(signum, frame):
-    raise GradingTimeout()
+# A block under a time limit is stopped once it has used its seconds of CPU time (every thread of
+# the process counted), so a busy or throttled machine costs it nothing; one that waits instead of
+# computing (sleep, a lock) is stopped on the wall clock after WALL_FACTOR times its seconds plus
+# WALL_SLACK_S, or earlier where the caller's budget ends first.
+WALL_FACTOR = 3.0
+WALL_SLACK_S = 2.0
+
+
+def _on_timer(signum, frame):
+    raise GradingTimeout(signum == signal.SIGALRM)
+
+
+class GradingTimeout(BaseException):
+    """Raised in the student's code when its time is up (BaseException: `except Exception` cannot catch it).
+
+    `wall` is True when the wall-clock backstop stopped it rather than the CPU-time limit."""
+
+    def __init__(self, wall: bool = False):
+        super().__init__()
+        self.wall = wall
+
+    def describe(self, limit: "time_limit") -> str:
+        if self.wall:
+            return f"{limit.wall_s:.1f} s on the wall clock (it waited rather than computed)"
+        return f"{limit.seconds:g} s of CPU time"
 
 
 class time_limit:
-    """Interrupt the block after `seconds`, and keep interrupting every 0.2 s if the code swallows it."""
+    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, whichever comes
+    first, and keep interrupting every 0.2 s if the code swallows it."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
+        backstop = self.seconds * WALL_FACTOR + WALL_SLACK_S
+        self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
 
     def __enter__(self):
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds, 0.2)
+        signal.signal(signal.SIGPROF, _on_timer)
+        signal.signal(signal.SIGALRM, _on_timer)
+        signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
+        signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
+        return self
 
     def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         return False
 
@@ -175,12 +201,13 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
                 report["functions"].setdefault(name, {})["placeholder"] = marked
         remaining = deadline - time.monotonic()
         seconds = min(float(task["cell_timeout_s"]), max(remaining, 0.5))
+        limit = time_limit(seconds, wall_s=max(remaining, 0.5))
         try:
-            with time_limit(seconds):
+            with limit:
                 exec(code, namespace)
-        except GradingTimeout:
+        except GradingTimeout as exc:
             entry["status"] = "timed out"
-            entry["message"] = f"stopped after {seconds:.1f} s"
+            entry["message"] = f"stopped after {exc.describe(limit)}"
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry["status"] = "raised"
             entry["message"] = short_exception(exc) + skipped_rule(exc, report, "this cell")
@@ -269,10 +296,11 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
     try:
         args = [argument(a, inputs) for a in call.get("args", [])]
         kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
-        with time_limit(timeout_s):
+        limit = time_limit(timeout_s)
+        with limit:
             value = fn(*args, **kwargs)
-    except GradingTimeout:
-        absent(f"`{name}` did not return within {timeout_s:g} s (an endless loop?)")
+    except GradingTimeout as exc:
+        absent(f"`{name}` did not return within {exc.describe(limit)}{'' if exc.wall else ' (an endless loop?)'}")
         return
     except NotImplementedError as exc:
         absent(f"not attempted: `{name}` raises NotImplementedError({str(exc)[:200]!r})")

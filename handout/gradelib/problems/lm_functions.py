@@ -65,8 +65,8 @@ HARNESS = ("child_common.py", "notebook_child.py", "lm_child.py")
 # Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
 # imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
 FUNCTION_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 30.0, "Seconds one cell of notebook 3 may run (training cells never run)."),
-    "call_timeout_s": Setting((int, float), 10.0, "Seconds one call of predict() or generate() may take."),
+    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells never run)."),
+    "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
 }
 # A correct sampler stays below this total-variation distance with overwhelming probability at
 # 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
