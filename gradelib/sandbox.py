@@ -132,7 +132,11 @@ class Limits:
 
 
 LOG_CAP = 64 * 1024  # bytes of the child's output kept (its tail)
-EVENTS_CAP = 64 * 1024  # bytes of audit events read
+EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
+EVENTS_KEPT = 256  # records kept in order (ChildRun.events), and arguments kept per event name
+EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
+HARNESS_EVENTS = ("boot", "autograd")
+EVENT_RECORD_MAX = 4096  # bytes of one record; boot.py's hook writes at most 4 x 200 + 1
 SHM_MB = 64  # private /dev/shm of a namespaced child
 UID_BASE = 61000  # uids UID_BASE .. UID_BASE + SLOTS - 1 are reserved for sandboxed children
 SLOTS = 64
@@ -157,12 +161,18 @@ class ChildRun:
     isolation: list[str] = field(default_factory=list)
     leftover_killed: int = 0
     level: str = "none"
-    events: list[str] = field(default_factory=list)  # audit events, in order, as "gradelib.<name> args"
+    events: list[str] = field(default_factory=list)  # the first audit events, in order, as "gradelib.<name> args"
     output_capped_mb: int = 0  # the cap on what it may print, when it printed more and was stopped for it
+    event_index: dict[str, list[str]] = field(default_factory=dict)  # event name -> arguments of each, in order
+    events_tampered: str = ""  # why the audit channel cannot be trusted (the run wrote to it or flooded it)
+    events_capped_mb: int = 0  # the cap on the audit events it may send, when it sent more and was stopped for it
 
     def describe(self) -> str:
         if self.output_capped_mb:
             return f"was stopped when its output passed {self.output_capped_mb} MB (print less: the grader keeps only the last lines)"
+        if self.events_capped_mb:
+            return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
+                    "(only the grader's own hook writes there)")
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:
@@ -179,8 +189,7 @@ class ChildRun:
 
     def event_args(self, name: str) -> list[str]:
         """Arguments of every `gradelib.<name>` event the child raised."""
-        prefix = f"gradelib.{name} "
-        return [e[len(prefix):] for e in self.events if e.startswith(prefix)]
+        return list(self.event_index.get(name, []))
 
 
 _subreaper_set = False
@@ -693,16 +702,66 @@ def _fallback(argv, workdir: Path, limits: Limits, rep_w: int, env_extra, templa
 class _Tail:
     """The last `cap` bytes written to a pipe."""
 
-    def __init__(self, cap: int, keep_head: bool = False):
-        self.cap, self.keep_head, self.data, self.total = cap, keep_head, bytearray(), 0
+    def __init__(self, cap: int):
+        self.cap, self.data, self.total = cap, bytearray(), 0
 
     def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        if self.keep_head:
-            self.data += chunk[: max(0, self.cap - len(self.data))]
-        else:
-            self.data += chunk
-            del self.data[: max(0, len(self.data) - self.cap)]
+        self.data += chunk
+        del self.data[: max(0, len(self.data) - self.cap)]
+
+
+class _Events:
+    """The audit events a run sends, read record by record to the end, whatever came before.
+
+    boot.py's hook writes each `gradelib.<name> args` event as one line, in one write (atomic on a
+    pipe). Every record is indexed by name whatever precedes it, so no padding of harmless events
+    pushes an autograd record out of view; anything that is not such a record (bytes a submission
+    wrote to the pipe itself) or a flood past the limit marks the channel `tampered`: nothing an
+    honest run does.
+    """
+
+    def __init__(self, limit_bytes: int):
+        self.limit, self.total = limit_bytes, 0
+        self.records: list[str] = []
+        self.by_name: dict[str, list[str]] = {}
+        self.tampered = ""
+        self._partial = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.total > self.limit:
+            self._mark(f"it sent more than {self.limit >> 20} MB of audit events")
+            return
+        self._partial += chunk
+        *complete, rest = self._partial.split(b"\n")
+        self._partial = bytearray(rest)
+        if len(self._partial) > EVENT_RECORD_MAX:
+            self._mark("it wrote an over-long record to the grader's audit pipe")
+            self._partial.clear()
+        for raw in complete:
+            self._record(raw)
+
+    def _record(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        event, _, args = text.partition(" ")
+        name = event[len("gradelib."):]
+        if not event.startswith("gradelib.") or not name.isidentifier() or len(raw) > EVENT_RECORD_MAX:
+            self._mark("it wrote to the grader's audit pipe")
+            return
+        if len(self.records) < EVENTS_KEPT:
+            self.records.append(text)
+        if name in self.by_name or name in HARNESS_EVENTS or len(self.by_name) < EVENT_NAMES_KEPT:
+            kept = self.by_name.setdefault(name, [])
+            if len(kept) < EVENTS_KEPT:
+                kept.append(args)
+
+    def _mark(self, why: str) -> None:
+        self.tampered = self.tampered or why
+
+    @property
+    def flooded(self) -> bool:
+        return self.total > self.limit
 
 
 _active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid": ..., "cgroups": [...]}
@@ -749,7 +808,7 @@ def sweep_free_slots() -> int:
     return killed
 
 
-def _pipes(log: _Tail, events: _Tail, out_r: int, rep_r: int) -> selectors.DefaultSelector:
+def _pipes(log: _Tail, events: _Events, out_r: int, rep_r: int) -> selectors.DefaultSelector:
     """A selector over the run's output and event pipes, each read into its tail."""
     sel = selectors.DefaultSelector()
     for fd, sink in ((out_r, log), (rep_r, events)):
@@ -762,7 +821,7 @@ def _pump(sel: selectors.DefaultSelector, wait_s: float) -> list:
     """Read what the pipes hold into their tails (a pipe at its end is dropped); other ready keys are returned."""
     others = []
     for key, _ in sel.select(wait_s):
-        if not isinstance(key.data, _Tail):
+        if not isinstance(key.data, (_Tail, _Events)):
             others.append(key)
             continue
         try:
@@ -798,7 +857,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
     _active[proc.pid] = {"uid": slot.uid if slot is not None else 0, "cgroups": cgroups}
     os.close(out_w)
     os.close(rep_w)
-    log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
+    log, events = _Tail(LOG_CAP), _Events(EVENTS_LIMIT_MB << 20)
     sel = _pipes(log, events, out_r, rep_r)
 
     deadline = start + limits.timeout_s
@@ -814,7 +873,7 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
             break
         if sel.get_map():
             _pump(sel, min(left, 0.05))
-            if log.total > limits.output_mb << 20:
+            if log.total > limits.output_mb << 20 or events.flooded:
                 flooded = True  # printing all the time it has would only cost the grader reading it
                 break
         else:
@@ -838,9 +897,9 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
     text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
-    lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
-    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, lines,
-                    limits.output_mb if flooded else 0)
+    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, events.records,
+                    limits.output_mb if flooded and not events.flooded else 0, events.by_name, events.tampered,
+                    EVENTS_LIMIT_MB if events.flooded else 0)
 
 
 
@@ -1115,7 +1174,7 @@ class Session:
                     os.close(fd)
                 except OSError:
                     pass
-        log, events = _Tail(LOG_CAP), _Tail(EVENTS_CAP, keep_head=True)
+        log, events = _Tail(LOG_CAP), _Events(EVENTS_LIMIT_MB << 20)
         sel = _pipes(log, events, out_r, rep_r)
         sel.register(self.sock, selectors.EVENT_READ, "template")
         deadline = start + limits.timeout_s
@@ -1136,7 +1195,7 @@ class Session:
                     gone = True  # the template died (or was killed by the run)
                 elif "returncode" in message:
                     reply = message
-            if log.total > limits.output_mb << 20:
+            if log.total > limits.output_mb << 20 or events.flooded:
                 flooded = True
                 break
         sel.unregister(self.sock)
@@ -1162,9 +1221,10 @@ class Session:
         for fd in (out_r, rep_r):
             os.close(fd)
         text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
-        lines = bytes(events.data).decode("utf-8", errors="replace").splitlines()
         return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, _printable(text),
-                        list(self.isolation), killed, self.level, lines, limits.output_mb if flooded else 0)
+                        list(self.isolation), killed, self.level, events.records,
+                        limits.output_mb if flooded and not events.flooded else 0, events.by_name, events.tampered,
+                        EVENTS_LIMIT_MB if events.flooded else 0)
 
 
 _session: Session | None = None

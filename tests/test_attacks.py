@@ -976,6 +976,62 @@ def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
     assert "uses automatic differentiation" not in text, text
 
 
+# Before its autograd call, the backward sends 400 harmless-looking events of its own (76 KB): with
+# only the first 64 KB of the audit pipe read, the autograd record fell out of view (30 / 30).
+PADDED_EVENTS = """
+import sys as _sys
+for _ in range(400):
+    _sys.audit("gradelib.pad", "x" * 190)
+""" + AUTOGRAD_HIDDEN
+
+# It finds the audit pipe among its descriptors and writes to it: once a little junk with no end of
+# line (glued to the autograd record that follows, it would hide it), once without end.
+PIPE_WRITER = r"""
+import os, stat, fcntl
+
+
+def audit_pipe():
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                return fd
+        except OSError:
+            continue
+    raise RuntimeError("no audit pipe found")
+
+
+fd = audit_pipe()
+if @FOREVER@:
+    while True:
+        os.write(fd, b"y" * 65536)
+os.write(fd, b"junk with no end of line ")
+""" + AUTOGRAD_HIDDEN
+
+
+@pytest.mark.parametrize("attack", ["padding events", "junk on the pipe", "a flood on the pipe"])
+def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit_pipe(tmp_path, attack):
+    """Every record on the audit pipe is read and indexed, whatever precedes it; bytes that are not the
+    hook's own records mark the channel as tampered with (backward points withheld, forward kept), and
+    a flood is stopped at 1 MB, not at the time limit."""
+    source = {"padding events": PADDED_EVENTS, "junk on the pipe": PIPE_WRITER.replace("@FOREVER@", "False"),
+              "a flood on the pipe": PIPE_WRITER.replace("@FOREVER@", "True")}[attack]
+    start = time.monotonic()
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
+    assert time.monotonic() - start < 20
+    backward = [t for t in result.tests if "backward" in t.name]
+    forward = [t for t in result.tests if "forward" in t.name]
+    assert backward and all(t.score == 0.0 for t in backward), [t.output for t in backward]
+    text = "\n".join(t.output for t in backward)
+    assert "Backward points withheld" in text, text
+    if attack == "padding events":
+        assert "torch.autograd.grad" in text and all(t.passed for t in forward), text
+    elif attack == "junk on the pipe":
+        assert "tampered with the grader's record of autograd calls (it wrote to the grader's audit pipe)" in text, text
+        assert all(t.passed for t in forward), [t.output for t in forward]
+    else:
+        assert "was stopped when it sent more than 1 MB to the grader's audit pipe" in "\n".join(result.notes), result.notes
+
+
 FILL_AND_HANG = r"""
 import ctypes, os, signal, time
 ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
@@ -1399,3 +1455,27 @@ def test_a_notebook_that_plants_one_pass_logits_for_the_hidden_rows_gains_nothin
     assert "answered 0 of 20 steps" in nll.output, nll.output
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "internal grader error" not in said and "Traceback" not in said, said[:3000]
+
+
+def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
+    """The grader's reader of the audit pipe: a record split across reads is one record; harmless
+    events in any number do not hide a harness event; a byte that is not part of a hook record marks
+    the channel, even glued to the front of a real record."""
+    from gradelib.sandbox import EVENTS_KEPT, _Events
+
+    stream = b"gradelib.boot ok\n" + b"gradelib.pad " + b"x" * 190 + b"\n"
+    stream = stream[:17] + stream[17:] * 600 + b"gradelib.autograd torch.autograd.grad\n"
+    for cut in (1, 5, 17, 100, 4095):
+        events = _Events(1 << 20)
+        for i in range(0, len(stream), cut):
+            events.add(stream[i : i + cut])
+        assert events.by_name["autograd"] == ["torch.autograd.grad"], cut
+        assert events.by_name["boot"] == ["ok"] and len(events.by_name["pad"]) == EVENTS_KEPT
+        assert not events.tampered and len(events.records) == EVENTS_KEPT
+    glued = _Events(1 << 20)
+    glued.add(b"gradelib.boot ok\njunk gradelib.autograd torch.autograd.grad\n")
+    assert glued.tampered == "it wrote to the grader's audit pipe" and "autograd" not in glued.by_name
+    flood = _Events(1 << 20)
+    for _ in range(300):  # well-formed records, 1.2 MB of them
+        flood.add(b"gradelib.pad " + b"x" * 3986 + b"\n")
+    assert flood.flooded and flood.tampered.startswith("it sent more than 1 MB")

@@ -146,6 +146,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
     withheld = {}
     reasons = []
+    if run.events_tampered:  # the pipe that carries the record of autograd calls cannot be trusted
+        reasons.append(f"tampered with the grader's record of autograd calls ({run.events_tampered})")
     if static_hits:
         reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
     if runtime_hits:
