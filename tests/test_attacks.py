@@ -276,6 +276,20 @@ raise RuntimeError("daemon started")
 
 
 # A chain of processes, each in a session of its own, burning CPU: all must die with the run.
+# The kernel's keyrings are per uid and outside every namespace: a key added here would be there
+# for the next run under the same sandbox uid (and, with its permissions opened, for any uid).
+ATTACKS["keyring"] = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+nr = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
+payload = b"@MARKER@"
+key = libc.syscall(nr[0], b"user", b"@MARKER@", payload, ctypes.c_size_t(len(payload)), ctypes.c_int(-4))
+add_errno = ctypes.get_errno()
+found = libc.syscall(nr[1], 10, ctypes.c_long(-4), b"user", b"@MARKER@", 0)  # KEYCTL_SEARCH the user keyring
+raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={ctypes.get_errno()}")
+'''
+
 ATTACKS["setsid_chain"] = r'''
 import ctypes, os, time
 started = 0
@@ -781,6 +795,49 @@ while True:
 FLOOD = "import os\nwhile True:\n    os.write(1, b'{\"scores\":{\"attention\":30}}\\n' * 1000)\n"
 
 
+# Five processes, each well under its own address-space cap, that hold 1.5 GB between them.
+MEMORY_SPREAD = r"""
+import os, select, time
+held = 0
+readers = []
+for _ in range(5):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        block = b"\x01" * (300 << 20)  # written, so resident
+        os.write(w, b"ok")
+        time.sleep(60)
+        os._exit(0)
+    os.close(w)
+    readers.append(r)
+deadline = time.monotonic() + 20
+for r in readers:
+    ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+    held += bool(ready) and os.read(r, 2) == b"ok"
+raise RuntimeError(f"memory spread: {held} of 5 processes held 300 MB")
+"""
+
+
+def _memory_cgroups() -> bool:
+    if os.geteuid() != 0:
+        return False
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    return "memory" in v2.read_text().split() if v2.exists() else Path("/sys/fs/cgroup/memory/cgroup.procs").exists()
+
+
+@pytest.mark.skipif(not _memory_cgroups(), reason="the run's memory cgroup needs root and the memory controller")
+def test_memory_spread_over_processes_is_capped_for_the_run_as_a_whole(tmp_path):
+    """RLIMIT_AS caps each process alone; the run's memory cgroup caps them together (1200 MB here),
+    so five processes of 300 MB each do not all live, and nothing of them is left."""
+    before = set(descendants(os.getpid()))
+    result = grade_files(tmp_path, {"attention.py": MEMORY_SPREAD}, only=["attention"], timeout_s=30, memory_mb=1200)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert result.score == 0.0
+    assert "5 of 5 processes held 300 MB" not in said, said
+    assert ("of 5 processes held 300 MB" in said) or ("killed by SIGKILL" in said), said
+    assert set(descendants(os.getpid())) - before == set()
+
+
 @pytest.mark.parametrize("where", ["attention.py", "a notebook cell"])
 def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path, where):
     """Printing without end is stopped once the output passes Limits.output_mb, in a plain run and in a
@@ -840,6 +897,13 @@ def attack_text(batch, attack: str) -> str:
     result = batch["results"][attack]
     assert result is not None, f"{attack} has no results.json"
     return outputs(result)
+
+
+def test_no_run_can_add_or_read_a_kernel_key(batch):
+    """add_key and keyctl fail with EPERM (the sandbox's seccomp filter), and no key with the marker exists."""
+    text = attack_text(batch, "keyring")
+    assert "keyring add_key=-1 errno=1 search=-1 errno=1" in text, text
+    assert batch["marker"] not in Path("/proc/keys").read_text()
 
 
 @needs_namespaces
@@ -1371,6 +1435,7 @@ def test_on_a_cgroup_v2_host_a_run_gets_one_cpu_and_a_process_cap(tmp_path, monk
     assert len(made) == 1 and made[0].parent == root and made[0].name.startswith(f"gradelib-{os.getpid()}-")
     assert (made[0] / "cpu.max").read_text() == f"{sandbox.CPU_PERIOD_US} {sandbox.CPU_PERIOD_US}"
     assert (made[0] / "pids.max").read_text() == "42"
+    assert (made[0] / "memory.max").read_text() == str(3072 << 20) and (made[0] / "memory.swap.max").read_text() == "0"
     assert sandbox._cgroup_label(made[0]) == "v2"
     child = subprocess.Popen(["sleep", "60"])
     try:

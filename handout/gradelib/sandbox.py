@@ -491,21 +491,27 @@ _run_counter = iter(range(1, 1 << 62))
 
 
 def _make_cgroups(limits: Limits) -> list[Path]:
-    """A cpu and a pids cgroup (v1, or v2 where delegated) for one run; [] where none can be made.
+    """A cpu, a pids and a memory cgroup (v1, or v2 where delegated) for one run; [] where none can be made.
 
     The whole run shares one CPU, so however many processes or sessions it
     starts (each setsid() is an autogroup of its own in the root cgroup),
     a classmate graded alongside keeps its share; pids.max caps processes and
-    threads of the run whatever uid they have. Where nothing can be made the
-    run goes on with rlimits only.
+    threads of the run whatever uid they have; the memory limit holds for all
+    its processes together (RLIMIT_AS caps each one alone: 64 processes of
+    3 GB each would be 192 GB). Where nothing can be made the run goes on
+    with rlimits only; the memory controller is optional.
     """
     name = f"gradelib-{os.getpid()}-{next(_run_counter)}"
+    memory = str(limits.memory_mb << 20)
     # bubblewrap's own two processes are in the group too.
     settings = {"cpu": {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(CPU_PERIOD_US)},
-                "pids": {"pids.max": str(limits.processes + 2)}}
+                "pids": {"pids.max": str(limits.processes + 2)},
+                "memory": {"memory.limit_in_bytes": memory}}
+    optional = {"memory.max", "memory.swap.max"}
     made: list[Path] = []
     if (CGROUP_ROOT / "cgroup.controllers").exists():  # v2
-        settings = {"": {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "pids.max": str(limits.processes + 2)}}
+        settings = {"": {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "pids.max": str(limits.processes + 2),
+                         "memory.max": memory, "memory.swap.max": "0"}}
     for controller, files in settings.items():
         # v1: below the grader's own group, so limits put on the grader (a slice, a benchmark's box) hold
         # for the run too. v2 forbids processes in a group with children: its root (a container's own, under
@@ -520,7 +526,11 @@ def _make_cgroups(limits: Limits) -> list[Path]:
             continue
         try:
             for fname, value in files.items():
-                (folder / fname).write_text(value)
+                try:
+                    (folder / fname).write_text(value)
+                except OSError:
+                    if fname not in optional:  # v2 without the memory controller delegated: cpu and pids still hold
+                        raise
         except OSError:
             _remove_cgroup(folder)
             continue
@@ -545,7 +555,7 @@ def _own_cgroup(controller: str) -> Path:
 
 def _cgroup_label(folder: Path) -> str:
     first = folder.relative_to(CGROUP_ROOT).parts[0]
-    return first if first in ("cpu", "pids") else "v2"
+    return first if first in ("cpu", "pids", "memory") else "v2"
 
 
 def _remove_cgroup(folder: Path) -> None:
@@ -595,7 +605,7 @@ def kill_cgroups(cgroups: list[Path], wait_s: float = 10.0) -> int:
 
 def sweep_cgroups() -> None:
     """Empty and remove the run cgroups of graders that were killed (below our own groups)."""
-    for base in {CGROUP_ROOT, _own_cgroup("cpu"), _own_cgroup("pids")}:
+    for base in {CGROUP_ROOT, _own_cgroup("cpu"), _own_cgroup("pids"), _own_cgroup("memory")}:
         for folder in base.glob("gradelib-*"):
             try:
                 owner = int(folder.name.split("-")[1])
