@@ -177,3 +177,15 @@ def test_the_template_imports_matplotlib_only_for_a_notebook_whose_graded_cells_
         (tmp_path / name).write_text(text)
     assert runs_matplotlib([tmp_path / "plotted.ipynb"]) is True
     assert runs_matplotlib([broken]) is True and runs_matplotlib([tmp_path / "nested.ipynb"]) is True
+
+
+def test_calls_that_wait_forever_never_run_the_process_past_its_time_limit(tmp_path):
+    """Each call may wait on the wall clock for at most a quarter of the time the process has left, so a
+    function that sleeps in every call loses its own lines only: every other function is still called."""
+    nb = edited(NB1, "predicted_ids", "return np.argmax(", "import time\n    time.sleep(1000)\n    return np.argmax(")
+    start = time.monotonic()
+    result = grade(tmp_path, {NB1: nb}, only=["losses"], timeout_s=12)
+    assert time.monotonic() - start < 30
+    assert failing(result, "losses") == {("predicted_ids", "public"), ("predicted_ids", "hidden")}, [
+        t.output[:300] for t in result.tests if not t.passed]
+    assert "on the wall clock (it waited rather than computed)" in message(result, "losses", "predicted_ids", "hidden")

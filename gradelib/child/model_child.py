@@ -143,12 +143,12 @@ def teacher_forced_given(model, name: str, prompts: np.ndarray, given: np.ndarra
     return ""
 
 
-def call(namespace: dict, name: str, report: dict, timeout_s: float, *args):
+def call(namespace: dict, name: str, report: dict, timeout_s: float, wall_s: float, *args):
     fn = namespace.get(name)
     if not callable(fn):
         report[name] = f"`{name}` is not defined after running notebook 3"
         return None
-    limit = notebook_child.time_limit(timeout_s)
+    limit = notebook_child.time_limit(timeout_s, wall_s)
     try:
         with limit:
             value = fn(*args)
@@ -162,6 +162,7 @@ def call(namespace: dict, name: str, report: dict, timeout_s: float, *args):
 
 def main() -> None:
     task = load_task()
+    started = time.monotonic()
     budget = float(task.get("budget_s", 120.0))
     OUTPUTS.mkdir(exist_ok=True)
     sys.stdout = sys.stderr = notebook_child.BoundedSink(notebook_child.MAX_CAPTURED_OUTPUT)
@@ -215,15 +216,19 @@ def main() -> None:
             report[entry["name"]] = f"the model raised {short_exception(exc)}"
         lap(f"teacher_forcing_{entry['name']}")
     call_s = float(task.get("call_timeout_s", 30.0))
+
+    def half_left() -> float:  # the wall-clock cap of a call: generate and predict both get their turn
+        return max((budget - (time.monotonic() - started)) / 2, 0.5)
+
     with np.load(SCRATCH / "inputs" / "generation.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
-    ids = call(namespace, "generate", report["calls"], call_s, model, prompts, int(task["generation_steps"]))
+    ids = call(namespace, "generate", report["calls"], call_s, half_left(), model, prompts, int(task["generation_steps"]))
     if ids is not None:
         save(OUTPUTS / "generated.npy", np.asarray(ids))
     lap("generate")
     with np.load(SCRATCH / "inputs" / "prediction.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
-    logits = call(namespace, "predict", report["calls"], call_s, model, prompts, int(task["prediction_steps"]))
+    logits = call(namespace, "predict", report["calls"], call_s, half_left(), model, prompts, int(task["prediction_steps"]))
     if logits is not None:
         save(OUTPUTS / "predicted.npy", np.asarray(logits))
     lap("predict")

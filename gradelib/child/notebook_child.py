@@ -278,7 +278,8 @@ def argument(spec: str, inputs: dict):
     raise ValueError(f"unknown argument kind {kind!r}")
 
 
-def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float) -> None:
+def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float,
+                    wall_s: float | None = None) -> None:
     name = call["function"]
     info = report["functions"].get(name, {})
     outputs: dict = call["outputs"]
@@ -296,7 +297,7 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
     try:
         args = [argument(a, inputs) for a in call.get("args", [])]
         kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
-        limit = time_limit(timeout_s)
+        limit = time_limit(timeout_s, wall_s)
         with limit:
             value = fn(*args, **kwargs)
     except GradingTimeout as exc:
@@ -357,8 +358,10 @@ def main() -> None:
         with np.load(SCRATCH / case["inputs"], allow_pickle=False) as data:
             inputs = {k: data[k] for k in data.files}
         for call in task["calls"]:
-            left = budget - (time.monotonic() - started)
-            call_and_record(rec, call, inputs, namespace, report, min(float(task["call_timeout_s"]), max(left / 4, 0.5)))
+            # A quarter of what is left, at most, so calls that wait (and use no CPU) never run the process
+            # past its time limit: each later call still has its turn.
+            quarter = max((budget - (time.monotonic() - started)) / 4, 0.5)
+            call_and_record(rec, call, inputs, namespace, report, min(float(task["call_timeout_s"]), quarter), quarter)
         rec.write()
 
 

@@ -140,7 +140,8 @@ def seed_cpu(seed: int) -> None:
     torch.default_generator.manual_seed(seed)
 
 
-def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float) -> None:
+def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float,
+                    wall_s: float | None = None) -> None:
     # Every call starts from the case's seed: random inits and samples are the same on every run.
     seed_cpu(int(inputs.get("seed", 0)))
     name = call["function"]
@@ -148,7 +149,7 @@ def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict
         namespace = {**namespace, name: DRIVERS[name](namespace, inputs)}
     elif any(q.endswith("_mode") for q in call["outputs"]) and callable(namespace.get(name)):
         namespace = {**namespace, name: _mode_after(namespace[name])}
-    base_call_and_record(rec, call, inputs, namespace, report, timeout_s)
+    base_call_and_record(rec, call, inputs, namespace, report, timeout_s, wall_s)
 
 
 def argument(spec: str, inputs: dict):
