@@ -63,22 +63,35 @@ def stakes(result: SubmissionResult, problems: dict[str, Problem]) -> str:
     return "\n".join(lines)
 
 
+CHOOSE = "pass --runid <id> --epoch <n> to python autograder.py, or runid=<id> epoch=<n> to make"
+
+
 def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str, str, str]:
-    """(runid, epoch, a line saying which run is graded); ('', '', line) when there is none."""
-    if runid and epoch:
-        return runid, epoch, f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs."
+    """(runid, epoch, a line saying which run is graded); ('', '', line) when there is none to grade."""
     found = runs(handout)
+    if epoch and not runid:
+        if not found:
+            return "", "", f"No trained run under experiments/ yet, so no epoch {epoch} to grade: train in notebook 3 first."
+        runid = next(iter(found))  # the newest run
+        if not epoch.isdigit() or int(epoch) not in found[runid]:
+            return "", "", (f"The newest run, experiments/{runid}, has no checkpoint for epoch {epoch}, so the "
+                            f"language-model files are not graded; {runs_text(handout)} ({CHOOSE}).")
+        return runid, epoch, f"Grading the newest run, experiments/{runid}, epoch {epoch}."
+    if runid and epoch:
+        if runid in found and (not epoch.isdigit() or int(epoch) not in found[runid]):
+            return runid, epoch, (f"experiments/{runid} has no checkpoint for epoch {epoch}: its language-model "
+                                  f"files are missing below; {runs_text(handout)}.")
+        return runid, epoch, f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs."
     if runid:
         epochs = found.get(runid)
         if not epochs:
             return runid, "", f"experiments/{runid} holds no checkpoint; {runs_text(handout)}"
-        return runid, str(epochs[-1]), f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass epoch=<n> to choose)."
+        return runid, str(epochs[-1]), f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass an epoch to choose: {CHOOSE})."
     if not found:
         return "", "", "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained."
     newest = next(iter(found))
     last = found[newest][-1]
-    return newest, str(last), (f"Grading the newest run, experiments/{newest}, epoch {last} "
-                                "(pass runid=<id> epoch=<n> to choose another).")
+    return newest, str(last), f"Grading the newest run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE})."
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
@@ -113,8 +126,13 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             print(said)
             submission = Path(tmp) / "handin"
             submission.mkdir()
-            # Exactly the files `make handin` would pack (whatever exists of them).
-            for name, src in collect(handout, runid, epoch, partial=True).files.items():
+            # Exactly the files `make handin` would pack (whatever exists of them). One that `make handin`
+            # would refuse is graded all the same, so its lines say what is wrong with it (a syntax error
+            # and its line, not "missing").
+            packed = collect(handout, runid, epoch, partial=True)
+            for problem in packed.problems:
+                print(f"note: make handin would refuse {problem}")
+            for name, src in {**packed.files, **packed.refused}.items():
                 shutil.copyfile(src, submission / name)
         result = grade_submission(
             submission,

@@ -23,7 +23,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -268,11 +268,13 @@ class Packed:
     files: dict[str, Path]  # handin name -> source path, in manifest order
     problems: list[str]  # what to fix; empty when the handin may be written
     notes: list[str]  # things worth knowing that do not block the handin
+    refused: dict[str, Path] = field(default_factory=dict)  # present but failing its check (a syntax error, ...)
 
 
 def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed:
     """Pick and check the files of a handin from the handout folder `root`."""
     files: dict[str, Path] = {}
+    refused: dict[str, Path] = {}
     problems: list[str] = []
     notes: list[str] = []
     have_run = bool(runid and epoch)
@@ -303,6 +305,7 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             notes += [f"{name} (from {rel}) {p}; it is optional and left out" for p in found]
         elif found:
             problems += [f"{name} (from {rel}) {p}" for p in found]
+            refused[name] = path
         else:
             files[name] = path
             left = todos(path) if path.suffix in (".py", ".ipynb") else []
@@ -312,7 +315,7 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
     total = sum(p.stat().st_size for p in files.values())
     if total > MAX_TOTAL_BYTES:
         problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB")
-    return Packed(files, problems, notes)
+    return Packed(files, problems, notes, refused)
 
 
 def write_tar(files: dict[str, Path], out: Path) -> None:

@@ -274,3 +274,27 @@ def test_the_notebook_check_agrees_with_nbformat_s_validator():
     for what, data in cases.items():
         assert notebook_problem(data), what
         assert nbformat_rejects(data), what  # the oracle agrees that it is malformed
+
+
+def test_choosing_the_run_to_grade_locally_never_grades_another_epoch_than_asked(tmp_path):
+    """--epoch alone means the newest run's epoch; an epoch a run lacks is said, never swapped for another."""
+    import os
+    import time
+
+    from gradelib.local import choose_run
+
+    for run, epochs, age in (("old", (1, 2, 3), 100), ("new", (1, 2), 0)):
+        folder = tmp_path / "experiments" / run
+        folder.mkdir(parents=True)
+        for e in epochs:
+            (folder / f"model_{e}.pt").write_bytes(b"w")
+        os.utime(folder, (time.time() - age, time.time() - age))
+    assert choose_run(tmp_path, None, None)[:2] == ("new", "2")
+    assert choose_run(tmp_path, None, "1")[:2] == ("new", "1")
+    runid, epoch, said = choose_run(tmp_path, None, "3")
+    assert (runid, epoch) == ("", "") and "experiments/new, has no checkpoint for epoch 3" in said
+    assert "runid=old (epochs 1, 2, 3)" in said and "--runid <id> --epoch <n>" in said
+    assert choose_run(tmp_path, "old", None)[:2] == ("old", "3")
+    runid, epoch, said = choose_run(tmp_path, "old", "5")
+    assert (runid, epoch) == ("old", "5") and "experiments/old has no checkpoint for epoch 5" in said
+    assert choose_run(tmp_path, "old", "2")[:2] == ("old", "2")

@@ -503,6 +503,21 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     assert "[hidden]" not in proc.stdout
 
 
+def test_local_autograder_names_a_syntax_error_not_a_missing_file(local_handout, tmp_path):
+    """A file `make handin` would refuse is still graded locally, so its lines give the reason and line."""
+    folder = shutil.copytree(local_handout, tmp_path / "broken")
+    lines = SOLUTIONS.joinpath("attention.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "self.Q = X @ self.W_q" in text)
+    lines[line - 1] = "        self.Q = X @ self.W_q  ("
+    (folder / "attention.py").write_text("\n".join(lines) + "\n")
+    proc, rows = run_local(folder, "--only", "attention")
+    assert proc.returncode == 0, proc.stderr
+    assert rows and all(float(r["got"]) == 0.0 for r in rows)
+    assert f"attention.py does not parse: line {line}: '(' was never closed" in proc.stdout, proc.stdout
+    assert f"note: make handin would refuse attention.py (from attention.py) does not parse: line {line}" in proc.stdout
+    assert "missing" not in proc.stdout and "lacks attention.py" not in proc.stdout, proc.stdout
+
+
 def test_local_autograder_refuses_an_unknown_problem(local_handout):
     proc, _ = run_local(local_handout, "--only", "no_such_problem")
     assert proc.returncode != 0

@@ -66,8 +66,9 @@ def _chars(n: int) -> str:
 
 
 def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
-    """The corpus facts the handout states, from the fixtures: placeholder name -> text."""
+    """The corpus facts the handout states, from the fixtures (and the grader's constants): placeholder name -> text."""
     from autograder.reference.provenance import check_reference
+    from gradelib.problems.lm_model import GENERATE_CHECK_ROWS, PREDICT_CHECK_ROWS
 
     lm = fixtures / "lm"
     check_reference(lm)  # a reference of another corpus would state stale figures
@@ -111,6 +112,7 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
         "reference_val_nll": f"{final['val_prediction_nll']:.2f}",
         "reference_generation_perplexity": f"{final['generation_perplexity']:.1f}",
         "full_credit_phrase": full,
+        "check_rows": str(min(PREDICT_CHECK_ROWS, GENERATE_CHECK_ROWS)),
     }
 
 
