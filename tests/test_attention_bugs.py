@@ -442,3 +442,14 @@ def test_a_constant_factor_of_sqrt_dk_is_named(tmp_path, reference_attention):
     scores = [t for t in result.tests if t.line == "forward_scores"]
     assert scores and all("got/expected" in t.output and "that is 1/sqrt(Dk)" in t.output for t in scores), \
         [t.output for t in scores]
+
+
+def test_a_weight_gradient_averaged_over_the_batch_is_named_as_such(tmp_path, reference_attention):
+    """Where B = 2 and Dk = 4, a factor of 0.5 is both 1/B and 1/sqrt(Dk): both causes are named, the batch
+    first; on other batch sizes, 1/B alone. No failing weight-gradient case is left without a cause."""
+    result = graded_bug("weight_grads_averaged")
+    weights = [t for t in result.tests if t.line == "backward_weights" and not t.passed]
+    assert weights
+    for t in weights:
+        assert "the weight gradient must be summed over the batch, not averaged" in t.output, t.output
+        assert "a constant factor is off" not in t.output, t.output

@@ -211,7 +211,7 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
             if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
                 hint = diagnose_softmax(obs.array) or hint
             outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
-        name_factor(outcome, expected["Q"].shape[-1])
+        name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
         follow_upstream(outcome)
         outcomes.append(outcome)
     return outcomes, runtime_hits
@@ -240,17 +240,30 @@ def follow_upstream(outcome: CaseOutcome) -> None:
                 f"{detail} Hint: fix '{first}' first; if '{q}' is still wrong after that: {hint}"))
 
 
-def name_factor(outcome: CaseOutcome, dk: int) -> None:
-    """A constant factor of sqrt(Dk) (or its inverse) is the scaling of the scores, done wrong."""
+WEIGHT_GRADIENTS = ("dLdWq", "dLdWk", "dLdWv")
+
+
+def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
+    """Name a constant factor: sqrt(Dk) (or its inverse) is the scaling of the scores done wrong; 1/B or B
+    on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs. Where one
+    number is both (B = 2, Dk = 4), both are named."""
     for q, c in outcome.checks.items():
         if c.ratio is None:
             continue
+        causes = []
+        if q in WEIGHT_GRADIENTS and batch > 1:
+            for value, what in ((1 / batch, "1/B"), (float(batch), "B")):
+                if abs(c.ratio - value) <= 1e-3 * value:
+                    causes.append(f"{what} (B = {batch}): the weight gradient must be summed over the batch, "
+                                  "not averaged (or summed more than once)")
         for value, what in ((math.sqrt(dk), "sqrt(Dk)"), (1 / math.sqrt(dk), "1/sqrt(Dk)"), (float(dk), "Dk"), (1 / dk, "1/Dk")):
             if abs(c.ratio - value) <= 1e-3 * value:
-                outcome.checks[q] = replace(c, message=c.message.replace(
-                    "a constant factor is off.", f"that is {what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores "
-                    "is missing, applied twice or applied in the wrong place."))
+                causes.append(f"{what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores is missing, applied twice "
+                              "or applied in the wrong place")
                 break
+        if causes:
+            outcome.checks[q] = replace(c, message=c.message.replace(
+                "a constant factor is off.", "that is " + "; or it is ".join(causes) + "."))
 
 
 def diagnose_softmax(a_sig: np.ndarray) -> str:
