@@ -108,3 +108,13 @@ def test_a_constant_factor_is_named_and_other_errors_are_not():
     noisy = expected + np.random.default_rng(0).normal(0, 0.1, expected.shape)
     other = check("X", Observed(True, "torch.Tensor", noisy), expected, rtol=1e-7, atol=1e-9)
     assert not other.passed and other.ratio is None and "got/expected" not in other.message
+
+
+def test_a_constant_factor_is_named_for_real_numbers_only():
+    """Scaled values get 'got/expected = k'; integer ids (a generator that emitted id 0 everywhere) do not."""
+    scaled = run(tensor(EXPECTED * 0.5))
+    assert "got/expected = 0.5 everywhere: a constant factor is off." in scaled.message and scaled.ratio == 0.5
+    ids = np.full((2, 3), 29, dtype=np.int64)
+    zeros = check("greedy_ids", tensor(np.zeros_like(ids)), ids, rtol=0.0, atol=0.0)
+    assert not zeros.passed and zeros.stage == "values" and zeros.ratio is None
+    assert "got/expected" not in zeros.message and "constant factor" not in zeros.message, zeros.message

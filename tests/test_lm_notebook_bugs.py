@@ -97,5 +97,8 @@ def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
     result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(result)
     assert {k for k, v in scores.items() if v < 1.0} == failing, scores
+    if bug == "eos_and_pad_not_excluded":  # the ids are named for what they are, not as a constant factor
+        greedy = [t.output for t in result.tests if t.line == "generate_greedy" and not t.passed]
+        assert greedy and all("generate must never emit them" in o and "constant factor" not in o for o in greedy), greedy
 
 

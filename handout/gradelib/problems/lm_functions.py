@@ -202,6 +202,18 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return group_results(problem, outcomes, vis)
 
 
+def _named_special_ids(result: Check, obs: Observed) -> Check:
+    """A wrong id array that holds <eos> or <pad> says so first: the usual cause is not masking them."""
+    if result.passed or result.stage != "values" or obs.array is None:
+        return result
+    found = [f"{name} (id {token}) {int((obs.array == token).sum())} times" for name, token in (("<eos>", EOS), ("<pad>", PAD))
+             if (obs.array == token).any()]
+    if not found:
+        return result
+    return replace(result, message=f"'{result.name}' holds {' and '.join(found)}: generate must never emit them; "
+                   f"set their logits to -inf before choosing (filter_logits). {result.message}")
+
+
 def _as(got: Observed, kind: str, dtype) -> Observed:
     """Any float (logits) or integer (ids) dtype is accepted: compare in the contract's dtype."""
     if got.array is not None and got.array.dtype.kind in kind:
@@ -248,7 +260,8 @@ def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
             )
     for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
         if q in wanted:
-            outcome.checks[q] = exact(q, got(q, "iu", np.int64), c["expected_greedy_ids"])
+            obs = got(q, "iu", np.int64)
+            outcome.checks[q] = _named_special_ids(exact(q, obs, c["expected_greedy_ids"]), obs)
     kind = fixed_models.KINDS[int(c["m_kind"])]
     for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))), ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
         if q in wanted:
