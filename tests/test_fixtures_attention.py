@@ -29,9 +29,12 @@ def all_cases():
 
 
 # float64 matrix products may differ in the last bits between CPUs (their BLAS kernels sum
-# in different orders), so committed expected values are matched to a few units in the last
-# place; inputs and everything else must match exactly.
-ULPS = 64
+# in different orders), so committed expected values are matched to some units in the last
+# place of their largest entry; inputs and everything else must match exactly. The gradients of
+# large_scores_float64 (scores up to 8,485) carry those differences through Q and K: 255 units
+# between an AMD EPYC host and the one that wrote the fixtures, 2e-14 relative, far below any
+# grading tolerance.
+ULPS = 1024
 
 
 def test_regenerating_gives_byte_identical_files_and_the_committed_values(tmp_path):
