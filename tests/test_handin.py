@@ -139,6 +139,7 @@ def test_a_file_the_grader_cannot_use_stops_the_handin_with_what_to_fix(student,
 def test_runid_and_epoch_are_required_unless_partial(student, capsys):
     rc, _, err = pack(student, capsys)
     assert rc == 1 and "runid= and epoch= are required" in err and "partial=1" in err
+    assert "experiments/ holds: runid=run1 (epochs" in err, err  # the runs to choose from
     proc = make_handin(student, "partial=1")
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(student / "handin.tar") as tar:

@@ -282,7 +282,7 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
         problems.append(
             "runid= and epoch= are required: `make handin runid=<experiment folder> epoch=<n>` hands in "
             "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
-            "`make handin partial=1` hands in the other files without them"
+            f"`make handin partial=1` hands in the other files without them; {runs_text(root)}"
         )
     for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
         # A link in the student's own folder is theirs to make: pack what it points to.
