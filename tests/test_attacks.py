@@ -1048,8 +1048,9 @@ for _ in range(400):
     _sys.audit("gradelib.pad", "x" * 190)
 """ + AUTOGRAD_HIDDEN
 
-# It finds the audit pipe among its descriptors and writes to it: once a little junk with no end of
-# line (glued to the autograd record that follows, it would hide it), once without end.
+# It finds the audit pipe among its descriptors and writes to it: once a little junk, or the start of
+# a record, with no end of line (glued to the autograd record that follows, either would hide it), once
+# without end.
 PIPE_WRITER = r"""
 import os, stat, fcntl
 
@@ -1068,17 +1069,35 @@ fd = audit_pipe()
 if @FOREVER@:
     while True:
         os.write(fd, b"y" * 65536)
-os.write(fd, b"junk with no end of line ")
+os.write(fd, @PAYLOAD@)
 """ + AUTOGRAD_HIDDEN
 
 
-@pytest.mark.parametrize("attack", ["padding events", "junk on the pipe", "a flood on the pipe"])
+JUST_BEFORE_THE_CALL = r"""
+_plain = getattr(Attention, "back" + "ward")
+
+
+def _prefixed(self, dLdXnew):
+    os.write(fd, b"gradelib.note ")
+    return _plain(self, dLdXnew)
+
+
+setattr(Attention, "back" + "ward", _prefixed)
+"""
+
+
+@pytest.mark.parametrize("attack", ["padding events", "junk on the pipe", "a record-shaped prefix", "a flood on the pipe"])
 def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit_pipe(tmp_path, attack):
     """Every record on the audit pipe is read and indexed, whatever precedes it; bytes that are not the
     hook's own records mark the channel as tampered with (backward points withheld, forward kept), and
     a flood is stopped at 1 MB, not at the time limit."""
-    source = {"padding events": PADDED_EVENTS, "junk on the pipe": PIPE_WRITER.replace("@FOREVER@", "False"),
-              "a flood on the pipe": PIPE_WRITER.replace("@FOREVER@", "True")}[attack]
+    writer = PIPE_WRITER.replace("@FOREVER@", "False")
+    source = {"padding events": PADDED_EVENTS,
+              "junk on the pipe": writer.replace("@PAYLOAD@", 'b"junk with no end of line "'),
+              # A record's start with no end of line, written just before the autograd call: the hook's own
+              # record must not become its arguments.
+              "a record-shaped prefix": writer.replace("@PAYLOAD@", 'b""') + JUST_BEFORE_THE_CALL,
+              "a flood on the pipe": PIPE_WRITER.replace("@FOREVER@", "True").replace("@PAYLOAD@", 'b""')}[attack]
     start = time.monotonic()
     result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
     assert time.monotonic() - start < 20
@@ -1087,8 +1106,8 @@ def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit
     assert backward and all(t.score == 0.0 for t in backward), [t.output for t in backward]
     text = "\n".join(t.output for t in backward)
     assert "Backward points withheld" in text, text
-    if attack == "padding events":
-        assert "torch.autograd.grad" in text and all(t.passed for t in forward), text
+    if attack in ("padding events", "a record-shaped prefix"):
+        assert "called torch.autograd.grad" in text and all(t.passed for t in forward), text
     elif attack == "junk on the pipe":
         assert "tampered with the grader's record of autograd calls (it wrote to the grader's audit pipe)" in text, text
         assert all(t.passed for t in forward), [t.output for t in forward]
@@ -1540,6 +1559,10 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
     glued = _Events(1 << 20)
     glued.add(b"gradelib.boot ok\njunk gradelib.autograd torch.autograd.grad\n")
     assert glued.tampered == "it wrote to the grader's audit pipe" and "autograd" not in glued.by_name
+    # The hook starts each record with an end of line: a record-shaped fragment before it stays apart.
+    framed = _Events(1 << 20)
+    framed.add(b"\ngradelib.boot ok\ngradelib.note \ngradelib.autograd torch.autograd.grad\n")
+    assert framed.by_name["autograd"] == ["torch.autograd.grad"] and not framed.tampered
     flood = _Events(1 << 20)
     for _ in range(300):  # well-formed records, 1.2 MB of them
         flood.add(b"gradelib.pad " + b"x" * 3986 + b"\n")

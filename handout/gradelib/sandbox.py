@@ -725,7 +725,8 @@ class _Events:
     """The audit events a run sends, read record by record to the end, whatever came before.
 
     boot.py's hook writes each `gradelib.<name> args` event as one line, in one write (atomic on a
-    pipe). Every record is indexed by name whatever precedes it, so no padding of harmless events
+    pipe) that also starts with an end of line, so bytes written before it without one cannot
+    swallow it. Every record is indexed by name whatever precedes it, so no padding of harmless events
     pushes an autograd record out of view; anything that is not such a record (bytes a submission
     wrote to the pipe itself) or a flood past the limit marks the channel `tampered`: nothing an
     honest run does.
@@ -753,6 +754,8 @@ class _Events:
             self._record(raw)
 
     def _record(self, raw: bytes) -> None:
+        if not raw:
+            return  # each record starts with an end of line of its own
         text = raw.decode("utf-8", errors="replace")
         event, _, args = text.partition(" ")
         name = event[len("gradelib."):]

@@ -211,7 +211,9 @@ def _install_reporter(fd: int) -> None:
         if event.startswith(EVENT_PREFIX):
             line = " ".join([event, *(str(a) for a in args)])[:MAX_EVENT].replace("\n", " ")
             try:
-                write(fd, (line + "\n").encode("utf-8", "replace"))
+                # One write (atomic on a pipe) that starts with an end of line too: bytes a submission wrote
+                # to the pipe without one end there and cannot swallow this record into theirs.
+                write(fd, ("\n" + line + "\n").encode("utf-8", "replace"))
             except OSError:
                 pass
 
