@@ -287,7 +287,11 @@ payload = b"@MARKER@"
 key = libc.syscall(nr[0], b"user", b"@MARKER@", payload, ctypes.c_size_t(len(payload)), ctypes.c_int(-4))
 add_errno = ctypes.get_errno()
 found = libc.syscall(nr[1], 10, ctypes.c_long(-4), b"user", b"@MARKER@", 0)  # KEYCTL_SEARCH the user keyring
-raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={ctypes.get_errno()}")
+search_errno = ctypes.get_errno()
+# A fresh program started by exec keeps the filter (it is not Python's to remove).
+import subprocess
+status = subprocess.run(["/bin/sh", "-c", "grep Seccomp: /proc/self/status"], capture_output=True, text=True).stdout.split()
+raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={search_errno} exec={status}")
 '''
 
 ATTACKS["setsid_chain"] = r'''
@@ -902,7 +906,7 @@ def attack_text(batch, attack: str) -> str:
 def test_no_run_can_add_or_read_a_kernel_key(batch):
     """add_key and keyctl fail with EPERM (the sandbox's seccomp filter), and no key with the marker exists."""
     text = attack_text(batch, "keyring")
-    assert "keyring add_key=-1 errno=1 search=-1 errno=1" in text, text
+    assert "keyring add_key=-1 errno=1 search=-1 errno=1 exec=['Seccomp:', '2']" in text, text
     assert batch["marker"] not in Path("/proc/keys").read_text()
 
 

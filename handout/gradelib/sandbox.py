@@ -777,6 +777,13 @@ class _Events:
         return self.total > self.limit
 
 
+def _stream_fields(events: _Events, limits: Limits, flooded: bool) -> dict:
+    """What a ChildRun says of the run's audit events, and which flood (output or events) stopped it."""
+    return {"events": events.records, "output_capped_mb": limits.output_mb if flooded and not events.flooded else 0,
+            "event_index": events.by_name, "events_tampered": events.tampered,
+            "events_capped_mb": EVENTS_LIMIT_MB if events.flooded else 0}
+
+
 _active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid": ..., "cgroups": [...]}
 
 
@@ -910,9 +917,8 @@ def _supervise(cmd, workdir, preexec, env, limits, out_r, out_w, rep_r, rep_w, i
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
     text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
-    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level, events.records,
-                    limits.output_mb if flooded and not events.flooded else 0, events.by_name, events.tampered,
-                    EVENTS_LIMIT_MB if events.flooded else 0)
+    return ChildRun(returncode, timed_out, wall, _printable(text), isolation, killed, level,
+                    **_stream_fields(events, limits, flooded))
 
 
 
@@ -1235,9 +1241,7 @@ class Session:
             os.close(fd)
         text = bytes(log.data).decode("utf-8", errors="replace")[-4000:]
         return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, _printable(text),
-                        list(self.isolation), killed, self.level, events.records,
-                        limits.output_mb if flooded and not events.flooded else 0, events.by_name, events.tampered,
-                        EVENTS_LIMIT_MB if events.flooded else 0)
+                        list(self.isolation), killed, self.level, **_stream_fields(events, limits, flooded))
 
 
 _session: Session | None = None
