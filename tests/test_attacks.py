@@ -620,9 +620,18 @@ def sandbox_uid_processes() -> list[int]:
 
 
 def _owner_dead(name: str, prefix: str) -> bool:
-    """A name <prefix><pid>-... made by a process that is gone (or a name without a pid)."""
+    """A name <prefix><pid>-... made by a process that is gone or a zombie (or a name without a pid).
+
+    A zombie has ended: an orphaned grader re-parented to a long-lived subreaper (a test worker that
+    graded in-process) may stay one until that process ends, and nothing of it may stay that long."""
     owner = name[len(prefix):].split("-")[0]
-    return not owner.isdigit() or not os.path.exists(f"/proc/{owner}")
+    if not owner.isdigit():
+        return True
+    try:
+        stat = Path(f"/proc/{owner}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:][:1] in ("Z", "X")
 
 
 def leftover_scratch(before: set[Path] = frozenset()) -> list[str]:
@@ -1168,8 +1177,11 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
 
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
-    from gradelib.sandbox import mounts_under
+    from gradelib.sandbox import _become_subreaper, mounts_under
 
+    # This process as a long-lived subreaper above the batch (as a supervisor would be): the killed
+    # batch's worker is re-parented here and stays a zombie, never reaped. The next batch must count it gone.
+    _become_subreaper()
     marker = "zk" + uuid.uuid4().hex[:10]
     folder = tmp_path / "filler"
     folder.mkdir()
@@ -1199,6 +1211,8 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "grades2" / "honest" / "results.json").read_text())["score"] == POINTS
     assert not any(p.exists() for p in stale) and all(mounts_under(p) == [] for p in stale)
+    # The killed batch's worker ended its run on SIGTERM; its run cgroups went with it or with the next batch.
+    assert leftover_cgroups() == []
 
 
 def test_read_tail_never_follows_links_or_blocks(tmp_path):

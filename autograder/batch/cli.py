@@ -180,6 +180,7 @@ class Batch:
         self.logs = args.out / ".logs"
         # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
         sweep_scratch()
+        sandbox.sweep_cgroups()  # and the run cgroups of graders that were killed before this batch
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
@@ -323,6 +324,7 @@ class Batch:
             self.active.clear()
             self._reap_orphans(before)
             sandbox.sweep_free_slots()
+            sandbox.sweep_cgroups()
             remove_scratch(self.scratch)
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -345,7 +347,7 @@ def sweep_scratch() -> int:
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         owner = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
-        if (owner.isdigit() and not os.path.exists(f"/proc/{owner}") and not folder.is_symlink() and folder.is_dir()
+        if (owner.isdigit() and not sandbox.process_alive(int(owner)) and not folder.is_symlink() and folder.is_dir()
                 and folder.stat().st_uid == os.geteuid()):
             remove_scratch(folder)
             removed += 1
