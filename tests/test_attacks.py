@@ -291,7 +291,21 @@ search_errno = ctypes.get_errno()
 # A fresh program started by exec keeps the filter (it is not Python's to remove).
 import subprocess
 status = subprocess.run(["/bin/sh", "-c", "grep Seccomp: /proc/self/status"], capture_output=True, text=True).stdout.split()
-raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={search_errno} exec={status}")
+# A user namespace (every capability inside it) by each door: unshare, clone with the flag, clone3, setns.
+calls = {"x86_64": (56, 435, 308), "aarch64": (220, 435, 268)}[os.uname().machine]
+CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
+doors = []
+for name, call in (("unshare", lambda: libc.unshare(CLONE_NEWUSER)),
+                   ("clone", lambda: libc.syscall(calls[0], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)),
+                   ("clone3", lambda: libc.syscall(calls[1], None, 0)),
+                   ("setns", lambda: libc.syscall(calls[2], 0, CLONE_NEWUSER))):
+    got = call()
+    if got == 0:  # a child of clone() that got through
+        os._exit(0)
+    doors.append(f"{name}={got}/{ctypes.get_errno()}")
+shell = subprocess.run(["/bin/sh", "-c", "unshare -U true; echo $?"], capture_output=True, text=True).stdout.split()
+raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={search_errno} exec={status} "
+                   f"namespaces {' '.join(doors)} shell={shell}")
 '''
 
 ATTACKS["setsid_chain"] = r'''
@@ -916,6 +930,13 @@ def test_no_run_can_add_or_read_a_kernel_key(batch):
     """add_key and keyctl fail with EPERM (the sandbox's seccomp filter), and no key with the marker exists."""
     text = attack_text(batch, "keyring")
     assert "keyring add_key=-1 errno=1 search=-1 errno=1 exec=['Seccomp:', '2']" in text, text
+
+
+def test_no_run_can_make_a_user_namespace(batch):
+    """unshare, clone with CLONE_NEWUSER and setns fail with EPERM; clone3 (whose flags a filter cannot
+    read) with ENOSYS, so the C library falls back to clone() for threads; unshare(1) from a shell fails too."""
+    text = attack_text(batch, "keyring")
+    assert "namespaces unshare=-1/1 clone=-1/1 clone3=-1/38 setns=-1/1 shell=['1']" in text, text
     assert batch["marker"] not in Path("/proc/keys").read_text()
 
 

@@ -603,17 +603,32 @@ def kill_cgroups(cgroups: list[Path], wait_s: float = 10.0) -> int:
     return len(killed)
 
 
-def sweep_cgroups() -> None:
-    """Empty and remove the run cgroups of graders that were killed (below our own groups)."""
+def sweep_cgroups() -> int:
+    """Empty and remove the run cgroups of graders that ended without removing them (killed, or ended
+    by a signal mid-run); how many. Only groups below our own, named for a grader that is gone."""
+    removed = 0
     for base in {CGROUP_ROOT, _own_cgroup("cpu"), _own_cgroup("pids"), _own_cgroup("memory")}:
         for folder in base.glob("gradelib-*"):
             try:
                 owner = int(folder.name.split("-")[1])
             except (ValueError, IndexError):
                 continue
-            if not os.path.exists(f"/proc/{owner}"):
+            if not process_alive(owner):
                 kill_cgroups([folder])
                 _remove_cgroup(folder)
+                removed += not folder.exists()
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a process that still runs: a zombie (ended, not yet reaped by its parent,
+    which may never happen when that parent is a long-lived subreaper) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2:].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def _rlimits(limits: Limits, nproc: int | None):
@@ -788,7 +803,8 @@ _active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid":
 
 
 def abort_active() -> None:
-    """Kill the runs and templates in progress, and everything they started (for a grader's signal handler)."""
+    """Kill the runs and templates in progress, everything they started, and remove their cgroups
+    (for a grader's signal handler: the process ends next, and nobody else would remove them)."""
     for pid, entry in list(_active.items()):
         kill_cgroups(entry.get("cgroups") or [], wait_s=2.0)
         try:
@@ -797,6 +813,8 @@ def abort_active() -> None:
             pass
         if entry.get("uid"):
             kill_uid(entry["uid"], wait_s=2.0)
+        for folder in entry.get("cgroups") or []:
+            _remove_cgroup(folder)
 
 
 def sweep_free_slots() -> int:

@@ -142,20 +142,31 @@ def _apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> 
 # seccomp: system calls no run needs that reach past its namespaces. The kernel's keyrings are per
 # uid and outside every namespace: a key one run adds, the next run under the same sandbox uid could
 # read. ptrace and process_vm_* reach into other processes of the uid (the template among them);
-# perf_event_open, bpf and userfaultfd are kernel attack surface. Each fails with EPERM.
+# perf_event_open, bpf and userfaultfd are kernel attack surface. unshare, setns and a clone() that
+# asks for a new namespace would give the run a user namespace, with every capability inside it and
+# the kernel code behind them (mounts, netfilter, ...) to attack. Each fails with EPERM. clone3 takes
+# its flags in memory a filter cannot read, so it fails with ENOSYS: the C library then falls back
+# to clone(), whose flags the filter checks (threads and fork() work as before).
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
-EPERM = 1
+EPERM, ENOSYS = 1, 38
 DENIED_SYSCALLS = {  # name -> number, per architecture (the kernel's syscall tables)
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
-               "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323},
+               "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
+               "unshare": 272, "setns": 308},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
-                "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282},
+                "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
+                "unshare": 97, "setns": 268},
 }
+CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
+# CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+# (CLONE_NEWTIME, 0x80, is clone()'s exit-signal byte there: only unshare and clone3 take it.)
+CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
+SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word: little-endian)
 
 
 class _SockFilter(ctypes.Structure):
@@ -168,19 +179,37 @@ class _SockFprog(ctypes.Structure):
 
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     """A classic BPF program: (code, jt, jf, k) per instruction. System calls of another ABI than the
-    native one (32-bit int 0x80, x32) and DENIED_SYSCALLS fail with EPERM; everything else is allowed."""
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
-    numbers = sorted(DENIED_SYSCALLS[machine].values())
-    deny = 5 + len(numbers)  # index of the final "deny" instruction
-    prog = [(ld_abs, 0, 0, 4)]  # seccomp_data.arch
-    prog.append((jeq, 0, deny - 2, AUDIT_ARCH[machine]))
-    prog.append((ld_abs, 0, 0, 0))  # seccomp_data.nr
-    prog.append((jge, deny - 4, 0, X32_SYSCALL_BIT))
-    for i, nr in enumerate(numbers):
-        prog.append((jeq, deny - (5 + i), 0, nr))
-    prog.append((ret, 0, 0, SECCOMP_RET_ALLOW))
-    prog.append((ret, 0, 0, SECCOMP_RET_ERRNO | EPERM))
-    return prog
+    native one (32-bit int 0x80, x32) and DENIED_SYSCALLS fail with EPERM, a clone() with a namespace
+    flag too, clone3 with ENOSYS; everything else is allowed.
+
+    Written with named targets ("allow", "deny", ...; None is the next instruction), then each jump
+    is turned into the forward offset BPF wants."""
+    ld_abs, ret = 0x20, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_RET|BPF_K
+    jeq, jge, jset = 0x15, 0x35, 0x45  # BPF_JMP|BPF_K with BPF_JEQ, BPF_JGE, BPF_JSET
+    clone, clone3 = CLONE_SYSCALLS[machine]
+    code: list[tuple[int, str | None, str | None, int]] = [
+        (ld_abs, None, None, SECCOMP_DATA_ARCH),
+        (jeq, None, "deny", AUDIT_ARCH[machine]),
+        (ld_abs, None, None, SECCOMP_DATA_NR),
+        (jge, "deny", None, X32_SYSCALL_BIT),
+        *((jeq, "deny", None, nr) for nr in sorted(DENIED_SYSCALLS[machine].values())),
+        (jeq, "enosys", None, clone3),
+        (jeq, "clone", None, clone),
+        (ret, None, None, SECCOMP_RET_ALLOW),
+    ]
+    labels = {"clone": len(code)}
+    code += [(ld_abs, None, None, SECCOMP_DATA_ARG0), (jset, "deny", "allow", CLONE_NAMESPACE_FLAGS)]
+    labels["allow"] = len(code)
+    code.append((ret, None, None, SECCOMP_RET_ALLOW))
+    labels["deny"] = len(code)
+    code.append((ret, None, None, SECCOMP_RET_ERRNO | EPERM))
+    labels["enosys"] = len(code)
+    code.append((ret, None, None, SECCOMP_RET_ERRNO | ENOSYS))
+
+    def offset(at: int, target: str | None) -> int:
+        return 0 if target is None else labels[target] - at - 1
+
+    return [(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(code)]
 
 
 def _apply_seccomp() -> str:
