@@ -17,9 +17,11 @@ its quantities, so a bug visible on one case of a set fails the whole set.
 from __future__ import annotations
 
 import functools
+import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradelib import rubric
@@ -204,6 +206,43 @@ def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
     result = graded_bug("scale_by_sqrt_dv")
     softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", "hidden"))
     assert "dk_ne_dv" in softmax.output and "max abs error" in softmax.output
+    assert "A_w / sqrt(Dv): the scale uses the value width Dv" in softmax.output, softmax.output
+
+
+def test_a_missing_scale_is_named_as_such(tmp_path, reference_attention):
+    """Not the generic formula: the A_sig line says the scores were not divided by sqrt(Dk), and by how much."""
+    result = graded_bug("no_scaling")
+    for vis in ("public", "hidden"):
+        softmax = next(t for t in result.tests if line_of(t) == ("forward_softmax", vis))
+        assert "the 1/sqrt(Dk) scaling is missing (divide the scores by sqrt(Dk) = " in softmax.output, softmax.output
+
+
+@pytest.mark.parametrize("factor, said", [
+    ("1", "the 1/sqrt(Dk) scaling is missing"), ("1/Dk", "divided by Dk = 4"), ("sqrt(Dk)", "multiplied by sqrt(Dk)"),
+    ("1/sqrt(Dv)", "value width Dv = 3"), ("1/sqrt(D)", "input width D = 6"), ("1/sqrt(Dk)", None)])
+def test_the_scale_of_the_scores_is_diagnosed_against_torch(factor, said):
+    """A_sig computed by torch (float32, as a student's would be) from the raw scores times each factor:
+    a wrong one is named, the right one (1/sqrt(Dk)) and unrelated rows are not blamed on the scale."""
+    import torch
+
+    from gradelib.problems.attention import diagnose_scaling
+
+    B, T, D, Dk, Dv = 2, 5, 6, 4, 3
+    gen = torch.Generator().manual_seed(3)
+    Q, K, V = (torch.randn(B, T, n, generator=gen, dtype=torch.float64) * 2 for n in (Dk, Dk, Dv))
+    a_w = Q @ K.transpose(1, 2)
+    scale = {"1": 1.0, "1/Dk": 1 / Dk, "sqrt(Dk)": math.sqrt(Dk), "1/sqrt(Dv)": 1 / math.sqrt(Dv),
+             "1/sqrt(D)": 1 / math.sqrt(D), "1/sqrt(Dk)": 1 / math.sqrt(Dk)}[factor]
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    a_sig = torch.softmax((a_w * scale).masked_fill(future, float("-inf")).float(), dim=-1).numpy()
+    expected = {"A_w": a_w.numpy(), "Q": Q.numpy(), "V": V.numpy(), "dLdX": np.zeros((B, T, D))}
+    got = diagnose_scaling(a_sig, expected)
+    if said is None:
+        assert got == ""
+    else:
+        assert said in got, got
+    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    assert diagnose_scaling(np.broadcast_to(uniform, (B, T, T)), expected) == ""
 
 
 BMM_STYLE = '''

@@ -209,7 +209,7 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
             obs = observed_from_child(case_dir, meta, q, note, root=scratch)
             hint = HINTS[q]
             if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
-                hint = diagnose_softmax(obs.array) or hint
+                hint = diagnose_softmax(obs.array) or diagnose_scaling(obs.array, expected) or hint
             outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
         name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
         follow_upstream(outcome)
@@ -281,4 +281,40 @@ def diagnose_softmax(a_sig: np.ndarray) -> str:
         return "A_sig's columns sum to 1, not its rows: take the softmax over the last axis (dim=-1)."
     if not np.allclose(rows, 1.0, atol=1e-4):
         return "A_sig's rows do not sum to 1: normalise each row by its own sum of exponentials."
+    return ""
+
+
+def _causal_softmax(scores: np.ndarray) -> np.ndarray:
+    """Row softmax of (B, T, T) scores with -inf above the diagonal, in float64."""
+    T = scores.shape[-1]
+    masked = np.where(np.triu(np.ones((T, T), dtype=bool), k=1), -np.inf, scores.astype(np.float64))
+    masked = masked - masked.max(axis=-1, keepdims=True)
+    e = np.exp(masked)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
+    """Name a wrong scale of the scores when A_sig is the causal softmax of the raw scores A_w times
+    another factor than 1/sqrt(Dk) ('' when it is none of them). The grader's own A_w is used, so the
+    cause is named whatever the submission stored as A_w."""
+    a_w = expected["A_w"].astype(np.float64)
+    d, dk, dv = expected["dLdX"].shape[-1], expected["Q"].shape[-1], expected["V"].shape[-1]
+    candidates = [
+        (1.0, f"A_sig is the causal softmax of the raw scores A_w: the 1/sqrt(Dk) scaling is missing "
+              f"(divide the scores by sqrt(Dk) = {math.sqrt(dk):.4g} before the softmax)."),
+        (1 / dk, f"A_sig is the causal softmax of A_w / Dk: the scores are divided by Dk = {dk} where "
+                 f"sqrt(Dk) = {math.sqrt(dk):.4g} belongs."),
+        (math.sqrt(dk), "A_sig is the causal softmax of A_w * sqrt(Dk): the scores are multiplied by sqrt(Dk) "
+                        "where they must be divided by it."),
+    ]
+    if dv != dk:
+        candidates.append((1 / math.sqrt(dv), f"A_sig is the causal softmax of A_w / sqrt(Dv): the scale uses the "
+                                              f"value width Dv = {dv}; it is the key/query width Dk = {dk} "
+                                              "(W_k's columns)."))
+    if d not in (dk, dv):
+        candidates.append((1 / math.sqrt(d), f"A_sig is the causal softmax of A_w / sqrt(D): the scale uses the "
+                                             f"input width D = {d}; it is the key/query width Dk = {dk}."))
+    for factor, said in candidates:
+        if np.allclose(a_sig.astype(np.float64), _causal_softmax(a_w * factor), rtol=1e-4, atol=1e-5):
+            return said
     return ""
