@@ -22,6 +22,8 @@ class GradeContext:
     scratch_root: where per-run scratch folders are made (system temp if None).
     oracle_loader: (lm_dir, eps) -> the oracle that scores generated text; None where
         there is none (the handout).
+    run_expected: False for the local grader before notebook 3 has trained: a missing
+        run file is said to be not trained yet rather than missing from the handin.
     """
 
     submission: Path
@@ -35,9 +37,15 @@ class GradeContext:
     cache: dict = field(default_factory=dict)
     # Integrity flags for the course staff (e.g. arrays that do not match the handed-in model).
     flags: dict[str, str] = field(default_factory=dict)
+    run_expected: bool = True
 
     def new_scratch(self, label: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))
 
     def note(self, message: str) -> None:
         self.notes.append(message)
+
+    def not_trained(self, name: str) -> str:
+        """Why a file of the trained run is absent, for the local grader before any training."""
+        return (f"{name} is not there yet: notebook 3 has no trained run under experiments/ (its training "
+                "cells write one); until then what grades it scores 0.")

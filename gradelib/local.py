@@ -118,6 +118,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
         only = list(dict.fromkeys(x for p in only for x in (p if isinstance(p, list) else [p])))
 
     with tempfile.TemporaryDirectory(prefix="local-handin-") as tmp:
+        runid = ""
         if args.handin:
             submission = args.handin
             print(handin_check_text(args.handin, Path(tmp) / "unpacked"))
@@ -142,6 +143,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             only=only,
             limits=Limits(timeout_s=args.timeout),
             name=str(args.handin) if args.handin else "this folder",
+            run_expected=bool(args.handin or runid),
         )
     print(result.table())
     print(stakes(result, problems))

@@ -489,6 +489,14 @@ def test_local_autograder_on_the_blank_handout_exits_0_with_public_tests_only(lo
     attention = [r for r in rows if r["problem"] == "attention"]
     assert attention and all(float(r["got"]) == 0.0 for r in attention)
     assert "TODO 1.1 forward" in proc.stdout and "TODO 1.1 backward" in proc.stdout
+    # Every function is still a TODO: one short list says so, not a block of cases and hints per line.
+    said = proc.stdout[proc.stdout.index("Why points were lost:"):]
+    assert "- not attempted yet (the handout's TODO still raises NotImplementedError)" in said
+    assert "Hint:" not in said, said
+    assert "    losses: `softmax`: 1 line, 1.50 points" in said.splitlines(), said
+    # No run trained yet: the run's files are "not there yet", not "missing from the handin".
+    assert "The handin lacks" not in proc.stdout and "missing from the handin" not in proc.stdout, proc.stdout
+    assert "predictions.npy is not there yet: notebook 3 has no trained run" in proc.stdout
 
 
 def test_local_autograder_gives_the_reference_full_public_marks(local_handout, tmp_path):

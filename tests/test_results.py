@@ -109,3 +109,42 @@ def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
     html = render_report([row], ["generation"], "report")
     assert "Integrity flags (1)" in html and "generated_does_not_match_model" in html
     assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold</b>" not in html
+
+
+def test_lines_lost_only_to_todo_code_are_listed_once_at_the_end(tmp_path):
+    """A backward still raising the handout's NotImplementedError: its lines (public and hidden) are named
+    in one short entry with the file, line and TODO; the forward lines beside them keep their points."""
+    from support import grade_files
+
+    lines = SOLUTIONS.joinpath("attention.py").read_text().splitlines()
+    start = next(i for i, text in enumerate(lines) if text.strip().startswith("def backward("))
+    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "d_k = self.W_k.shape[1]")  # the body's first line
+    lines.insert(at, '        raise NotImplementedError("TODO 1.1 backward: later")')
+    result = grade_files(tmp_path, {"attention.py": "\n".join(lines) + "\n"}, only=["attention"])
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert backward and all(t.score == 0 for t in backward)
+    assert all(t.passed for t in result.tests if "forward" in t.name)
+    table = result.table()
+    said = table[table.index("Why points were lost:"):]
+    assert not any(f"- {t.name}:" in said for t in backward), said
+    points = sum(t.max_score for t in backward)
+    entry = (f"    attention: backward (attention.py, line {at + 1}: TODO 1.1 backward: later): "
+             f"{len(backward)} lines, {points:.2f} points")
+    assert "- not attempted yet (the handout's TODO still raises NotImplementedError)" in said
+    assert entry in said.splitlines(), said
+
+
+def test_a_line_with_any_other_failure_keeps_its_details():
+    from gradelib.results import not_attempted, why_lost
+
+    todo = "cases 'a', 'b': 'x' was not produced (not attempted: `softmax` raises NotImplementedError('TODO')). Hint: h"
+    wrong = "case 'c' (T=2): 'x' has wrong values: 1 of 4 entries outside tolerance. Hint: h"
+    assert not_attempted(f"failed on 2 of 2 public cases:\n{todo}") == "softmax"
+    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\n{wrong}") == ""
+    assert not_attempted(f"failed on 9 of 9 public cases:\n{todo}\n... and 2 more distinct failures") == ""
+    assert not_attempted("nb1.ipynb is missing from the handin") == ""
+    mixed = why_lost([("losses: softmax [public]", f"failed on 3 of 3 public cases:\n{todo}\n{wrong}", 1.5),
+                      ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}", 1.5)])
+    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", f"    {wrong}",
+                     "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
+                     "    losses: `softmax`: 1 line, 1.50 points"]

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from gradelib.intake import resolve_upload
-from gradelib.results import write_json_atomic
+from gradelib.results import why_lost, write_json_atomic
 
 from ..batch import cli
 
@@ -57,9 +57,7 @@ def student_text(results: dict) -> str:
     shown = [t for t in results["tests"] if t["status"] != "passed" and t["visibility"] == "visible" and t["output"]]
     if shown:
         lines += ["", "Why points were lost (public cases; hidden cases are graded the same way):"]
-        for t in shown:
-            lines.append(f"- {t['name']}:")
-            lines += [f"    {line}" for line in t["output"].splitlines()]
+        lines += why_lost([(t["name"], t["output"], t["max_score"]) for t in shown])
     return "\n".join(lines)
 
 

@@ -23,7 +23,7 @@ from . import sandbox
 from .context import GradeContext
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
-from .manifest import HANDIN_FILES, OPTIONAL
+from .manifest import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .problems import GRADERS, RUNS
 from .problems.notebook_functions import SKIP_TAGS
 from .results import SubmissionResult, TestResult
@@ -55,9 +55,11 @@ def runs_matplotlib(notebooks) -> bool:
     return False
 
 
-def missing_files_notes(intake: Intake, files: Path) -> list[str]:
-    """One note, at the top, when expected files are missing: what was expected and what the upload held."""
-    missing = [n for n in HANDIN_FILES if n not in OPTIONAL and not (files / n).is_file()]
+def missing_files_notes(intake: Intake, files: Path, run_expected: bool = True) -> list[str]:
+    """One note, at the top, when expected files are missing: what was expected and what the upload held
+    (the trained run's files only when a run is expected: the local grader before any training says so itself)."""
+    missing = [n for n in HANDIN_FILES if n not in OPTIONAL and not (files / n).is_file()
+               and (run_expected or n not in RUN_FILES)]
     if not missing:
         return []
     expected = ", ".join(n if n not in OPTIONAL else f"{n} (optional)" for n in HANDIN_FILES)
@@ -78,8 +80,12 @@ def grade_submission(
     name: str | None = None,
     oracle_loader: OracleLoader | None = None,
     scratch_root: Path | None = None,
+    run_expected: bool = True,
 ) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets.
+
+    `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files
+    are not listed as missing at the top (each line that grades them still says so).
 
     `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
     grader passes one, the handout's local grader has none. Scratch folders are made
@@ -119,13 +125,14 @@ def grade_submission(
                 result.tests += all_zero(p, visibilities, f"not graded: {message}")
             return result
         # With --only the other problems' files are not wanted; a note about them would mislead.
-        result.notes += ([] if only else missing_files_notes(intake, files)) + intake.notes
+        result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
         runs = sum(n for name, n in (RUNS[p.id] for p in selected if p.id in RUNS) if (files / name).is_file())
         # One template process, forked once per run; for a single run a fresh interpreter costs less.
         with sandbox.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result)
+            _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
+                            run_expected)
     finally:
         sandbox.uncap_folder(workdir)  # its tmpfs, with everything in it, then the folder
         shutil.rmtree(workdir, ignore_errors=True)
@@ -133,12 +140,13 @@ def grade_submission(
     return result
 
 
-def _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result) -> None:
+def _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
+                    run_expected: bool = True) -> None:
     """Grade each selected problem into `result`; a grader bug costs its own problem only."""
     for p in selected:
         problem_start = time.monotonic()
         ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                           oracle_loader=oracle_loader, cache=shared)
+                           oracle_loader=oracle_loader, cache=shared, run_expected=run_expected)
         try:
             tests: list[TestResult] = GRADERS[p.id](ctx, p)
         except Exception as exc:  # a grader bug must not cost the student a results file

@@ -45,6 +45,7 @@ HANDIN_FILES: dict[str, str] = {
     "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, generation)",
 }
 OPTIONAL = ("generated.txt",)
+RUN_FILES = ("predictions.npy", "generated.npy", "generated.txt", "model.pt")  # written by a training run of notebook 3
 # The reference model's float32 checkpoint is 1.4 MB; ten times the parameters still fit.
 MAX_CHECKPOINT_BYTES = 32 * 1024 * 1024
 

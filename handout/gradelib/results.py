@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,16 +133,62 @@ class SubmissionResult:
                 mark = "PASS" if t.passed else "FAIL"
                 lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
         lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
-        failed = [t for t in self.tests if not t.passed and t.output]
+        failed = [t for t in self.tests if not t.passed and t.output
+                  and (t.visibility != "hidden" or show_hidden_output)]
         if failed:
-            lines.append("")
-            lines.append("Why points were lost:")
-            for t in failed:
-                if t.visibility == "hidden" and not show_hidden_output:
-                    continue
-                lines.append(f"- {t.name}:")
-                lines += [f"    {line}" for line in t.output.splitlines()]
+            lines += ["", "Why points were lost:"]
+            lines += why_lost([(t.name, t.output, t.max_score) for t in failed])
         return clean_text("\n".join(lines))
+
+
+# How a line's failure text says the code it grades is still the handout's TODO (the children's words).
+_TODO_SAID = (
+    re.compile(r"not attempted: `(?P<what>[^`]+)` raises NotImplementedError"),
+    re.compile(r"(?P<what>import|init|forward|backward) raised NotImplementedError\b:? ?(?P<todo>TODO[^(]*?)? ?"
+               r"\(in (?P<file>[^,()]+), line (?P<line>\d+)\)"),
+)
+
+
+def not_attempted(output: str) -> str:
+    """What is still a TODO, when every failed case of a line failed only because the code it grades
+    still raises the handout's NotImplementedError (e.g. "`softmax`", "forward (attention.py, line 65)");
+    '' otherwise, or when some failures are not shown."""
+    cases = [ln for ln in output.splitlines() if ln.startswith(("case ", "cases "))]
+    if not output.startswith("failed on ") or not cases or "more distinct failures" in output:
+        return ""
+    found = set()
+    for ln in cases:
+        match = next((m for m in (p.search(ln) for p in _TODO_SAID) if m), None)
+        if match is None:
+            return ""
+        where = match.groupdict()
+        if where.get("file"):
+            todo = f": {where['todo'].strip()}" if where.get("todo") else ""
+            found.add(f"{where['what']} ({where['file']}, line {where['line']}{todo})")
+        else:
+            found.add(where["what"])
+    return " and ".join(sorted(found))
+
+
+def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
+    """The lines of 'Why points were lost' for (test name, its output, its points): one block per test,
+    except that tests lost only to code not written yet are named in one short list at the end."""
+    lines: list[str] = []
+    todo: dict[str, list[float]] = {}
+    for name, output, points in failed:
+        what = not_attempted(output)
+        if what:
+            problem = name.split(":", 1)[0] if ":" in name else ""
+            shown = what if "(" in what else f"`{what}`"  # a function's name, or a stage with its file and line
+            todo.setdefault(f"{problem}: {shown}" if problem else shown, []).append(points)
+            continue
+        lines.append(f"- {name}:")
+        lines += [f"    {line}" for line in output.splitlines()]
+    if todo:
+        lines.append("- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:")
+        for what, points in todo.items():
+            lines.append(f"    {what}: {len(points)} line{'s' if len(points) > 1 else ''}, {sum(points):.2f} points")
+    return lines
 
 
 def _finite(x) -> bool:

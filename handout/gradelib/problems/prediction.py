@@ -61,7 +61,8 @@ SCHEMA = ProblemSchema(
 )
 
 
-def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, str]:
+def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
+             missing: str = "") -> tuple[np.ndarray | None, str]:
     """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
 
     gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
@@ -76,7 +77,8 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
         shape, dtype_problem = arr.shape, ""
     except SafeReadError as exc:
         if exc.reason == "missing":
-            return None, f"{problem_id}: {name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+            return None, f"{problem_id}: " + (missing or f"{name} is missing from the handin; {what}, saved with np.save, "
+                                                          "must be in handin.tar.")
         if exc.reason == "size" and exc.shape is not None:
             return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
         if exc.reason != "dtype" or exc.shape is None:
@@ -135,7 +137,8 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     rows = prompts.shape[0]
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
-    logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what)
+    logits, message = load_npy("prediction", ctx.submission / FILENAME, shape, "f", what,
+                               "" if ctx.run_expected else ctx.not_trained(FILENAME))
     tests = []
     for line in lines(problem, vis):
         group = line.group
