@@ -222,3 +222,35 @@ def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, check
         expected = teacher_forced_nll(reference, f["inp"], f["out"][:, : lm_model.PREDICTION_STEPS])
     figure = next(n for n in result.notes if "(validation)" in n)
     assert float(figure.split(" is ")[1].split(" ")[0]) == pytest.approx(expected, abs=1e-4), figure
+
+
+@toy_english_only
+def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_path):
+    """Rows of generated.npy with 3 or fewer different characters: no 30-character stretch of the source's
+    text is like that, the reference generates none, the oracle gives such text no credit, and the local
+    grader (which scores no text) says so in a note; the format line still passes."""
+    from autograder.oracle.oracles import load_oracle
+    from gradelib.lm.vocab import encode
+    from gradelib.problems.generation import REPETITIVE_DISTINCT, repetitive_rows
+
+    for name in ("train.txt", "valid.txt"):
+        text = (LM / name).read_text()
+        fewest = min(len(set(line[i:i + 30])) for line in text.splitlines() for i in range(len(line) - 29))
+        assert fewest > REPETITIVE_DISTINCT, (name, fewest)
+    reference_ids = np.load(LM / "reference_generated.npy")
+    assert repetitive_rows(reference_ids) == []
+    stuck = np.full_like(reference_ids, SPACE)
+    stuck[::2] = np.array(encode("AB " * 10), dtype=reference_ids.dtype)
+    eps = SETTINGS["generation"]["smoothing_eps"]
+    with np.load(LM / "generation_test.npz") as f:
+        ppl = M.generation_perplexity(load_oracle(LM, eps), f["inp"], stuck, eps)
+    assert ppl >= SETTINGS["generation"]["zero_credit_perplexity"], ppl
+    result = grade_files(tmp_path, {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "generated.npy": npy(stuck)},
+                         visibilities=("public",), only=["generation"])
+    said = [n for n in result.notes if "repeat 3 or fewer characters" in n]
+    assert said and said[0].startswith(f"generation: {len(stuck)} of the {len(stuck)} rows of generated.npy"), result.notes
+    assert next(t for t in result.tests if "generated.npy" in t.name).passed
+    (tmp_path / "honest").mkdir()
+    honest = grade_files(tmp_path / "honest", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
+                                               "generated.npy": npy(reference_ids)}, visibilities=("public",), only=["generation"])
+    assert not any("repeat 3 or fewer" in n for n in honest.notes), honest.notes

@@ -103,6 +103,14 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() "
                      f"itself and computes the perplexity of what it writes under the source of the text "
                      f"(full credit at <= {full:g}, none at >= {zero:g}).")
+            stuck = repetitive_rows(ids)
+            if len(stuck) >= REPETITIVE_SHARE * len(ids):
+                r = stuck[0]
+                ctx.note(f"generation: {len(stuck)} of the {len(ids)} rows of {FILENAME} repeat {REPETITIVE_DISTINCT} or "
+                         f"fewer characters (row {r}: {decode(prompts[r])[-20:]!r} -> {decode(ids[r])!r}). Real "
+                         "text rarely does that, so generations like these usually earn little or nothing of the "
+                         "perplexity line: train longer (notebook 3 prints the validation NLL each epoch), and check "
+                         "that generate() feeds each picked id back as the next input.")
     tests = []
     for line in lines(problem, vis):
         group = line.group
@@ -120,6 +128,16 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         else:
             tests.append(line.result(0.0, f"generation: unknown rubric line '{group.id}'"))
     return tests
+
+
+REPETITIVE_DISTINCT = 3  # a row of generated ids with this many different characters or fewer repeats itself
+REPETITIVE_SHARE = 0.25  # the local grader says so when at least this share of the rows do
+
+
+def repetitive_rows(ids: np.ndarray) -> list[int]:
+    """Rows of generated ids (B, STEPS) that hold REPETITIVE_DISTINCT different ids or fewer
+    ("          ", "e e e e", ...): a continuation of the toy source's text never does."""
+    return [r for r in range(len(ids)) if len(np.unique(ids[r])) <= REPETITIVE_DISTINCT]
 
 
 def model_generation(ctx: GradeContext, problem: Problem, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
