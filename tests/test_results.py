@@ -148,3 +148,21 @@ def test_a_line_with_any_other_failure_keeps_its_details():
     assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", f"    {wrong}",
                      "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
                      "    losses: `softmax`: 1 line, 1.50 points"]
+
+
+@pytest.mark.parametrize("hi, width", [(24.0, 320), (26.0, 320), (120.0, 640), (1.28, 640), (7.0, 200)])
+def test_chart_labels_never_overlap_or_leave_the_chart(hi, width):
+    """Bin-edge labels are thinned until no two overlap (at the report's own estimate of a character's
+    width, checked against the longest label), the last edge is always labelled, and a threshold's label
+    near the right edge is drawn left of its line so it stays inside the chart."""
+    import re
+
+    from autograder.batch.report import CHAR_PX, histogram_svg
+
+    svg = histogram_svg([0.0, hi / 3, hi], 0.0, hi, "t", "t", "points", [(hi * 0.97, "no credit 1.25")], width=width)
+    ticks = [(float(x), label) for x, label in re.findall(r'<text class="tick" x="([\d.]+)"[^>]*>([^<]+)</text>', svg)]
+    assert ticks[0][1] == "0" and ticks[-1][1] == f"{hi:.3g}", ticks
+    for (x1, a), (x2, b) in zip(ticks, ticks[1:]):
+        assert x2 - x1 >= (len(a) + len(b)) / 2 * CHAR_PX, (a, b, x2 - x1)
+    mark = re.search(r'<text x="([\d.]+)"[^>]*fill="#c00"([^>]*)>no credit', svg)
+    assert mark and 'text-anchor="end"' in mark.group(2) and float(mark.group(1)) <= width, svg

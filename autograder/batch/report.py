@@ -30,6 +30,11 @@ from gradelib.safeio import SafeReadError, clean_text
 SLOWEST_SHOWN = 10
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 HISTOGRAM_BINS = 10
+CHAR_PX = 6.5  # about the width of a character at font-size 11, for placing labels
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 @dataclass
@@ -149,24 +154,31 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
         f'<text x="{pad_l - 6}" y="{pad_t + 4}" text-anchor="end" font-size="11">{peak}</text>',
         f'<text x="{pad_l - 6}" y="{pad_t + plot_h}" text-anchor="end" font-size="11">0</text>',
     ]
+    # Bin edges labelled every `every` bins, so that no two labels overlap, the last edge always.
+    edges = [shown(lo + i * step) for i in range(HISTOGRAM_BINS)] + [shown(hi)]
+    every = max(1, math.ceil((max(map(len, edges)) * CHAR_PX + 6) / bar_w))
     for i, c in enumerate(counts):
         a, b = lo + i * step, lo + (i + 1) * step
         bh = plot_h * c / peak
         x = pad_l + i * bar_w
         parts.append(
             f'<rect class="bar" data-count="{c}" x="{x + 2:.1f}" y="{pad_t + plot_h - bh:.1f}" width="{bar_w - 4:.1f}" '
-            f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: {c} submissions</title></rect>'
+            f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: {plural(c, "submission")}</title></rect>'
         )
         if c:
             parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" text-anchor="middle" font-size="11">{c}</text>')
-        parts.append(f'<text x="{x:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{shown(a)}</text>')
-    parts.append(f'<text x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{shown(hi)}</text>')
+        if i % every == 0 and (HISTOGRAM_BINS - i) >= every:
+            parts.append(f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[i]}</text>')
+    parts.append(f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[-1]}</text>')
     for mx, text in marks:
         if lo <= mx <= hi:
             x = x_of(mx)
+            # The label goes right of its line, or left of it where it would leave the chart.
+            left = x + 3 + len(text) * CHAR_PX > w
+            anchor = ' text-anchor="end"' if left else ""
             parts.append(f'<line class="mark" x1="{x:.1f}" y1="{pad_t}" x2="{x:.1f}" y2="{pad_t + plot_h}" stroke="#c00" '
-                         f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{pad_t + 10}" font-size="11" fill="#c00">'
-                         f'{escape(text)}</text>')
+                         f'stroke-dasharray="4 3"/><text x="{x - 3 if left else x + 3:.1f}" y="{pad_t + 10}" font-size="11" '
+                         f'fill="#c00"{anchor}>{escape(text)}</text>')
     parts.append(f'<text x="{pad_l + plot_w / 2:.1f}" y="{h - 6}" text-anchor="middle" font-size="12">{escape(xlabel)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -256,7 +268,7 @@ def _figure_charts(rows: list[Row], thresholds: dict[str, tuple[float, float]]) 
         pad = (hi / lo) ** 0.05 if log and lo > 0 else 0.05 * (hi - lo)
         lo, hi = (lo / pad, hi * pad) if log and lo > 0 else (lo - pad, hi + pad)
         marks = [(full, f"full credit {full:g}"), (zero, f"no credit {zero:g}")] if key in thresholds else []
-        out.append(f"<h3>{escape(label)}: {len(values)} submissions, median {statistics.median(values):.3g}</h3>")
+        out.append(f"<h3>{escape(label)}: {plural(len(values), 'submission')}, median {statistics.median(values):.3g}</h3>")
         out.append(histogram_svg(values, lo, hi, f"figure-{key}", label, label, marks, log=log and lo > 0))
     return out
 
