@@ -1074,6 +1074,126 @@ def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
     assert "uses automatic differentiation" not in text, text
 
 
+# The C++ engine behind torch.autograd.grad, called directly, every name spelled so no source check sees it.
+AUTOGRAD_BY_THE_ENGINE = r'''
+import math
+import torch
+
+_AG = getattr(torch, "auto" + "grad")          # source check only matches exact names/strings
+_ENGINE = _AG.variable.Variable._execution_engine  # what the tripwired functions call internally
+_RG = "_darg_seriuqer"[::-1]                     # "requires_grad_"
+
+
+def _leaf(t):
+    return getattr(t.detach().clone(), _RG)(True)
+
+
+def _vjp(out, inputs, g):
+    # positional: tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable, accumulate_grad
+    return _ENGINE.run_backward((out,), (g,), False, False, tuple(inputs), True, False)
+
+
+def _attn(Q, K, V):
+    T, dk = Q.shape[1], K.shape[-1]
+    A_w = Q @ K.transpose(1, 2)
+    fut = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    s = (A_w / math.sqrt(dk)).masked_fill(fut, float("-inf"))
+    return A_w, torch.softmax(s, dim=-1)
+
+
+class Attention:
+    def __init__(self, wk, wq, wv):
+        self.W_k, self.W_q, self.W_v = wk, wq, wv
+
+    def forward(self, X):
+        self.X = X
+        self.Q, self.K, self.V = X @ self.W_q, X @ self.W_k, X @ self.W_v
+        self.A_w, self.A_sig = _attn(self.Q, self.K, self.V)
+        return self.A_sig @ self.V
+
+    def backward(self, dLdXnew):
+        Q, K, V = _leaf(self.Q), _leaf(self.K), _leaf(self.V)
+        out = _attn(Q, K, V)[1] @ V
+        self.dLdQ, self.dLdK, self.dLdV = _vjp(out, (Q, K, V), dLdXnew)
+        X, Wq, Wk, Wv = _leaf(self.X), _leaf(self.W_q), _leaf(self.W_k), _leaf(self.W_v)
+        out = _attn(X @ Wq, X @ Wk, X @ Wv)[1] @ (X @ Wv)
+        dX, self.dLdWq, self.dLdWk, self.dLdWv = _vjp(out, (X, Wq, Wk, Wv), dLdXnew)
+        return dX
+'''
+
+# `__name__ = "__main__"` first: a source check that skips `if __name__ == "__main__":` blocks (an honest
+# self-test there never runs when graded) skipped this one, which the import runs.
+AUTOGRAD_UNDER_A_FORGED_MAIN_GUARD = r'''
+import math
+import torch
+
+__name__ = "__main__"          # the grader's source check skips this block; the import runs it anyway
+if __name__ == "__main__":
+    from torch.autograd.variable import Variable
+
+    def _grads(f, inputs, g):
+        leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+        out = f(*leaves)
+        # the C++ engine behind torch.autograd.grad: no tripwire wraps it
+        return Variable._execution_engine.run_backward((out,), (g,), False, False, tuple(leaves), True, False)
+
+
+def _attn(Q, K, V):
+    T = Q.shape[1]
+    A_w = Q @ K.transpose(1, 2)
+    s = (A_w / math.sqrt(K.shape[-1])).masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    return A_w, torch.softmax(s, dim=-1)
+
+
+class Attention:
+    def __init__(self, wk, wq, wv):
+        self.W_k, self.W_q, self.W_v = wk, wq, wv
+
+    def forward(self, X):
+        self.X = X
+        self.Q, self.K, self.V = X @ self.W_q, X @ self.W_k, X @ self.W_v
+        self.A_w, self.A_sig = _attn(self.Q, self.K, self.V)
+        return self.A_sig @ self.V
+
+    def backward(self, dLdXnew):
+        self.dLdQ, self.dLdK, self.dLdV = _grads(lambda q, k, v: _attn(q, k, v)[1] @ v, (self.Q, self.K, self.V), dLdXnew)
+        full = lambda x, wq, wk, wv: _attn(x @ wq, x @ wk, x @ wv)[1] @ (x @ wv)
+        dX, self.dLdWq, self.dLdWk, self.dLdWv = _grads(full, (self.X, self.W_q, self.W_k, self.W_v), dLdXnew)
+        return dX
+'''
+
+
+@pytest.mark.parametrize("attack", ["the engine, called directly", "a forged main guard"])
+def test_autograd_by_the_engine_or_under_a_forged_main_guard_loses_the_backward_points(tmp_path, attack):
+    """Both took 30 / 30. The engine is now audited wherever it is reached from, a graph recorded for
+    backward is reported by a saved-tensors hook whatever runs it, and a file that rebinds __name__
+    has its main-guard blocks read like the rest."""
+    source = AUTOGRAD_BY_THE_ENGINE if attack.startswith("the engine") else AUTOGRAD_UNDER_A_FORGED_MAIN_GUARD
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=60)
+    forward = [t for t in result.tests if "forward" in t.name]
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert forward and all(t.passed for t in forward), [t.output for t in forward]
+    assert backward and all(t.score == 0.0 for t in backward)
+    text = backward[0].output
+    assert "Backward points withheld" in text, text
+    assert "the autograd engine (run_backward)" in text and "an autograd graph (tensors that require grad)" in text, text
+    if attack == "a forged main guard":
+        assert "uses automatic differentiation" in text and "from torch.autograd.variable import Variable" in text, text
+
+
+def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
+    """The benefit of the doubt stays for honest files: only a module that could rebind __name__ loses it."""
+    from gradelib.problems.attention import autograd_uses
+
+    honest = SOLUTIONS.joinpath("attention.py").read_text() + (
+        "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n    x.sum().backward()\n")
+    assert autograd_uses(honest) == []
+    for rebinding in ("__name__ = '__main__'\n", "globals()['__name__'] = '__main__'\n",
+                      "import sys\nsetattr(sys.modules[__name__], 'x', 1)\n"):
+        hits = autograd_uses(rebinding + honest)
+        assert any("requires_grad=True" in h for h in hits), (rebinding, hits)
+
+
 # Before its autograd call, the backward sends 400 harmless-looking events of its own (76 KB): with
 # only the first 64 KB of the audit pipe read, the autograd record fell out of view (30 / 30).
 PADDED_EVENTS = """
@@ -1141,7 +1261,7 @@ def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit
     text = "\n".join(t.output for t in backward)
     assert "Backward points withheld" in text, text
     if attack in ("padding events", "a record-shaped prefix"):
-        assert "called torch.autograd.grad" in text and all(t.passed for t in forward), text
+        assert "torch.autograd.grad while running" in text and all(t.passed for t in forward), text
     elif attack == "junk on the pipe":
         assert "tampered with the grader's record of autograd calls (it wrote to the grader's audit pipe)" in text, text
         assert all(t.passed for t in forward), [t.output for t in forward]

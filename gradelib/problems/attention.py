@@ -76,12 +76,38 @@ def _is_main_guard(node: ast.stmt) -> bool:
     )
 
 
+# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
+# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
+META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
+              "__dict__", "__builtins__", "modules", "import_module"}
+
+
+def _main_guards_never_run(tree: ast.Module) -> bool:
+    """Whether the module's `if __name__ == "__main__":` blocks surely do not run when it is imported:
+    it never binds __name__ itself (`__name__ = "__main__"` first would run them) nor uses META_NAMES."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
+                                           or node.id in META_NAMES):
+            return False
+        if isinstance(node, ast.Attribute) and node.attr in META_NAMES:
+            return False
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names:
+            return False
+        if isinstance(node, ast.Constant) and node.value == "__name__":
+            return False
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names):
+            return False
+    return True
+
+
 def autograd_uses(source: str) -> list[str]:
     """Lines of `source` that reach for automatic differentiation, as 'line N: code'."""
     tree = ast.parse(source)
     # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
-    # autograd) never runs when the grader imports the file; its `else` branch does.
-    tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
+    # autograd) never runs when the grader imports the file; its `else` branch does. Unless
+    # the file rebinds __name__ or could: then every line counts.
+    if _main_guards_never_run(tree):
+        tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
     lines = source.splitlines()
     hits = []
     for node in ast.walk(tree):
@@ -151,7 +177,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if static_hits:
         reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
     if runtime_hits:
-        reasons.append("called " + ", ".join(sorted(runtime_hits)) + " while running")
+        reasons.append("used " + ", ".join(sorted(runtime_hits)) + " while running")
     if reasons:
         msg = (
             f"Backward points withheld: {FILENAME} "

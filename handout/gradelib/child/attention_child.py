@@ -42,7 +42,46 @@ def _tripwire(owner, attr: str, label: str) -> None:
     setattr(owner, attr, wrapped)
 
 
+def _audited_engine(engine):
+    """Stands in for the autograd engine object every backward pass goes through (also when code calls
+    it directly rather than through torch.autograd): reports the first use, then delegates. The engine
+    is held in a closure, like the tripwires' originals, not in an attribute."""
+
+    class AuditedEngine:
+        __slots__ = ()
+
+        def __getattr__(self, name):
+            label = f"the autograd engine ({name})"
+            if label not in autograd_calls:
+                _audit("gradelib.autograd", label)
+            autograd_calls.add(label)
+            return getattr(engine, name)
+
+    return AuditedEngine()
+
+
+GRAPH_LABEL = "an autograd graph (tensors that require grad)"
+
+
+def _graph_recorded(tensor):
+    """A saved-tensors hook: torch calls it whenever an operation records itself for a backward pass,
+    whatever API runs that pass later. Honest code never records one (no tensor requires grad)."""
+    if GRAPH_LABEL not in autograd_calls:
+        _audit("gradelib.autograd", GRAPH_LABEL)
+    autograd_calls.add(GRAPH_LABEL)
+    return tensor
+
+
+def _unpacked(tensor):
+    return tensor
+
+
 def install_tripwires() -> None:
+    from torch.autograd.variable import Variable
+
+    torch._C._autograd._push_saved_tensors_default_hooks(_graph_recorded, _unpacked)
+    _tripwire(torch._C._autograd, "_pop_saved_tensors_default_hooks", "removing the grader's saved-tensors hook")
+    Variable._execution_engine = _audited_engine(Variable._execution_engine)
     _tripwire(torch.autograd, "backward", "torch.autograd.backward")
     _tripwire(torch.autograd, "grad", "torch.autograd.grad")
     _tripwire(torch.Tensor, "backward", "Tensor.backward")
