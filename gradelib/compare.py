@@ -84,6 +84,9 @@ def check(
     if not got.present:
         why = f" ({got.note})" if got.note else ""
         return Check(name, False, "present", f"'{name}' was not produced{why}.{tail}")
+    if got.type_name == expected_type and got.array is None:
+        return Check(name, False, "type", f"'{name}' is a {expected_type} whose values could not be read back"
+                                          f"{f' ({got.note})' if got.note else ''}.{tail}")
     if got.type_name != expected_type or got.array is None:
         note = f" ({got.note})" if got.note else ""
         return Check(

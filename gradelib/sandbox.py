@@ -963,6 +963,22 @@ def cap_folder(folder: Path, mb: int = SCRATCH_MB, files: int = SCRATCH_FILES) -
     return f"scratch: tmpfs of {mb} MB and {files:,} files"
 
 
+def remove_tree(folder: Path) -> None:
+    """Remove a folder a submission's runs wrote into, however deep: shutil.rmtree recurses once per level
+    (Python 3.11), so 1,500 nested folders raise RecursionError; coreutils' rm walks any depth. Links are
+    removed, never followed; nothing here raises."""
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    except RecursionError:
+        pass
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(folder)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
 def uncap_folder(folder: Path) -> None:
     """Detach the tmpfs `cap_folder` mounted (its contents go with it); nothing when none is there."""
     for mount in reversed(mounts_under(Path(folder))):
@@ -1052,7 +1068,8 @@ class Session:
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
-        template = {"control_fd": theirs.fileno(), "preload": list(self.preload)}
+        # At the namespaces level /dev/shm and System V IPC are the submission's own: the template empties them after each run.
+        template = {"control_fd": theirs.fileno(), "preload": list(self.preload), "private_ipc": self.level == "namespaces"}
         # The template counts as one process of the run's uid and cgroup.
         limits = replace(self.limits, timeout_s=TEMPLATE_CPU_S, processes=self.limits.processes + 1)
         try:

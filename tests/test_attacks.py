@@ -303,6 +303,9 @@ for name, call in (("unshare", lambda: libc.unshare(CLONE_NEWUSER)),
     if got == 0:  # a child of clone() that got through
         os._exit(0)
     doors.append(f"{name}={got}/{ctypes.get_errno()}")
+params = ctypes.create_string_buffer(120)  # struct io_uring_params
+uring = libc.syscall(425, 4, params)
+doors.append(f"io_uring={uring}/{ctypes.get_errno()}")
 shell = subprocess.run(["/bin/sh", "-c", "unshare -U true; echo $?"], capture_output=True, text=True).stdout.split()
 raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={search_errno} exec={status} "
                    f"namespaces {' '.join(doors)} shell={shell}")
@@ -934,9 +937,10 @@ def test_no_run_can_add_or_read_a_kernel_key(batch):
 
 def test_no_run_can_make_a_user_namespace(batch):
     """unshare, clone with CLONE_NEWUSER and setns fail with EPERM; clone3 (whose flags a filter cannot
-    read) with ENOSYS, so the C library falls back to clone() for threads; unshare(1) from a shell fails too."""
+    read) with ENOSYS, so the C library falls back to clone() for threads; unshare(1) from a shell fails
+    too. io_uring (kernel surface of the same kind) fails with EPERM."""
     text = attack_text(batch, "keyring")
-    assert "namespaces unshare=-1/1 clone=-1/1 clone3=-1/38 setns=-1/1 shell=['1']" in text, text
+    assert "namespaces unshare=-1/1 clone=-1/1 clone3=-1/38 setns=-1/1 io_uring=-1/1 shell=['1']" in text, text
     assert batch["marker"] not in Path("/proc/keys").read_text()
 
 
@@ -1192,6 +1196,77 @@ def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
                       "import sys\nsetattr(sys.modules[__name__], 'x', 1)\n"):
         hits = autograd_uses(rebinding + honest)
         assert any("requires_grad=True" in h for h in hits), (rebinding, hits)
+
+
+# At exit, every .npy the harness wrote is padded to 64 MB with a hole: free for the writer, 8 GB of reads
+# for a grader that reads whole files (12 s, 9 s of system time, outside every run's cgroup).
+SPARSE_OUTPUTS = r"""
+import atexit, os
+
+
+def _pad():
+    for top, _dirs, files in os.walk("outputs"):
+        for name in files:
+            if name.endswith(".npy"):
+                with open(os.path.join(top, name), "r+b") as fh:
+                    fh.truncate(64 * 1024 * 1024)
+
+
+atexit.register(_pad)
+"""
+
+# 1,500 nested folders left in scratch: shutil.rmtree recurses once per level and raised RecursionError,
+# which turned every line of the problem into "internal grader error".
+DEEP_FOLDERS = r"""
+import os
+fd = os.open(".", os.O_RDONLY)
+for _ in range(1500):
+    os.mkdir("d", dir_fd=fd)
+    inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = inner
+os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("attack", ["padded outputs", "deep folders"])
+def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothing(tmp_path, attack):
+    """Padded .npy files are refused from their header (nothing after the data is read): the submission
+    loses what it padded, quickly. A tree deeper than Python's recursion limit is removed all the same,
+    and the honest code beside it keeps its points."""
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    source = (SPARSE_OUTPUTS if attack == "padded outputs" else DEEP_FOLDERS) + reference
+    start = time.monotonic()
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
+    wall = time.monotonic() - start
+    said = "\n".join(t.output for t in result.tests)
+    assert "internal grader error" not in said, said
+    if attack == "padded outputs":
+        assert result.score == 0.0
+        assert "bytes after the" in said and "it was not read" in said, said
+        assert wall < 15, wall
+    else:
+        assert result.score == POINTS, said
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path):
+    from gradelib.sandbox import remove_tree
+
+    top = tmp_path / "scratch"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(sys.getrecursionlimit() + 200):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    (top / "link").symlink_to(tmp_path / "kept")
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "file").write_text("x")
+    remove_tree(top)
+    assert not top.exists()
+    assert (tmp_path / "kept" / "file").read_text() == "x"  # a link is removed, not followed
 
 
 # Before its autograd call, the backward sends 400 harmless-looking events of its own (76 KB): with
@@ -1587,8 +1662,10 @@ def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
     # ... with no heartbeat from the first run's daemon: it died with that run.
     said = "\n".join([*attacked.notes, *(t.output for t in attacked.tests)])
     assert "heartbeat alive" not in said, said
-    if attack == "daemon_into_next_run":
+    if attack == "daemon_into_next_run" and attacked.isolation != "namespaces":
         assert "heartbeat stopped" in said, said  # the daemon ran, and was gone before the next run began
+    elif attack == "daemon_into_next_run":  # its heartbeat file went with the submission's emptied /dev/shm too
+        assert "heartbeat" not in said, said
     Path(f"/dev/shm/hb-{marker}").unlink(missing_ok=True)  # the host's /dev/shm at the fallback level
     assert wall < 60, wall
     # Nothing of the attack outlives the grading, and an honest handin graded next is untouched.
@@ -1597,6 +1674,34 @@ def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
                          only=["attention"], timeout_s=30)
     assert honest.score == rubric.load()["attention"].points
     assert processes_named(marker) == []
+
+
+# The first run leaves a file in /dev/shm and a System V segment; the notebook's run, next in the same
+# sandbox, looks for both (it found both, with the hidden inputs' names the first run wrote there).
+SHM_LEFT = r'''
+import ctypes, os
+with open("/dev/shm/left-@MARKER@", "w") as fh:
+    fh.write(",".join(sorted(os.listdir("inputs"))))
+ctypes.CDLL(None).shmget(0x5151, 4096, 0o1666)
+'''
+SHM_SEEN = r'''import os
+_files = [n for n in os.listdir("/dev/shm") if "@MARKER@" in n]
+_segments = open("/proc/sysvipc/shm").read().splitlines()[1:]
+raise RuntimeError(f"shared memory seen: files={_files} segments={len(_segments)}")
+'''
+
+
+@needs_namespaces
+def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submission(tmp_path):
+    """At the namespaces level a submission's runs share its sandbox's /dev/shm and IPC namespace: the
+    template empties both after each run, so what one problem's run leaves never reaches the next."""
+    marker = "zs" + uuid.uuid4().hex[:10]
+    files = {"attention.py": SHM_LEFT.replace("@MARKER@", marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+             "01_mlm_and_next_token.ipynb": _notebook_with_first_cell(SHM_SEEN.replace("@MARKER@", marker))}
+    result = grade_files(tmp_path, files, only=["attention", "losses"], timeout_s=30)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "shared memory seen: files=[] segments=0" in said, said
+    assert result.score == rubric.load()["attention"].points + rubric.load()["losses"].points
 
 
 # ---------------------------------------------------------------- cgroup v2

@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -339,7 +338,7 @@ SCRATCH_PREFIX = "autograder-scratch-"
 def remove_scratch(folder: Path) -> None:
     """Remove a scratch folder with the capped tmpfs mounts a worker made in it."""
     sandbox.uncap_folder(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+    sandbox.remove_tree(folder)
 
 
 def sweep_scratch() -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -135,7 +134,7 @@ def grade_submission(
                             run_expected)
     finally:
         sandbox.uncap_folder(workdir)  # its tmpfs, with everything in it, then the folder
-        shutil.rmtree(workdir, ignore_errors=True)
+        sandbox.remove_tree(workdir)
         result.wall_s = time.monotonic() - start
     return result
 

@@ -125,6 +125,21 @@ def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def _read_prefix(fd: int, name: str, n: int) -> bytes:
+    """Up to `n` bytes from where the descriptor stands (fewer at the end of the file)."""
+    chunks, total = [], 0
+    try:
+        while total < n:
+            chunk = os.read(fd, min(READ_CHUNK, n - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise SafeReadError(name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular") from None
+    return b"".join(chunks)
+
+
 def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
     return SafeReadError(name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read", "size")
 
@@ -253,24 +268,33 @@ def read_npy(
                 raise _too_big(name, st.st_size, max_bytes) from None
             raise SafeReadError(name, f"has shape {tuple(shape)} of {dtype} in {st.st_size} bytes, more than the "
                                 f"{max_bytes} the grader reads; it was not read.", "size", tuple(shape), dtype)
-        data = _read_fd(fd, name, max_bytes)
+        # The header first: the data is read only once the header says how much there must be.
+        data = _read_prefix(fd, name, MAX_NPY_HEADER + 64)
+        fh = io.BytesIO(data)
+        shape, fortran, dtype = _parse_header(fh, name)
+        if not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
+        shape = tuple(shape)
+        check_dtype(dtype, kinds, name, shape)
+        count = 1
+        for s in shape:
+            count *= s  # Python ints: a hostile shape cannot overflow
+        if max_elements is not None and count > max_elements:
+            raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; "
+                                "it was not read.", "size", shape, dtype)
+        offset = fh.tell()
+        needed = count * dtype.itemsize
+        if needed > st.st_size - offset:
+            raise SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
+                                f"{st.st_size - offset}; save it again with np.save.", "format", shape, dtype)
+        if st.st_size - offset > needed:  # np.save writes nothing after the data: padding costs the grader reads, not the writer
+            raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data its "
+                                f"shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
+                                "format", shape, dtype)
+        data += _read_prefix(fd, name, offset + needed - len(data))
     finally:
         os.close(fd)
-    fh = io.BytesIO(data)
-    shape, fortran, dtype = _parse_header(fh, name)
-    if not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
-    shape = tuple(shape)
-    check_dtype(dtype, kinds, name, shape)
-    count = 1
-    for s in shape:
-        count *= s  # Python ints: a hostile shape cannot overflow
-    if max_elements is not None and count > max_elements:
-        raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; "
-                            "it was not read.", "size", shape, dtype)
-    offset = fh.tell()
-    needed = count * dtype.itemsize
-    if needed > len(data) - offset:
+    if needed > len(data) - offset:  # it shrank after fstat
         raise SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
                             f"{len(data) - offset}; save it again with np.save.", "format", shape, dtype)
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)

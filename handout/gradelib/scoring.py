@@ -146,10 +146,11 @@ def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> l
     return [line.result(0.0, message) for line in lines(problem, visibilities)]
 
 
-def read_array(path: Path, root: Path | None = None) -> tuple[np.ndarray | None, str]:
+def read_array(path: Path, root: Path | None = None, max_elements: int | None = None) -> tuple[np.ndarray | None, str]:
     """A .npy the child wrote, as (array, "") or (None, why it was refused)."""
     try:
-        return safeio.read_npy(path, max_bytes=MAX_ARRAY_BYTES, kinds="biuf", root=root, single_link=True), ""
+        return safeio.read_npy(path, max_bytes=MAX_ARRAY_BYTES, kinds="biuf", root=root, single_link=True,
+                               max_elements=max_elements), ""
     except SafeReadError as exc:
         return None, str(exc)
 
@@ -173,8 +174,10 @@ def read_meta(path: Path, root: Path | None = None) -> dict | None:
     return load_meta(path, root)[0]
 
 
-def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str, root: Path | None = None) -> Observed:
-    """What the child recorded for quantity `name`, as an Observed; every string in it made safe to show."""
+def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str, root: Path | None = None,
+                        max_elements: int | None = None) -> Observed:
+    """What the child recorded for quantity `name`, as an Observed; every string in it made safe to show
+    (`max_elements`: a larger array is refused from its header, unread)."""
     entries = meta.get("quantities")
     entry = entries.get(name) if isinstance(entries, dict) else None
     if not isinstance(entry, dict) or not entry.get("present"):
@@ -182,7 +185,7 @@ def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str
     type_name = entry.get("type")
     type_name = clean_text(type_name)[:200] if type_name is not None else None
     note = clean_text(entry.get("note", ""))[:500]
-    array, refused = read_array(case_dir / f"{name}.npy", root)
+    array, refused = read_array(case_dir / f"{name}.npy", root, max_elements)
     if array is None and "note" not in entry:
         note = f"its array could not be read back: {refused}"[:500]
     return Observed(True, type_name, array, note)

@@ -142,7 +142,7 @@ def _apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> 
 # seccomp: system calls no run needs that reach past its namespaces. The kernel's keyrings are per
 # uid and outside every namespace: a key one run adds, the next run under the same sandbox uid could
 # read. ptrace and process_vm_* reach into other processes of the uid (the template among them);
-# perf_event_open, bpf and userfaultfd are kernel attack surface. unshare, setns and a clone() that
+# perf_event_open, bpf, userfaultfd and io_uring are kernel attack surface. unshare, setns and a clone() that
 # asks for a new namespace would give the run a user namespace, with every capability inside it and
 # the kernel code behind them (mounts, netfilter, ...) to attack. Each fails with EPERM. clone3 takes
 # its flags in memory a filter cannot read, so it fails with ENOSYS: the C library then falls back
@@ -155,10 +155,10 @@ EPERM, ENOSYS = 1, 38
 DENIED_SYSCALLS = {  # name -> number, per architecture (the kernel's syscall tables)
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
                "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-               "unshare": 272, "setns": 308},
+               "unshare": 272, "setns": 308, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
-                "unshare": 97, "setns": 268},
+                "unshare": 97, "setns": 268, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
 }
 CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
@@ -364,8 +364,47 @@ def _fork_run(sock, request: dict, fds: list[int], report_fd: int) -> int:
     return 0  # not reached
 
 
-def _serve(control_fd: int, report_fd: int, preload: list[str]) -> None:
-    """The template's loop: one request, one forked run, one reply with how it ended."""
+SYSV_IPC = {"shm": "shmctl", "msg": "msgctl", "sem": "semctl"}  # /proc/sysvipc/<kind> -> the call that removes one
+IPC_RMID = 0
+
+
+def _clear_ipc() -> int:
+    """Remove what a run left in the submission's private /dev/shm and System V IPC namespace (the
+    namespaces level gives each submission its own), so the next run of the submission starts with
+    none of it; how many were removed."""
+    import shutil
+
+    removed = 0
+    try:
+        entries = list(os.scandir("/dev/shm"))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass
+    for kind, call in SYSV_IPC.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                args = (int(fields[1]), 0, IPC_RMID) if kind == "sem" else (int(fields[1]), IPC_RMID, None)
+                removed += getattr(_libc, call)(*args) == 0
+    return removed
+
+
+def _serve(control_fd: int, report_fd: int, preload: list[str], private_ipc: bool = False) -> None:
+    """The template's loop: one request, one forked run, one reply with how it ended (`private_ipc`:
+    /dev/shm and System V IPC are the submission's own, emptied after each run)."""
     import json as _json
     import socket
 
@@ -404,6 +443,8 @@ def _serve(control_fd: int, report_fd: int, preload: list[str]) -> None:
             if done == pid:
                 status = os.waitstatus_to_exitcode(raw)  # -N when killed by signal N
         killed = _kill_descendants()
+        if private_ipc:
+            _clear_ipc()
         sock.send(_json.dumps({"returncode": status, "killed": killed}).encode())
     os._exit(0)
 
@@ -422,7 +463,8 @@ def main() -> None:
     sys.audit("gradelib.seccomp", why or "ok")
     template = config.get("template")
     if template:
-        _serve(int(template["control_fd"]), int(report_fd), list(template.get("preload", [])))
+        _serve(int(template["control_fd"]), int(report_fd), list(template.get("preload", [])),
+               bool(template.get("private_ipc")))
         return
     _run_harness(sys.argv[1:])
 

@@ -168,7 +168,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
         outcomes, runtime_hits = _collect(problem, cases, scratch, run)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        sandbox.remove_tree(scratch)
 
     withheld = {}
     reasons = []
@@ -232,7 +232,8 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
                 note = f"{stage} never finished: the submission's process {run.describe()}"
             if not note:
                 note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
-            obs = observed_from_child(case_dir, meta, q, note, root=scratch)
+            # A wrong shape is reported as such; one far larger than expected is not even read.
+            obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
             hint = HINTS[q]
             if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
                 hint = diagnose_softmax(obs.array) or diagnose_scaling(obs.array, expected) or hint

@@ -143,7 +143,7 @@ def run_notebook(
             return collect(scratch, run, report, finish()), run, report
         return collect(scratch, run, report), run, report
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        sandbox.remove_tree(scratch)
 
 
 def observed(
