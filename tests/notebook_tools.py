@@ -51,8 +51,9 @@ def source(cell: dict) -> str:
 
 
 def function_cell(nb: dict, function: str) -> dict:
-    """The code cell that defines `function` (the solution cell, not a test)."""
-    cells = [c for c in nb["cells"] if c["cell_type"] == "code" and f"def {function}(" in source(c)]
+    """The code cell that defines `function` or class `function` (the solution cell, not a test)."""
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"
+             and (f"def {function}(" in source(c) or f"class {function}(" in source(c))]
     assert len(cells) == 1, f"{len(cells)} cells define {function}"
     return cells[0]
 

@@ -60,6 +60,16 @@ BUGS = {
         [('        att = att.masked_fill(~self.causal[:T, :T], float("-inf"))  # no peeking at later positions\n', "")],
         {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
     ),
+    # The notebook forbids the built-in attention; an alias does not hide it from the grader.
+    "builtin_attention": (
+        [("        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)        # (B, nh, T, T)\n"
+          "        att = att.masked_fill(~self.causal[:T, :T], float(\"-inf\"))  # no peeking at later positions\n"
+          "        att = self.attn_drop(F.softmax(att, dim=-1))\n"
+          "        y = att @ v                                            # (B, nh, T, hs)\n",
+          "        from torch.nn.functional import scaled_dot_product_attention as mix\n"
+          "        y = mix(q, k, v, is_causal=True)\n")],
+        {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
+    ),
     "collate_pads_with_the_wrong_id": (
         [("    inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)   # (B, T)\n"
           "    targets = torch.full((len(pieces), T), PAD, dtype=torch.long)  # (B, T)\n",
@@ -97,6 +107,9 @@ def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
     result = grade_files(tmp_path, {NOTEBOOK: json.dumps(nb)}, only=LM_PROBLEMS, timeout_s=90)
     scores = function_scores(result)
     assert {k for k, v in scores.items() if v < 1.0} == failing, scores
+    if bug == "builtin_attention":
+        said = [t.output for t in result.tests if t.line == "causal_attention" and not t.passed]
+        assert said and all("F.scaled_dot_product_attention is not allowed in notebook 3" in o for o in said), said
     if bug == "eos_and_pad_not_excluded":  # the ids are named for what they are, not as a constant factor
         greedy = [t.output for t in result.tests if t.line == "generate_greedy" and not t.passed]
         assert greedy and all("generate must never emit them" in o and "constant factor" not in o for o in greedy), greedy

@@ -128,6 +128,24 @@ def test_planted_bug_fails_the_same_lines_in_grader_check_and_the_local_grader(
     assert shown and all(hint in m for m in shown), shown
 
 
+def test_notebook_3s_checks_refuse_a_builtin_attention_as_the_local_grader_does(tmp_path, folder):
+    """The notebook forbids F.scaled_dot_product_attention; one imported under another name is refused all
+    the same, by grader.check("nb3_attention") and ("nb3_model") and by the local grader, with one message."""
+    text = edited(NB3, "CausalSelfAttention",
+                  ("        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)", "        y = att @ v  "),
+                  ("        from torch.nn.functional import scaled_dot_product_attention as mix\n"
+                   "        y = mix(q, k, v, is_causal=True)\n        att = None", "        y = y"))
+    checks = run_checks(folder, NB3, namespace(json.loads(text)))
+    otter = line_verdicts(checks)
+    # The lines a check exists for (the array lines need a trained run, which no check has).
+    local = {line: ok for line, ok in local_public_lines(tmp_path, NB3, text, list(NB3_PROBLEMS)).items() if line in otter}
+    assert otter == local, {line: (otter.get(line), local.get(line)) for line in set(otter) | set(local)}
+    assert {line for line, ok in local.items() if not ok} == {("prediction", "causal_attention"), ("prediction", "model_building")}
+    shown = [m for q, results in checks.items() for line, (_, m) in zip(lines_of(q), results)
+             if line == ("prediction", "causal_attention")]
+    assert shown and all("F.scaled_dot_product_attention is not allowed in notebook 3" in m for m in shown), shown
+
+
 @pytest.mark.parametrize("name", [NB1, NB2, NB3])
 def test_every_check_passes_on_the_solution_and_fails_naming_the_todo_on_the_blank_handout(folder, name):
     solved = run_checks(folder, name, namespace(load(name)))
