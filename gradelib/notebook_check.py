@@ -25,6 +25,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import json
 import signal
 import sys
 import textwrap
@@ -125,6 +126,66 @@ def placeholder(obj) -> bool:
     return any(harness("notebook_child").placeholder_functions(tree).values())
 
 
+def skipped_only(notebook: Path) -> dict[str, str]:
+    """Names that only cells tagged skip-grading bind in the saved notebook -> where (as the grader
+    words it), read from the file: the grader never runs those cells, the kernel has."""
+    from .problems.notebook_functions import SKIP_TAGS
+
+    base = harness("notebook_child")
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    skipped: dict[str, str] = {}
+    bound: set[str] = set()
+    index = 0
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        index += 1
+        text = cell.get("source", "")
+        text = "".join(text) if isinstance(text, list) else str(text)
+        meta = cell.get("metadata")
+        tags = meta.get("tags", []) if isinstance(meta, dict) else []
+        count = cell.get("execution_count")
+        label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {index} (not run when saved)"
+        if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
+            for name in base.skipped_names(text):
+                skipped.setdefault(name, f"{label} (`{base.first_line(text)}`)")
+        else:
+            bound.update(base.skipped_names(text))
+    return {name: where for name, where in skipped.items() if name not in bound}
+
+
+def _functions_of(obj) -> list:
+    """The plain functions behind a function or a class (its methods, static and class methods, properties)."""
+    import types
+
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    found = []
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            if isinstance(value, property):
+                found += [f for f in (value.fget, value.fset) if isinstance(f, types.FunctionType)]
+            elif isinstance(getattr(value, "__func__", value), types.FunctionType):
+                found.append(getattr(value, "__func__", value))
+    return found
+
+
+@contextlib.contextmanager
+def _as_the_grader_runs_it(objects, skipped: dict[str, str]):
+    """Within: the names only skip-grading cells bind are gone from the namespace the notebook's functions
+    run in (the kernel ran those cells, the grader does not), so a use raises the grader's NameError."""
+    spaces = {id(f.__globals__): f.__globals__ for obj in objects for f in _functions_of(obj)}
+    removed = {(key, name): space.pop(name) for key, space in spaces.items() for name in skipped if name in space}
+    try:
+        yield
+    finally:
+        for (key, name), value in removed.items():
+            spaces[key][name] = value
+
+
 def _spec(problem_id: str):
     from .problems import lm_functions, losses, masks
 
@@ -160,8 +221,11 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     cases = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
     if not cases:
         raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
+    # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
+    skipped = next((skipped_only(where / spec.notebook) for where in (Path.cwd(), ROOT)
+                    if (where / spec.notebook).is_file()), {})
     report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function]), "cell": 0} for c in calls},
-              "skipped_defs": {}}
+              "skipped_defs": skipped}
     timeout = float(problem.settings.get("call_timeout_s", 10.0))
     in_main = threading.current_thread() is threading.main_thread()
     old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main else {}
@@ -172,7 +236,10 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
         # Outside the main thread a timer's signal cannot interrupt a call: run it without the grader's time limit.
         base.time_limit = lambda *_args, **_kwargs: contextlib.nullcontext()
     outcomes = []
+    # As the grader runs the notebook: without what the cells tagged skip-grading bound (the kernel ran them).
+    stack = contextlib.ExitStack()
     try:
+        stack.enter_context(_as_the_grader_runs_it([namespace[c.function] for c in calls], skipped))
         for case in cases:
             with np.load(case.path, allow_pickle=False) as data:
                 inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
@@ -183,6 +250,7 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
                 base.call_and_record(rec, as_task, inputs, dict(namespace), report, timeout)
             outcomes.append(_judge(problem_id, sub, spec, case, rec.observe))
     finally:
+        stack.close()
         base.time_limit = old_limit
         if in_main:
             signal.setitimer(signal.ITIMER_REAL, 0, 0)

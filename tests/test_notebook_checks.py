@@ -128,6 +128,32 @@ def test_planted_bug_fails_the_same_lines_in_grader_check_and_the_local_grader(
     assert shown and all(hint in m for m in shown), shown
 
 
+def test_a_name_only_a_skip_grading_cell_binds_fails_the_check_as_it_fails_the_grader(tmp_path, folder):
+    """The kernel ran the skip-grading cell, the grader does not: a graded function (through a helper of the
+    notebook's here) that uses its NEG_INF passes nothing in grader.check either, with the grader's reason."""
+    nb = json.loads(edited(NB2, "attention", 'scores = scores.masked_fill(~mask, float("-inf"))',
+                           "scores = scores.masked_fill(~mask, blocked())"))
+    at = next(i for i, c in enumerate(nb["cells"]) if "def attention(" in source(c))
+    nb["cells"].insert(at, {"cell_type": "code", "execution_count": 3, "id": "plotsetup", "outputs": [],
+                            "metadata": {"tags": [SKIP_TAG]}, "source": 'NEG_INF = float("-inf")  # for the plots\n'})
+    nb["cells"].insert(at, {"cell_type": "code", "execution_count": 2, "id": "helper", "outputs": [], "metadata": {},
+                            "source": "def blocked():\n    return NEG_INF\n"})
+    text = json.dumps(nb)
+    student = shutil.copytree(folder, tmp_path / "student")
+    (student / NB2).write_text(text)  # saved, as the grader will read it
+    kernel = namespace(nb)
+    exec('NEG_INF = float("-inf")', kernel)  # ... and run, as the student's kernel did
+    checks = run_checks(student, NB2, kernel)
+    otter = {line: ok for line, ok in line_verdicts(checks).items() if line[0] == "masks"}
+    local = local_public_lines(tmp_path, NB2, text, ["masks"])
+    assert otter == local, {line: (otter.get(line), local.get(line)) for line in set(otter) | set(local)}
+    assert not otter[("masks", "masked_attention")] and otter[("masks", "attention")], otter  # unmasked: never uses it
+    assert kernel["NEG_INF"] == float("-inf")  # put back in the kernel once the check ran
+    shown = [m for q, results in checks.items() for line, (_, m) in zip(lines_of(q), results) if line[1] == "masked_attention"]
+    assert shown and all("`NEG_INF` is defined in cell [3] (`NEG_INF = float(\"-inf\")  # for the plots`), a cell tagged "
+                         "skip-grading, which the grader does not run" in m for m in shown), shown
+
+
 def test_notebook_3s_checks_refuse_a_builtin_attention_as_the_local_grader_does(tmp_path, folder):
     """The notebook forbids F.scaled_dot_product_attention; one imported under another name is refused all
     the same, by grader.check("nb3_attention") and ("nb3_model") and by the local grader, with one message."""

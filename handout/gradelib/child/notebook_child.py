@@ -186,7 +186,8 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry["status"] = "skipped"
             entry["message"] = "otter's own cell"
             continue
-        filename = f"<code cell {code_index}>"
+        # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless two cells share that name.
+        filename = f"<{label}>" if f"<{label}>" not in linecache.cache else f"<code cell {code_index}>"
         source = strip_magics(source)
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         try:
