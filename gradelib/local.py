@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .grade import grade_submission
 from .intake import HandinError, open_handin
-from .manifest import check_folder, collect, runs, runs_text
+from .manifest import check_folder, collect, runs, runs_text, short_run
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
@@ -89,9 +89,17 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
         return runid, str(epochs[-1]), f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass an epoch to choose: {CHOOSE})."
     if not found:
         return "", "", "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained."
-    newest = next(iter(found))
+    # The newest full run: a short one (MAX_STEPS, a quick LM_TRAIN_STEPS try) only when there is nothing else.
+    full = [r for r in found if short_run(r) is None]
+    newest = full[0] if full else next(iter(found))
     last = found[newest][-1]
-    return newest, str(last), f"Grading the newest run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE})."
+    short = short_run(newest)
+    if short is not None:
+        return newest, str(last), (f"Grading the newest run, experiments/{newest}, epoch {last}: a short run of {short} "
+                                   f"steps, whose model earns few of the model-quality points (to choose another, {CHOOSE}).")
+    skipped = [r for r in found if r != newest and list(found).index(r) < list(found).index(newest)]
+    also = f"; newer short runs not chosen: {', '.join(skipped)}" if skipped else ""
+    return newest, str(last), f"Grading the newest full run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE}{also})."
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:

@@ -82,11 +82,25 @@ def runs(root: Path) -> dict[str, list[int]]:
     return found
 
 
+SHORT_RUN = re.compile(r"-steps(\d+)$")  # notebook 3 names a run cut short by MAX_STEPS <time>-steps<N>
+
+
+def short_run(runid: str) -> int | None:
+    """The step cap of a short run (MAX_STEPS, or LM_TRAIN_STEPS for a quick try), None for a full one."""
+    match = SHORT_RUN.search(runid)
+    return int(match.group(1)) if match else None
+
+
 def runs_text(root: Path) -> str:
     found = runs(root)
     if not found:
         return "experiments/ holds no trained run yet: train in notebook 3 first"
-    return "experiments/ holds: " + "; ".join(f"runid={r} (epochs {', '.join(map(str, e))})" for r, e in found.items())
+
+    def said(runid: str, epochs: list[int]) -> str:
+        short = f", a short run of {short_run(runid)} steps" if short_run(runid) is not None else ""
+        return f"runid={runid} (epoch{'s' if len(epochs) > 1 else ''} {', '.join(map(str, epochs))}{short})"
+
+    return "experiments/ holds: " + "; ".join(said(r, e) for r, e in found.items())
 
 
 TODO_RAISE = re.compile(r"""raise\s+NotImplementedError\(\s*(?:f?["'])(TODO[^"'\n]*)""")
@@ -285,10 +299,17 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
             f"`make handin partial=1` hands in the other files without them; {runs_text(root)}"
         )
+    # A run or an epoch of which nothing exists is said once, with the runs that do, not once per file of it.
+    run_files = [rel for rel in sources(runid, epoch).values() if rel.startswith("experiments/")] if have_run else []
+    no_epoch = have_run and not partial and not any((root / rel).exists() for rel in run_files)
+    if no_epoch:
+        what = (f"experiments/{runid} has nothing for epoch {epoch}" if (root / "experiments" / runid).is_dir()
+                else f"there is no experiments/{runid}")
+        problems.append(f"{what}, so predictions.npy, generated.npy and model.pt cannot be packed; {runs_text(root)}")
     for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
         # A link in the student's own folder is theirs to make: pack what it points to.
         path = (root / rel).resolve()
-        if rel.startswith("experiments/") and not have_run:
+        if rel.startswith("experiments/") and (not have_run or no_epoch):
             if partial and name not in OPTIONAL:
                 notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
             continue

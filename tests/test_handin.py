@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -139,7 +140,7 @@ def test_a_file_the_grader_cannot_use_stops_the_handin_with_what_to_fix(student,
 def test_runid_and_epoch_are_required_unless_partial(student, capsys):
     rc, _, err = pack(student, capsys)
     assert rc == 1 and "runid= and epoch= are required" in err and "partial=1" in err
-    assert "experiments/ holds: runid=run1 (epochs" in err, err  # the runs to choose from
+    assert "experiments/ holds: runid=run1 (epoch 3)" in err, err  # the runs to choose from
     proc = make_handin(student, "partial=1")
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(student / "handin.tar") as tar:
@@ -149,8 +150,8 @@ def test_runid_and_epoch_are_required_unless_partial(student, capsys):
 def test_wrong_epoch_names_the_missing_files(student, capsys):
     rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "7")
     assert rc == 1
-    assert "experiments/run1/predictions_test_7.npy is missing" in err
-    assert "experiments/run1/generated_7.npy is missing" in err
+    assert "experiments/run1 has nothing for epoch 7, so predictions.npy, generated.npy and model.pt cannot be packed" in err
+    assert "experiments/ holds: runid=run1 (epoch 3)" in err
 
 
 def test_local_check_of_a_built_handin_reads_it_like_the_grader(student):
@@ -212,8 +213,29 @@ def test_local_grading_of_a_run_equals_grading_its_handin(student):
     assert direct and direct == packed
     # Without runid/epoch the newest run is graded, and the output says which.
     newest, _ = local_rows(student, "--only", "attention")
-    assert "Grading the newest run, experiments/run1, epoch 3" in newest
+    assert "Grading the newest full run, experiments/run1, epoch 3" in newest
     assert "What is at stake" in newest and "course maximum 120" in newest
+
+
+def test_a_short_run_is_graded_by_default_only_when_no_full_run_exists(tmp_path):
+    """A quick try (LM_TRAIN_STEPS=20) made after a real run must not become what `make grade` grades."""
+    from gradelib.local import choose_run
+    from gradelib.manifest import runs_text
+
+    for name, epochs in (("20261125-100000", (1, 2)), ("20261125-120000-steps20", (1,))):
+        folder = tmp_path / "experiments" / name
+        folder.mkdir(parents=True)
+        for epoch in epochs:
+            (folder / f"model_{epoch}.pt").write_bytes(b"x")
+    os.utime(tmp_path / "experiments" / "20261125-100000", (1, 1))  # the full run is the older one
+    runid, epoch, said = choose_run(tmp_path, None, None)
+    assert (runid, epoch) == ("20261125-100000", "2"), said
+    assert said.startswith("Grading the newest full run, experiments/20261125-100000, epoch 2") and \
+        "newer short runs not chosen: 20261125-120000-steps20" in said, said
+    assert "runid=20261125-120000-steps20 (epoch 1, a short run of 20 steps)" in runs_text(tmp_path)
+    shutil.rmtree(tmp_path / "experiments" / "20261125-100000")
+    runid, epoch, said = choose_run(tmp_path, None, None)
+    assert (runid, epoch) == ("20261125-120000-steps20", "1") and "a short run of 20 steps" in said, said
 
 
 def test_problem_aliases_name_the_notebooks(student):
@@ -230,7 +252,13 @@ def test_handin_tar_is_readable_and_todos_left_are_named(student, capsys):
 
 def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
     rc, _, err = pack(student, capsys, "--runid", "run2", "--epoch", "3")
-    assert rc != 0 and "experiments/ holds: runid=run1 (epochs 3)" in err, err
+    assert rc != 0 and "experiments/ holds: runid=run1 (epoch 3)" in err, err
+    # A wrong epoch of a run that exists: said once (not once per file of the run), and no note about
+    # the optional generated.txt of a handin that is not written.
+    rc, out, err = pack(student, capsys, "--runid", "run1", "--epoch", "2")
+    assert rc != 0 and err.count("experiments/ holds:") == 1, err
+    assert "experiments/run1 has nothing for epoch 2, so predictions.npy, generated.npy and model.pt cannot be packed" in err
+    assert "optional" not in out + err, out + err
 
 
 # A malformed cell below has no id either: nbformat warns about that before it rejects the cell.
