@@ -132,7 +132,8 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             print(handin_check_text(args.handin, Path(tmp) / "unpacked"))
         else:
             runid, epoch, said = choose_run(handout, args.runid, args.epoch)
-            print(said)
+            if not only or {"prediction", "generation"} & set(only) or args.runid or args.epoch:
+                print(said)  # which run: only where the run's files are graded (or one was asked for)
             submission = Path(tmp) / "handin"
             submission.mkdir()
             # Exactly the files `make handin` would pack (whatever exists of them). One that `make handin`

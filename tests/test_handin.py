@@ -212,7 +212,7 @@ def test_local_grading_of_a_run_equals_grading_its_handin(student):
     _, packed = local_rows(student, "--handin", "handin.tar", *only)
     assert direct and direct == packed
     # Without runid/epoch the newest run is graded, and the output says which.
-    newest, _ = local_rows(student, "--only", "attention")
+    newest, _ = local_rows(student, "--only", "prediction")
     assert "Grading the newest full run, experiments/run1, epoch 3" in newest
     assert "What is at stake" in newest and "course maximum 120" in newest
 

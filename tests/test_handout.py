@@ -505,6 +505,7 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     proc, rows = run_local(folder, "--only", "attention")
     assert proc.returncode == 0, proc.stderr
     assert rows and {r["problem"] for r in rows} == {"attention"}
+    assert "No trained run" not in proc.stdout  # notebook 3's run is not what --only attention grades
     assert {r["vis"] for r in rows} == {"public"}
     assert all(r["got"] == r["max"] for r in rows), proc.stdout
     assert sum(float(r["max"]) for r in rows) == pytest.approx(15.0)

@@ -166,3 +166,23 @@ def test_chart_labels_never_overlap_or_leave_the_chart(hi, width):
         assert x2 - x1 >= (len(a) + len(b)) / 2 * CHAR_PX, (a, b, x2 - x1)
     mark = re.search(r'<text x="([\d.]+)"[^>]*fill="#c00"([^>]*)>no credit', svg)
     assert mark and 'text-anchor="end"' in mark.group(2) and float(mark.group(1)) <= width, svg
+
+
+def test_a_hint_every_failed_case_shares_is_said_once_and_identical_reasons_once():
+    from gradelib.compare import Check
+    from gradelib.results import why_lost
+    from gradelib.scoring import CaseOutcome, _failure_text
+
+    def failed(name: str, message: str):
+        return CaseOutcome(name, "public", f"{name} sizes"), Check("x", False, "values", message)
+
+    same = [failed("a", "'x' is off by 1. Hint: add one."), failed("b", "'x' is off by 2. Hint: add one.")]
+    assert _failure_text(same, 3, "public").splitlines() == [
+        "failed on 2 of 3 public cases:", "case 'a' (a sizes): 'x' is off by 1.", "case 'b' (b sizes): 'x' is off by 2.",
+        "Hint: add one."]
+    mixed = [failed("a", "'x' is off by 1. Hint: add one."), failed("b", "'x' is NaN. Hint: subtract the max.")]
+    assert _failure_text(mixed, 2, "public").splitlines()[1:] == [
+        "case 'a' (a sizes): 'x' is off by 1. Hint: add one.", "case 'b' (b sizes): 'x' is NaN. Hint: subtract the max."]
+    withheld = "Backward points withheld: attention.py used torch.autograd.grad while running."
+    assert why_lost([("backward: dLdV", withheld, 1.5), ("backward: dLdX", withheld, 2.0)]) == [
+        "- backward: dLdV:", f"    {withheld}", "- backward: dLdX: the same as the line above."]

@@ -215,7 +215,8 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
         differ = np.abs(run.predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
         if differ.any():
             rows = int(differ.any(axis=(1, 2)).sum())
-            message = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {checked} rows differ from the "
+            message = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {checked} rows "
+                       f"{'differs' if rows == 1 else 'differ'} from the "
                        "model's own predict(). The grader scores the model, not the array.")
             ctx.note(f"prediction: {message}")
             ctx.flags["predictions_do_not_match_model"] = message

@@ -154,7 +154,7 @@ def not_attempted(output: str) -> str:
     still raises the handout's NotImplementedError (e.g. "`softmax`", "forward (attention.py, line 65)");
     '' otherwise, or when some failures are not shown."""
     cases = [ln for ln in output.splitlines() if ln.startswith(("case ", "cases "))]
-    if not output.startswith("failed on ") or not cases or "more distinct failures" in output:
+    if not output.startswith("failed on ") or not cases or "more distinct failure" in output:
         return ""
     found = set()
     for ln in cases:
@@ -175,6 +175,7 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
     except that tests lost only to code not written yet are named in one short list at the end."""
     lines: list[str] = []
     todo: dict[str, list[float]] = {}
+    previous = None
     for name, output, points in failed:
         what = not_attempted(output)
         if what:
@@ -182,6 +183,10 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
             shown = what if "(" in what else f"`{what}`"  # a function's name, or a stage with its file and line
             todo.setdefault(f"{problem}: {shown}" if problem else shown, []).append(points)
             continue
+        if output == previous:  # e.g. the backward points withheld, said on each backward line
+            lines.append(f"- {name}: the same as the line above.")
+            continue
+        previous = output
         lines.append(f"- {name}:")
         lines += [f"    {line}" for line in output.splitlines()]
     if todo:

@@ -112,11 +112,20 @@ def group_results(
     return tests
 
 
+HINT = " Hint: "  # how compare.check ends a message with its hint
+
+
 def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: str) -> str:
-    """Failed cases grouped by identical message, so one mistake reads once."""
+    """Failed cases grouped by identical message, so one mistake reads once; a hint that every message
+    shown shares is said once, after them."""
     by_message: dict[str, list[CaseOutcome]] = {}
     for outcome, chk in failed:
         by_message.setdefault(chk.message, []).append(outcome)
+    shown = list(by_message)[:MAX_FAILED_CASES_SHOWN]
+    hints = {m.partition(HINT)[2] for m in shown}
+    common = hints.pop() if len(shown) > 1 and len(hints) == 1 and "" not in hints else ""
+    if common:
+        by_message = {(m.partition(HINT)[0] if m in shown else m): o for m, o in by_message.items()}
     lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:"]
     for message, outcomes in list(by_message.items())[:MAX_FAILED_CASES_SHOWN]:
         if len(outcomes) == 1:
@@ -127,7 +136,10 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
         for o in outcomes:
             lines += [f"  {n}" for n in o.notes]
     if len(by_message) > MAX_FAILED_CASES_SHOWN:
-        lines.append(f"... and {len(by_message) - MAX_FAILED_CASES_SHOWN} more distinct failures")
+        more = len(by_message) - MAX_FAILED_CASES_SHOWN
+        lines.append(f"... and {more} more distinct failure{'s' if more > 1 else ''}")
+    if common:
+        lines.append(f"Hint: {common}")
     return "\n".join(lines)
 
 

@@ -33,8 +33,9 @@ SPEC = NotebookSpec(
         "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv)."),
         "A_masked": Quantity(
             TENSOR,
-            "fill blocked scores (mask False) with -inf before the softmax; a row with no allowed key must be all "
-            "zeros, not NaN.",
+            "fill blocked scores (mask False) with -inf before the softmax. A query with no allowed key then has "
+            "only -inf scores, whose softmax is NaN: give those rows any finite score before the softmax and zero "
+            "them after it, so the query's row of A (and of C) is all zeros, not NaN.",
         ),
         "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector."),
         "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included)."),
