@@ -227,8 +227,9 @@ def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, check
 @toy_english_only
 def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_path):
     """Rows of generated.npy with 3 or fewer different characters: no 30-character stretch of the source's
-    text is like that, the reference generates none, the oracle gives such text no credit, and the local
-    grader (which scores no text) says so in a note; the format line still passes."""
+    text is like that, the reference generates none (so its handin gets no such note), the oracle gives
+    such text no credit, and the local grader (which scores no text) says so in a note; the format line
+    still passes."""
     from autograder.oracle.oracles import load_oracle
     from gradelib.lm.vocab import encode
     from gradelib.problems.generation import REPETITIVE_DISTINCT, repetitive_rows
@@ -250,7 +251,3 @@ def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_pa
     said = [n for n in result.notes if "repeat 3 or fewer characters" in n]
     assert said and said[0].startswith(f"generation: {len(stuck)} of the {len(stuck)} rows of generated.npy"), result.notes
     assert next(t for t in result.tests if "generated.npy" in t.name).passed
-    (tmp_path / "honest").mkdir()
-    honest = grade_files(tmp_path / "honest", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
-                                               "generated.npy": npy(reference_ids)}, visibilities=("public",), only=["generation"])
-    assert not any("repeat 3 or fewer" in n for n in honest.notes), honest.notes
