@@ -1078,31 +1078,14 @@ def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
     assert "uses automatic differentiation" not in text, text
 
 
-# The C++ engine behind torch.autograd.grad, called directly, every name spelled so no source check sees it.
-AUTOGRAD_BY_THE_ENGINE = r'''
-import math
-import torch
-
-_AG = getattr(torch, "auto" + "grad")          # source check only matches exact names/strings
-_ENGINE = _AG.variable.Variable._execution_engine  # what the tripwired functions call internally
-_RG = "_darg_seriuqer"[::-1]                     # "requires_grad_"
-
-
-def _leaf(t):
-    return getattr(t.detach().clone(), _RG)(True)
-
-
-def _vjp(out, inputs, g):
-    # positional: tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable, accumulate_grad
-    return _ENGINE.run_backward((out,), (g,), False, False, tuple(inputs), True, False)
-
+# The forward both autograd attacks below share; each brings its own _backward(att, dLdXnew).
+AUTOGRAD_FORWARD = r'''
 
 def _attn(Q, K, V):
     T, dk = Q.shape[1], K.shape[-1]
     A_w = Q @ K.transpose(1, 2)
     fut = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    s = (A_w / math.sqrt(dk)).masked_fill(fut, float("-inf"))
-    return A_w, torch.softmax(s, dim=-1)
+    return A_w, torch.softmax((A_w / math.sqrt(dk)).masked_fill(fut, float("-inf")), dim=-1)
 
 
 class Attention:
@@ -1116,14 +1099,34 @@ class Attention:
         return self.A_sig @ self.V
 
     def backward(self, dLdXnew):
-        Q, K, V = _leaf(self.Q), _leaf(self.K), _leaf(self.V)
-        out = _attn(Q, K, V)[1] @ V
-        self.dLdQ, self.dLdK, self.dLdV = _vjp(out, (Q, K, V), dLdXnew)
-        X, Wq, Wk, Wv = _leaf(self.X), _leaf(self.W_q), _leaf(self.W_k), _leaf(self.W_v)
-        out = _attn(X @ Wq, X @ Wk, X @ Wv)[1] @ (X @ Wv)
-        dX, self.dLdWq, self.dLdWk, self.dLdWv = _vjp(out, (X, Wq, Wk, Wv), dLdXnew)
-        return dX
+        return _backward(self, dLdXnew)
 '''
+
+# The C++ engine behind torch.autograd.grad, called directly, every name spelled so no source check sees it.
+AUTOGRAD_BY_THE_ENGINE = r'''
+import math
+import torch
+
+_AG = getattr(torch, "auto" + "grad")
+_ENGINE = _AG.variable.Variable._execution_engine  # what the tripwired functions call internally
+_RG = "_darg_seriuqer"[::-1]  # "requires_grad_"
+
+
+def _leaf(t):
+    return getattr(t.detach().clone(), _RG)(True)
+
+
+def _vjp(out, inputs, g):  # tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable, accumulate_grad
+    return _ENGINE.run_backward((out,), (g,), False, False, tuple(inputs), True, False)
+
+
+def _backward(att, dLdXnew):
+    Q, K, V = _leaf(att.Q), _leaf(att.K), _leaf(att.V)
+    att.dLdQ, att.dLdK, att.dLdV = _vjp(_attn(Q, K, V)[1] @ V, (Q, K, V), dLdXnew)
+    X, Wq, Wk, Wv = _leaf(att.X), _leaf(att.W_q), _leaf(att.W_k), _leaf(att.W_v)
+    dX, att.dLdWq, att.dLdWk, att.dLdWv = _vjp(_attn(X @ Wq, X @ Wk, X @ Wv)[1] @ (X @ Wv), (X, Wq, Wk, Wv), dLdXnew)
+    return dX
+''' + AUTOGRAD_FORWARD
 
 # `__name__ = "__main__"` first: a source check that skips `if __name__ == "__main__":` blocks (an honest
 # self-test there never runs when graded) skipped this one, which the import runs.
@@ -1131,40 +1134,21 @@ AUTOGRAD_UNDER_A_FORGED_MAIN_GUARD = r'''
 import math
 import torch
 
-__name__ = "__main__"          # the grader's source check skips this block; the import runs it anyway
+__name__ = "__main__"
 if __name__ == "__main__":
     from torch.autograd.variable import Variable
 
     def _grads(f, inputs, g):
         leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
-        out = f(*leaves)
-        # the C++ engine behind torch.autograd.grad: no tripwire wraps it
-        return Variable._execution_engine.run_backward((out,), (g,), False, False, tuple(leaves), True, False)
+        return Variable._execution_engine.run_backward((f(*leaves),), (g,), False, False, tuple(leaves), True, False)
 
 
-def _attn(Q, K, V):
-    T = Q.shape[1]
-    A_w = Q @ K.transpose(1, 2)
-    s = (A_w / math.sqrt(K.shape[-1])).masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    return A_w, torch.softmax(s, dim=-1)
-
-
-class Attention:
-    def __init__(self, wk, wq, wv):
-        self.W_k, self.W_q, self.W_v = wk, wq, wv
-
-    def forward(self, X):
-        self.X = X
-        self.Q, self.K, self.V = X @ self.W_q, X @ self.W_k, X @ self.W_v
-        self.A_w, self.A_sig = _attn(self.Q, self.K, self.V)
-        return self.A_sig @ self.V
-
-    def backward(self, dLdXnew):
-        self.dLdQ, self.dLdK, self.dLdV = _grads(lambda q, k, v: _attn(q, k, v)[1] @ v, (self.Q, self.K, self.V), dLdXnew)
-        full = lambda x, wq, wk, wv: _attn(x @ wq, x @ wk, x @ wv)[1] @ (x @ wv)
-        dX, self.dLdWq, self.dLdWk, self.dLdWv = _grads(full, (self.X, self.W_q, self.W_k, self.W_v), dLdXnew)
-        return dX
-'''
+def _backward(att, dLdXnew):
+    att.dLdQ, att.dLdK, att.dLdV = _grads(lambda q, k, v: _attn(q, k, v)[1] @ v, (att.Q, att.K, att.V), dLdXnew)
+    full = lambda x, wq, wk, wv: _attn(x @ wq, x @ wk, x @ wv)[1] @ (x @ wv)  # noqa: E731
+    dX, att.dLdWq, att.dLdWk, att.dLdWv = _grads(full, (att.X, att.W_q, att.W_k, att.W_v), dLdXnew)
+    return dX
+''' + AUTOGRAD_FORWARD
 
 
 @pytest.mark.parametrize("attack", ["the engine, called directly", "a forged main guard"])
