@@ -143,12 +143,7 @@ def skipped_only(notebook: Path) -> dict[str, str]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         index += 1
-        text = cell.get("source", "")
-        text = "".join(text) if isinstance(text, list) else str(text)
-        meta = cell.get("metadata")
-        tags = meta.get("tags", []) if isinstance(meta, dict) else []
-        count = cell.get("execution_count")
-        label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {index} (not run when saved)"
+        text, tags, label = base.cell_facts(cell, index)
         if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
             for name in base.skipped_names(text):
                 skipped.setdefault(name, f"{label} (`{base.first_line(text)}`)")

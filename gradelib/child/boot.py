@@ -386,7 +386,7 @@ def _clear_ipc() -> int:
             else:
                 os.unlink(entry.path)
             removed += 1
-        except OSError:
+        except (OSError, RecursionError):  # a tree deeper than the recursion limit stays (the submission's own)
             pass
     for kind, call in SYSV_IPC.items():
         try:

@@ -165,12 +165,7 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         code_index += 1
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
-        count = cell.get("execution_count")
-        # As Jupyter shows it: In [12] when the notebook was saved after running the cell.
-        label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {code_index} (not run when saved)"
+        source, tags, label = cell_facts(cell, code_index)
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
         names = set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded
@@ -221,6 +216,17 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         info["cell_status"] = f"{where['status']}{': ' + where['message'] if where['message'] else ''}" if where else ""
         info["cell_first_line"] = where["first_line"] if where else ""
     return report
+
+
+def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
+    """(source, tags, label) of the code_index-th code cell; the label as Jupyter shows the cell: In [12]
+    when the notebook was saved after running it."""
+    source = cell.get("source", "")
+    source = "".join(source) if isinstance(source, list) else str(source)
+    tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
+    count = cell.get("execution_count")
+    label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {code_index} (not run when saved)"
+    return source, tags, label
 
 
 def skipped_names(source: str) -> list[str]:

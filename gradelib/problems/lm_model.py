@@ -182,10 +182,9 @@ def _exists(name: str, dir_fd: int) -> bool:
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     start = time.monotonic()
     src, notebook = ctx.submission / CHECKPOINT, ctx.submission / NOTEBOOK
-    if not src.is_file() and not ctx.run_expected:
-        return ModelRun(ctx.not_trained(CHECKPOINT))
     if not src.is_file():
-        return ModelRun(f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
+        return ModelRun(ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
+                        f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
                         "itself; `make handin runid=<id> epoch=<n>` packs the checkpoint of the epoch you choose.")
     if not notebook.is_file():
         return ModelRun(f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code.")

@@ -109,22 +109,6 @@ def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int
         raise
 
 
-def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
-    chunks, total = [], 0
-    try:
-        while total <= max_bytes:
-            chunk = os.read(fd, min(READ_CHUNK, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
-        raise SafeReadError(name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular") from None
-    if total > max_bytes:  # it grew after fstat
-        raise SafeReadError(name, f"holds more than the {max_bytes} bytes the grader reads; it was not read", "size")
-    return b"".join(chunks)
-
-
 def _read_prefix(fd: int, name: str, n: int) -> bytes:
     """Up to `n` bytes from where the descriptor stands (fewer at the end of the file)."""
     chunks, total = [], 0
@@ -135,9 +119,21 @@ def _read_prefix(fd: int, name: str, n: int) -> bytes:
                 break
             chunks.append(chunk)
             total += len(chunk)
-    except OSError as exc:
+    except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
         raise SafeReadError(name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular") from None
     return b"".join(chunks)
+
+
+def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
+    data = _read_prefix(fd, name, max_bytes + 1)
+    if len(data) > max_bytes:  # it grew after fstat
+        raise SafeReadError(name, f"holds more than the {max_bytes} bytes the grader reads; it was not read", "size")
+    return data
+
+
+def _truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
+    return SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
+                         f"{held}; save it again with np.save.", "format", shape, dtype)
 
 
 def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
@@ -285,8 +281,7 @@ def read_npy(
         offset = fh.tell()
         needed = count * dtype.itemsize
         if needed > st.st_size - offset:
-            raise SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
-                                f"{st.st_size - offset}; save it again with np.save.", "format", shape, dtype)
+            raise _truncated(name, shape, dtype, needed, st.st_size - offset)
         if st.st_size - offset > needed:  # np.save writes nothing after the data: padding costs the grader reads, not the writer
             raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data its "
                                 f"shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
@@ -295,8 +290,7 @@ def read_npy(
     finally:
         os.close(fd)
     if needed > len(data) - offset:  # it shrank after fstat
-        raise SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
-                            f"{len(data) - offset}; save it again with np.save.", "format", shape, dtype)
+        raise _truncated(name, shape, dtype, needed, len(data) - offset)
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     arr = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
     return np.array(arr, dtype=dtype.newbyteorder("="), order="C")
