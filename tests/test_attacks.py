@@ -1151,6 +1151,34 @@ def _backward(att, dLdXnew):
 ''' + AUTOGRAD_FORWARD
 
 
+# It takes the grader's saved-tensors hook off before recording its graph (names spelled at run time).
+AUTOGRAD_WITHOUT_THE_HOOK = r'''
+import math
+import torch
+
+getattr(torch._C._autograd, "_pop_saved_tensors_" + "default_hooks")()
+_RG = "_darg_seriuqer"[::-1]
+
+
+def _backward(att, dLdXnew):
+    leaves = [getattr(t.detach().clone(), _RG)(True) for t in (att.X, att.W_q, att.W_k, att.W_v, att.Q, att.K, att.V)]
+    X, Wq, Wk, Wv = leaves[:4]
+    out = _attn(X @ Wq, X @ Wk, X @ Wv)[1] @ (X @ Wv)
+    grads = getattr(torch, "auto" + "grad").grad(out, (X, Wq, Wk, Wv), dLdXnew)
+    att.dLdQ, att.dLdK, att.dLdV = (torch.zeros_like(t) for t in (att.Q, att.K, att.V))
+    dX, att.dLdWq, att.dLdWk, att.dLdWv = grads
+    return dX
+''' + AUTOGRAD_FORWARD
+
+
+def test_taking_the_saved_tensors_hook_off_is_itself_reported(tmp_path):
+    result = grade_files(tmp_path, {"attention.py": AUTOGRAD_WITHOUT_THE_HOOK}, only=["attention"], timeout_s=60)
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert backward and all(t.score == 0.0 for t in backward)
+    assert "a call removing the grader's saved-tensors hook" in backward[0].output, backward[0].output
+    assert "uses automatic differentiation" not in backward[0].output  # the runtime record alone caught it
+
+
 @pytest.mark.parametrize("attack", ["the engine, called directly", "a forged main guard"])
 def test_autograd_by_the_engine_or_under_a_forged_main_guard_loses_the_backward_points(tmp_path, attack):
     """Both took 30 / 30. The engine is now audited wherever it is reached from, a graph recorded for

@@ -80,7 +80,7 @@ def install_tripwires() -> None:
     from torch.autograd.variable import Variable
 
     torch._C._autograd._push_saved_tensors_default_hooks(_graph_recorded, _unpacked)
-    _tripwire(torch._C._autograd, "_pop_saved_tensors_default_hooks", "removing the grader's saved-tensors hook")
+    _tripwire(torch._C._autograd, "_pop_saved_tensors_default_hooks", "a call removing the grader's saved-tensors hook")
     Variable._execution_engine = _audited_engine(Variable._execution_engine)
     _tripwire(torch.autograd, "backward", "torch.autograd.backward")
     _tripwire(torch.autograd, "grad", "torch.autograd.grad")
