@@ -26,7 +26,9 @@ import numpy as np
 import pytest
 
 from gradelib import rubric, sandbox
-from gradelib.sandbox import SLOTS, UID_BASE, isolation_level, isolation_report, landlock_abi
+from gradelib.sandbox import cgroups, isolation_level, isolation_report
+from gradelib.sandbox.kernel import landlock_abi
+from gradelib.sandbox.slots import SLOTS, UID_BASE
 
 from support import FIXTURES, REPO, SOLUTIONS, grade_files
 
@@ -607,7 +609,7 @@ def sandbox_uid_processes() -> list[int]:
     """
     import fcntl
 
-    from gradelib.sandbox import SLOT_DIR
+    from gradelib.sandbox.slots import SLOT_DIR
 
     by_uid: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -894,10 +896,11 @@ def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path,
 
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
-    from gradelib.sandbox import READ_ONLY_SYSTEM_PATHS, _python_mounts, python_paths
+    from gradelib.sandbox.fallback import READ_ONLY_SYSTEM_PATHS
+    from gradelib.sandbox.interpreter import python_mounts, python_paths
 
     hidden = (FIXTURES / "attention" / "hidden").resolve()
-    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *_python_mounts()[0]):
+    for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *python_mounts()[0]):
         assert not hidden.is_relative_to(Path(granted).resolve()), granted
 
 
@@ -964,7 +967,7 @@ def test_process_and_thread_counts_stop_at_the_cap(batch):
     assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
     assert files > 0  # the attack ran; the files went with its scratch folder
     if os.geteuid() == 0:  # the submission's tmpfs holds at most SCRATCH_FILES inodes
-        from gradelib.sandbox import SCRATCH_FILES
+        from gradelib.sandbox.scratch import SCRATCH_FILES
 
         assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
     assert batch["left"]["scratch"] == []
@@ -1405,11 +1408,12 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
 
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
-    from gradelib.sandbox import _become_subreaper, mounts_under
+    from gradelib.sandbox.processes import become_subreaper
+    from gradelib.sandbox.scratch import mounts_under
 
     # This process as a long-lived subreaper above the batch (as a supervisor would be): the killed
     # batch's worker is re-parented here and stays a zombie, never reaped. The next batch must count it gone.
-    _become_subreaper()
+    become_subreaper()
     marker = "zk" + uuid.uuid4().hex[:10]
     folder = tmp_path / "filler"
     folder.mkdir()
@@ -1444,7 +1448,7 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
 
 
 def test_read_tail_never_follows_links_or_blocks(tmp_path):
-    from gradelib.sandbox import read_tail
+    from gradelib.safeio import read_tail
 
     secret = tmp_path / "secret"
     secret.write_text("TOPSECRET")
@@ -1602,18 +1606,18 @@ def test_control_characters_from_a_submission_reach_no_terminal_or_file(tmp_path
 
 def test_an_interpreter_under_tmp_is_mounted_over_the_private_tmp(monkeypatch, tmp_path):
     """A checkout (and its .venv) under /tmp must stay visible inside the namespace: /tmp is mounted first."""
-    from gradelib import sandbox
+    from gradelib.sandbox import namespaces
 
     venv = "/tmp/some-checkout/.venv"
-    monkeypatch.setattr(sandbox, "_python_mounts", lambda: ([venv], f"{venv}/bin/python"))
-    argv, _, _ = sandbox._bwrap_argv(tmp_path, sandbox.UID_BASE, sandbox.Limits())
+    monkeypatch.setattr(namespaces, "python_mounts", lambda: ([venv], f"{venv}/bin/python"))
+    argv, _, _ = namespaces.bwrap_argv(tmp_path, UID_BASE, sandbox.Limits())
     tmpfs = next(i for i in range(len(argv) - 1) if argv[i] == "--tmpfs" and argv[i + 1] == "/tmp")
     bind = next(i for i in range(len(argv) - 2) if argv[i] == "--ro-bind" and argv[i + 1] == venv)
     assert tmpfs < bind
 
 
 # ---------------------------------------------------------------- the per-submission template process
-# Runs of one submission are forked from one template (gradelib/sandbox.py's Session). What one run
+# Runs of one submission are forked from one template (gradelib/sandbox/template.py). What one run
 # does to the template, or leaves behind, must cost that run only: the next problem of the same
 # submission is graded in full, by a fresh template where needed, and nothing outlives the grading.
 
@@ -1725,17 +1729,17 @@ def test_on_a_cgroup_v2_host_a_run_gets_one_cpu_and_a_process_cap(tmp_path, monk
     root.mkdir()
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (root / "cgroup.procs").write_text("")
-    monkeypatch.setattr(sandbox, "CGROUP_ROOT", root)
-    made = sandbox._make_cgroups(sandbox.Limits(processes=40))
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", root)
+    made = cgroups.make(sandbox.Limits(processes=40))
     assert len(made) == 1 and made[0].parent == root and made[0].name.startswith(f"gradelib-{os.getpid()}-")
-    assert (made[0] / "cpu.max").read_text() == f"{sandbox.CPU_PERIOD_US} {sandbox.CPU_PERIOD_US}"
+    assert (made[0] / "cpu.max").read_text() == f"{cgroups.CPU_PERIOD_US} {cgroups.CPU_PERIOD_US}"
     assert (made[0] / "pids.max").read_text() == "42"
     assert (made[0] / "memory.max").read_text() == str(3072 << 20) and (made[0] / "memory.swap.max").read_text() == "0"
-    assert sandbox._cgroup_label(made[0]) == "v2"
+    assert cgroups.label(made) == "cgroups: v2"
     child = subprocess.Popen(["sleep", "60"])
     try:
         (made[0] / "cgroup.procs").write_text(f"{child.pid}\n")
-        assert sandbox.kill_cgroups(made, wait_s=0.3) == 1
+        assert cgroups.kill(made, wait_s=0.3) == 1
         assert child.wait(timeout=10) == -signal.SIGKILL
         assert (made[0] / "cpu.max").read_text() == "max"
     finally:
@@ -1821,25 +1825,26 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
     """The grader's reader of the audit pipe: a record split across reads is one record; harmless
     events in any number do not hide a harness event; a byte that is not part of a hook record marks
     the channel, even glued to the front of a real record."""
-    from gradelib.sandbox import EVENTS_KEPT, _Events
+    from gradelib.sandbox.limits import EVENTS_KEPT
+    from gradelib.sandbox.streams import Events
 
     stream = b"gradelib.boot ok\n" + b"gradelib.pad " + b"x" * 190 + b"\n"
     stream = stream[:17] + stream[17:] * 600 + b"gradelib.autograd torch.autograd.grad\n"
     for cut in (1, 5, 17, 100, 4095):
-        events = _Events(1 << 20)
+        events = Events(1 << 20)
         for i in range(0, len(stream), cut):
             events.add(stream[i : i + cut])
         assert events.by_name["autograd"] == ["torch.autograd.grad"], cut
         assert events.by_name["boot"] == ["ok"] and len(events.by_name["pad"]) == EVENTS_KEPT
         assert not events.tampered and len(events.records) == EVENTS_KEPT
-    glued = _Events(1 << 20)
+    glued = Events(1 << 20)
     glued.add(b"gradelib.boot ok\njunk gradelib.autograd torch.autograd.grad\n")
     assert glued.tampered == "it wrote to the grader's audit pipe" and "autograd" not in glued.by_name
     # The hook starts each record with an end of line: a record-shaped fragment before it stays apart.
-    framed = _Events(1 << 20)
+    framed = Events(1 << 20)
     framed.add(b"\ngradelib.boot ok\ngradelib.note \ngradelib.autograd torch.autograd.grad\n")
     assert framed.by_name["autograd"] == ["torch.autograd.grad"] and not framed.tampered
-    flood = _Events(1 << 20)
+    flood = Events(1 << 20)
     for _ in range(300):  # well-formed records, 1.2 MB of them
         flood.add(b"gradelib.pad " + b"x" * 3986 + b"\n")
     assert flood.flooded and flood.tampered.startswith("it sent more than 1 MB")

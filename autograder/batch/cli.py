@@ -36,7 +36,8 @@ from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
 from gradelib.results import SubmissionResult, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
-from gradelib.sandbox import PR_SET_PDEATHSIG
+from gradelib.sandbox import cgroups, kernel, processes, slots
+from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
 from gradelib.scoring import all_zero
 
 from . import gradebook, regrade
@@ -179,7 +180,7 @@ class Batch:
         self.logs = args.out / ".logs"
         # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
         sweep_scratch()
-        sandbox.sweep_cgroups()  # and the run cgroups of graders that were killed before this batch
+        cgroups.sweep()  # and the run cgroups of graders that were killed before this batch
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
@@ -219,7 +220,7 @@ class Batch:
         self.active.append(job)
 
     def _log_tail(self, job: Job) -> str:
-        text = clean_text(sandbox.read_tail(self.logs / f"{job.name}.log", 600)).strip().splitlines()
+        text = clean_text(safeio.read_tail(self.logs / f"{job.name}.log", 600)).strip().splitlines()
         return "\n".join(f"    {line}" for line in text[-5:])
 
     def _record_failure(self, job: Job, why: str) -> None:
@@ -262,8 +263,8 @@ class Batch:
         """Nothing of a worker that ended, however it ended, stays: its sandboxed processes, then its files."""
         workers = {j.proc.pid for j in self.active}
         self._reap_orphans(self._before, workers)
-        sandbox.sweep_free_slots()
-        sandbox.sweep_cgroups()
+        slots.sweep_free()
+        cgroups.sweep()
         if job.scratch is not None:
             remove_scratch(job.scratch)
             job.scratch = None
@@ -271,7 +272,7 @@ class Batch:
     def _reap_orphans(self, before: set[int], workers: set[int] | None = None) -> None:
         # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
         workers = {j.proc.pid for j in self.active} if workers is None else workers
-        for pid in sandbox._children_of(os.getpid()) - before - workers:
+        for pid in kernel.children_of(os.getpid()) - before - workers:
             for kill in (os.killpg, os.kill):
                 try:
                     kill(pid, signal.SIGKILL)
@@ -283,8 +284,8 @@ class Batch:
                 pass
 
     def run(self, bar) -> None:
-        sandbox._become_subreaper()
-        before = self._before = sandbox._children_of(os.getpid())
+        processes.become_subreaper()
+        before = self._before = kernel.children_of(os.getpid())
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             while (self.queue or self.active) and self.stop_signal is None:
@@ -322,8 +323,8 @@ class Batch:
                 self._clean(job)
             self.active.clear()
             self._reap_orphans(before)
-            sandbox.sweep_free_slots()
-            sandbox.sweep_cgroups()
+            slots.sweep_free()
+            cgroups.sweep()
             remove_scratch(self.scratch)
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -346,7 +347,7 @@ def sweep_scratch() -> int:
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         owner = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
-        if (owner.isdigit() and not sandbox.process_alive(int(owner)) and not folder.is_symlink() and folder.is_dir()
+        if (owner.isdigit() and not kernel.process_alive(int(owner)) and not folder.is_symlink() and folder.is_dir()
                 and folder.stat().st_uid == os.geteuid()):
             remove_scratch(folder)
             removed += 1

@@ -25,6 +25,7 @@ from gradelib import rubric as rubric_mod
 from gradelib import sandbox
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
+from gradelib.sandbox import kernel
 
 from ..oracle.oracles import load_oracle
 from .regrade import current_records, write_merged
@@ -41,7 +42,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
 def _kill_children_and_exit(signum: int, _frame) -> None:
     # The run in progress (its namespace, or its uid's processes), then any session we lead.
     sandbox.abort_active()
-    for pid in sandbox._children_of(os.getpid()):
+    for pid in kernel.children_of(os.getpid()):
         for kill in (os.killpg, os.kill):
             try:
                 kill(pid, signal.SIGKILL)

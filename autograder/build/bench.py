@@ -268,9 +268,9 @@ def print_box_figures(runs: int) -> None:
     limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
     made below the grader's). Prints the wall time and the peak memory of each run.
     """
-    from gradelib.sandbox import CPU_PERIOD_US, _own_cgroup, _remove_cgroup, kill_cgroups
+    from gradelib.sandbox.cgroups import CPU_PERIOD_US, kill, own, remove
 
-    cpu, memory = _own_cgroup("cpu"), _own_cgroup("memory")
+    cpu, memory = own("cpu"), own("memory")
     if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
         print("Gradescope-sized box: skipped (needs root and cgroup v1 cpu and memory controllers)")
         return
@@ -301,9 +301,9 @@ def print_box_figures(runs: int) -> None:
                 last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
                 scores.append(sum(json.loads(last).get("scores", {}).values()) if last.startswith("{") else 0.0)
         finally:
-            kill_cgroups(boxes)
+            kill(boxes)
             for box in boxes:
-                _remove_cgroup(box)
+                remove(box)
     print(f"Gradescope-sized box (cgroup: {BOX_CPU_QUOTA:g} CPU, {BOX_MEMORY_MB} MB), complete reference handin, "
           f"{runs} runs: wall min {min(times):.1f} s, median {statistics.median(times):.1f} s; "
           f"peak memory max {max(peaks):.0f} MB; scores {', '.join(f'{x:g}' for x in scores)}")

@@ -306,3 +306,22 @@ def clean_text(text: object) -> str:
     s = text if isinstance(text, str) else str(text)
     s = s.replace("\r\n", "\n").replace("\r", "\n")
     return _UNSAFE.sub("", s)
+
+
+def read_tail(path: Path, limit: int = 4000) -> str:
+    """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
+    try:
+        fd = os.open(path, OPEN_FLAGS)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return clean_text(data.decode("utf-8", errors="replace"))

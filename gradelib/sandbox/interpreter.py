@@ -1,0 +1,61 @@
+"""What a run starts from: the interpreter (its folders, who can read them) and the boot files run first."""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+from pathlib import Path
+
+BOOT_ENV = "GRADER_BOOT"  # boot.py reads its configuration from here (and removes it)
+BOOT_DIR = Path(__file__).resolve().parent
+BOOT_FILES = ("boot.py", "kernel.py")  # the child's entry point and the one module it loads beside it
+
+
+def python_paths() -> list[str]:
+    """Folders the interpreter and its packages live in (read-only in the child)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.add(str(Path(sys.executable).resolve().parent.parent))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        paths.add(sysconfig.get_paths()[key])
+    paths.update(site.getsitepackages())
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def python_mounts() -> tuple[list[str], str]:
+    """(folders to mount read-only, the interpreter to run inside)."""
+    prefix = os.path.realpath(sys.prefix)
+    roots = {prefix, os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
+    roots.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    roots.update(os.path.realpath(p) for p in python_paths())
+    kept: list[str] = []
+    for path in sorted(roots):
+        if path.startswith("/usr/") or path == "/usr" or any(path.startswith(k + "/") for k in kept):
+            continue
+        kept.append(path)
+    if sys.prefix != sys.base_prefix:  # a venv: its own bin/python finds pyvenv.cfg
+        exe = os.path.join(prefix, "bin", os.path.basename(sys.executable))
+    else:
+        exe = os.path.realpath(sys.executable)
+    return kept, exe
+
+
+def readable_by(uid: int, gid: int, path: str) -> bool:
+    """Whether a user with no supplementary groups can reach and read `path`."""
+    p = Path(path).resolve()
+    for part in [*reversed(p.parents), p]:
+        try:
+            st = part.stat()
+        except OSError:
+            return False
+        need = 0o1 if part != p or part.is_dir() else 0o4
+        if st.st_uid == uid:
+            bits = (st.st_mode >> 6) & 7
+        elif st.st_gid == gid:
+            bits = (st.st_mode >> 3) & 7
+        else:
+            bits = st.st_mode & 7
+        if not bits & need:
+            return False
+    return True
