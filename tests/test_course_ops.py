@@ -240,7 +240,7 @@ def _synthetic_results(folder: Path, scores: dict[str, float], records: dict[str
 
 
 def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_path):
-    from autograder.batch.cli import source_key
+    from autograder.batch.records import source_key
 
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
     full = {"attention": 30, "losses": 20, "masks": 20, "prediction": 24, "generation": 26}

@@ -1,6 +1,6 @@
 """The course gradebook: identities from a roster, the late policy, rounding, and the exports.
 
-Built from the rows of every results.json under --out (report.read_row) and never
+Built from the rows of every results.json under --out (records.read_row) and never
 written back into them: results.json holds what the grader measured, the gradebook
 what the course makes of it.
 
@@ -31,7 +31,7 @@ from gradelib.results import write_text_atomic
 from gradelib.rubric import LatePolicy
 from gradelib.safeio import SafeReadError, clean_text
 
-from .report import Row
+from .records import Row
 
 CENT = Decimal("0.01")
 METADATA = "submission_metadata.json"  # Gradescope's, in a submission folder; a copy is kept in grades/<name>/
@@ -311,6 +311,11 @@ def write_grades(path: Path, book: Book, problem_ids: list[str], roster: bool) -
         lines.append([e.row.submission, *(ident if roster else []), *[f"{e.columns[p]:.2f}" for p in problem_ids],
                       f"{e.total:.2f}", f"{e.max:.2f}", "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}", f"{e.final:.2f}"])
     write_text_atomic(path, _csv(lines))
+
+
+def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None:
+    """grades.csv without a roster or late policy: one row per submission."""
+    write_grades(path, build(rows, problem_ids), problem_ids, roster=False)
 
 
 def write_scores(path: Path, book: Book) -> None:

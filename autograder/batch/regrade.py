@@ -26,7 +26,7 @@ from gradelib import safeio
 from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 
-from .report import MAX_RESULTS_BYTES
+from .records import MAX_RESULTS_BYTES
 
 FORMAT = 1
 MANIFEST = "MANIFEST.sha256"
