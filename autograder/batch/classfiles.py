@@ -15,13 +15,16 @@ from pathlib import Path
 
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
-from gradelib.safeio import SafeReadError
+from gradelib.safeio import SafeReadError, clean_text
 
 from . import gradebook
+from .compared_code import NOT_COMPARED_MISSING
 from .pool import Job
-from .records import Row, class_rows, read_row, source_of
+from .records import Row, class_rows, read_row, source_of, spreadsheet_cell
 from .report import thresholds_of, write_report
 from .similarity_report import pairs_for_report
+from .submission_times import read_kept
+from .triage import needs_look
 
 REGRADE_LOG = "regrades.csv"
 REGRADE_LOG_HEADER = ["time", "submission", "problem", "old_score", "new_score", "reason"]
@@ -38,7 +41,7 @@ def log_regrades(out: Path, jobs: list[Job], before: dict[str, Row]) -> int:
         new = read_row(out / job.name / "results.json", job.name)
         for pid, reason in job.reasons.items():
             if pid in old.scores and abs(new.scores.get(pid, 0.0) - old.scores[pid]) > 1e-9:
-                lines.append([stamp, job.name, pid, f"{old.scores[pid]:g}", f"{new.scores.get(pid, 0.0):g}", reason])
+                lines.append([stamp, spreadsheet_cell(job.name), pid, f"{old.scores[pid]:g}", f"{new.scores.get(pid, 0.0):g}", reason])
     if lines:
         path = out / REGRADE_LOG
         buf = io.StringIO()
@@ -62,27 +65,46 @@ def read_book_inputs(args: argparse.Namespace) -> dict:
     }
 
 
+def similarity_notes(out: Path) -> dict[str, list[str]]:
+    """Submission -> the files the similarity run written in `out` could not read (a missing file is not listed)."""
+    try:
+        data = safeio.read_json(out / "similarity.json", 64 * 1024 * 1024)
+    except SafeReadError:
+        return {}
+    notes = data.get("notes") if isinstance(data, dict) else None
+    if not isinstance(notes, dict):
+        return {}
+    return {str(name): [f"similarity: {clean_text(n)[:300]}" for n in ns if isinstance(n, str) and not n.endswith(NOT_COMPARED_MISSING)]
+            for name, ns in notes.items() if isinstance(ns, list)}
+
+
 def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple[int, str]:
     """grades.csv, scores.csv, canvas.csv (with a roster) and report.html from every results.json under --out.
 
-    Returns the number of rows and the lines that say who is missing, unknown or late.
+    Returns the number of rows and the lines that say who is missing, unknown or late, and what went
+    wrong with a submission's row. Whatever one submission's files hold costs its own row only.
     """
     rows = class_rows(args.out)
     inputs = args.book
-    metadata = {}
+    metadata, kept_notes = {}, {}
     for r in rows:
-        try:
-            metadata[r.submission] = safeio.read_json(args.out / r.submission / gradebook.METADATA, 1024 * 1024)
-        except SafeReadError:
-            pass
+        metadata[r.submission], notes = read_kept(args.out / r.submission)
+        if notes:
+            kept_notes[r.submission] = notes
     sources = {r.submission: source_of(args.out / r.submission) or "" for r in rows}
     problems = rubric_mod.load(args.rubric)
-    book = gradebook.build(rows, problem_ids, sources=sources, metadata=metadata,
+    book = gradebook.build(rows, problem_ids, sources=sources, metadata={k: v for k, v in metadata.items() if v},
                            max_points=sum(problems[p].points for p in problem_ids), **inputs)
+    for name, notes in kept_notes.items():
+        book.notes.setdefault(name, []).extend(notes)
     gradebook.write_grades(args.out / "grades.csv", book, problem_ids, roster=inputs["roster"] is not None)
     gradebook.write_scores(args.out / "scores.csv", book)
     if inputs["roster"] is not None:
         gradebook.write_canvas(args.out / "canvas.csv", book, inputs["roster"], args.assignment_title)
     similar = pairs_for_report(args.out) if (args.out / "similarity.json").is_file() else None
-    write_report(args.out / "report.html", rows, problem_ids, args.title, thresholds_of(problems), similar)
+    extra = {name: list(notes) for name, notes in book.notes.items()}
+    for name, notes in similarity_notes(args.out).items():
+        extra.setdefault(name, []).extend(notes)
+    write_report(args.out / "report.html", rows, problem_ids, args.title, thresholds_of(problems), similar,
+                 needs_look(rows, problem_ids, extra))
     return len(rows), gradebook.summary(book, inputs["roster"] is not None)

@@ -28,6 +28,7 @@ from . import gradebook, regrade
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files
 from .pool import Batch, Job
 from .records import already_graded, claim, class_folders, read_row, submission_names
+from .submission_times import keep_metadata
 from .worker import CASE_ROOT
 
 
@@ -109,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         print(why, file=sys.stderr)
         return 2
     problem_ids = [p for p in known if not args.only or p in args.only]
+    absent = [str(p) for p in args.submissions if not p.exists()]
+    if absent:
+        print(f"no such submission: {', '.join(absent[:10])}{' ...' if len(absent) > 10 else ''}; nothing was graded. "
+              "Expected: handins (.tar, .tar.gz, .zip or folders) that exist; options go before `--`, "
+              "after which every word is a submission.", file=sys.stderr)
+        return 2
     names = submission_names(args.submissions)
     args.out.mkdir(parents=True, exist_ok=True)
     jobs, plan = plan_jobs(args, names, problem_ids)
@@ -116,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for job in jobs:
         claim(job.path, args.out / job.name)
     for path, name in zip(args.submissions, names):
-        gradebook.keep_metadata(path, args.out / name)
+        keep_metadata(path, args.out / name)
     if plan:
         print(plan, file=sys.stderr if len(names) == 1 else sys.stdout, flush=True)
     deadline = args.submission_timeout or (len(problem_ids) + 1) * args.timeout + 60.0
@@ -163,7 +170,10 @@ def finish_class(args: argparse.Namespace, names: list[str], jobs: list[Job], ba
     if args.similarity:
         from .similarity import run_class, summary_line
 
-        similar = "\n" + summary_line(run_class(list(args.submissions), args.out, jobs=max(1, args.jobs)), args.out)
+        try:  # each handin's reading is guarded in the run; this keeps the class files whatever else goes wrong
+            similar = "\n" + summary_line(run_class(list(args.submissions), args.out, jobs=max(1, args.jobs)), args.out)
+        except Exception as exc:
+            similar = f"\nsimilarity: not finished ({type(exc).__name__}: {clean_text(exc)[:300]}); the class files are written without it"
     book, book_lines = write_class_files(args, known)
     exports = f"\nexports:   {args.out / 'scores.csv'}" + (f", {args.out / 'canvas.csv'}" if args.roster else "")
     changes = f"; {changed} score(s) changed by the regrade: {args.out / REGRADE_LOG}" if changed else ""

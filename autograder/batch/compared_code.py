@@ -24,6 +24,7 @@ FILES = (PY_FILE, *NOTEBOOKS)
 # Code beyond this many characters in one file is not compared (tokenizing
 # it would take seconds); the note says so.
 MAX_CODE_CHARS = 400_000
+NOT_COMPARED_MISSING = "is missing; it was not compared"  # the end of the note for a file the handin lacks
 
 
 @dataclass
@@ -75,7 +76,7 @@ def notebook_source(raw: str, label: str, given: frozenset[str] = frozenset()) -
     """
     try:
         nb = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: arrays or objects nested thousands deep
         raise ValueError(f"{label} is not valid notebook JSON ({exc}); expected a .ipynb saved by Jupyter") from None
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):
@@ -108,7 +109,7 @@ def read_sources(folder: Path, given: frozenset[str] = frozenset()) -> tuple[dic
     for name in FILES:
         path = folder / name
         if not path.is_file():
-            notes.append(f"{name} is missing; it was not compared")
+            notes.append(f"{name} {NOT_COMPARED_MISSING}")
             continue
         try:
             raw = path.read_bytes().decode("utf-8")

@@ -101,19 +101,21 @@ class Batch:
         job.attempts += 1
         job.scratch = Path(tempfile.mkdtemp(prefix=f"{job.name[:40]}-", dir=self.scratch))
         job.scratch.chmod(0o711)  # a fallback child running as `nobody` must traverse it
+        # Every value as --option=value and the path after `--`: no submission's name or path reads as an option.
         argv = [
-            sys.executable, "-m", "autograder.batch.worker", str(job.path.resolve()),
-            "--name", job.name, "--out", str(self.args.out.resolve()),
-            "--timeout", str(self.args.timeout), "--memory-mb", str(self.args.memory_mb),
-            "--isolation", self.args.isolation, "--scratch-root", str(job.scratch),
-            "--case-root", str(self.args.fixtures.resolve()),
+            sys.executable, "-m", "autograder.batch.worker",
+            f"--name={job.name}", f"--out={self.args.out.resolve()}",
+            f"--timeout={self.args.timeout}", f"--memory-mb={self.args.memory_mb}",
+            f"--isolation={self.args.isolation}", f"--scratch-root={job.scratch}",
+            f"--case-root={self.args.fixtures.resolve()}",
         ]
         if self.args.rubric:
-            argv += ["--rubric", str(self.args.rubric.resolve())]
+            argv.append(f"--rubric={self.args.rubric.resolve()}")
         if job.only:
-            argv += ["--only", *job.only]
+            argv += [f"--only={p}" for p in job.only]
         if job.merge:
             argv.append("--merge")
+        argv += ["--", str(job.path.resolve())]
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{job.name}.log", "ab") as log:
             log.write(f"--- attempt {job.attempts}\n".encode())

@@ -25,6 +25,10 @@ RESERVED = {"grades.csv", "report.html", "regrades.csv", "canvas.csv", "scores.c
 SOURCE_FILE = ".source"  # in each submission's folder: the path it was graded from
 ARCHIVE_EXTENSIONS = (".tar.gz", ".tgz", ".tar")
 HANDIN_ARCHIVES = tuple(f"handin{ext}" for ext in ARCHIVE_EXTENSIONS)
+# Gradescope's upload folder (/autograder/submission/, its submission_metadata.json beside it): a class
+# exported in that layout (<student>/submission/) is named by the student's folder.
+UPLOAD_FOLDER = "submission"
+FORMULA_STARTS = ("=", "+", "-", "@")  # a spreadsheet runs a cell starting so as a formula
 
 
 # ---------------------------------------------------------------- submission names
@@ -36,6 +40,8 @@ def _digest(text: str) -> str:
 
 def _base_name(p: Path) -> str:
     base = p.name
+    if base == UPLOAD_FOLDER and p.parent.name:
+        return p.parent.name
     for ext in ARCHIVE_EXTENSIONS:
         if base.endswith(ext):
             base = base[: -len(ext)]
@@ -54,7 +60,7 @@ def source_key(p: Path) -> str:
 
 
 def submission_names(paths: list[Path]) -> list[str]:
-    """A distinct, filesystem-safe folder name per submission (handin.tar -> its folder's name).
+    """A distinct, filesystem-safe folder name per submission (handin.tar and submission/ -> their folder's name).
 
     A plain name is kept as it is. A name that had to change gets a short hash of the
     original ("a b" -> "a_b-<hash>"), so it cannot take the folder of a student really
@@ -80,6 +86,12 @@ def submission_names(paths: list[Path]) -> list[str]:
         seen.add(name.casefold())
         names[i] = name
     return names
+
+
+def spreadsheet_cell(value: str) -> str:
+    """Text for a CSV cell that a spreadsheet shows as text, never runs as a formula (a leading ' where needed)."""
+    value = clean_text(value)
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
 
 
 def source_of(folder: Path) -> str | None:
@@ -173,7 +185,7 @@ def read_row(path: Path, name: str) -> Row:
         total = round(finite(data.get("score", 0.0)), 4)
         wall = finite(data.get("execution_time", 0.0))
         notes = clean_text(data.get("output", ""))
-    except (SafeReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+    except Exception as exc:  # whatever the file holds, the class's other rows are read
         return Row(name, notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points")
     scores: dict[str, float] = {}
     for t in tests:

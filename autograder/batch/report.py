@@ -21,6 +21,7 @@ from gradelib.results import write_text_atomic
 from gradelib.safeio import clean_text
 
 from .records import Row, finite, is_finite
+from .triage import needs_look
 
 SLOWEST_SHOWN = 10
 HISTOGRAM_BINS = 10
@@ -234,10 +235,14 @@ def _pass_rate_rows(rows: list[Row]) -> list[list[str]]:
     return out
 
 
-def _attention_rows(rows: list[Row]) -> list[list[str]]:
-    flagged = [r for r in rows if r.notes.strip() or r.total <= 1e-9]
-    return [[_link(r.submission), f"{r.total:g}", f"<pre>{escape(_head(r.notes) or 'scored 0 on every test')}</pre>"]
-            for r in flagged]
+def _attention_rows(rows: list[Row], needs: dict[str, list[str]]) -> list[list[str]]:
+    """A row per submission to open: its total and each reason it is listed (triage.py)."""
+    totals = {r.submission: r.total for r in rows}
+    out = []
+    for name, why in needs.items():
+        text = "\n".join(_head(reason, 4) for reason in why)
+        out.append([_link(name), f"{totals.get(name, 0.0):g}", f"<pre>{escape(text)}</pre>"])
+    return out
 
 
 def _pair_rows(similar: list[dict]) -> list[list[str]]:
@@ -287,15 +292,16 @@ def _page(title: str, body: list[str]) -> str:
 
 
 def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: list[dict] | None = None,
-                  thresholds: dict[str, tuple[float, float]] | None = None) -> str:
+                  thresholds: dict[str, tuple[float, float]] | None = None, needs: dict[str, list[str]] | None = None) -> str:
     """The class report; `similar` holds the top pairs of a similarity run (similarity.py), if any;
-    `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values."""
+    `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values; `needs`: the
+    submissions to open and why (triage.needs_look; from the rows alone when not given)."""
     rows = sorted(rows, key=lambda r: r.submission)
     totals = [r.total for r in rows]
     max_score = max((r.max for r in rows), default=0.0)
     slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", f"{r.total:g}"]
                  for r in sorted(rows, key=lambda r: (-r.wall_s, r.submission))[:SLOWEST_SHOWN]]
-    attention = _attention_rows(rows)
+    attention = _attention_rows(rows, needs if needs is not None else needs_look(rows, problem_ids))
     flag_rows = [[_link(r.submission), escape(key), f"<pre>{escape(text)}</pre>"]
                  for r in rows for key, text in sorted(r.flags.items())]
     pair_rows = _pair_rows(similar or [])
@@ -315,7 +321,7 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: 
         f"<h2>Slowest {len(slow_rows)} submissions</h2>",
         _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
         f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
-        _table(["submission", "total", "why"], attention, "failed", sortable=True),
+        _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
         f"<h2>Integrity flags ({len(flag_rows)})</h2>",
         _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
         *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
@@ -337,6 +343,7 @@ def thresholds_of(problems: dict) -> dict[str, tuple[float, float]]:
 
 
 def write_report(path: Path, rows: list[Row], problem_ids: list[str], title: str,
-                 thresholds: dict[str, tuple[float, float]] | None = None, similar: list[dict] | None = None) -> None:
-    """report.html; `similar`: the top pairs of a similarity run, when there was one."""
-    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title, similar, thresholds)))
+                 thresholds: dict[str, tuple[float, float]] | None = None, similar: list[dict] | None = None,
+                 needs: dict[str, list[str]] | None = None) -> None:
+    """report.html; `similar`: the top pairs of a similarity run, when there was one; `needs`: as render_report's."""
+    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title, similar, thresholds, needs)))

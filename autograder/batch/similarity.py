@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from copydetect import CodeFingerprint
 
+from gradelib.safeio import clean_text
+
 from .compared_code import FILES, HANDOUT, Loaded, given_cells, handout_sources, load_submission
 from .records import submission_names
 from .similarity_report import LISTED_MIN, MAX_LISTED, Run, write_outputs
@@ -35,7 +37,10 @@ _STATE: dict = {}
 
 def _load_and_fingerprint(task: tuple[str, str]) -> tuple[Loaded, dict[str, CodeFingerprint]]:
     path, name = task
-    loaded = load_submission(Path(path), name, _STATE["given"])
+    try:
+        loaded = load_submission(Path(path), name, _STATE["given"])
+    except Exception as exc:  # whatever one handin holds, the class is compared without it
+        return Loaded(name, {}, [f"not compared: reading it failed ({type(exc).__name__}: {clean_text(exc)[:200]})"]), {}
     prints = {}
     for kind, source in loaded.sources.items():
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from gradelib.results import write_json_atomic, write_text_atomic
 
 from .compared_code import Source
+from .records import spreadsheet_cell
 
 # similarity.csv lists the pair-files scoring at least LISTED_MIN, the best
 # MAX_LISTED of them: where everyone solves the same small functions, almost
@@ -77,7 +78,7 @@ def write_outputs(run: Run, out: Path) -> None:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["submission_a", "submission_b", "file", "score_a", "score_b", "lines_a", "lines_b"])
     for a, b, kind, sa, sb, la, lb in run.rows:
-        writer.writerow([a, b, kind, f"{sa:.4f}", f"{sb:.4f}",
+        writer.writerow([spreadsheet_cell(a), spreadsheet_cell(b), kind, f"{sa:.4f}", f"{sb:.4f}",
                          _ranges_text(sources[a][kind], la), _ranges_text(sources[b][kind], lb)])
     write_text_atomic(out / "similarity.csv", buf.getvalue())
     write_json_atomic(out / "similarity.json", {
