@@ -333,3 +333,26 @@ def test_the_class_files_are_written_whatever_one_results_json_holds(tmp_path):
     assert sorted(_rows(out)) == ["deep", "good", "odd"]
     why = _attention_list(out)
     assert "results.json could not be read" in why["deep"] and "results.json could not be read" in why["odd"]
+
+
+def test_the_top_line_says_only_what_the_notes_and_the_visible_lines_do_not():
+    def result(message: str, visibilities=("public", "hidden"), notes=()) -> results_mod.SubmissionResult:
+        r = results_mod.SubmissionResult("s", problems=("attention",), notes=list(notes))
+        r.tests = [results_mod.TestResult("attention", f"attention: line [{v}]", 0.0, 1.0, v, message) for v in visibilities]
+        return r
+
+    crashed = "internal grader error (KeyError: 'x'); please tell the course staff."
+    assert regrade.not_graded_normally(result(crashed)) == [f"attention: not graded normally: {crashed}"]
+    # Hidden lines only: their outputs are not shown before the course publishes them, so neither is the line.
+    assert regrade.not_graded_normally(result(crashed, ("hidden",))) == []
+    # A missing file the top note already names, or the note itself repeated on every line: nothing more to say.
+    lacks = "The handin lacks attention.py, model.pt; what is missing scores 0. Expected ...: attention.py, model.pt."
+    missing = "attention.py is missing from the handin; add it and submit again."
+    assert regrade.not_graded_normally(result(missing, notes=[lacks])) == []
+    assert regrade.not_graded_normally(result(missing)) == [f"attention: not graded normally: {missing}"]
+    opened = "The handin could not be opened: x.tar is not a tar archive"
+    assert regrade.not_graded_normally(result("not graded: x.tar is not a tar archive", notes=[opened])) == []
+    # Lines that failed for different reasons were graded normally: they say what was wrong, each.
+    mixed = result("failed on 4 of 4 public cases")
+    mixed.tests[1].output = "failed on 5 of 6 hidden cases"
+    assert regrade.not_graded_normally(mixed) == []

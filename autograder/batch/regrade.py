@@ -230,7 +230,8 @@ MISSING = re.compile(r"(\S+) is missing from the handin")
 
 def not_graded_normally(result: SubmissionResult) -> list[str]:
     """A line for each problem that could not be graded normally -- every one of its lines scored 0 with one and
-    the same message (a file that does not parse or load, an internal error) -- that the notes do not say already."""
+    the same message (a file that does not parse or load, an internal error) -- that the notes do not say already.
+    Only a message a public line shows already: the top-level output is visible before hidden tests are."""
     said = "\n".join(result.notes)
     lacking = LACKS.search(said)
     lacking = set(lacking.group(1).split(", ")) if lacking else set()
@@ -238,7 +239,7 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
     for pid in result.problems:
         tests = [t for t in result.tests if t.problem == pid]
         messages = {t.output.strip() for t in tests}
-        if not tests or any(t.score > 0 for t in tests) or len(messages) != 1:
+        if not tests or any(t.score > 0 for t in tests) or len(messages) != 1 or all(t.visibility != "public" for t in tests):
             continue
         message = messages.pop()
         missing = MISSING.search(message)
