@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch.cli import submission_names
+from autograder.batch.records import submission_names
 from autograder.batch.report import SCRIPT
 from autograder.build.classgen import make_class
 from gradelib import rubric
@@ -352,7 +352,8 @@ def _synthetic_class(folder: Path, n: int) -> dict:
 def test_report_for_300_students_sorts_filters_drills_down_and_draws_thresholds(tmp_path):
     import re
 
-    from autograder.batch.report import read_row, thresholds_of, write_report
+    from autograder.batch.records import read_row
+    from autograder.batch.report import thresholds_of, write_report
     from gradelib import rubric
 
     n = 300

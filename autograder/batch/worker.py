@@ -1,8 +1,11 @@
 """Grade one submission to disk, in a process of its own.
 
-    python -m autograder.batch.worker SUBMISSION --name NAME --out DIR [--only ID ...] [--merge]
-                                [--timeout S] [--memory-mb M] [--isolation best|strict]
-                                [--scratch-root DIR] [--rubric FILE] [--case-root DIR]
+    python -m autograder.batch.worker --name=NAME --out=DIR [--only=ID ...] [--merge]
+                                [--timeout=S] [--memory-mb=M] [--isolation=best|strict]
+                                [--scratch-root=DIR] [--rubric=FILE] [--case-root=DIR] -- SUBMISSION
+
+(The pool passes every value after `=` and the submission after `--`, so a name or path that starts
+with `-` is never read as an option.)
 
 The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("submission", type=Path)
     ap.add_argument("--name", required=True, help="folder name under --out")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--only", action="extend", nargs="+", default=None, help="problem ids (repeat --only=ID or list them)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
     ap.add_argument("--isolation", choices=("best", "strict"), default="best",
