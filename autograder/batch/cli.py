@@ -38,6 +38,7 @@ from gradelib.results import SubmissionResult, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.sandbox import cgroups, kernel, processes, slots
 from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
+from gradelib.sandbox.limits import ISOLATION_CHOICES
 from gradelib.scoring import all_zero
 
 from . import gradebook, regrade
@@ -182,6 +183,7 @@ class Batch:
         sweep_scratch()
         cgroups.sweep()  # and the run cgroups of graders that were killed before this batch
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        self.scratch.chmod(0o711)  # a fallback child, as a sandbox uid, must traverse it to its own folder
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
         import resource
@@ -396,9 +398,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fixtures", type=Path, default=CASE_ROOT,
                     help="folder of the public and hidden cases and MANIFEST.sha256 (default: fixtures/)")
     ap.add_argument(
-        "--isolation", choices=("best", "strict"), default="best",
-        help="best: namespaces where the machine allows, else the Landlock fallback (recorded per submission); "
-        "strict: refuse to grade without namespaces",
+        "--isolation", choices=ISOLATION_CHOICES, default="best",
+        help="best: namespaces where the machine allows, else the fallback (Landlock, seccomp, a sandbox uid; "
+        "recorded per submission), and refuse where neither can be made; strict: refuse to grade without "
+        "namespaces; portable: grade even where only the portable level runs (a plain child process: it stops "
+        "runaway code, not a hostile submission)",
     )
     return ap.parse_args(argv)
 
@@ -434,9 +438,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
             "Expected: root with bubblewrap and setpriv installed (make setup installs bubblewrap); "
-            "or run without --isolation strict to use the Landlock fallback.",
+            "or run without --isolation strict to use the fallback.",
             file=sys.stderr,
         )
+        return 2
+    if args.isolation == "best" and sandbox.isolation_level() == "portable":
+        print(f"Not grading: neither namespaces nor the fallback can be made here ({sandbox.isolation_reason()}), "
+              "and the portable level isolates nothing: a submission could read or change this user's files, "
+              "the hidden cases and other students' results included. Expected: Linux as root with an "
+              "interpreter every user can read (or Landlock when not root); or pass --isolation portable to grade "
+              "here anyway, trusting the submissions.", file=sys.stderr)
         return 2
     names = submission_names(args.submissions)
     args.out.mkdir(parents=True, exist_ok=True)
