@@ -38,16 +38,24 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def run_batch(root: Path) -> dict:
+# What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
+# process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
+PORTABLE_ATTACKS = ("exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
+                    "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero")
+
+
+def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
     """Grade reference, every attack, reference again -- one CLI run, two jobs -- with submissions and grades
-    under `root`: the results by submission and what was seen on the host during and after the run."""
+    under `root`: the results by submission and what was seen on the host during and after the run. `level`:
+    the machine's own (""), or "fallback" or "portable" (attack_tools.run_cli)."""
     out = root / "grades"
     marker = "zz" + uuid.uuid4().hex[:10]  # comm names hold 15 characters
     reference = SOLUTIONS.joinpath("attention.py").read_text()
-    order = ["reference_before", *BATCH_ATTACKS, "reference_after"]
+    order = ["reference_before", *(attacks or BATCH_ATTACKS), "reference_after"]
     with host_listeners(marker) as host:
         common = {"OUT": out, "REPO": REPO, "MARKER": marker, "SLEEP": DAEMON_SLEEP_S, "UDPPORT": host["udp_port"],
-                  "TCPPORT": host["tcp_port"], "SOCK": host["sock"], "SECRET": host["secret"], "SHMKEY": host["shm_key"]}
+                  "TCPPORT": host["tcp_port"], "SOCK": host["sock"], "ROOTSOCK": host["root_sock"], "SECRET": host["secret"],
+                  "SHMKEY": host["shm_key"]}
         paths = []
         for name in order:
             folder = root / "submissions" / name
@@ -61,7 +69,8 @@ def run_batch(root: Path) -> dict:
             paths.append(str(folder))
         scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
         start = time.monotonic()
-        proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention")
+        proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention",
+                       level=level)
         wall = time.monotonic() - start
         alive_after = processes_named(marker)
         time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
@@ -70,7 +79,7 @@ def run_batch(root: Path) -> dict:
             "dev_shm": [p.name for p in Path("/dev/shm").iterdir() if marker in p.name],
             "sysv_shm": sysv_segment_present(host["shm_key"]),
             "tmp": [p.name for p in Path("/tmp").iterdir() if marker in p.name and p.name != Path(host["secret"]).name
-                    and p.name != Path(host["sock"]).name],
+                    and p.name != Path(host["sock"]).name and p.name != Path(host["root_sock"]).parent.name],
             "scratch": leftover_scratch(scratch_before),
             "uid_processes": sandbox_uid_processes(),
             "cgroups": leftover_cgroups(),
@@ -79,7 +88,7 @@ def run_batch(root: Path) -> dict:
     for name in order:
         path = out / name / "results.json"
         results[name] = json.loads(path.read_text()) if path.exists() else None
-    return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results,
+    return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results, "level": level,
             "alive_after": alive_after, "alive_later": processes_named(marker), "received": received, "left": left}
 
 
@@ -99,6 +108,14 @@ def host_listeners(marker: str):
     os.chmod(sock_path, 0o777)  # the socket's own mode lets anyone connect; only the sandbox may stop it
     unix.listen(8)
     unix.setblocking(False)
+    root_dir = Path(f"/tmp/{marker}-root")  # as a root daemon keeps its socket: only uid 0 may connect
+    root_dir.mkdir(mode=0o700)
+    root_sock_path = str(root_dir / "s")
+    root_unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    root_unix.bind(root_sock_path)
+    os.chmod(root_sock_path, 0o600)
+    root_unix.listen(8)
+    root_unix.setblocking(False)
     secret = Path(f"/tmp/{marker}-secret")
     fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, b"TOPSECRET-" + marker.encode())
@@ -112,7 +129,7 @@ def host_listeners(marker: str):
                     got.append(f"{label}:{s.recv(100)!r}")
             except BlockingIOError:
                 pass
-        for label, s in (("tcp", tcp), ("unix", unix)):
+        for label, s in (("tcp", tcp), ("unix", unix), ("rootsock", root_unix)):
             try:
                 while True:
                     conn, _ = s.accept()
@@ -124,11 +141,14 @@ def host_listeners(marker: str):
 
     try:
         yield {"udp_port": udp.getsockname()[1], "tcp_port": tcp.getsockname()[1], "sock": sock_path,
+               "root_sock": root_sock_path,
                "secret": str(secret), "shm_key": int(marker[2:9], 16), "received": received}
     finally:
-        for s in (udp, tcp, unix):
+        for s in (udp, tcp, unix, root_unix):
             s.close()
         Path(sock_path).unlink(missing_ok=True)
+        Path(root_sock_path).unlink(missing_ok=True)
+        root_dir.rmdir()
         secret.unlink(missing_ok=True)
         # At the fallback level the shared-memory attack's leftovers are real: the test removes them.
         for p in Path("/dev/shm").iterdir():

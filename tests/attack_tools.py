@@ -19,7 +19,7 @@ import pytest
 from gradelib import rubric
 from gradelib.sandbox import isolation_level, isolation_report
 from gradelib.sandbox.kernel import landlock_abi
-from gradelib.sandbox.slots import SLOTS, UID_BASE
+from gradelib.sandbox.slots import block
 
 from support import REPO, SOLUTIONS
 
@@ -66,13 +66,42 @@ def notebook_with_first_cell(source: str) -> str:
     return nbformat.writes(nb)
 
 
-def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, str(CLI), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def run_cli(*args: str, timeout: float = 240, level: str = "") -> subprocess.CompletedProcess:
+    """The instructor's CLI, at the machine's own level, or at `level`: "fallback" in Docker's default
+    container (tests/container.py), "portable" as asked for (--isolation portable)."""
+    cmd = [PYTHON, str(CLI), *args]
+    if level == "portable":
+        env = {**os.environ, "GRADELIB_SANDBOX": "portable"}
+        return subprocess.run([*cmd, "--isolation", "portable"], capture_output=True, text=True, timeout=timeout,
+                              cwd=REPO, env=env)
+    if level == "fallback":
+        from container import docker_default
+
+        with docker_default(cmd) as wrapped:
+            return subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def outputs(result: dict) -> str:
     """Everything a results.json says to the student: each line's output, then the submission's."""
     return "\n".join(t["output"] for t in result["tests"]) + "\n" + result.get("output", "")
+
+
+def batch_level(batch: dict) -> str:
+    """The level a batch was graded at: the machine's own, or the one it was run at (run_cli)."""
+    from gradelib.sandbox import isolation_level
+
+    return batch["level"] or isolation_level()
+
+
+def only_at(batch: dict, *levels: str, attack: str = "") -> None:
+    """Skip unless the batch ran at one of `levels` (and graded `attack`): at the portable level a run is a
+    plain process of the grader's user, which stops runaway code, not a hostile submission."""
+    level = batch_level(batch)
+    if level not in levels:
+        pytest.skip(f"the {level} level does not stop this (it is checked at {', '.join(levels)})")
+    if attack and attack not in batch["results"]:
+        pytest.skip(f"{attack} is not in the {level} level's batch")
 
 
 def attack_text(batch: dict, attack: str) -> str:
@@ -107,20 +136,21 @@ def sandbox_uid_processes() -> list[int]:
     """
     import fcntl
 
-    from gradelib.sandbox.slots import SLOT_DIR
+    from gradelib.sandbox.slots import slot_dir
 
+    uids = block()
     by_uid: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         try:
             uid = os.stat(f"/proc/{entry}").st_uid if entry.isdigit() else -1
         except OSError:
             continue
-        if UID_BASE <= uid < UID_BASE + SLOTS:
+        if uid in uids:
             by_uid.setdefault(uid, []).append(int(entry))
     stray = []
     for uid, pids in sorted(by_uid.items()):
         try:
-            fd = os.open(SLOT_DIR / f"slot-{uid - UID_BASE}.lock", os.O_RDWR | os.O_NOFOLLOW)
+            fd = os.open(slot_dir() / f"slot-{uid - uids.start}.lock", os.O_RDWR | os.O_NOFOLLOW)
         except OSError:
             stray += pids  # no lock file: no grader ever held it
             continue

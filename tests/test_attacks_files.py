@@ -30,6 +30,7 @@ from attack_tools import (
     forged_files,
     needs_landlock,
     notebook_with_first_cell,
+    only_at,
     outputs,
     run_cli,
 )
@@ -40,6 +41,7 @@ from support import SOLUTIONS, grade_files
 
 @needs_landlock
 def test_forged_results_files_are_refused(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", attack="forged_results")
     out, marker = attack_batch["out"], attack_batch["marker"]
     text = outputs(attack_batch["results"]["forged_results"])
     # The attack ran: it could write its own scratch folder, and nothing else.
@@ -100,6 +102,7 @@ def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path,
 
 @pytest.mark.parametrize("attack", ["log_symlink_feedback", "log_symlink_secret", "log_fifo", "log_dev_zero"])
 def test_replaced_log_file_is_never_read(attack_batch, attack):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack=attack)
     text = attack_text(attack_batch, attack)
     # What the child printed came back over the grader's pipe ...
     assert "attack-printed-this" in text and "exited with code 3" in text, text

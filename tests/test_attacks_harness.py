@@ -14,19 +14,21 @@ import json
 
 import numpy as np
 
-from attack_tools import attack_source, outputs
+from attack_tools import attack_source, only_at, outputs
 from support import FIXTURES, SOLUTIONS, grade_files
 
 # ---------------------------------------------------------------- what the attention harness compares
 
 
 def test_patched_comparisons_change_nothing(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="patch_comparisons")
     text = outputs(attack_batch["results"]["patch_comparisons"])
     # The child's type check was bypassed too: the grader judged the values it computed.
     assert "has wrong values" in text and "wrong type" not in text, text
 
 
 def test_lying_tensor_subclass_is_refused_by_type(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="lying_tensor")
     text = outputs(attack_batch["results"]["lying_tensor"])
     assert "has the wrong type: got attention.LyingTensor, expected torch.Tensor" in text, text
 

@@ -35,8 +35,8 @@ from attack_tools import (
     forged_files,
     leftover_cgroups,
     leftover_scratch,
-    needs_landlock,
-    needs_namespaces,
+    needs_root,
+    only_at,
     outputs,
     processes_named,
     run_cli,
@@ -48,11 +48,13 @@ from support import REPO, SOLUTIONS, grade_files
 
 
 def test_exit_at_import_is_reported(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="exit_at_import")
     text = outputs(attack_batch["results"]["exit_at_import"])
     assert "no result for this case: the submission's process exited with code 0" in text
 
 
 def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="infinite_loop")
     text = outputs(attack_batch["results"]["infinite_loop"])
     assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
     assert attack_batch["results"]["infinite_loop"]["execution_time"] < BATCH_TIMEOUT_S + 15
@@ -62,8 +64,11 @@ def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
 
 
 def test_huge_allocation_hits_the_memory_cap(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="huge_allocation")
     text = outputs(attack_batch["results"]["huge_allocation"])
-    assert "import raised" in text and ("MemoryError" in text or "Unable to allocate" in text), text
+    # Address space is capped far above the memory limit: the run maps the 8 GB, and the memory limit stops
+    # it while it fills them (the cgroup, or the grader's sampling), or the address-space cap refuses it.
+    assert "stopped for memory" in text or ("import raised" in text and ("MemoryError" in text or "Unable to allocate" in text)), text
 
 
 def test_memory_cap_applies_to_gradual_growth(tmp_path):
@@ -73,7 +78,7 @@ def test_memory_cap_applies_to_gradual_growth(tmp_path):
     assert time.monotonic() - start < 30
     assert result.score == 0.0
     text = "\n".join(t.output for t in result.tests)
-    assert "MemoryError" in text or "killed by" in text, text
+    assert "stopped for memory" in text or "MemoryError" in text, text
 
 
 def _memory_cgroups() -> bool:
@@ -93,15 +98,15 @@ def test_memory_spread_over_processes_is_capped_for_the_run_as_a_whole(tmp_path)
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert result.score == 0.0
     assert "5 of 5 processes held 300 MB" not in said, said
-    assert ("of 5 processes held 300 MB" in said) or ("killed by SIGKILL" in said), said
+    assert ("of 5 processes held 300 MB" in said) or ("stopped for memory" in said), said
     assert set(descendants(os.getpid())) - before == set()
 
 
 # ---------------------------------------------------------------- processes that try to outlive their run
 
 
-@needs_landlock
 def test_late_daemon_is_killed_and_writes_nothing(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="late_daemon")
     out, marker = attack_batch["out"], attack_batch["marker"]
     assert "daemon started" in outputs(attack_batch["results"]["late_daemon"])
     assert attack_batch["alive_after"] == [] and attack_batch["alive_later"] == []
@@ -111,16 +116,17 @@ def test_late_daemon_is_killed_and_writes_nothing(attack_batch):
     assert attack_batch["results"]["late_daemon"]["score"] == 0.0
 
 
-@needs_namespaces
 def test_setsid_chain_dies_with_the_run(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="setsid_chain")
     assert "setsid chain started" in attack_text(attack_batch, "setsid_chain")
     # Checked the moment the batch returned: no link of the chain is left burning CPU.
     assert attack_batch["alive_after"] == [] and attack_batch["alive_later"] == []
     assert attack_batch["left"]["uid_processes"] == []
 
 
-@needs_namespaces
+@needs_root
 def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", attack="resource_counts")
     from gradelib.sandbox import Limits
 
     text = attack_text(attack_batch, "resource_counts")

@@ -182,7 +182,7 @@ LINUX_ATTRS = {
 # runs above hold that). Every other module of the student side may use a Linux-only name only behind a
 # check (an `if` on the platform or on the name being there, or a try that catches its absence).
 LINUX_ROOMS = {"gradelib.sandbox." + m for m in ("kernel", "namespaces", "fallback", "launch", "cgroups", "slots",
-                                                  "processes", "ipc", "template", "levels", "runner", "scratch")}
+                                                  "processes", "leftovers", "template", "levels", "runner", "scratch")}
 GUARDS = re.compile(r"is_linux|sys\.platform|os\.name|hasattr|getattr|NOFOLLOW_OPEN|supports_dir_fd|timers|platform")
 
 

@@ -16,10 +16,15 @@ def unix():
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect("@SOCK@")
         s.sendall(b"@MARKER@")
+def rootsock():  # a root daemon's socket: mode 0600 in a 0700 folder, for uid 0 alone
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("@ROOTSOCK@")
+        s.sendall(b"@MARKER@")
 def tcp():
     with socket.create_connection(("127.0.0.1", int("@TCPPORT@")), timeout=2) as s:
         s.sendall(b"@MARKER@")
 attempt("udp", udp)
 attempt("unix", unix)
+attempt("rootsock", rootsock)
 attempt("tcp", tcp)
 raise RuntimeError("net " + " ".join(report))

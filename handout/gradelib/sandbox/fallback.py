@@ -19,7 +19,12 @@ from .kernel import PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, apply_landlock, landl
 from .limits import Limits, child_env, rlimit_values
 from .slots import Slot
 
-READ_ONLY_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/sys", "/opt/conda")
+READ_ONLY_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/sys", "/opt/conda")
+# Of /proc (the host's, here: no PID namespace) a run reads its own process and the machine's facts numpy
+# and torch ask for, never the other processes' command lines, environments or memory maps. /proc/self is
+# opened in the child itself, after fork, so it is the run's own folder.
+PROC_PATHS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/sys/kernel",
+              "/proc/sys/vm/overcommit_memory")
 DEVICE_PATHS = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/shm")
 BOOT_FOLDER = "_boot"  # in the run's folder: the copies of the boot files the child starts from
 
@@ -54,7 +59,7 @@ def launch(argv, workdir: Path, limits: Limits, slot: Slot | None, rep_w: int, e
     uid when the grader is root (slot given), else as the grader's own uid."""
     abi = landlock_abi()
     boot = copy_boot(workdir)
-    read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *extra_paths()) if os.path.exists(p)]
+    read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *PROC_PATHS, *python_paths(), *extra_paths()) if os.path.exists(p)]
     write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p)]]
     if slot is not None:
         if template is None:

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import cgroups, ipc, launch, portable, template
+from . import cgroups, launch, leftovers, portable, template
 from .kernel import children_of, is_linux
 from .levels import isolation_level, refusal
 from .limits import LOG_CAP, ChildRun, Limits
@@ -52,7 +52,7 @@ def run(
         return _supervise(started, workdir, limits, out_r, out_w, rep_r, rep_w, level)
     finally:
         if started is not None and started.slot is not None and level == "fallback":
-            ipc.clear_owned(started.slot.uid)
+            leftovers.clear_owned(started.slot.uid)
         launch.release(started)
         for fd in (out_r, out_w, rep_r, rep_w):
             try:

@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import cgroups, fallback, ipc, launch
+from . import cgroups, fallback, launch, leftovers
 from .kernel import children_of, is_linux, kill_until_gone
 from .levels import isolation_level
 from .limits import LOG_CAP, ChildRun, Limits, child_env
@@ -165,7 +165,7 @@ class Session:
         if started is not None and started.slot is not None:
             killed += kill_tokened(started.slot.uid, started.slot.token)
             if self.level == "fallback":
-                ipc.clear_owned(started.slot.uid)
+                leftovers.clear_owned(started.slot.uid)
         launch.release(started)
         if self.sock is not None:
             self.sock.close()
@@ -253,7 +253,7 @@ class Session:
         for fd in (out_r, rep_r):
             os.close(fd)
         if self.level == "fallback" and slot is not None:
-            ipc.clear_owned(slot.uid)
+            leftovers.clear_owned(slot.uid)
         return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
                         [*self.isolation, memory.label()], killed, self.level, **stream_fields(events, limits, flooded),
                         **memory.finish())

@@ -1,11 +1,11 @@
-"""Shared memory a run leaves on the host at the fallback level (at the namespaces level /dev/shm and System V
-IPC are the run's own and go with it, or the template empties them): the /dev/shm entries and System V
-segments, queues and semaphore sets its uid owns, removed after each run."""
+"""What a run leaves on the host at the fallback level, removed after each run: the entries its uid owns in
+/dev/shm (and, where Landlock is missing and the run could write there, in /tmp and /var/tmp) and the
+System V segments, queues and semaphore sets it made. At the namespaces level all of these are the run's
+own and go with it (or the template empties them)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 
 from .kernel import libc
 
@@ -14,23 +14,31 @@ IPC_RMID = 0
 UID_COLUMNS = {"shm": (7, 9), "msg": (7, 9), "sem": (4, 6)}  # owner and creator uid in /proc/sysvipc/<kind>'s rows
 
 
+SHARED_FOLDERS = ("/dev/shm", "/tmp", "/var/tmp")
+
+
 def clear_owned(uid: int) -> int:
-    """Remove what `uid` owns in /dev/shm and System V IPC; how many were removed. Never follows a link."""
+    """Remove what `uid` owns in the shared folders and System V IPC; how many were removed. Never follows a
+    link (a folder of the uid's is removed whole by remove_tree, which does not either)."""
+    from .scratch import remove_tree
+
     removed = 0
-    try:
-        entries = list(os.scandir("/dev/shm"))
-    except OSError:
-        entries = []
+    entries = []
+    for folder in SHARED_FOLDERS:
+        try:
+            entries += list(os.scandir(folder))
+        except OSError:
+            pass
     for entry in entries:
         try:
             if entry.stat(follow_symlinks=False).st_uid != uid:
                 continue
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
             removed += 1
-        except (OSError, RecursionError):
+        except OSError:
             pass
     lib = None
     for kind, call in SYSV_IPC.items():
