@@ -310,11 +310,24 @@ def descendants(roots: set[int]) -> set[int]:
     return found
 
 
-def resident_mb(pids: set[int]) -> int:
-    """Resident memory of these processes together, in MB (from /proc/<pid>/statm)."""
+def resident_mb(pids: set[int], shared_once: bool = False) -> int:
+    """Memory these processes hold together, in MB: each one's whole resident memory (/proc/<pid>/statm,
+    which counts pages forked processes share in every one of them); with `shared_once`, each one's
+    proportional share instead (/proc/<pid>/smaps_rollup's Pss: 10 ms for a process that imported torch,
+    against 0.05 ms) where it can be read, which another uid's process cannot be without CAP_SYS_PTRACE
+    (Docker's default container)."""
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
     for pid in pids:
+        if shared_once:
+            try:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                    pss = next((int(line.split()[1]) << 10 for line in fh if line.startswith(b"Pss:")), None)
+                if pss is not None:
+                    total += pss
+                    continue
+            except (OSError, ValueError, IndexError):
+                pass
         try:
             with open(f"/proc/{pid}/statm", "rb") as fh:
                 total += int(fh.read().split()[1]) * page

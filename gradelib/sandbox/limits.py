@@ -62,8 +62,8 @@ class ChildRun:
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
         if self.memory_limit_mb:
-            used = f"its processes used {self.memory_used_mb} MB" if self.memory_used_mb else "it used more"
-            return f"was stopped for memory: {used}, and the limit is {self.memory_limit_mb} MB"
+            held = f"held {self.memory_used_mb} MB" if self.memory_used_mb else "held more"
+            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit"
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:

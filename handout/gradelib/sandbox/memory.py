@@ -21,7 +21,7 @@ def memory_group(groups: list[Path]) -> Path | None:
     return None
 
 
-def _psutil_resident_mb(roots: set[int]) -> int:
+def _psutil_resident_mb(roots: set[int], shared_once: bool = False) -> int:
     import psutil
 
     total = 0
@@ -39,10 +39,11 @@ def _psutil_resident_mb(roots: set[int]) -> int:
     return total >> 20
 
 
-def sampler() -> tuple[Callable[[set[int]], int] | None, str]:
-    """(roots -> resident MB of the roots and everything below them, how), or (None, why none) on this machine."""
+def sampler() -> tuple[Callable[[set[int], bool], int] | None, str]:
+    """((roots, shared_once) -> resident MB of the roots and everything below them, how), or (None, why none)
+    on this machine."""
     if is_linux():
-        return (lambda roots: resident_mb(descendants(roots))), "/proc"
+        return (lambda roots, shared_once=False: resident_mb(descendants(roots), shared_once)), "/proc"
     try:
         import psutil  # noqa: F401
     except ImportError:
@@ -75,7 +76,10 @@ class MemoryWatch:
             return self.stopped
         self._next = time.monotonic() + SAMPLE_S
         try:
-            used = self._measure(self.roots())
+            roots = self.roots()
+            used = self._measure(roots)
+            if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
+                used = self._measure(roots, True)
         except Exception:  # a process that ended mid-measurement, a psutil that cannot read it
             return False
         self.peak_mb = max(self.peak_mb, used)
