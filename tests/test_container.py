@@ -16,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from container import available, docker_default
 
 from autograder.build.demo import blank_handin, reference_handin
 from gradelib import rubric
 
-from container import available, docker_default
 from support import REPO
 
 pytestmark = pytest.mark.skipif(bool(available()), reason=f"Docker's default container cannot be reproduced here: {available()}")
