@@ -56,12 +56,11 @@ def _lock_folder_sharing_the_block(base: Path) -> Path:
     from gradelib.sandbox import slots
 
     wanted = slots.block()
-    for i in range(2000):
-        folder = base / f"locks-{i}"
-        folder.mkdir()
-        if slots._identity(folder)[0] == wanted.start:
+    for i in range(2000):  # each kept, so each is a new inode: a folder's block comes from its device and inode
+        folder = base / "locks" / str(i)
+        folder.mkdir(parents=True)
+        if slots.first_uid_of(folder) == wanted.start:
             return folder
-        folder.rmdir()
     raise AssertionError("no lock folder maps to the default block in 2000 tries")
 
 

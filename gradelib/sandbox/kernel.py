@@ -277,6 +277,33 @@ def kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
     return killed
 
 
+def kill_tree(roots, wait_s: float = 10.0) -> int:
+    """Stop every process below `roots()` (the pids it lists and their descendants), over and over until no new
+    one appears, then SIGKILL them all; the number killed. A stopped process forks no more, so a chain of
+    processes that fork as fast as they are killed (one another's parents, or each in a session of its own)
+    is caught whole, where killing them one scan at a time can lag behind."""
+    stopped: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        found = descendants(set(roots())) - stopped
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+        stopped |= found
+    killed = 0
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
 def process_alive(pid: int) -> bool:
     """Whether `pid` is a process that still runs: a zombie (ended, not yet reaped by its parent,
     which may never happen when that parent is a long-lived subreaper) counts as gone."""

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import cgroups, fallback, launch, leftovers
-from .kernel import children_of, is_linux, kill_until_gone
+from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
 from .limits import LOG_CAP, ChildRun, Limits, child_env
 from .memory import MemoryWatch
@@ -177,7 +177,8 @@ class Session:
 
     def _kill_run(self) -> int:
         """Kill every process below the template (the run's), however it tried to get away."""
-        killed = kill_until_gone(lambda: children_of(self.pid), 5.0, 0.01, reap=False)
+        killed = kill_tree(lambda: children_of(self.pid), 5.0)
+        killed += kill_until_gone(lambda: children_of(self.pid), 5.0, 0.01, reap=False)
         if self.level != "namespaces":
             killed += kill_new_children(self.before | {self.proc.pid})  # orphans that came to us
         return killed

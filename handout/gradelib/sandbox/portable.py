@@ -71,15 +71,27 @@ def _tree(pid: int) -> list:
 
 
 def _end_tree(proc: subprocess.Popen) -> int:
-    """Kill the child and everything it started; how many were killed."""
-    tree = _tree(proc.pid)
-    killed = 0
+    """Kill the child and everything it started; how many were killed. Each process found is suspended
+    first, over and over until no new one appears, so a chain that forks as fast as it is killed is caught
+    whole."""
+    suspended: dict[int, object] = {}
+    for _ in range(100):
+        fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
+        if not fresh:
+            break
+        for p in fresh:
+            try:
+                p.suspend()
+            except Exception:
+                pass
+            suspended[p.pid] = p
     if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
-    for p in tree:
+    killed = 0
+    for p in suspended.values():
         try:
             p.kill()
             killed += 1

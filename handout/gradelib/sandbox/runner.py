@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from . import cgroups, launch, leftovers, portable, template
-from .kernel import children_of, is_linux
+from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
 from .limits import LOG_CAP, ChildRun, Limits
 from .memory import MemoryWatch
@@ -106,6 +106,9 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     except (ProcessLookupError, PermissionError):
         pass
     killed = cgroups.kill(started.groups)
+    # Without a PID namespace or cgroups to end them at once: everything below the child, and the orphans
+    # that came to us (a subreaper), stopped and then killed.
+    killed += kill_tree(lambda: {proc.pid, *(children_of(os.getpid()) - before)})
     if returncode is None:
         returncode = proc.wait() if (flooded or memory.stopped) else None
     wall = time.monotonic() - start

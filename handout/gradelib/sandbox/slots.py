@@ -33,6 +33,11 @@ def _identity(folder: Path) -> tuple[int, str]:
     return UID_BASE + (int(digest, 16) % BLOCKS) * SLOTS, digest[:16]
 
 
+def first_uid_of(folder: Path) -> int:
+    """The first uid of the block a lock folder picks."""
+    return _identity(folder)[0]
+
+
 def _folder() -> Path:
     folder = slot_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
