@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course
+.PHONY: help setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autogr
 
 autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
 	$(PY) -m autograder.platforms.package autolab
+
+platform-check: setup ## (root, minutes) Gradescope's setup.sh and Autolab's Dockerfile in a fresh Debian 12 root, then grade reference, partial and broken handins there
+	$(PY) -m autograder.platforms.check
 
 clean: ## remove build outputs (keeps .venv, grades/ and every student's work)
 	rm -rf build .pytest_cache
