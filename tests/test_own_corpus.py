@@ -18,11 +18,11 @@ import io
 import json
 import math
 import shutil
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 import torch.nn.functional as F
 

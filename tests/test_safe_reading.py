@@ -10,8 +10,8 @@
   with its own student;
 - text from a submission reaches no terminal or file with its control characters.
 
-Hostile child processes (planted links, escape codes in exceptions) are in the last
-section of tests/test_attacks.py.
+Hostile child processes (planted links, escape codes in exceptions) are in
+tests/test_attacks_files.py.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from gradelib import rubric as rubric_mod
 from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
 from gradelib.safeio import SafeReadError, clean_text
+from gradelib.sandbox.limits import ISOLATION_CHOICES
 
 from . import gradebook, regrade
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files
@@ -65,9 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fixtures", type=Path, default=CASE_ROOT,
                     help="folder of the public and hidden cases and MANIFEST.sha256 (default: fixtures/)")
     ap.add_argument(
-        "--isolation", choices=("best", "strict"), default="best",
-        help="best: namespaces where the machine allows, else the Landlock fallback (recorded per submission); "
-        "strict: refuse to grade without namespaces",
+        "--isolation", choices=ISOLATION_CHOICES, default="best",
+        help="best: namespaces where the machine allows, else the fallback (Landlock, seccomp, a sandbox uid; "
+        "recorded per submission), and refuse where neither can be made; strict: refuse to grade without "
+        "namespaces; portable: grade even where only the portable level runs (a plain child process: it stops "
+        "runaway code, not a hostile submission)",
     )
     return ap.parse_args(argv)
 
@@ -96,7 +99,15 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
         return known, (
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
             "Expected: root with bubblewrap and setpriv installed (make setup installs bubblewrap); "
-            "or run without --isolation strict to use the Landlock fallback."
+            "or run without --isolation strict to use the fallback."
+        )
+    if args.isolation == "best" and sandbox.isolation_level() == "portable":
+        return known, (
+            f"Not grading: neither namespaces nor the fallback can be made here ({sandbox.isolation_reason()}), "
+            "and the portable level isolates nothing: a submission could read or change this user's files, the "
+            "hidden cases and other students' results included. Expected: Linux as root with an interpreter every "
+            "user can read (or Landlock when not root); or pass --isolation portable to grade here anyway, "
+            "trusting the submissions."
         )
     return known, ""
 

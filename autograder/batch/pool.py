@@ -89,6 +89,7 @@ class Batch:
         sweep_scratch()
         cgroups.sweep()  # and the run cgroups of graders that were killed before this batch
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        self.scratch.chmod(0o711)  # a fallback child, as a sandbox uid, must traverse it to its own folder
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
         import resource

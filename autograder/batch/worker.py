@@ -1,7 +1,7 @@
 """Grade one submission to disk, in a process of its own.
 
     python -m autograder.batch.worker --name=NAME --out=DIR [--only=ID ...] [--merge]
-                                [--timeout=S] [--memory-mb=M] [--isolation=best|strict]
+                                [--timeout=S] [--memory-mb=M] [--isolation=best|strict|portable]
                                 [--scratch-root=DIR] [--rubric=FILE] [--case-root=DIR] -- SUBMISSION
 
 (The pool passes every value after `=` and the submission after `--`, so a name or path that starts
@@ -29,6 +29,7 @@ from gradelib import sandbox
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 from gradelib.sandbox import kernel
+from gradelib.sandbox.limits import ISOLATION_CHOICES
 
 from ..oracle.oracles import load_oracle
 from .regrade import current_records, write_merged
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="extend", nargs="+", default=None, help="problem ids (repeat --only=ID or list them)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
-    ap.add_argument("--isolation", choices=("best", "strict"), default="best",
+    ap.add_argument("--isolation", choices=ISOLATION_CHOICES, default="best",
                     help="strict: refuse to run submission code without namespaces")
     ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
     ap.add_argument("--case-root", type=Path, default=CASE_ROOT, help="folder of the cases (default: fixtures/)")

@@ -3,8 +3,8 @@
     python -I -B boot.py HARNESS.py [ARGS...]   (configuration in $GRADER_BOOT)
 
 Runs before any line of the submission, with nothing but the standard library
-and kernel.py, which lies beside it (the grader mounts or copies the two files
-alone):
+and the two files beside it, kernel.py (the Linux interfaces) and forkserver.py
+(a template's loop), which the grader mounts or copies with it and nothing else:
 
 - applies Landlock (when the grader asks: inside bubblewrap the mounts are made
   first, and a Landlock-confined process could no longer mount);
@@ -17,13 +17,8 @@ alone):
 
     python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
-A template process (template.py's Session, one per submission) is confined
-the same way, imports numpy and torch once, and then forks one child per run
-on the grader's request: the child takes the run's pipes for output and audit
-events, its folder, environment and rlimits, and runs the harness; the
-template reports how it ended and kills whatever the run left. A child never
-holds the template's control socket. The template runs no line of the
-submission itself.
+A template process (template.py's Session, one per submission, on Linux) is
+confined the same way and then runs forkserver.py's loop.
 """
 
 from __future__ import annotations
@@ -36,25 +31,27 @@ import sys
 BOOT_ENV = "GRADER_BOOT"  # the grader's launch.py sets it
 EVENT_PREFIX = "gradelib."
 MAX_EVENT = 200
-SYSV_IPC = {"shm": "shmctl", "msg": "msgctl", "sem": "semctl"}  # /proc/sysvipc/<kind> -> the call that removes one
-IPC_RMID = 0
 
-_kernel = None
+_siblings: dict = {}
+
+
+def sibling(name: str):
+    """kernel.py or forkserver.py from this file's own folder (not importable by name: -I leaves the folder
+    off sys.path, and a submission's own module of that name must not be shadowed)."""
+    if name not in _siblings:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"_gradelib_sandbox_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        _siblings[name] = module
+    return _siblings[name]
 
 
 def kernel():
-    """kernel.py from this file's own folder (not importable by name: -I leaves the folder off sys.path,
-    and a submission's own kernel.py must not be shadowed)."""
-    global _kernel
-    if _kernel is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.py")
-        spec = importlib.util.spec_from_file_location("_gradelib_sandbox_kernel", path)
-        _kernel = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = _kernel
-        spec.loader.exec_module(_kernel)
-    return _kernel
+    return sibling("kernel")
 
 
 def _install_reporter(fd: int) -> None:
@@ -91,162 +88,57 @@ def _run_harness(argv: list[str]) -> None:
     runpy.run_path(argv[0], run_name="__main__")
 
 
-def _kill_descendants() -> int:
-    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper)."""
-    k = kernel()
-    return k.kill_until_gone(lambda: k.children_of(os.getpid()), 10.0, 0.005, reap=True)
-
-
-def _fork_run(sock, request: dict, fds: list[int], report_fd: int) -> int:
-    """Fork the child of one run; returns its pid (in the template)."""
-    k = kernel()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        sock.close()  # the run never holds the template's control socket
-        out_fd, events_fd = fds
-        os.setsid()
-        k.prctl(k.PR_SET_PDEATHSIG, 9)  # SIGKILL when the template goes
-        k.prctl(k.PR_SET_DUMPABLE, 1)  # as after exec: itself, not the template
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.dup2(events_fd, report_fd, inheritable=False)
-        for fd in (out_fd, events_fd):
-            if fd not in (1, 2, report_fd):
-                os.close(fd)
-        import resource
-
-        for name, value in request.get("rlimits", {}).items():
-            limit = getattr(resource, name)
-            soft, hard = resource.getrlimit(limit)
-            value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(limit, (value, value))
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request.get("env", {}))
-        import random
-
-        random.seed()
-        _run_harness(request["argv"])
-        code = 0
-    except SystemExit as exc:
-        code = _printed_exit(exc.code)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        os._exit(code)
-    return 0  # not reached
-
-
-def _clear_ipc() -> int:
-    """Remove what a run left in the submission's private /dev/shm and System V IPC namespace (the
-    namespaces level gives each submission its own), so the next run of the submission starts with
-    none of it; how many were removed."""
-    import shutil
-
-    removed = 0
-    try:
-        entries = list(os.scandir("/dev/shm"))
-    except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-            removed += 1
-        except (OSError, RecursionError):  # a tree deeper than the recursion limit stays (the submission's own)
-            pass
-    lib = kernel().libc()
-    for kind, call in SYSV_IPC.items():
-        try:
-            with open(f"/proc/sysvipc/{kind}") as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
+def _add_paths(paths: list[str]) -> None:
+    """Put back the folders the grader's interpreter has on sys.path and `-I` leaves off (a user site, a
+    PYTHONPATH entry), so the run imports what the grader's interpreter imports; say which cannot be read."""
+    for path in paths:
+        if path in sys.path:
             continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 1 and fields[1].isdigit():
-                args = (int(fields[1]), 0, IPC_RMID) if kind == "sem" else (int(fields[1]), IPC_RMID, None)
-                removed += getattr(lib, call)(*args) == 0
-    return removed
+        if os.access(path, os.R_OK | os.X_OK):
+            sys.path.append(path)
+        else:
+            print(f"note: {path} (on the grader's Python path) cannot be read here, so packages installed there "
+                  "cannot be imported", file=sys.stderr)
 
 
-def _serve(control_fd: int, report_fd: int, preload: list[str], private_ipc: bool = False) -> None:
-    """The template's loop: one request, one forked run, one reply with how it ended (`private_ipc`:
-    /dev/shm and System V IPC are the submission's own, emptied after each run)."""
-    import socket
+def _report_fd(config: dict):
+    """The descriptor of the grader's audit pipe: passed as a descriptor, or on Windows as a handle."""
+    if config.get("report_handle") is not None:
+        import msvcrt
 
-    k = kernel()
-    for name in preload:
-        try:
-            __import__(name)
-        except Exception:
-            pass  # the run imports it itself, and reports what fails
-    k.prctl(k.PR_SET_CHILD_SUBREAPER, 1)
-    k.prctl(k.PR_SET_DUMPABLE, 0)  # runs of the same uid cannot read or trace it
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=control_fd)
-    sock.send(b'{"ready": true}')
-    while True:
-        try:
-            message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 4)
-        except OSError:
-            break
-        if not message:
-            break  # the grader is gone
-        request = json.loads(message)
-        if len(fds) != 2:
-            for fd in fds:
-                os.close(fd)
-            sock.send(b'{"error": "a run needs two descriptors"}')
-            continue
-        pid = _fork_run(sock, request, fds, report_fd)
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
-        status = None
-        while status is None:
-            try:
-                done, raw = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            if done == pid:
-                status = os.waitstatus_to_exitcode(raw)  # -N when killed by signal N
-        killed = _kill_descendants()
-        if private_ipc:
-            _clear_ipc()
-        sock.send(json.dumps({"returncode": status, "killed": killed}).encode())
-    os._exit(0)
+        return msvcrt.open_osfhandle(int(config["report_handle"]), os.O_WRONLY)
+    return config.get("report_fd")
+
+
+def _limit_cpu(seconds) -> None:
+    """The portable level's CPU-time limit, set here where no preexec step can (none on Windows)."""
+    try:
+        kernel().set_rlimits({"RLIMIT_CPU": int(seconds)})
+    except ImportError:  # no resource module: Windows
+        pass
 
 
 def main() -> None:
     config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
+    _add_paths(config.get("paths") or [])
+    if config.get("cpu_s"):
+        _limit_cpu(config["cpu_s"])
     rules = config.get("landlock")
     if rules:
         abi = kernel().landlock_abi()
         if abi:
             kernel().apply_landlock(abi, rules["read"], rules["write"])
-    report_fd = config.get("report_fd")
+    report_fd = _report_fd(config)
     if report_fd is not None:
         _install_reporter(int(report_fd))
     if config.get("seccomp", True):
         why = kernel().apply_seccomp()
         sys.audit("gradelib.seccomp", why or "ok")
     template = config.get("template")
-    if template:
-        _serve(int(template["control_fd"]), int(report_fd), list(template.get("preload", [])),
-               bool(template.get("private_ipc")))
+    if template:  # Linux levels only
+        sibling("forkserver").serve(kernel(), int(template["control_fd"]), int(report_fd),
+                                    list(template.get("preload", [])), bool(template.get("private_ipc")),
+                                    _run_harness, _printed_exit)
         return
     _run_harness(sys.argv[1:])
 

@@ -16,9 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
-from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, python_mounts
-from .kernel import landlock_abi
-from .limits import Limits, child_env, rlimits
+from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths, python_mounts
+from .kernel import landlock_abi, rlimits
+from .limits import Limits, child_env, rlimit_values
 from .slots import Slot
 
 SHM_MB = 64  # private /dev/shm of a namespaced child
@@ -32,6 +32,7 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/l
 def bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], list[str], list[str]]:
     """(bwrap + setpriv + python argv prefix, Landlock read paths, write paths) for a namespaced child."""
     pymounts, exe = python_mounts()
+    pymounts += [p for p in extra_paths() if not any(p == m or p.startswith(m + "/") for m in pymounts)]
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--die-with-parent", "--new-session",
@@ -91,8 +92,9 @@ def launch(argv, workdir: Path, limits: Limits, slot: Slot, rep_w: int, env_extr
     prefix, read, write = bwrap_argv(workdir, slot.uid, limits)
     tmp = f"{SCRATCH_INSIDE}/tmp"
     env = child_env(SCRATCH_INSIDE, tmp, env_extra)
-    env[BOOT_ENV] = json.dumps({"landlock": {"read": read, "write": write}, "report_fd": rep_w, "template": template})
-    rl = rlimits(limits, limits.processes)  # counted for the slot's uid only
+    env[BOOT_ENV] = json.dumps({"landlock": {"read": read, "write": write}, "report_fd": rep_w, "template": template,
+                                "paths": extra_paths()})
+    rl = rlimits({**rlimit_values(limits), "RLIMIT_NPROC": limits.processes})  # counted for the slot's uid only
 
     def preexec() -> None:
         rl()

@@ -9,7 +9,8 @@ from . import cgroups
 from .kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, children_of, kill_until_gone, prctl
 
 _subreaper_set = False
-_active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid": ..., "cgroups": [...]}
+_active: dict[int, dict] = {}  # runs and templates in progress, by pid: {"uid": ..., "token": ..., "cgroups": [...]}
+TOKEN_ENV = "GRADELIB_RUN"  # in every sandboxed run's environment: "<lock folder token>:<slot>"
 
 
 def become_subreaper() -> None:
@@ -22,18 +23,45 @@ def become_subreaper() -> None:
         _subreaper_set = True
 
 
-def processes_of_uid(uid: int) -> list[int]:
-    """Pids whose real uid is `uid`."""
-    pids = []
+def processes_by_uid(uids: range | set[int] | None = None) -> dict[int, list[int]]:
+    """Pids by real uid (only the uids asked for), from one scan of /proc."""
+    found: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid == uid:
-                pids.append(int(entry))
+            uid = os.stat(f"/proc/{entry}").st_uid
         except OSError:
-            pass
-    return pids
+            continue
+        if uids is None or uid in uids:
+            found.setdefault(uid, []).append(int(entry))
+    return found
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Pids whose real uid is `uid`."""
+    return processes_by_uid({uid}).get(uid, [])
+
+
+def run_token(pid: int) -> str:
+    """The GRADELIB_RUN token in a process's environment ('' when it has none or cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            entries = fh.read().split(b"\0")
+    except OSError:
+        return ""
+    prefix = TOKEN_ENV.encode() + b"="
+    for entry in entries:
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("latin-1")
+    return ""
+
+
+def kill_tokened(uid: int, token: str, wait_s: float = 5.0) -> int:
+    """SIGKILL the processes of `uid` that carry this run's token (what a run of ours left, never another
+    grader's) until none is left; the number killed."""
+    return kill_until_gone(lambda: [p for p in processes_of_uid(uid) if run_token(p) == token], wait_s, 0.02,
+                           reap=False)
 
 
 def kill_new_children(before: set[int]) -> int:
@@ -42,14 +70,9 @@ def kill_new_children(before: set[int]) -> int:
     return kill_until_gone(lambda: children_of(os.getpid()) - before, 10.0, 0.01, reap=True)
 
 
-def kill_uid(uid: int, wait_s: float = 5.0) -> int:
-    """SIGKILL every process of a sandbox uid until none is left; the number killed."""
-    return kill_until_gone(lambda: processes_of_uid(uid), wait_s, 0.02, reap=False)
-
-
-def register(pid: int, uid: int, groups: list) -> None:
+def register(pid: int, uid: int, groups: list, token: str = "") -> None:
     """A run or template started: what abort_active must end if the grader is stopped."""
-    _active[pid] = {"uid": uid, "cgroups": groups}
+    _active[pid] = {"uid": uid, "token": token, "cgroups": groups}
 
 
 def unregister(pid: int) -> None:
@@ -65,7 +88,7 @@ def abort_active() -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if entry.get("uid"):
-            kill_uid(entry["uid"], wait_s=2.0)
+        if entry.get("uid") and entry.get("token"):
+            kill_tokened(entry["uid"], entry["token"], wait_s=2.0)
         for folder in entry.get("cgroups") or []:
             cgroups.remove(folder)

@@ -8,11 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import cgroups, launch, template
-from .kernel import children_of
-from .levels import isolation_level, isolation_reason
+from . import cgroups, launch, leftovers, portable, template
+from .kernel import children_of, is_linux, kill_tree
+from .levels import isolation_level, refusal
 from .limits import LOG_CAP, ChildRun, Limits
-from .processes import become_subreaper, kill_new_children, kill_uid, register, unregister
+from .memory import MemoryWatch
+from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 from .streams import drain, new_sinks, over_cap, pump, stream_fields, watch
 
 
@@ -29,11 +30,14 @@ def run(
     prints can pose as grader output. Inside `session(...)` the run is forked
     from the submission's template process instead (template.py).
     """
-    become_subreaper()
     workdir = Path(workdir).resolve()
     level = isolation_level()
-    if limits.isolation == "strict" and level != "namespaces":
-        return ChildRun(None, False, 0.0, f"refused to run without namespaces: {isolation_reason()}", [], 0, level)
+    why = refusal(limits.isolation)
+    if why:
+        return ChildRun(None, False, 0.0, why, [], 0, level)
+    if level == "portable" and not is_linux():
+        return portable.run(argv, workdir, limits, env_extra)
+    become_subreaper()
     current = template.current()
     if current is not None and current.compatible(workdir, limits):
         done = current.run(argv, workdir, limits, env_extra)
@@ -47,6 +51,8 @@ def run(
         started = launch.prepare(level, argv, workdir, limits, rep_w, env_extra)
         return _supervise(started, workdir, limits, out_r, out_w, rep_r, rep_w, level)
     finally:
+        if started is not None and started.slot is not None and level == "fallback":
+            leftovers.clear_owned(started.slot.uid)
         launch.release(started)
         for fd in (out_r, out_w, rep_r, rep_w):
             try:
@@ -66,11 +72,12 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", started.isolation, 0, level)
-    register(proc.pid, started.uid, started.groups)
+    register(proc.pid, started.uid, started.groups, started.token)
     os.close(out_w)
     os.close(rep_w)
     log, events = new_sinks(LOG_CAP)
     sel = watch(log, events, out_r, rep_r)
+    memory = MemoryWatch(limits.memory_mb, started.groups, lambda: {proc.pid, *(children_of(os.getpid()) - before)})
 
     deadline = start + limits.timeout_s
     timed_out = flooded = False
@@ -90,6 +97,8 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
                 break
         else:
             time.sleep(min(left, 0.05))
+        if memory.over():
+            break
     # Killing bubblewrap ends the namespace's init and with it every process of the run;
     # at the fallback level the session and our orphans are killed instead.
     try:
@@ -97,16 +106,19 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     except (ProcessLookupError, PermissionError):
         pass
     killed = cgroups.kill(started.groups)
+    # Without a PID namespace or cgroups to end them at once: everything below the child, and the orphans
+    # that came to us (a subreaper), stopped and then killed.
+    killed += kill_tree(lambda: {proc.pid, *(children_of(os.getpid()) - before)})
     if returncode is None:
-        returncode = proc.wait() if flooded else None
+        returncode = proc.wait() if (flooded or memory.stopped) else None
     wall = time.monotonic() - start
     killed += kill_new_children(before)
     if started.slot is not None:
-        killed += kill_uid(started.slot.uid)
+        killed += kill_tokened(started.slot.uid, started.slot.token)
     unregister(proc.pid)
     drain(sel)  # every writer is gone now
     if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
-    return ChildRun(returncode, timed_out, wall, log.text(), started.isolation, killed, level,
-                    **stream_fields(events, limits, flooded))
+    return ChildRun(returncode, timed_out, wall, log.text(), [*started.isolation, memory.label()], killed, level,
+                    **stream_fields(events, limits, flooded), **memory.finish())

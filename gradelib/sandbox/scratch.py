@@ -1,14 +1,13 @@
-"""A submission's scratch folder: a size- and file-capped tmpfs (as root), removed whole however deep."""
+"""A submission's scratch folder: a size- and file-capped tmpfs (as root on Linux), removed whole however deep."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
+import stat
 from pathlib import Path
 
-from .kernel import libc
+from .kernel import is_linux, libc
 
 SCRATCH_MB = 512  # everything one submission's runs may write, its own files included
 SCRATCH_FILES = 20_000  # files and folders (inodes) of one submission
@@ -17,13 +16,13 @@ MNT_DETACH = 2
 
 
 def cap_folder(folder: Path, mb: int = SCRATCH_MB, files: int = SCRATCH_FILES) -> str:
-    """Mount a size- and inode-capped tmpfs on the empty `folder` (root only); what was done, in words.
+    """Mount a size- and inode-capped tmpfs on the empty `folder` (root on Linux only); what was done, in words.
 
     A submission's files and every run's scratch folder then live in memory that
     cannot outgrow `mb` or `files`, whatever the runs write, and vanish with
     `uncap_folder` even if a process still holds a file open.
     """
-    if os.geteuid() != 0:
+    if not is_linux() or os.geteuid() != 0:
         return ""
     options = f"size={mb}m,nr_inodes={files},mode=0711".encode()
     if libc().mount(b"tmpfs", str(folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
@@ -32,23 +31,114 @@ def cap_folder(folder: Path, mb: int = SCRATCH_MB, files: int = SCRATCH_FILES) -
 
 
 def remove_tree(folder: Path) -> None:
-    """Remove a folder a submission's runs wrote into, however deep: shutil.rmtree recurses once per level
-    (Python 3.11), so 1,500 nested folders raise RecursionError; coreutils' rm walks any depth. Links are
-    removed, never followed; nothing here raises."""
+    """Remove a folder a submission's runs wrote into, however deep (1,500 nested folders are past Python's
+    recursion limit and a path's length limit, so this walks by descriptors, one level at a time, as
+    coreutils' rm does). Links are removed, never followed; it stays on the folder's file system; nothing
+    here raises."""
+    if os.unlink in os.supports_dir_fd and os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
+        _remove_by_descriptors(str(folder))
+    else:
+        _remove_by_paths(str(folder))
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+MAX_STEPS = 10_000_000  # a bound on the walk, whatever the tree
+
+
+def _remove_by_descriptors(top: str) -> None:
     try:
-        shutil.rmtree(folder, ignore_errors=True)
+        fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        try:
+            os.unlink(top)  # a file or a link where a folder was expected
+        except OSError:
+            pass
         return
-    except RecursionError:
-        pass
-    try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(folder)], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        pass
+    device = os.fstat(fd).st_dev
+    names: list[str] = []  # the folders entered below `top`, by name
+    stuck: set[tuple[int, int]] = set()  # folders that could not be entered or removed: left alone
+    for _ in range(MAX_STEPS):
+        below = None
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        if (st.st_dev, st.st_ino) not in stuck and st.st_dev == device:
+                            below = (entry.name, (st.st_dev, st.st_ino))
+                            break
+                        continue
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+        if below is not None:
+            try:
+                inner = os.open(below[0], _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                stuck.add(below[1])
+                continue
+            os.close(fd)
+            fd = inner
+            names.append(below[0])
+            continue
+        if not names:  # `top` is empty (or holds only what could not be removed)
+            os.close(fd)
+            try:
+                os.rmdir(top)
+            except OSError:
+                pass
+            return
+        here = os.fstat(fd)
+        parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+        os.close(fd)
+        fd = parent
+        try:
+            os.rmdir(names.pop(), dir_fd=fd)
+        except OSError:
+            stuck.add((here.st_dev, here.st_ino))
+    os.close(fd)
+
+
+def _remove_by_paths(top: str) -> None:
+    """remove_tree where the system has no descriptor-relative calls (Windows)."""
+    stack = [(top, False)]
+    while stack:
+        path, emptied = stack.pop()
+        if emptied:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        junction = getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0)
+        if not stat.S_ISDIR(st.st_mode) or junction:  # a file, a link, a junction: removed, never entered
+            try:
+                os.rmdir(path) if junction else os.unlink(path)
+            except OSError:
+                pass
+            continue
+        stack.append((path, True))
+        try:
+            with os.scandir(path) as entries:
+                stack.extend((entry.path, False) for entry in entries)
+        except OSError:
+            pass
 
 
 def uncap_folder(folder: Path) -> None:
     """Detach the tmpfs `cap_folder` mounted (its contents go with it); nothing when none is there."""
+    if not is_linux():
+        return
     for mount in reversed(mounts_under(Path(folder))):
         libc().umount2(str(mount).encode(), MNT_DETACH)
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..context import GradeContext
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import clean_text
+from ..safeio import clean_text, open_folder
 from ..scoring import read_array, read_meta
 from .notebook_functions import run_notebook
 
@@ -225,14 +225,17 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
         }
 
     def companion(scratch: Path):
-        fd = os.open(scratch / "inputs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        revealer = Revealer(scratch / "outputs", fd, {n: out for n, (_inp, out) in sets.items() if n not in given})
+        hidden_sets = {n: out for n, (_inp, out) in sets.items() if n not in given}
+        # A descriptor of the inputs folder only where there is something to reveal (hidden grading, Linux).
+        fd = open_folder(scratch / "inputs") if hidden_sets else -1
+        revealer = Revealer(scratch / "outputs", fd, hidden_sets)
         revealer.start()
 
         def finish() -> Revealer:
             revealer.stop.set()
             revealer.join()
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             return revealer
 
         return finish

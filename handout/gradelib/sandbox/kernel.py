@@ -148,7 +148,10 @@ def apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> N
 # read. ptrace and process_vm_* reach into other processes of the uid (the template among them);
 # perf_event_open, bpf, userfaultfd and io_uring are kernel attack surface. unshare, setns and a clone() that
 # asks for a new namespace would give the run a user namespace, with every capability inside it and
-# the kernel code behind them (mounts, netfilter, ...) to attack. Each fails with EPERM. clone3 takes
+# the kernel code behind them (mounts, netfilter, ...) to attack. socket() has no use in grading
+# (honest handins make none; the template's control socket is made by the grader): without it no
+# path-named UNIX socket of the host (a root daemon's, at the fallback level) can be reached, nor the
+# network. Each fails with EPERM. clone3 takes
 # its flags in memory a filter cannot read, so it fails with ENOSYS: the C library then falls back
 # to clone(), whose flags the filter checks (threads and fork() work as before).
 
@@ -159,10 +162,10 @@ EPERM, ENOSYS = 1, 38
 DENIED_SYSCALLS = {  # name -> number, per architecture (the kernel's syscall tables)
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
                "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-               "unshare": 272, "setns": 308, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+               "unshare": 272, "setns": 308, "socket": 41, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
-                "unshare": 97, "setns": 268, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+                "unshare": 97, "setns": 268, "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
 }
 CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
@@ -274,6 +277,33 @@ def kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
     return killed
 
 
+def kill_tree(roots, wait_s: float = 10.0) -> int:
+    """Stop every process below `roots()` (the pids it lists and their descendants), over and over until no new
+    one appears, then SIGKILL them all; the number killed. A stopped process forks no more, so a chain of
+    processes that fork as fast as they are killed (one another's parents, or each in a session of its own)
+    is caught whole, where killing them one scan at a time can lag behind."""
+    stopped: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        found = descendants(set(roots())) - stopped
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+        stopped |= found
+    killed = 0
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
 def process_alive(pid: int) -> bool:
     """Whether `pid` is a process that still runs: a zombie (ended, not yet reaped by its parent,
     which may never happen when that parent is a long-lived subreaper) counts as gone."""
@@ -284,3 +314,72 @@ def process_alive(pid: int) -> bool:
         return False
     fields = stat[stat.rfind(")") + 2:].split()
     return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """Every live process below the pids in `roots` (roots included when alive), from one scan of /proc."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read().decode("latin-1")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if len(fields) > 1 and fields[0] not in ("Z", "X"):
+                parent[int(entry)] = int(fields[1])
+    found = {p for p in roots if p in parent}
+    frontier = set(found)
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def resident_mb(pids: set[int], shared_once: bool = False) -> int:
+    """Memory these processes hold together, in MB: each one's whole resident memory (/proc/<pid>/statm,
+    which counts pages forked processes share in every one of them); with `shared_once`, each one's
+    proportional share instead (/proc/<pid>/smaps_rollup's Pss: 10 ms for a process that imported torch,
+    against 0.05 ms) where it can be read, which another uid's process cannot be without CAP_SYS_PTRACE
+    (Docker's default container)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in pids:
+        if shared_once:
+            try:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                    pss = next((int(line.split()[1]) << 10 for line in fh if line.startswith(b"Pss:")), None)
+                if pss is not None:
+                    total += pss
+                    continue
+            except (OSError, ValueError, IndexError):
+                pass
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            pass
+    return total >> 20
+
+
+# ---------------------------------------------------------------- rlimits
+
+def set_rlimits(values: dict[str, int]) -> None:
+    """Set each rlimit (by resource name) on this process, never above what it was given: raising a hard
+    limit needs a capability Docker's default set lacks, and would undo the grader's own caps (a
+    container's, a batch worker's). RLIMIT_CPU's hard limit is one second past its soft one (SIGXCPU first)."""
+    import resource
+
+    for name, value in values.items():
+        kind = getattr(resource, name)
+        _soft, ceiling = resource.getrlimit(kind)
+        soft, hard = value, value + 1 if name == "RLIMIT_CPU" else value
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        resource.setrlimit(kind, (soft, hard))
+
+
+def rlimits(values: dict[str, int]):
+    """A function that sets these rlimits on the calling process (a preexec step, between fork and exec)."""
+    return lambda: set_rlimits(values)

@@ -28,12 +28,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import cgroups, fallback, launch
-from .kernel import children_of, kill_until_gone
+from . import cgroups, fallback, launch, leftovers
+from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
 from .limits import LOG_CAP, ChildRun, Limits, child_env
+from .memory import MemoryWatch
 from .namespaces import SCRATCH_INSIDE
-from .processes import become_subreaper, kill_new_children, kill_uid, register, unregister
+from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 from .streams import Tail, drain, new_sinks, over_cap, pump, stream_fields, watch
 
 PRELOAD = ("numpy", "torch")  # imported once by the template, never by a run
@@ -104,7 +105,7 @@ class Session:
             for fd in (rep_w, out_w, rep_r):
                 os.close(fd)
         self.sock = ours
-        register(self.proc.pid, self.started.uid, self.started.groups)
+        register(self.proc.pid, self.started.uid, self.started.groups, self.started.token)
         reply, creds = self._receive(TEMPLATE_START_S)
         tail = Tail(4000)
         try:
@@ -162,7 +163,9 @@ class Session:
                 pass
             killed += kill_new_children(self.before)
         if started is not None and started.slot is not None:
-            killed += kill_uid(started.slot.uid)
+            killed += kill_tokened(started.slot.uid, started.slot.token)
+            if self.level == "fallback":
+                leftovers.clear_owned(started.slot.uid)
         launch.release(started)
         if self.sock is not None:
             self.sock.close()
@@ -174,7 +177,8 @@ class Session:
 
     def _kill_run(self) -> int:
         """Kill every process below the template (the run's), however it tried to get away."""
-        killed = kill_until_gone(lambda: children_of(self.pid), 5.0, 0.01, reap=False)
+        killed = kill_tree(lambda: children_of(self.pid), 5.0)
+        killed += kill_until_gone(lambda: children_of(self.pid), 5.0, 0.01, reap=False)
         if self.level != "namespaces":
             killed += kill_new_children(self.before | {self.proc.pid})  # orphans that came to us
         return killed
@@ -183,13 +187,13 @@ class Session:
     def _prepare_folder(self, workdir: Path) -> str:
         """Give the run's folder to the run's user; its path as the run sees it."""
         (workdir / "tmp").mkdir(exist_ok=True)
+        slot = self.started.slot
         if self.level == "namespaces":
-            uid = self.started.slot.uid
-            os.chown(workdir, uid, uid)
-            os.chown(workdir / "tmp", uid, uid)
+            os.chown(workdir, slot.uid, slot.uid)
+            os.chown(workdir / "tmp", slot.uid, slot.uid)
             return f"{SCRATCH_INSIDE}/{workdir.relative_to(self.root)}"
-        if "user nobody" in self.isolation:
-            fallback.give_to(workdir, fallback.nobody())
+        if slot is not None:
+            fallback.give_to(workdir, slot.uid)
         return str(workdir)
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
@@ -201,7 +205,8 @@ class Session:
                 return None
         workdir = Path(workdir).resolve()
         inside = self._prepare_folder(workdir)
-        env = child_env(inside, f"{inside}/tmp", env_extra)
+        slot = self.started.slot
+        env = child_env(inside, f"{inside}/tmp", {**(env_extra or {}), **(slot.env if slot else {})})
         cpu_s = int(limits.timeout_s) + 5
         request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s}}
         out_r, out_w = os.pipe()
@@ -223,12 +228,14 @@ class Session:
         log, events = new_sinks(LOG_CAP)
         sel = watch(log, events, out_r, rep_r)
         sel.register(self.sock, selectors.EVENT_READ, "template")
-        reply, timed_out, flooded, gone = self._wait_for_reply(sel, start + limits.timeout_s, log, events, limits)
+        memory = MemoryWatch(limits.memory_mb, self.started.groups, lambda: children_of(self.pid))
+        reply, timed_out, flooded, gone = self._wait_for_reply(sel, start + limits.timeout_s, log, events, limits,
+                                                               memory)
         sel.unregister(self.sock)
         killed = 0
         if reply is None:
             killed += self._kill_run()
-            if (timed_out or flooded) and not gone:  # killed from here: the template now reaps it and answers
+            if (timed_out or flooded or memory.stopped) and not gone:  # killed from here: the template now reaps it and answers
                 while reply is None:
                     message, _creds = self._receive(TEMPLATE_REPLY_S)
                     if message is None:
@@ -246,12 +253,16 @@ class Session:
         drain(sel)
         for fd in (out_r, rep_r):
             os.close(fd)
+        if self.level == "fallback" and slot is not None:
+            leftovers.clear_owned(slot.uid)
         return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
-                        list(self.isolation), killed, self.level, **stream_fields(events, limits, flooded))
+                        [*self.isolation, memory.label()], killed, self.level, **stream_fields(events, limits, flooded),
+                        **memory.finish())
 
-    def _wait_for_reply(self, sel, deadline: float, log, events, limits: Limits):
+    def _wait_for_reply(self, sel, deadline: float, log, events, limits: Limits, memory: MemoryWatch):
         """Pump the run's pipes until the template says how the run ended, the deadline passes, the run
-        prints past its cap, or the template goes: (reply, timed_out, flooded, gone)."""
+        prints past its cap or holds more memory than its limit, or the template goes:
+        (reply, timed_out, flooded, gone)."""
         timed_out, flooded, reply, gone = False, False, None, False
         quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
         while reply is None and not gone:
@@ -272,6 +283,8 @@ class Session:
             if over_cap(log, events, limits):
                 flooded = True
                 break
+            if memory.over():
+                break
         return reply, timed_out, flooded, gone
 
 
@@ -288,7 +301,8 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     """Runs under `root` with these limits are forked from one template process (see Session) that
     imported the modules `preload` names."""
     global _session
-    if os.environ.get(TEMPLATE_ENV, "") == "off":  # a fresh interpreter per run (the benchmarks compare both)
+    # Off Linux no template: fork() after importing torch is not safe on macOS, and Windows has none.
+    if os.environ.get(TEMPLATE_ENV, "") == "off" or not is_linux():  # (the benchmarks compare both on Linux)
         yield None
         return
     outer, _session = _session, Session(root, limits, preload)

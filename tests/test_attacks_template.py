@@ -1,0 +1,71 @@
+"""Attacks on the per-submission template process (gradelib/sandbox/template.py): runs of one submission
+are forked from one template, so a run may kill or stop the template, leave a daemon behind for the next
+run, or leave files in /dev/shm and System V segments for it.
+
+What must hold: what one run does to the template, or leaves behind, costs that run only: the next
+problem of the same submission is graded in full, by a fresh template where needed, sees nothing of the
+earlier run, and nothing outlives the grading.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradelib import rubric
+
+from attack_tools import attack_source, descendants, needs_namespaces, notebook_with_first_cell, processes_named
+from support import SOLUTIONS, grade_files
+
+# Each prepended to the reference attention.py; heartbeat_cell.py, the first cell of notebook 1, runs next.
+TEMPLATE_ATTACKS = ("daemon_into_next_run", "kill_template", "stop_template")
+
+
+@pytest.mark.parametrize("attack", sorted(TEMPLATE_ATTACKS))
+def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
+    marker = "zt" + uuid.uuid4().hex[:10]
+    losses = rubric.load()["losses"]
+    files = {
+        "attention.py": attack_source(attack, MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+        "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("heartbeat_cell", MARKER=marker)),
+    }
+    (tmp_path / "attack").mkdir()
+    (tmp_path / "honest").mkdir()
+    before = set(descendants(os.getpid()))  # what other tests left running is not this test's
+    start = time.monotonic()
+    attacked = grade_files(tmp_path / "attack", files, only=["attention", "losses"], timeout_s=30)
+    wall = time.monotonic() - start
+    # The next problem of the same submission is graded in full (a fresh template where the old one went) ...
+    assert attacked.score >= losses.points, (attack, [(t.name, t.score, t.output[:200]) for t in attacked.tests])
+    # ... with no heartbeat from the first run's daemon: it died with that run.
+    said = "\n".join([*attacked.notes, *(t.output for t in attacked.tests)])
+    assert "heartbeat alive" not in said, said
+    if attack == "daemon_into_next_run" and attacked.isolation != "namespaces":
+        assert "heartbeat stopped" in said, said  # the daemon ran, and was gone before the next run began
+    elif attack == "daemon_into_next_run":  # its heartbeat file went with the submission's emptied /dev/shm too
+        assert "heartbeat" not in said, said
+    Path(f"/dev/shm/hb-{marker}").unlink(missing_ok=True)  # the host's /dev/shm at the fallback level
+    assert wall < 60, wall
+    # Nothing of the attack outlives the grading, and an honest handin graded next is untouched.
+    assert processes_named(marker) == [] and set(descendants(os.getpid())) - before == set()
+    honest = grade_files(tmp_path / "honest", {"attention.py": SOLUTIONS.joinpath("attention.py").read_text()},
+                         only=["attention"], timeout_s=30)
+    assert honest.score == rubric.load()["attention"].points
+    assert processes_named(marker) == []
+
+
+@needs_namespaces
+def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submission(tmp_path):
+    """At the namespaces level a submission's runs share its sandbox's /dev/shm and IPC namespace: the
+    template empties both after each run, so what one problem's run leaves never reaches the next."""
+    marker = "zs" + uuid.uuid4().hex[:10]
+    files = {"attention.py": attack_source("shm_left", MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+             "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("shm_seen_cell", MARKER=marker))}
+    result = grade_files(tmp_path, files, only=["attention", "losses"], timeout_s=30)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "shared memory seen: files=[] segments=0" in said, said
+    assert result.score == rubric.load()["attention"].points + rubric.load()["losses"].points
