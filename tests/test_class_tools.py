@@ -274,8 +274,13 @@ def small_class(tmp_path_factory) -> Path:
 
 
 def test_every_results_json_says_at_the_top_what_happened_to_a_handin_not_graded_normally(small_class):
-    output = {name: json.loads((small_class / name / "results.json").read_text())["output"]
-              for name in ("good1", "no_parse", "no_scaling", "corrupt_notebook")}
+    from gradelib.sandbox import isolation_level
+
+    said = {name: json.loads((small_class / name / "results.json").read_text())["output"].splitlines()
+            for name in ("good1", "no_parse", "no_scaling", "corrupt_notebook")}
+    # Every output ends with the level that graded it, the one line of a handin graded normally.
+    assert all(lines[-1] == f"Sandbox: {isolation_level()}" for lines in said.values()), said
+    output = {name: "\n".join(lines[:-1]) for name, lines in said.items()}
     assert output["good1"] == "" and output["no_scaling"] == ""  # graded normally: the lines say what was wrong
     assert output["no_parse"].startswith("attention: not graded normally: attention.py does not parse: line"), output
     assert output["corrupt_notebook"].startswith(f"losses: not graded normally: {NB1} could not be read as a notebook")

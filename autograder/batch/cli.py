@@ -23,6 +23,7 @@ from gradelib import rubric as rubric_mod
 from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
 from gradelib.safeio import SafeReadError, clean_text
+from gradelib.sandbox import levels
 from gradelib.sandbox.limits import ISOLATION_CHOICES
 
 from . import gradebook, regrade
@@ -100,6 +101,13 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
             f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
             "Expected: root with bubblewrap and setpriv installed (make setup installs bubblewrap); "
             "or run without --isolation strict to use the fallback."
+        )
+    leaks = levels.exposed([Path(args.fixtures), args.out])
+    if leaks:
+        return known, (
+            f"Not grading: at the fallback level without Landlock a submission could read {', '.join(leaks)} "
+            "(every user may). Expected: those folders readable by root alone (chmod -R go-rwx <folder>), or a "
+            "kernel with Landlock."
         )
     if args.isolation == "best" and sandbox.isolation_level() == "portable":
         return known, (

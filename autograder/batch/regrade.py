@@ -252,9 +252,11 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
 def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures).
 
-    Its top-level `output` is the notes, then what happened to each problem that could not be graded normally."""
+    Its top-level `output` is the notes, then what happened to each problem that could not be graded normally,
+    then the sandbox level that graded it (students see it: what ran their code, and how confined)."""
     data = result.to_gradescope()
-    data["output"] = clean_text("\n".join([*result.notes, *not_graded_normally(result)]))
+    level = [f"Sandbox: {result.isolation}"] if result.isolation else []
+    data["output"] = clean_text("\n".join([*result.notes, *not_graded_normally(result), *level]))
     problems = {}
     for pid in result.problems:
         rec = records.get(pid)

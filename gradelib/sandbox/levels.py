@@ -137,6 +137,17 @@ def refusal(isolation: str) -> str:
     return ""
 
 
+def exposed(paths: list) -> list[str]:
+    """Of the grader's own `paths` (hidden cases, results), those a run could read here: at the fallback without
+    Landlock (a kernel or container that lacks it) a sandbox uid reads what file permissions let any user read."""
+    if isolation_level() != "fallback" or landlock_abi() or os.geteuid() != 0:
+        return []
+    from .interpreter import readable_by
+
+    uid = block().start
+    return [str(p) for p in paths if os.path.exists(p) and readable_by(uid, uid, str(p))]
+
+
 def isolation_report() -> list[str]:
     """What `run` can apply on this machine, in words."""
     level = isolation_level()
