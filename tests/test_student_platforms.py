@@ -246,7 +246,8 @@ def linux_only_uses(tree: ast.Module, top_level_only: bool) -> list[tuple[int, s
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
               and node.attr in LINUX_ATTRS.get(node.value.id, ())):
             out.append((node.lineno, f"{node.value.id}.{node.attr}"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/proc/"):
+        elif (not top_level_only and isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and node.value.startswith("/proc/")):  # a path read in a function (a constant alone reads nothing)
             out.append((node.lineno, node.value))
     return sorted(out)
 

@@ -95,7 +95,9 @@ def in_root(root: Path, script: str, *, env: dict[str, str] | None = None, docke
     as root; with `docker`, with Docker's default capabilities and read-only cgroups, as a container runs."""
     mounts = [f"mount --rbind /dev {root}/dev", f"mount -t proc proc {root}/proc", f"mount --rbind /sys {root}/sys"]
     for src, dest in (binds or {}).items():
-        mounts += [f"mkdir -p {root}{dest}", f"mount --bind {shlex.quote(src)} {root}{shlex.quote(dest)}"]
+        make = (f"mkdir -p {root}{dest}" if Path(src).is_dir() else
+                f"mkdir -p {root}{shlex.quote(str(Path(dest).parent))} && touch {root}{shlex.quote(dest)}")
+        mounts += [make, f"mount --bind {shlex.quote(src)} {root}{shlex.quote(dest)}"]
     if docker:
         mounts.append(f"for m in $(awk '$2 ~ \"^{root}/sys/fs/cgroup\" {{print $2}}' /proc/self/mounts); do "
                       "mount -o remount,bind,ro \"$m\" 2>/dev/null || true; done")
@@ -161,17 +163,27 @@ def format_problems(results: dict) -> list[str]:
 
 # ---------------------------------------------------------------- the platforms
 
+def host_network() -> tuple[dict[str, str], dict[str, str]]:
+    """(environment, binds) that let pip in the image reach the registries as this machine does: a host whose
+    traffic passes a proxy with a certificate authority of its own (PIP_CERT) lends that bundle to the image."""
+    cert = os.environ.get("PIP_CERT")
+    if cert and Path(cert).is_file():
+        return {"PIP_CERT": "/host-ca/ca.crt"}, {cert: "/host-ca/ca.crt"}
+    return {}, {}
+
+
 def torch_source(wheel: Path | None) -> tuple[dict[str, str], dict[str, str], str]:
     """(environment, binds, what was used) for installing torch in the image: PyTorch's CPU index when it
     answers, else the local CPU wheel."""
+    env, binds = host_network()
     try:
         urllib.request.urlopen(PYTORCH_CPU_INDEX, timeout=10).close()
-        return {}, {}, "PyTorch's CPU index"
+        return env, binds, "PyTorch's CPU index"
     except OSError as exc:
         if wheel is None or not wheel.is_file():
             raise SystemExit(f"platform-check: PyTorch's CPU index is unreachable ({exc}) and no local torch wheel "
                              "was given (--torch-wheel)") from None
-        return ({"TORCH_WHEEL": f"/wheels/{wheel.name}"}, {str(wheel.parent): "/wheels"},
+        return ({**env, "TORCH_WHEEL": f"/wheels/{wheel.name}"}, {**binds, str(wheel.parent): "/wheels"},
                 f"the local file {wheel} (PyTorch's CPU index is unreachable from here: {exc})")
 
 
