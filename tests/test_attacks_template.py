@@ -69,3 +69,56 @@ def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submiss
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "shared memory seen: files=[] segments=0" in said, said
     assert result.score == rubric.load()["attention"].points + rubric.load()["losses"].points
+
+
+# Two runs in one session, at a level: what each says of how it ran (its isolation lines, its output).
+SESSION_RUNS = r"""
+import json, os, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from gradelib import sandbox
+root = Path(tempfile.mkdtemp(prefix="session-"))
+os.chmod(root, 0o711)
+limits = sandbox.Limits(timeout_s=60, isolation="portable")
+said = []
+with sandbox.session(root, limits):
+    for i in range(2):
+        work = root / f"run{{i}}"
+        work.mkdir()
+        (work / "harness.py").write_text("import os, torch\nprint('pid', os.getpid(), 'uid', os.getuid())\n")
+        done = sandbox.run(["harness.py"], work, limits)
+        said.append({{"isolation": done.isolation, "returncode": done.returncode, "log": done.log_tail}})
+print("RUNS" + json.dumps({{"level": sandbox.isolation_level(), "runs": said}}))
+"""
+
+
+@pytest.mark.parametrize("level", ["machine", "fallback", "portable"])
+def test_the_runs_of_a_session_are_forked_from_its_template(level):
+    """A template that cannot start costs only speed (each run then starts a fresh interpreter), so nothing
+    else would notice it failing: each Linux level must start it, and fork both runs from it."""
+    import json
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    cmd = [sys.executable, "-c", SESSION_RUNS.format(repo=str(REPO))]
+    env = {**os.environ}
+    if level == "portable":
+        env["GRADELIB_SANDBOX"] = "portable"
+    if level == "fallback":
+        from container import available, docker_default
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+        with docker_default(cmd) as wrapped:
+            proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=300)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RUNS")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    found = json.loads(line[4:])
+    assert level == "machine" or found["level"] == level, found["level"]
+    for run in found["runs"]:
+        assert run["returncode"] == 0 and "pid" in run["log"], run
+        assert "template process (forked per run)" in run["isolation"], run

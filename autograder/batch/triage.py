@@ -39,11 +39,17 @@ def kind_of(note: str) -> str:
     return next((kind for kind, words in KINDS if any(w in low for w in words)), "grader's note")
 
 
+SANDBOX_LINE = "Sandbox: "  # regrade.to_results_json ends every output with it
+
+
 def notes_of(output: str) -> list[str]:
     """results.json's top-level output as its notes: each starts at an unindented line and holds the indented
-    lines after it (e.g. a process's last output)."""
+    lines after it (e.g. a process's last output). Its last line, the sandbox level that graded it, says
+    nothing about the submission and is not one."""
     notes: list[str] = []
     for line in output.strip().splitlines():
+        if line.startswith(SANDBOX_LINE):
+            continue
         if notes and (line[:1].isspace() or not line.strip()):
             notes[-1] += "\n" + line
         elif line.strip():

@@ -136,9 +136,7 @@ def main() -> None:
         sys.audit("gradelib.seccomp", why or "ok")
     template = config.get("template")
     if template:  # Linux levels only
-        sibling("forkserver").serve(kernel(), int(template["control_fd"]), int(report_fd),
-                                    list(template.get("preload", [])), bool(template.get("private_ipc")),
-                                    _run_harness, _printed_exit)
+        sibling("forkserver").serve(kernel(), template, int(report_fd), _run_harness, _printed_exit)
         return
     _run_harness(sys.argv[1:])
 

@@ -59,7 +59,10 @@ def launch(argv, workdir: Path, limits: Limits, slot: Slot | None, rep_w: int, e
     uid when the grader is root (slot given), else as the grader's own uid."""
     abi = landlock_abi()
     boot = copy_boot(workdir)
-    read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *PROC_PATHS, *python_paths(), *extra_paths()) if os.path.exists(p)]
+    # As the user's own uid (not root) the run could read those processes' /proc anyway, and a template
+    # lists /proc to end a run's processes: all of /proc then.
+    proc = PROC_PATHS if slot is not None else ("/proc",)
+    read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *proc, *python_paths(), *extra_paths()) if os.path.exists(p)]
     write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p)]]
     if slot is not None:
         if template is None:

@@ -18,9 +18,34 @@ SYSV_IPC = {"shm": "shmctl", "msg": "msgctl", "sem": "semctl"}  # /proc/sysvipc/
 IPC_RMID = 0
 
 
-def kill_descendants(k) -> int:
-    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper)."""
-    return k.kill_until_gone(lambda: k.children_of(os.getpid()), 10.0, 0.005, reap=True)
+def kill_descendants(k, own_uid: bool) -> int:
+    """SIGKILL and reap every process below the template (orphans come to it: it is a subreaper); the number
+    killed. With `own_uid` the template runs as a uid that only this submission's runs have (a sandbox uid),
+    so every process it may signal is one of them: kill(-1) reaches them all, however they were started,
+    and needs no /proc (which the fallback level does not let a run list). Otherwise (the portable level,
+    the user's own uid) they are found in /proc."""
+    if not own_uid:
+        return k.kill_until_gone(lambda: k.children_of(os.getpid()), 10.0, 0.005, reap=True)
+    killed = 0
+    for _ in range(10_000):
+        try:
+            os.kill(-1, 9)  # every process this uid may signal but the template itself
+            killed += 1
+        except ProcessLookupError:
+            break
+        _reap()
+    _reap()
+    return killed
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def fork_run(k, sock, request: dict, fds: list[int], report_fd: int, run_harness, exit_code) -> int:
@@ -103,12 +128,14 @@ def clear_ipc(k) -> int:
     return removed
 
 
-def serve(k, control_fd: int, report_fd: int, preload: list[str], private_ipc: bool, run_harness, exit_code) -> None:
-    """The template's loop: one request, one forked run, one reply with how it ended (`private_ipc`:
-    /dev/shm and System V IPC are the submission's own, emptied after each run)."""
+def serve(k, config: dict, report_fd: int, run_harness, exit_code) -> None:
+    """The template's loop: one request, one forked run, one reply with how it ended. `config`: control_fd,
+    preload (modules imported once), private_ipc (/dev/shm and System V IPC are the submission's own, emptied
+    after each run) and own_uid (see kill_descendants)."""
     import socket
 
-    for name in preload:
+    control_fd, private_ipc = int(config["control_fd"]), bool(config.get("private_ipc"))
+    for name in config.get("preload", []):
         try:
             __import__(name)
         except Exception:
@@ -142,7 +169,7 @@ def serve(k, control_fd: int, report_fd: int, preload: list[str], private_ipc: b
                 break
             if done == pid:
                 status = os.waitstatus_to_exitcode(raw)  # -N when killed by signal N
-        killed = kill_descendants(k)
+        killed = kill_descendants(k, bool(config.get("own_uid")))
         if private_ipc:
             clear_ipc(k)
         sock.send(json.dumps({"returncode": status, "killed": killed}).encode())

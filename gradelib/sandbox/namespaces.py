@@ -80,7 +80,7 @@ def bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], list
         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
         exe, "-I", "-B", BOOT_INSIDE,
     ]
-    read = ["/usr", "/etc", "/proc", "/dev", *pymounts]
+    read = ["/usr", "/etc", "/proc", "/dev", BOOT_INSIDE_DIR, *pymounts]
     write = [SCRATCH_INSIDE, "/dev/shm", "/dev/null"]
     return argv, read, write
 
