@@ -50,6 +50,24 @@ def _closed_folders(paths: list[str]) -> list[tuple[str, str]]:
 def docker_default(cmd: list[str], env: dict[str, str] | None = None):
     """The command that runs `cmd` as root with Docker's default capability set and read-only cgroups
     (the empty folders it mounts views on are removed when the block ends)."""
+    caps = ",".join(f"+{c}" for c in DOCKER_CAPS)
+    with _reproduced(cmd, env, f"setpriv --bounding-set=-all,{caps} --inh-caps=-all --") as wrapped:
+        yield wrapped
+
+
+@contextlib.contextmanager
+def linux_user(cmd: list[str], uid: int = 65534, env: dict[str, str] | None = None):
+    """The command that runs `cmd` as a Linux user who is not root (uid `uid`, no capabilities, no groups):
+    a student on a Linux laptop, where the grader has no namespaces and no other uid to give a run."""
+    with _reproduced(cmd, env, f"setpriv --reuid={uid} --regid={uid} --clear-groups --inh-caps=-all "
+                               "--bounding-set=-all --") as wrapped:
+        yield wrapped
+
+
+@contextlib.contextmanager
+def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str):
+    """`cmd` in a private mount namespace where the interpreter is readable by every user and the cgroup file
+    systems are read-only, started through `setpriv` (what the process may keep of root)."""
     from gradelib.sandbox.interpreter import python_paths
 
     views = []
@@ -64,10 +82,8 @@ def docker_default(cmd: list[str], env: dict[str, str] | None = None):
                    f"mount --rbind {shlex.quote(view)} {shlex.quote(folder)}"]
     script.append("for m in $(awk '$3 ~ /^cgroup/ || $2 == \"/sys/fs/cgroup\" {print $2}' /proc/self/mounts); do "
                   "mount -o remount,bind,ro \"$m\" 2>/dev/null || true; done")
-    caps = ",".join(f"+{c}" for c in DOCKER_CAPS)
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-    script.append(f"exec env {exports} setpriv --bounding-set=-all,{caps} --inh-caps=-all -- "
-                  + " ".join(shlex.quote(c) for c in cmd))
+    script.append(f"exec env {exports} {setpriv} " + " ".join(shlex.quote(c) for c in cmd))
     try:
         yield ["unshare", "--mount", "--", "sh", "-c", "\n".join(script)]
     finally:

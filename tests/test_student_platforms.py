@@ -315,3 +315,29 @@ def test_no_child_runs_python_without_the_users_packages(tmp_path, monkeypatch):
     os.chmod(extra, 0o755)
     done = sandbox.run(["harness.py"], work, sandbox.Limits(timeout_s=60, isolation="portable"))
     assert done.returncode == 0 and "found in user site" in done.log_tail, done
+
+
+# ---------------------------------------------------------------- Linux, not root
+
+def test_the_local_grader_gives_full_public_marks_to_a_linux_user_who_is_not_root():
+    """A student's Linux laptop: no root, so no namespaces and no sandbox uid; the fallback runs each run as the
+    student's own uid under Landlock (the portable level where the kernel lacks it), and grades the same."""
+    from container import available, linux_user
+
+    from gradelib.sandbox.kernel import landlock_abi
+
+    if available():
+        pytest.skip(f"a user who is not root cannot be reproduced here: {available()}")
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="student-home-"))  # the test's own folder is root's alone
+    try:
+        folder = solved_handout(home / "handout")
+        subprocess.run(["chown", "-R", "65534:65534", str(home)], check=True)
+        with linux_user([sys.executable, "autograder.py"], env={"HOME": str(home), "TMPDIR": str(home)}) as cmd:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=folder)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    rows = full_public_marks(proc)
+    assert {r["problem"] for r in rows} == {"attention", "losses", "masks", "prediction", "generation"}
+    assert f"Sandbox: {'fallback' if landlock_abi() else 'portable'}" in proc.stdout, proc.stdout[-2000:]
