@@ -153,7 +153,10 @@ def _simulate_children(target: str) -> None:
 def main(argv: list[str]) -> None:
     target, folder, sep, entry, *rest = argv
     assert sep == "--" and target in ABSENT_ATTRS, argv
-    apply(target, CHILD_PRELOAD if folder == "-" else PRELOAD)
+    preload = CHILD_PRELOAD if folder == "-" else PRELOAD
+    if "PLATFORM_SIM_PRELOAD" in os.environ:  # a probe of the simulation itself: no package to import first
+        preload = tuple(n for n in os.environ["PLATFORM_SIM_PRELOAD"].split(",") if n)
+    apply(target, preload)
     if folder == "-":  # a child of the portable level, in the folder it was started in: boot.py as usual
         sys.argv = [entry, *rest]
         runpy.run_path(entry, run_name="__main__")
