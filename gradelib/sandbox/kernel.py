@@ -237,9 +237,9 @@ def apply_seccomp() -> str:
 
 # ---------------------------------------------------------------- processes, from /proc
 
-def children_of(pid: int) -> set[int]:
-    """Pids whose parent is `pid`, from /proc."""
-    kids = set()
+def process_table() -> dict[int, tuple[str, int]]:
+    """pid -> (state, parent pid) of every process, from one scan of /proc/<pid>/stat."""
+    table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -248,9 +248,14 @@ def children_of(pid: int) -> set[int]:
             except OSError:
                 continue
             fields = stat[stat.rfind(")") + 2 :].split()  # after the command name: state, ppid, ...
-            if len(fields) > 1 and int(fields[1]) == pid:
-                kids.add(int(entry))
-    return kids
+            if len(fields) > 1:
+                table[int(entry)] = (fields[0], int(fields[1]))
+    return table
+
+
+def children_of(pid: int) -> set[int]:
+    """Pids whose parent is `pid` (zombies included: they are reaped after), from /proc."""
+    return {child for child, (_state, parent) in process_table().items() if parent == pid}
 
 
 def kill_until_gone(pids_now, wait_s: float, pause_s: float, reap: bool) -> int:
@@ -318,17 +323,7 @@ def process_alive(pid: int) -> bool:
 
 def descendants(roots: set[int]) -> set[int]:
     """Every live process below the pids in `roots` (roots included when alive), from one scan of /proc."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    stat = fh.read().decode("latin-1")
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if len(fields) > 1 and fields[0] not in ("Z", "X"):
-                parent[int(entry)] = int(fields[1])
+    parent = {pid: ppid for pid, (state, ppid) in process_table().items() if state not in ("Z", "X")}
     found = {p for p in roots if p in parent}
     frontier = set(found)
     while frontier:
