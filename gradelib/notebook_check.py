@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from .compare import Observed
+from .problems import lm_functions, losses, masks, notebook_functions
+from .problems.runner import SKIP_TAGS
 from .rubric import Problem, load
 from .safeio import clean_text
 from .scoring import group_results, load_cases
@@ -129,8 +131,6 @@ def placeholder(obj) -> bool:
 def skipped_only(notebook: Path) -> dict[str, str]:
     """Names that only cells tagged skip-grading bind in the saved notebook -> where (as the grader
     words it), read from the file: the grader never runs those cells, the kernel has."""
-    from .problems.notebook_functions import SKIP_TAGS
-
     base = harness("notebook_child")
     try:
         cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
@@ -182,8 +182,6 @@ def _as_the_grader_runs_it(objects, skipped: dict[str, str]):
 
 
 def _spec(problem_id: str):
-    from .problems import lm_functions, losses, masks
-
     if problem_id in ("losses", "masks"):
         return {"losses": losses.SPEC, "masks": masks.SPEC}[problem_id], "notebooks", "notebook_child"
     if problem_id in ("prediction", "generation"):
@@ -258,8 +256,6 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
 
 
 def _judge(problem_id: str, sub: Problem, spec, case, observe):
-    from .problems import lm_functions, notebook_functions
-
     if problem_id in ("losses", "masks"):
         return notebook_functions.judge_case(sub, spec, case, observe, wanted=set(sub.groups[0].quantities))
     return lm_functions.judge_case(sub, case, observe)

@@ -16,7 +16,7 @@ import numpy as np
 from . import safeio
 from .compare import Check, Observed
 from .results import TestResult
-from .rubric import Group, Problem
+from .rubric_schema import Group, Problem
 from .safeio import SafeReadError, clean_text
 
 # A child's array is the value of one quantity on one small case (the largest expected

@@ -44,7 +44,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_
 from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
 from autograder.build.demo import reference_handin
-from gradelib.manifest import sources
+from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import nbformat
 
+from .placeholders import corpus_facts, fill_facts
+
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
 STAFF_OUT = REPO / "build" / "otter"
@@ -98,8 +100,6 @@ def run_assign(names: tuple[str, ...], workdir: Path) -> dict[str, Path]:
 def build(staff_out: Path | None = STAFF_OUT) -> dict[str, bytes]:
     """handout-relative path -> bytes for the student side, corpus facts filled in (handout.py's
     placeholders); staff output goes to `staff_out`."""
-    from .handout import corpus_facts, fill_facts  # handout.py imports this module
-
     facts = corpus_facts()
     files: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="otter-assign-") as tmp:

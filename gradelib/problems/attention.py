@@ -8,9 +8,7 @@ values stored in the case files, which never leave this process.
 from __future__ import annotations
 
 import ast
-import json
 import math
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,14 +17,14 @@ import numpy as np
 from .. import safeio, sandbox
 from ..compare import Observed, check
 from ..context import GradeContext
-from ..intake import MAX_FILE_BYTES
+from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema
+from ..rubric_schema import Problem, ProblemSchema
 from ..safeio import SafeReadError, clean_text
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta, observed_from_child
+from .runner import run_child
 
 FILENAME = "attention.py"
-INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
 SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES))
 HARNESS = ("child_common.py", "attention_child.py")
@@ -151,24 +149,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    scratch = ctx.new_scratch("attention")
-    try:
-        (scratch / "submission").mkdir()
-        shutil.copy2(src, scratch / "submission" / FILENAME)
-        (scratch / "inputs").mkdir()
-        task_cases = []
-        for case in cases:
-            with np.load(case.path, allow_pickle=False) as data:
-                inputs = {k: data[k] for k in INPUT_KEYS}
-            np.savez(scratch / "inputs" / f"{case.name}.npz", **inputs)
-            task_cases.append({"name": case.name, "inputs": f"inputs/{case.name}.npz"})
-        for name in HARNESS:
-            shutil.copy2(Path(__file__).parent.parent / "child" / name, scratch / name)
-        (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}, allow_nan=False))
-        run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
-        outcomes, runtime_hits = _collect(problem, cases, scratch, run)
-    finally:
-        sandbox.remove_tree(scratch)
+    collected, run = run_child(
+        ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in cases], child="attention_child.py",
+        harness=HARNESS, task={"module": "attention"},
+        collect=lambda scratch, run: _collect(problem, cases, scratch, run),
+    )
+    outcomes, runtime_hits = collected
 
     withheld = {}
     reasons = []

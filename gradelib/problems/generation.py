@@ -28,17 +28,18 @@ import time
 import numpy as np
 
 from ..context import GradeContext
+from ..handin_contract import GENERATION_STEPS
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema, Setting, fraction
+from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
 from ..scoring import Line, all_zero, lines
-from . import lm_functions, lm_model
-from .prediction import below, credit, load_npy
+from . import lm_common, lm_functions, lm_model
+from .lm_common import below, credit, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
-STEPS = 30
+STEPS = GENERATION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
@@ -78,9 +79,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
-        return all_zero(problem, vis, lm_model.missing("generation", ctx, INPUTS))
+        return all_zero(problem, vis, lm_common.missing("generation", ctx, INPUTS))
     shape = (prompts.shape[0], STEPS)
     what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {shape[0]} prompts of generation_test.npz"
     ids, message = load_npy("generation", ctx.submission / FILENAME, shape, "iu", what,

@@ -55,13 +55,14 @@ from ..context import GradeContext
 from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem, Setting, fraction
+from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
-from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
+from .notebook_functions import Call, NotebookSpec
+from .runner import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
-HARNESS = ("child_common.py", "notebook_child.py", "lm_child.py")
+HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
 # Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
 # imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
 FUNCTION_SETTINGS = {
@@ -198,7 +199,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         ctx, problem.id, src, NOTEBOOK, [(c.name, c.path) for c in cases], calls, problem.settings,
         collect, child="lm_child.py", harness=HARNESS,
     )
-    _note_cells(ctx, problem, SPEC, run, report)
+    note_cells(ctx, problem, NOTEBOOK, run, report)
     return group_results(problem, outcomes, vis)
 
 
@@ -233,99 +234,120 @@ def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
     The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
     notebook's grader.check) observes the same calls made in the student's kernel.
     """
-    name, vis, desc, path = case.name, case.visibility, case.description, case.path
-    outcome = CaseOutcome(name, vis, desc)
-    with np.load(path, allow_pickle=False) as data:
-        c = {k: data[k] for k in data.files}
-    types = ("torch.Tensor", "numpy.ndarray")
-    wanted = {q for g in problem.groups for q in g.quantities}
+    outcome = CaseOutcome(case.name, case.visibility, case.description)
+    with np.load(case.path, allow_pickle=False) as data:
+        judge = _Judge(problem, {k: data[k] for k in data.files}, observe)
+    for part in (judge.predict_and_modes, judge.greedy_ids, judge.sampled_ids, judge.building_blocks):
+        outcome.checks.update(part())
+    return outcome
 
-    def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observe(q), kind, dtype)
 
-    def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
-        expected_type = obs.type_name if obs.type_name in types else types[0]
+class _Judge:
+    """The checks of one case: the case's arrays, what the notebook returned, the problem's lines and tolerance."""
+
+    TYPES = ("torch.Tensor", "numpy.ndarray")
+
+    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe):
+        self.problem, self.c, self.observe = problem, case, observe
+        self.wanted = {q for g in problem.groups for q in g.quantities}
+        self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
+
+    def got(self, q: str, kind: str, dtype) -> Observed:
+        return _as(self.observe(q), kind, dtype)
+
+    def exact(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
+        expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
         return check(q, obs, expected, rtol=0.0, atol=0.0, expected_type=expected_type, hint=HINTS[q])
 
-    if "predict_logits" in wanted:
-        outcome.checks["predict_logits"] = exact("predict_logits", got("predict_logits", "f", np.float32), c["expected_predict_logits"])
-    for q in ("predict_mode", "generate_mode"):
-        if q in wanted:
-            obs = got(q, "b", np.bool_)
-            first = exact(q, obs, c["expected_mode"])
-            outcome.checks[q] = first if first.passed or first.stage != "values" else Check(
-                q, False, "values",
-                f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval mode; "
-                f"expected {c['expected_mode'].tolist()} (the mode the model had before the call). Hint: {HINTS[q]}",
-            )
-    for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            outcome.checks[q] = _named_special_ids(exact(q, obs, c["expected_greedy_ids"]), obs)
-    kind = fixed_models.KINDS[int(c["m_kind"])]
-    for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))), ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            first = exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
-            outcome.checks[q] = first if first.stage != "values" and not first.passed else _inside(q, obs.array, c["inp"], kind, c["m_table"], keep)
-    temperature = float(c["dist_temperature"])
-    tempered = _allowed(c["d_table"][0]) / temperature
-    rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
-             "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
-    for q, keep, tempered, temperature in (
-        ("sampled_ids", None, tempered, temperature),
-        ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
-        ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
-        *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
-          for rq, (table, rule) in rules.items() if rq in wanted),
-    ):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            shape_ref = np.zeros((c["dist_inp"].shape[0], 1), np.int64)
-            first = exact(q, obs, shape_ref)
-            outcome.checks[q] = (
-                first if first.stage != "values" and not first.passed
-                else _frequencies(q, obs.array, tempered, keep, temperature, float(problem.settings["sampling_max_tv"]))
-            )
-    tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
+    def close(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
+        expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
+        return check(q, obs, expected, rtol=self.tol["rtol"], atol=self.tol["atol"], expected_type=expected_type,
+                     hint=HINTS[q])
 
-    def close(q: str, obs: Observed, expected: np.ndarray) -> Check:
-        expected_type = obs.type_name if obs.type_name in types else types[0]
-        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
+    def predict_and_modes(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        if "predict_logits" in self.wanted:
+            out["predict_logits"] = self.exact("predict_logits", self.got("predict_logits", "f", np.float32),
+                                               c["expected_predict_logits"])
+        for q in ("predict_mode", "generate_mode"):
+            if q in self.wanted:
+                obs = self.got(q, "b", np.bool_)
+                first = self.exact(q, obs, c["expected_mode"])
+                out[q] = first if first.passed or first.stage != "values" else Check(
+                    q, False, "values",
+                    f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval "
+                    f"mode; expected {c['expected_mode'].tolist()} (the mode the model had before the call). "
+                    f"Hint: {HINTS[q]}",
+                )
+        return out
 
-    for q in ("collate_inputs", "collate_targets"):
-        if q in wanted:
-            outcome.checks[q] = exact(q, got(q, "iu", np.int64), c[f"expected_{q}"])
-    if "lm_loss" in wanted:
-        outcome.checks["lm_loss"] = close("lm_loss", got("lm_loss", "f", np.float32), c["expected_lm_loss"])
-    for out_q, causal_q, position in (
-        ("attention_out", "attention_causal", "att_position"),
-        ("model_logits", "model_causal", "lm_position"),
-    ):
-        if out_q in wanted:
-            outcome.checks[out_q] = close(out_q, got(out_q, "f", np.float32), c[f"expected_{out_q}"])
-        if causal_q in wanted:
-            changed = got(causal_q, "f", np.float32)
-            outcome.checks[causal_q] = _causal(
-                causal_q, changed, got(out_q, "f", np.float32), int(c[position]), close(causal_q, changed, c[f"expected_{causal_q}"]), tol
+    def greedy_ids(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                out[q] = _named_special_ids(self.exact(q, obs, c["expected_greedy_ids"]), obs)
+        kind = fixed_models.KINDS[int(c["m_kind"])]
+        for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))),
+                        ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                first = self.exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
+                out[q] = first if first.stage != "values" and not first.passed else _inside(
+                    q, obs.array, c["inp"], kind, c["m_table"], keep)
+        return out
+
+    def sampled_ids(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        temperature = float(c["dist_temperature"])
+        tempered = _allowed(c["d_table"][0]) / temperature
+        rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
+                 "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
+        for q, keep, tempered, temperature in (
+            ("sampled_ids", None, tempered, temperature),
+            ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
+            ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
+            *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
+              for rq, (table, rule) in rules.items() if rq in self.wanted),
+        ):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                first = self.exact(q, obs, np.zeros((c["dist_inp"].shape[0], 1), np.int64))
+                out[q] = first if first.stage != "values" and not first.passed else _frequencies(
+                    q, obs.array, tempered, keep, temperature, float(self.problem.settings["sampling_max_tv"]))
+        return out
+
+    def building_blocks(self) -> dict[str, Check]:
+        c, wanted, out = self.c, self.wanted, {}
+        for q in ("collate_inputs", "collate_targets"):
+            if q in wanted:
+                out[q] = self.exact(q, self.got(q, "iu", np.int64), c[f"expected_{q}"])
+        if "lm_loss" in wanted:
+            out["lm_loss"] = self.close("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"])
+        for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
+                                          ("model_logits", "model_causal", "lm_position")):
+            if out_q in wanted:
+                out[out_q] = self.close(out_q, self.got(out_q, "f", np.float32), c[f"expected_{out_q}"])
+            if causal_q in wanted:
+                changed = self.got(causal_q, "f", np.float32)
+                out[causal_q] = _causal(causal_q, changed, self.got(out_q, "f", np.float32), int(c[position]),
+                                        self.close(causal_q, changed, c[f"expected_{causal_q}"]), self.tol)
+        if "weight_tied" in wanted:
+            obs = self.got("weight_tied", "b", np.bool_)
+            first = self.exact("weight_tied", obs, c["expected_weight_tied"])
+            out["weight_tied"] = first if first.passed or first.stage != "values" else Check(
+                "weight_tied", False, "values",
+                f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
             )
-    if "weight_tied" in wanted:
-        obs = got("weight_tied", "b", np.bool_)
-        first = exact("weight_tied", obs, c["expected_weight_tied"])
-        outcome.checks["weight_tied"] = first if first.passed or first.stage != "values" else Check(
-            "weight_tied", False, "values",
-            f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
-        )
-    if "emb_dropout_eval" in wanted:
-        outcome.checks["emb_dropout_eval"] = exact("emb_dropout_eval", got("emb_dropout_eval", "f", np.float32), c["ed_weight"])
-    if "emb_dropout_train" in wanted:
-        obs = got("emb_dropout_train", "f", np.float32)
-        first = exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
-        outcome.checks["emb_dropout_train"] = (
-            first if first.stage != "values" and not first.passed
-            else _row_dropout(obs.array, c["ed_weight"], float(c["ed_p"]), tol)
-        )
-    return outcome
+        if "emb_dropout_eval" in wanted:
+            out["emb_dropout_eval"] = self.exact("emb_dropout_eval", self.got("emb_dropout_eval", "f", np.float32),
+                                                 c["ed_weight"])
+        if "emb_dropout_train" in wanted:
+            obs = self.got("emb_dropout_train", "f", np.float32)
+            first = self.exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
+            out["emb_dropout_train"] = first if first.stage != "values" and not first.passed else _row_dropout(
+                obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
+        return out
 
 
 def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:

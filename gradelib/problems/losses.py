@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric_schema import Problem
 from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 
 ARRAY = ("numpy.ndarray",)

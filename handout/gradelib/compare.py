@@ -81,6 +81,17 @@ def check(
     fair for quantities whose entries cancel (a sum of large terms near 0).
     """
     tail = f" Hint: {hint}" if hint else ""
+    early = _form(name, got, expected, expected_type, tail)
+    if early is not None:
+        return early
+    arr = got.array
+    if arr.size == 0:
+        return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0)
+    return _values(name, arr, expected, rtol, atol, tail)
+
+
+def _form(name: str, got: Observed, expected: np.ndarray, expected_type: str, tail: str) -> Check | None:
+    """The first of the present, type, shape and dtype stages that fails, or None when all pass."""
     if not got.present:
         why = f" ({got.note})" if got.note else ""
         return Check(name, False, "present", f"'{name}' was not produced{why}.{tail}")
@@ -89,70 +100,52 @@ def check(
                                           f"{f' ({got.note})' if got.note else ''}.{tail}")
     if got.type_name != expected_type or got.array is None:
         note = f" ({got.note})" if got.note else ""
-        return Check(
-            name,
-            False,
-            "type",
-            f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}",
-        )
+        return Check(name, False, "type",
+                     f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}")
     arr = got.array
     if arr.shape != expected.shape:
-        return Check(
-            name,
-            False,
-            "shape",
-            f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
-            f"expected {_fmt_shape(expected.shape)}.{tail}",
-        )
+        return Check(name, False, "shape", f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
+                                           f"expected {_fmt_shape(expected.shape)}.{tail}")
     if arr.dtype != expected.dtype:
-        return Check(
-            name,
-            False,
-            "dtype",
-            f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
-            f"(outputs keep the dtype of the inputs).{tail}",
-        )
-    if arr.size == 0:
-        return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0)
+        return Check(name, False, "dtype", f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
+                                           f"(outputs keep the dtype of the inputs).{tail}")
+    return None
+
+
+def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:
+    """The values stage: NaN or infinite entries first, then each entry against its tolerance."""
     got64 = arr.astype(np.float64)
     exp64 = expected.astype(np.float64)
     finite = np.isfinite(got64)
     if not finite.all():
-        bad = np.argwhere(~finite)
-        first = tuple(bad[0])
+        first = tuple(np.argwhere(~finite)[0])
         kinds = []
         if np.isnan(got64).any():
             kinds.append(f"{int(np.isnan(got64).sum())} NaN")
         if np.isinf(got64).any():
             kinds.append(f"{int(np.isinf(got64).sum())} inf")
-        return Check(
-            name,
-            False,
-            "values",
-            f"'{name}' has {' and '.join(kinds)} entries of {arr.size}, first at index "
-            f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}",
-            float("inf"),
-        )
+        return Check(name, False, "values", f"'{name}' has {' and '.join(kinds)} entries of {arr.size}, first at index "
+                                            f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}", float("inf"))
     err = np.abs(got64 - exp64)
     scale = max(1.0, float(np.abs(exp64).max()))
     allowed = atol * scale + rtol * np.abs(exp64)
     outside = err > allowed
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape))
     max_err = float(err[worst])
-    if outside.any():
-        rel = max_err / max(abs(float(exp64[worst])), 1e-300)
-        # A factor means something for real numbers only: ids, counts and masks are right or wrong.
-        # float32 entries that cancel (a saturated softmax's gradients) keep fewer correct digits.
-        ratio = constant_ratio(got64, exp64, 1e-3 if arr.dtype == np.float32 else 1e-4) if expected.dtype.kind == "f" else None
-        factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
-        return Check(
-            name,
-            False,
-            "values",
-            f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
-            f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
-            f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
-            max_err,
-            ratio=ratio,
-        )
-    return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err)
+    if not outside.any():
+        return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err)
+    rel = max_err / max(abs(float(exp64[worst])), 1e-300)
+    # A factor means something for real numbers only: ids, counts and masks are right or wrong.
+    # float32 entries that cancel (a saturated softmax's gradients) keep fewer correct digits.
+    ratio = constant_ratio(got64, exp64, 1e-3 if arr.dtype == np.float32 else 1e-4) if expected.dtype.kind == "f" else None
+    factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
+    return Check(
+        name,
+        False,
+        "values",
+        f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
+        f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
+        f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
+        max_err,
+        ratio=ratio,
+    )

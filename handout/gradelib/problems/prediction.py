@@ -21,33 +21,23 @@ it. Rubric lines (rubric.toml [problems.prediction]):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
-from .. import safeio
 from ..context import GradeContext
+from ..handin_contract import PREDICTION_STEPS
 from ..lm.metrics import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema, Setting
-from ..safeio import SafeReadError
+from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..scoring import Line, all_zero, lines
-from . import lm_functions, lm_model
+from . import lm_common, lm_functions, lm_model
+from .lm_common import below, credit, load_npy
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
 TARGETS = "lm/hidden/prediction_test_out.npz"
-STEPS = 20
-# A handin array may be at most this many times larger than the expected one before it is refused unread.
-MAX_SIZE_FACTOR = 4
-MAX_HEADER_BYTES = 64 * 1024
-
-
-def below(low: str, high: str):
-    """A relation between two thresholds: full credit must be easier to reach than none."""
-    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
-
+STEPS = PREDICTION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
@@ -61,58 +51,6 @@ SCHEMA = ProblemSchema(
 )
 
 
-def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
-             missing: str = "") -> tuple[np.ndarray | None, str]:
-    """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
-
-    gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
-    complex or long-double arrays and arrays far larger than expected are refused from
-    the header, before any data is loaded. A wrong row count or shape is reported
-    before a wrong dtype: it says more about what went wrong.
-    """
-    name = path.name
-    size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
-    try:
-        arr = safeio.read_npy(path, max_bytes=size_cap * 8 + MAX_HEADER_BYTES, kinds=kinds, max_elements=size_cap)
-        shape, dtype_problem = arr.shape, ""
-    except SafeReadError as exc:
-        if exc.reason == "missing":
-            return None, f"{problem_id}: " + (missing or f"{name} is missing from the handin; {what}, saved with np.save, "
-                                                          "must be in handin.tar.")
-        if exc.reason == "size" and exc.shape is not None:
-            return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
-        if exc.reason != "dtype" or exc.shape is None:
-            return None, f"{problem_id}: {exc}"
-        arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
-    if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
-        return None, (
-            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
-        )
-    if shape != expected_shape:
-        return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
-    if arr is None:
-        return None, dtype_problem
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            return None, (
-                f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index {where}); "
-                "logits must be finite: do not mask them to -inf or take log of a probability of 0."
-            )
-    return arr, ""
-
-
-def credit(value: float, full: float, zero: float) -> float:
-    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between."""
-    if value <= full:
-        return 1.0
-    if value >= zero:
-        return 0.0
-    return (zero - value) / (zero - full)
-
-
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
     tests = _grade_arrays(ctx, arrays)
@@ -122,7 +60,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 
 def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
         return None
     rows = prompts.shape[0]
@@ -131,9 +69,9 @@ def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
-        return all_zero(problem, vis, lm_model.missing("prediction", ctx, INPUTS))
+        return all_zero(problem, vis, lm_common.missing("prediction", ctx, INPUTS))
     rows = prompts.shape[0]
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"

@@ -1,0 +1,96 @@
+"""The handout's {{placeholders}}: the corpus facts it states, read from the fixtures, and how they are filled in.
+
+Notebook 3's markdown and the handout README name the corpus, its size, the
+oracle and the reference run's figures as `{{name}}`; build/handout.py and
+build/notebooks.py fill them from fixtures/lm/ (oracle.json, train.txt,
+reference_model.json), so the handout states the facts of the corpus it ships.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "fixtures"
+
+
+class PlaceholderError(ValueError):
+    """A {{name}} the build does not know; the message names the file."""
+
+
+PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
+ORACLE_PHRASES = {
+    "toy_source": "the exact probability model the corpus was drawn from",
+    "ngram": "a character n-gram model of the whole corpus",
+    "model": "a larger language model trained on the corpus",
+}
+TOY_PARAGRAPH = ("The text is toy English written by a probabilistic grammar (words in classes, subject–verb agreement, "
+                 "sentence ends). It was made for this course, so the grader knows the true probability of every next "
+                 "character.")
+
+
+def _chars(n: int) -> str:
+    return f"{n / 1e6:.1f} million" if n >= 1_000_000 else f"{n:,}"
+
+
+def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
+    """The corpus facts the handout states, from the fixtures (and the grader's constants): placeholder name -> text."""
+    from autograder.reference.provenance import check_reference
+    from gradelib.problems.lm_model import GENERATE_CHECK_ROWS, PREDICT_CHECK_ROWS
+
+    lm = fixtures / "lm"
+    check_reference(lm)  # a reference of another corpus would state stale figures
+    info = json.loads((lm / "oracle.json").read_text())
+    ref = json.loads((lm / "reference_model.json").read_text())
+    train_chars = len((lm / "train.txt").read_text())
+    kind = info["oracle"]["kind"]
+    if "corpus" in info:
+        c = info["corpus"]
+        name = c["path"]
+        kept = c.get("chars_kept", train_chars)
+        paragraph = (f"The text comes from {name}: {c.get('sentences', 0):,} sentences ({_chars(kept)} characters once "
+                     "upper-cased and reduced to A-Z, apostrophe and space). Nobody knows the true probability of its "
+                     f"next characters, so the grader scores generated text with {ORACLE_PHRASES[kind]}.")
+    else:
+        name = "toy English made for this course"
+        paragraph = TOY_PARAGRAPH if kind == "toy_source" else (
+            TOY_PARAGRAPH.rsplit(" It was made", 1)[0] + f" The grader scores generated text with {ORACLE_PHRASES[kind]}.")
+    epochs = ref["epochs"]
+    final = ref.get("float16_checkpoint", epochs[-1])
+    # Times on 2 free cores: the training's process CPU seconds over its 2 threads (the wall time
+    # of a run on a shared machine includes waiting for cores).
+    per_epoch = ref.get("train_cpu_s", 2 * ref["train_s"]) / 2 / max(1, len(epochs))
+    passing = [r["epoch"] for r in epochs if r.get("passes_full_credit")]
+    if not passing:
+        full = f"did not earn full credit on both within its {len(epochs)} epochs"
+    else:
+        first = passing[0]
+        steady = passing == list(range(first, len(epochs) + 1))
+        full = (f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''} "
+                f"(after about {max(1, round(first * per_epoch / 60))} minutes)")
+    return {
+        "corpus_name": name,
+        "corpus_paragraph": paragraph,
+        "oracle_phrase": ORACLE_PHRASES[kind],
+        "train_chars": _chars(train_chars),
+        "reference_parameters": f"{ref['parameters']:,}",
+        "reference_epochs": str(len(epochs)),
+        "train_minutes": str(max(1, round(per_epoch * len(epochs) / 60))),
+        "epoch_s": str(round(per_epoch)),
+        "reference_val_nll": f"{final['val_prediction_nll']:.2f}",
+        "reference_generation_perplexity": f"{final['generation_perplexity']:.1f}",
+        "full_credit_phrase": full,
+        "check_rows": str(min(PREDICT_CHECK_ROWS, GENERATE_CHECK_ROWS)),
+    }
+
+
+def fill_facts(text: str, facts: dict[str, str], where: str, json_string: bool = False) -> str:
+    """Replace every {{name}} in text; an unknown name is an error naming the file."""
+    unknown = sorted({m for m in PLACEHOLDER.findall(text) if m not in facts})
+    if unknown:
+        raise PlaceholderError(f"{where}: unknown placeholder(s) {unknown}; known: {sorted(facts)}")
+    # Inside a notebook's JSON a value must be a valid string body.
+    return PLACEHOLDER.sub(lambda m: json.dumps(facts[m.group(1)], ensure_ascii=False)[1:-1] if json_string
+                           else facts[m.group(1)], text)
