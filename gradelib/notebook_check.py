@@ -205,13 +205,18 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
     problem = load()[problem_id]
     spec, folder, child = _spec(problem_id)
-    group_quantities = next((g.quantities for g in problem.groups if g.id == line), ())
+    group = next((g for g in problem.groups if g.id == line), None)
+    group_quantities = group.quantities if group is not None else ()
     calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & set(group_quantities)]
     sub = line_problem(problem, line, {q for c in calls for q in c.outputs})
     module = harness(child)
     base = harness("notebook_child") if child == "notebook_child" else module.notebook_child
     root = root or case_root()
     cases = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
+    # The cases the local grader grades this line on (sub holds this line alone): an ordinary line skips the edge
+    # cases other lines take; an edge line takes its own and the ordinary ones, which decide what is particular to it.
+    taken = {g.edge for g in problem.groups if g.edge}
+    cases = [c for c in cases if c.edge == sub.groups[0].edge or c.edge not in taken]
     if not cases:
         raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
@@ -263,6 +268,15 @@ def _judge(problem_id: str, sub: Problem, spec, case, observe):
 
 def check(problem_id: str, line: str, **namespace) -> None:
     """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case."""
+    missing = sorted(name for name, value in namespace.items() if not callable(value))
+    if missing:
+        names = ", ".join(f"`{n}`" for n in missing)
+        raise AssertionError(
+            f"{names} {'is' if len(missing) == 1 else 'are'} not defined where grader.check looked: it reads the "
+            "global names of the code that calls it. In the notebook, run the cell that defines "
+            f"{'it' if len(missing) == 1 else 'them'} first. In a plain Python session or script, define "
+            f"{'it' if len(missing) == 1 else 'them'} at the top level (not inside a function), or call "
+            "grader.check(question, global_env=globals()) with a namespace that holds them.")
     result = grade_line(problem_id, line, namespace)
     if not result.passed:
         raise AssertionError(

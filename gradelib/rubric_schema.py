@@ -48,6 +48,15 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "points": ((int, float), None, "Points for the line (> 0), split between public and hidden cases."),
     "quantities": (list, [], "Names of the checked quantities (ones the problem computes); all must match on every case."),
     "backward": (bool, False, "Line is about gradients: lost when backward uses autograd."),
+    "edge": (
+        str,
+        "",
+        "An edge case the line is graded on alone (the `edge` its cases carry in cases.json, one the problem "
+        "declares, e.g. large_scores); every other line then skips those cases. On them the line loses its points "
+        "only for a failure particular to the edge: a quantity that also fails on an ordinary case of the set, and "
+        "that the code produced on some case of it, is the ordinary lines' mistake. '' (the default): the ordinary "
+        "cases.",
+    ),
     "visibilities": (
         list,
         list(VISIBILITIES),
@@ -105,13 +114,15 @@ class ProblemSchema:
 
     line_ids: ids of lines graded without quantities (e.g. "nll"); quantities: names a line
     may list; settings: the keys of [problems.<id>].settings; relations: checks across
-    settings, each returning a complaint or None.
+    settings, each returning a complaint or None; edges: the edge cases its case files tag,
+    which a line may be graded on alone.
     """
 
     settings: dict[str, Setting] = field(default_factory=dict)
     line_ids: frozenset[str] = frozenset()
     quantities: frozenset[str] = frozenset()
     relations: tuple[Callable[[dict], str | None], ...] = ()
+    edges: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,7 @@ class Group:
     quantities: tuple[str, ...] = ()
     backward: bool = False
     visibilities: tuple[str, ...] = VISIBILITIES
+    edge: str = ""  # graded on the cases of this edge alone ('' = the ordinary cases)
 
 
 @dataclass(frozen=True)
@@ -244,7 +256,12 @@ def _group(where: str, table: Any, schema: ProblemSchema | None) -> Group:
         if not quantities and spec["id"] not in schema.line_ids:
             known = sorted(schema.line_ids) or "none: every line of this problem lists quantities"
             raise RubricError(f"{where}: line id '{spec['id']}' lists no quantities and is not a line this problem grades ({known})")
-    return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis))
+        if spec["edge"] and spec["edge"] not in schema.edges:
+            known = sorted(schema.edges) or "none"
+            raise RubricError(f"{where}: edge '{spec['edge']}' is not an edge case this problem's cases tag (known: {known})")
+    if spec["edge"] and not quantities:
+        raise RubricError(f"{where}: a line graded on an edge case ('{spec['edge']}') must list the quantities it checks")
+    return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis), spec["edge"])
 
 
 def _settings(where: str, table: dict, schema: ProblemSchema | None) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def test_autolab_line_is_the_last_stdout_line_and_agrees_with_results_json(partl
         by_problem[t["name"].split(":")[0]] += t["score"]
     assert scores == pytest.approx(by_problem)
     attention = rubric.load()["attention"]
-    assert scores["attention"] == pytest.approx(attention.points - 4)  # dLdX's line, both halves
+    dldx = next(g.points for g in attention.groups if g.id == "backward_input")
+    assert scores["attention"] == pytest.approx(attention.points - dldx)  # dLdX's line, both halves
 
 
 def test_a_crashing_submission_still_gets_results_json(tmp_path):
@@ -121,9 +122,11 @@ def test_lines_lost_only_to_todo_code_are_listed_once_at_the_end(tmp_path):
     at = next(i for i in range(start, len(lines)) if lines[i].strip() == "d_k = self.W_k.shape[1]")  # the body's first line
     lines.insert(at, '        raise NotImplementedError("TODO 1.1 backward: later")')
     result = grade_files(tmp_path, {"attention.py": "\n".join(lines) + "\n"}, only=["attention"])
-    backward = [t for t in result.tests if "backward" in t.name]
-    assert backward and all(t.score == 0 for t in backward)
-    assert all(t.passed for t in result.tests if "forward" in t.name)
+    # Every line that checks a gradient: the backward lines, and the edge lines, which check them on their cases.
+    grads = {g.id for g in rubric.load()["attention"].groups if any(q.startswith("dLd") for q in g.quantities)}
+    backward = [t for t in result.tests if t.line in grads]
+    assert backward and all(t.score == 0 for t in backward) and len(backward) == 12
+    assert all(t.passed for t in result.tests if t.line not in grads)
     table = result.table()
     said = table[table.index("Why points were lost:"):]
     assert not any(f"- {t.name}:" in said for t in backward), said
@@ -137,15 +140,16 @@ def test_lines_lost_only_to_todo_code_are_listed_once_at_the_end(tmp_path):
 def test_a_line_with_any_other_failure_keeps_its_details():
     from gradelib.results import not_attempted, why_lost
 
-    todo = "cases 'a', 'b': 'x' was not produced (not attempted: `softmax` raises NotImplementedError('TODO')). Hint: h"
-    wrong = "case 'c' (T=2): 'x' has wrong values: 1 of 4 entries outside tolerance. Hint: h"
-    assert not_attempted(f"failed on 2 of 2 public cases:\n{todo}") == "softmax"
-    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\n{wrong}") == ""
-    assert not_attempted(f"failed on 9 of 9 public cases:\n{todo}\n... and 2 more distinct failures") == ""
+    todo = "case 'a' (T=1): 'x' was not produced (not attempted: `softmax` raises NotImplementedError('TODO')). Hint: h"
+    assert not_attempted(f"failed on 2 of 2 public cases:\n{todo}\nthe same failure on 'b'") == "softmax"
+    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\nthe same failure on 'b'\nother failures on 'c'") == ""
     assert not_attempted("nb1.ipynb is missing from the handin") == ""
-    mixed = why_lost([("losses: softmax [public]", f"failed on 3 of 3 public cases:\n{todo}\n{wrong}", 1.5),
-                      ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}", 1.5)])
-    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", f"    {wrong}",
+    assert not_attempted("not checked on 2 of 3 public cases: forward raised NotImplementedError: TODO 1.1 forward "
+                         "(in attention.py, line 65) (see the forward lines)") == "forward (attention.py, line 65: TODO 1.1 forward)"
+    public = f"failed on 3 of 3 public cases:\n{todo}\nother failures on 'c'"
+    mixed = why_lost([("losses: softmax [public]", public, 1.5),
+                      ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}\nthe same failure on 'b'", 1.5)])
+    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", "    other failures on 'c'",
                      "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
                      "    losses: `softmax`: 1 line, 1.50 points"]
 
@@ -168,21 +172,30 @@ def test_chart_labels_never_overlap_or_leave_the_chart(hi, width):
     assert mark and 'text-anchor="end"' in mark.group(2) and float(mark.group(1)) <= width, svg
 
 
-def test_a_hint_every_failed_case_shares_is_said_once_and_identical_reasons_once():
+def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hint_once():
     from gradelib.compare import Check
     from gradelib.results import why_lost
     from gradelib.scoring import CaseOutcome, _failure_text
 
-    def failed(name: str, message: str):
-        return CaseOutcome(name, "public", f"{name} sizes"), Check("x", False, "values", message)
+    def failed(name: str, message: str, stage: str = "values"):
+        return CaseOutcome(name, "public", f"{name} sizes"), Check("x", False, stage, message)
 
-    same = [failed("a", "'x' is off by 1. Hint: add one."), failed("b", "'x' is off by 2. Hint: add one.")]
-    assert _failure_text(same, 3, "public").splitlines() == [
-        "failed on 2 of 3 public cases:", "case 'a' (a sizes): 'x' is off by 1.", "case 'b' (b sizes): 'x' is off by 2.",
-        "Hint: add one."]
-    mixed = [failed("a", "'x' is off by 1. Hint: add one."), failed("b", "'x' is NaN. Hint: subtract the max.")]
-    assert _failure_text(mixed, 2, "public").splitlines()[1:] == [
-        "case 'a' (a sizes): 'x' is off by 1. Hint: add one.", "case 'b' (b sizes): 'x' is NaN. Hint: subtract the max."]
+    same = [failed("a", "'x' is off by 1 at index (0, 1). Hint: add one."),
+            failed("b", "'x' is off by 2 at index (1, 1). Hint: add one."), failed("c", "'x' is off by 3. Hint: add one.")]
+    assert _failure_text(same, 4, "public").splitlines() == [
+        "failed on 3 of 4 public cases:", "case 'a' (a sizes): 'x' is off by 1 at index (0, 1). Hint: add one.",
+        "the same failure on 'b'", "other failures on 'c'"]
+    cannot = [failed(n, "not checked: forward raised ValueError: bad (see the forward lines)", "unchecked") for n in "ab"]
+    assert _failure_text(cannot, 3, "public") == (
+        "not checked on 2 of 3 public cases: forward raised ValueError: bad (see the forward lines)")
     withheld = "Backward points withheld: attention.py used torch.autograd.grad while running."
     assert why_lost([("backward: dLdV", withheld, 1.5), ("backward: dLdX", withheld, 2.0)]) == [
         "- backward: dLdV:", f"    {withheld}", "- backward: dLdX: the same as the line above."]
+    # A hint said for one line is not repeated for the next; the same failure on the other case set is said once.
+    public = "failed on 1 of 2 public cases:\ncase 'a' (a sizes): 'x' is off by 1. Hint: add one."
+    hidden = "failed on 2 of 5 hidden cases:\ncase 'h' (h sizes): 'x' is off by 7. Hint: add one.\nthe same failure on 'i'"
+    other = "failed on 1 of 2 public cases:\ncase 'a' (a sizes): 'y' is off by 1. Hint: add one."
+    assert why_lost([("p: x [public]", public, 1.0), ("p: x [hidden]", hidden, 1.0), ("p: y [public]", other, 1.0)]) == [
+        "- p: x [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'x' is off by 1. Hint: add one.",
+        "- p: x [hidden]: the same failure as the line above (failed on 2 of 5 hidden cases).",
+        "- p: y [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'y' is off by 1. Hint: as above."]

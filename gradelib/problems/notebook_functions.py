@@ -12,8 +12,9 @@ notebook cell by cell and calls the functions. The comparison happens here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..safeio import clean_text
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
+from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
 from .runner import note_cells, observed, run_notebook
 
 CASE_FOLDER = "notebooks"
@@ -46,9 +47,14 @@ class Call:
 
 @dataclass(frozen=True)
 class Quantity:
+    """A graded return value: the types accepted, its formula (the hint), and what can name a cause."""
+
     types: tuple[str, ...]  # accepted type names; the first is the one named in messages
-    hint: str
+    hint: str  # what the value is, said with every failure
     additive_mask: bool = False  # holds -inf on purpose: compared entry for entry, -inf == -inf
+    # (array, the case's arrays, the case's edge) -> a cause the grader tested, or '' (notebook_diagnoses.py).
+    diagnose: Callable[[np.ndarray, dict, str], str] | None = None
+    upstream: tuple[str, ...] = ()  # quantities it is usually computed from: wrong when they are
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,11 @@ class NotebookSpec:
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
 
-    def schema(self, **settings: Setting) -> ProblemSchema:
-        """What a problem graded from this notebook may list in the rubric."""
+    def schema(self, edges: tuple[str, ...] = (), **settings: Setting) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric (`edges`: the edge cases its cases tag)."""
         outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs)
+        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs,
+                             edges=frozenset(edges))
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -110,12 +117,20 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
     The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
     notebooks' grader.check) observes the same calls made in the student's kernel.
     """
-    outcome = CaseOutcome(case.name, case.visibility, case.description)
+    outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
-        expected = {q: data[f"expected_{q}"] for q in spec.quantities if wanted is None or q in wanted}
+        arrays = {k: data[k] for k in data.files}
+    expected = {q: arrays[f"expected_{q}"] for q in spec.quantities if wanted is None or q in wanted}
     for q, exp in expected.items():
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        outcome.checks[q] = _check(q, observe(q), exp, spec.quantities[q], tol)
+        got, quantity = observe(q), spec.quantities[q]
+        result = _check(q, got, exp, quantity, tol)
+        if not result.passed and result.stage == "values" and quantity.diagnose is not None:
+            cause = quantity.diagnose(got.array, arrays, case.edge)
+            if cause:
+                result = _check(q, got, exp, replace(quantity, hint=cause), tol)
+        outcome.checks[q] = result
+    follow_upstream(outcome, {q: spec.quantities[q].upstream for q in expected})
     return outcome
 
 
