@@ -199,3 +199,27 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
         "- p: x [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'x' is off by 1. Hint: add one.",
         "- p: x [hidden]: the same failure as the line above (failed on 2 of 5 hidden cases).",
         "- p: y [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'y' is off by 1. Hint: as above."]
+
+
+@pytest.mark.parametrize("shown", ["after_published", "after_due_date", "visible", "hidden"])
+def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, shown):
+    """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
+    from gradelib.scoring import all_zero
+
+    text = rubric.RUBRIC_PATH.read_text()
+    path = tmp_path / "rubric.toml"
+    path.write_text(text.replace('hidden_tests = "after_published"', f'hidden_tests = "{shown}"'))
+    problem = rubric.load(path)["attention"]
+    assert problem.hidden_tests == shown
+    tests = [t.to_gradescope("1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
+    assert {t["visibility"] for t in tests if t["name"].endswith("[hidden]")} == {shown}
+    assert {t["visibility"] for t in tests if t["name"].endswith("[public]")} == {"visible"}
+
+
+def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_path):
+    path = tmp_path / "rubric.toml"
+    path.write_text(rubric.RUBRIC_PATH.read_text().replace('hidden_tests = "after_published"', 'hidden_tests = "after_due_date"'))
+    _, data = grade_cli(tmp_path, "reference", (SOLUTIONS / "attention.py").read_text(), "--only", "attention",
+                        "--rubric", str(path))
+    shown = {t["name"].rsplit("[", 1)[1].rstrip("]"): t["visibility"] for t in data["tests"]}
+    assert shown == {"public": "visible", "hidden": "after_due_date"}

@@ -157,6 +157,8 @@ TYPOS = [
     ("two lines with one id", 'id = "forward_scores"', 'id = "forward_projections"', "line ids must be unique, repeated: ['forward_projections']"),
     ("a misspelt problem id", "[problems.masks]", "[problems.mask]", "unknown problem id 'mask'"),
     ("a misspelt top-level table", "[problems.attention]", "[problem.attention]", "unknown top-level key"),
+    ("a visibility Gradescope does not know", 'hidden_tests = "after_published"', 'hidden_tests = "after_publish"',
+     "hidden_tests must be one of ['after_published', 'after_due_date', 'visible', 'hidden'], got 'after_publish'"),
 ]
 
 

@@ -4,9 +4,10 @@ The quality line grades model.pt itself, rebuilt with the handin's notebook 3
 code in the sandbox (problems/lm_model.py): no array the student wrote decides
 it. Rubric lines (rubric.toml [problems.prediction]):
 
-- id "format" (public): predictions.npy is present and well formed; full points
-  or 0. It is also compared with what the model predicts, and a mismatch is
-  flagged for the course staff.
+- id "format" (public): predictions.npy is present, well formed, and what the
+  handed-in model predicts (its first rows against the model's own predict());
+  full points or 0: an array the model did not make earns nothing, and the
+  mismatch is flagged for the course staff.
 - id "nll" (hidden): the mean NLL of the hidden continuations of
   prediction_test.npz, each character predicted from the prompt and the true
   characters before it (a proper score: no choice of the model's decides which
@@ -67,6 +68,23 @@ def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
     return load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", "")[0]
 
 
+def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
+    """'' when predictions.npy's first rows are what the handed-in model's own predict() gives, else why not."""
+    if run.problem:
+        return f"there is no model to check it against: {run.problem}"
+    predicted = run.predicted
+    if predicted is None or predicted.ndim != 3 or predicted.shape[1:] != logits.shape[1:] or len(predicted) > len(logits):
+        why = run.call_problems.get("predict", "predict() returned nothing the grader could compare")
+        return f"your model's predict() could not be compared with it: {why}"
+    head = logits[: len(predicted)]
+    differ = np.abs(predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
+    if differ.any():
+        rows = int(differ.any(axis=(1, 2)).sum())
+        return (f"{FILENAME} is not what model.pt predicts: {rows} of the first {len(predicted)} rows "
+                f"{'differs' if rows == 1 else 'differ'} from the model's own predict()")
+    return ""
+
+
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
     prompts = lm_common.prompts(ctx, INPUTS)
@@ -85,12 +103,20 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         elif logits is None:
             tests.append(line.result(0.0, message))
         elif group.id == "format":
-            tests.append(line.result(1.0,
-                                    f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
-                                    "The NLL line grades model.pt itself, after you submit."))
+            tests.append(_format_result(ctx, problem, line, logits))
         else:
             tests.append(line.result(0.0, f"prediction: unknown rubric line '{group.id}'"))
     return tests
+
+
+def _format_result(ctx: GradeContext, problem: Problem, line: Line, logits: np.ndarray) -> TestResult:
+    """Full points for a well-formed predictions.npy that the handed-in model made, none for any other."""
+    why = model_mismatch(lm_model.model_run(ctx, problem.settings), logits)
+    if why:
+        return line.result(0.0, f"prediction: {FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype}), "
+                                f"but this line counts only for the arrays your handed-in model makes, and {why}.")
+    return line.result(1.0, f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are "
+                            "what model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
 
 
 def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
@@ -147,14 +173,8 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
         ctx.note(f"prediction: {run.set_problems['validation']}")
     if note:
         ctx.note(f"prediction: {note}")
-    checked = run.predicted.shape[0] if run.predicted is not None and run.predicted.ndim == 3 else 0
-    if logits is not None and checked and run.predicted.shape == (checked, *logits.shape[1:]) and checked <= len(logits):
-        head = logits[:checked]
-        differ = np.abs(run.predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
-        if differ.any():
-            rows = int(differ.any(axis=(1, 2)).sum())
-            message = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {checked} rows "
-                       f"{'differs' if rows == 1 else 'differ'} from the "
-                       "model's own predict(). The grader scores the model, not the array.")
-            ctx.note(f"prediction: {message}")
-            ctx.flags["predictions_do_not_match_model"] = message
+    mismatch = model_mismatch(run, logits) if logits is not None else ""
+    if mismatch.startswith(f"{FILENAME} is not what model.pt predicts"):
+        message = f"{mismatch}. The grader scores the model, not the array."
+        ctx.note(f"prediction: {message}")
+        ctx.flags["predictions_do_not_match_model"] = message

@@ -30,6 +30,8 @@ class TestResult:
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
     figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
+    # Gradescope's visibility of a hidden test, as the rubric sets it (its hidden_tests); '' for the default.
+    shown: str = ""
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -53,7 +55,7 @@ class TestResult:
             "max_score": round(_number(self.max_score), 4),
             "status": "passed" if self.passed else "failed",
             "output": clean_text(self.output),
-            "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
+            "visibility": self.shown or VISIBILITY_TO_GRADESCOPE[self.visibility],
             "tags": [self.problem],
             **({"extra_data": {"line": self.line, **({"figures": self.figures} if self.figures else {})}}
                if self.line else {}),

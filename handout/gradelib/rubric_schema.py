@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 VISIBILITIES = ("public", "hidden")
+# What students see of the hidden tests on Gradescope (each test's "visibility" in results.json).
+HIDDEN_TESTS = {
+    "after_published": "shown once the course publishes the grades",
+    "after_due_date": "shown once the due date (the late due date, where late handins are allowed) has passed",
+    "visible": "shown at once, like the public tests",
+    "hidden": "never shown to students (the course staff see them)",
+}
 DTYPES = ("float16", "float32", "float64")
 TOLERANCE_KEYS = ("rtol", "atol")
 
@@ -40,6 +47,12 @@ PROBLEM_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     ),
     "groups": (list, None, "The rubric lines; see GROUP_KEYS."),
     "settings": (dict, {}, "Problem-specific numbers (thresholds, time limits); their schema is the problem's SCHEMA."),
+    "hidden_tests": (
+        str,
+        "after_published",
+        "What students see of the problem's hidden tests on Gradescope: "
+        + "; ".join(f"{k}: {v}" for k, v in HIDDEN_TESTS.items()) + ". The public tests are always visible.",
+    ),
 }
 
 GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
@@ -144,6 +157,7 @@ class Problem:
     tolerance: dict[str, dict[str, float]]
     groups: tuple[Group, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    hidden_tests: str = "after_published"  # Gradescope's visibility of the hidden tests (HIDDEN_TESTS)
 
     @property
     def points(self) -> float:
@@ -355,6 +369,9 @@ def read(path: Path | str, schemas: dict[str, ProblemSchema]) -> dict[str, Probl
         if not isinstance(table, dict):
             raise RubricError(f"{where}: must be a table")
         spec = _check_keys(where, table, PROBLEM_KEYS)
+        if spec["hidden_tests"] not in HIDDEN_TESTS:
+            raise RubricError(f"{where}: hidden_tests must be one of {list(HIDDEN_TESTS)}, got {spec['hidden_tests']!r} "
+                              f"({PROBLEM_KEYS['hidden_tests'][2]})")
         groups = tuple(_group(f"{where} group {i + 1}", g, schema) for i, g in enumerate(spec["groups"]))
         if not groups:
             raise RubricError(f"{where}: no groups (rubric lines)")
@@ -369,6 +386,7 @@ def read(path: Path | str, schemas: dict[str, ProblemSchema]) -> dict[str, Probl
             tolerance=_tolerance(where, spec["tolerance"]),
             groups=groups,
             settings=_settings(f"{where} settings", spec["settings"], schema),
+            hidden_tests=spec["hidden_tests"],
         )
     if not problems:
         raise RubricError(f"{path}: no [problems.<id>] tables")

@@ -72,7 +72,8 @@ class Line:
         """The test with `fraction` of the line's points, the message a student reads and the figures it scored."""
         name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
         return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output,
-                          line=self.group.id, figures=dict(figures or {}))
+                          line=self.group.id, figures=dict(figures or {}),
+                          shown=self.problem.hidden_tests if self.visibility == "hidden" else "")
 
 
 def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
