@@ -5,8 +5,9 @@ every case of that visibility passes every quantity of the line. Its message
 shows the first failing case in full and counts the others. A case may carry an
 edge (large scores, T = 1, ...): a line graded on that edge alone (`edge` in the
 rubric) takes those cases, every other line skips them, and the edge line loses
-its points only for a failure particular to its edge (or for a quantity the code
-never produced).
+its points only for a failure particular to its edge, once one of the ordinary
+lines of its quantities passes (until then every quantity must be right on its
+cases).
 """
 
 from __future__ import annotations
@@ -125,7 +126,10 @@ def group_results(
         if not cases:
             tests.append(line.result(0.0, f"no {vis} cases were found for this line"))
             continue
-        ordinary = line_cases(problem, replace(group, edge=""), outcomes, vis) if group.edge else []
+        # An edge line leaves a failure the ordinary cases share to the ordinary lines only once one of those lines
+        # passes (code right on ordinary cases); until then it asks every quantity to be right on its edge.
+        vouched = group.edge and _vouched(problem, group, outcomes, vis)
+        ordinary = line_cases(problem, replace(group, edge=""), outcomes, vis) if vouched else []
         left: set[str] = set()
         failed = [(o, _first_failure(o, group, ordinary, left)) for o in cases]
         failed = [(o, c) for o, c in failed if c is not None]
@@ -167,28 +171,28 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
 
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
-    """The first quantity of the line that fails on this case. On an edge line's case, a quantity that fails there
-    and on an ordinary case of the set too is left to the ordinary lines (its name is added to `left`), provided
-    the code produced it on some case of the set: only what fails on the edge alone is the edge line's, and a
-    quantity never produced shows nothing handled."""
+    """The first quantity of the line that fails on this case. On an edge line's case, a quantity that also fails on
+    one of the `ordinary` cases is left to the ordinary lines (its name is added to `left`): only what fails on the
+    edge alone is the edge line's."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
             return Check(q, False, "present", f"'{q}' was not checked.")
         if check.passed:
             continue
-        if group.edge and _not_particular(q, ordinary, outcome):
+        if group.edge and any(q in o.checks and not o.checks[q].passed for o in ordinary):
             left.add(q)
             continue
         return check
     return None
 
 
-def _not_particular(q: str, ordinary: list[CaseOutcome], outcome: CaseOutcome) -> bool:
-    """Whether quantity q fails on an ordinary case too, and was produced on some case of the set."""
-    checks = [o.checks[q] for o in ordinary if q in o.checks]
-    produced = any(c.stage not in ("present", "unchecked") for c in [*checks, outcome.checks[q]])
-    return produced and any(not c.passed for c in checks)
+def _vouched(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis: str) -> bool:
+    """Whether an ordinary line of the problem whose quantities the edge line checks passes on set `vis`."""
+    cases = line_cases(problem, replace(group, edge=""), outcomes, vis)
+    covering = [g for g in problem.groups if not g.edge and g.quantities and set(g.quantities) <= set(group.quantities)]
+    return bool(cases) and any(all(q in o.checks and o.checks[q].passed for o in cases for q in g.quantities)
+                               for g in covering)
 
 
 def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) -> None:

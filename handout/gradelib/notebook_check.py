@@ -190,7 +190,9 @@ def _spec(problem_id: str):
 
 
 def line_problem(problem: Problem, line: str, quantities: set[str]) -> Problem:
-    """`problem` with only rubric line `line`, on its public cases, restricted to `quantities`."""
+    """`problem` with only rubric line `line`, on its public cases, restricted to `quantities`; an edge line keeps,
+    after it, the ordinary lines made of its quantities, which decide whether a failure it shares with them is
+    theirs (scoring.group_results)."""
     groups = [g for g in problem.groups if g.id == line]
     if not groups:
         raise ValueError(f"problem {problem.id!r} has no rubric line {line!r}")
@@ -198,7 +200,9 @@ def line_problem(problem: Problem, line: str, quantities: set[str]) -> Problem:
     kept = tuple(q for q in group.quantities if q in quantities)
     if not kept:
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
-    return replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
+    covering = [replace(g, visibilities=("public",)) for g in problem.groups
+                if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
+    return replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
 
 
 def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):

@@ -65,10 +65,10 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
         str,
         "",
         "An edge case the line is graded on alone (the `edge` its cases carry in cases.json, one the problem "
-        "declares, e.g. large_scores); every other line then skips those cases. On them the line loses its points "
-        "only for a failure particular to the edge: a quantity that also fails on an ordinary case of the set, and "
-        "that the code produced on some case of it, is the ordinary lines' mistake. '' (the default): the ordinary "
-        "cases.",
+        "declares, e.g. large_scores); every other line then skips those cases. Once an ordinary line of its "
+        "quantities passes on the set, the line loses its points only for a failure particular to the edge (a "
+        "quantity that also fails on an ordinary case is the ordinary lines' mistake); until then every quantity "
+        "must be right on its cases. '' (the default): the ordinary cases.",
     ),
     "visibilities": (
         list,
