@@ -29,6 +29,8 @@ from .safeio import SafeReadError, clean_text
 MAX_ARRAY_BYTES = 64 * 1024 * 1024
 MAX_META_BYTES = 1_000_000
 MAX_CASE_NAMES_SHOWN = 6
+MAX_OTHER_FAILURES_SHOWN = 2  # failures other than the first case's, each said in one line
+MAX_OTHER_MESSAGE = 300
 
 
 @dataclass(frozen=True)
@@ -153,20 +155,29 @@ def _names(outcomes: list[CaseOutcome]) -> str:
 
 
 def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: str) -> str:
-    """The first failing case in full; the others counted, those with the same message apart from the rest.
-    A line none of whose cases could be checked, for one reason, says so in one sentence."""
+    """The first failing case in full; the cases that failed the same way counted, up to two other failures in a
+    line each, any more counted. A line none of whose cases could be checked, for one reason, says so in one
+    sentence."""
     first, check = failed[0]
-    same = [o for o, c in failed[1:] if gist(c.message) == gist(check.message)]
-    other = [o for o, c in failed[1:] if gist(c.message) != gist(check.message)]
-    if check.stage == "unchecked" and not other:
+    groups: dict[str, list[tuple[CaseOutcome, Check]]] = {}
+    for o, c in failed:
+        groups.setdefault(gist(c.message), []).append((o, c))
+    same = [o for o, _ in groups.pop(gist(check.message))[1:]]
+    if check.stage == "unchecked" and not groups:
         return f"not checked on {len(failed)} of {n_cases} {vis} cases: {check.message.removeprefix('not checked: ')}"
     lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:",
              f"case '{first.name}' ({first.description}): {check.message}"]
     lines += [f"  {n}" for n in first.notes]
     if same:
         lines.append(f"the same failure on {_names(same)}")
-    if other:
-        lines.append(f"other failures on {_names(other)}")
+    others = list(groups.values())
+    for found in others[:MAX_OTHER_FAILURES_SHOWN]:  # a different failure: its first case, shortly
+        message = found[0][1].message.partition(HINT)[0]
+        message = message if len(message) <= MAX_OTHER_MESSAGE else message[: MAX_OTHER_MESSAGE - 1] + "…"
+        lines.append(f"another failure on {_names([o for o, _ in found])}: {message}")
+    rest = [o for found in others[MAX_OTHER_FAILURES_SHOWN:] for o, _ in found]
+    if rest:
+        lines.append(f"and other failures on {_names(rest)}")
     return "\n".join(lines)
 
 

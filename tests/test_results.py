@@ -141,14 +141,14 @@ def test_a_line_with_any_other_failure_keeps_its_details():
 
     todo = "case 'a' (T=1): 'x' was not produced (not attempted: `softmax` raises NotImplementedError('TODO')). Hint: h"
     assert not_attempted(f"failed on 2 of 2 public cases:\n{todo}\nthe same failure on 'b'") == "softmax"
-    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\nthe same failure on 'b'\nother failures on 'c'") == ""
+    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\nthe same failure on 'b'\nanother failure on 'c': 'x' is NaN") == ""
     assert not_attempted("nb1.ipynb is missing from the handin") == ""
     assert not_attempted("not checked on 2 of 3 public cases: forward raised NotImplementedError: TODO 1.1 forward "
                          "(in attention.py, line 65) (see the forward lines)") == "forward (attention.py, line 65: TODO 1.1 forward)"
-    public = f"failed on 3 of 3 public cases:\n{todo}\nother failures on 'c'"
+    public = f"failed on 3 of 3 public cases:\n{todo}\nanother failure on 'c': 'x' is NaN"
     mixed = why_lost([("losses: softmax [public]", public, 1.5),
                       ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}\nthe same failure on 'b'", 1.5)])
-    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", "    other failures on 'c'",
+    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", "    another failure on 'c': 'x' is NaN",
                      "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
                      "    losses: `softmax`: 1 line, 1.50 points"]
 
@@ -180,10 +180,12 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
         return CaseOutcome(name, "public", f"{name} sizes"), Check("x", False, stage, message)
 
     same = [failed("a", "'x' is off by 1 at index (0, 1). Hint: add one."),
-            failed("b", "'x' is off by 2 at index (1, 1). Hint: add one."), failed("c", "'x' is off by 3. Hint: add one.")]
-    assert _failure_text(same, 4, "public").splitlines() == [
-        "failed on 3 of 4 public cases:", "case 'a' (a sizes): 'x' is off by 1 at index (0, 1). Hint: add one.",
-        "the same failure on 'b'", "other failures on 'c'"]
+            failed("b", "'x' is off by 2 at index (1, 1). Hint: add one."), failed("c", "'x' is off by 3. Hint: add one."),
+            failed("d", "'x' is NaN. Hint: h."), failed("e", "'x' is inf. Hint: h."), failed("f", "'x' is None.")]
+    assert _failure_text(same, 7, "public").splitlines() == [
+        "failed on 6 of 7 public cases:", "case 'a' (a sizes): 'x' is off by 1 at index (0, 1). Hint: add one.",
+        "the same failure on 'b'", "another failure on 'c': 'x' is off by 3.", "another failure on 'd': 'x' is NaN.",
+        "and other failures on 'e', 'f'"]
     cannot = [failed(n, "not checked: forward raised ValueError: bad (see the forward lines)", "unchecked") for n in "ab"]
     assert _failure_text(cannot, 3, "public") == (
         "not checked on 2 of 3 public cases: forward raised ValueError: bad (see the forward lines)")

@@ -157,7 +157,7 @@ def not_attempted(output: str) -> str:
     '' otherwise, or when some failures are not shown."""
     if output.startswith("not checked on "):
         cases = [output.splitlines()[0]]
-    elif output.startswith("failed on ") and "\nother failures on " not in output:
+    elif output.startswith("failed on ") and not any(f"\n{w}" in output for w in OTHER_FAILURES):
         cases = [ln for ln in output.splitlines() if ln.startswith("case ")]
     else:
         return ""
@@ -207,6 +207,10 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
     return lines
 
 
+# How a line's failure text (scoring._failure_text) starts the lines about cases that failed another way.
+OTHER_FAILURES = ("another failure on ", "and other failures on ")
+
+
 def gist(message: str) -> str:
     """A message without its figures and indices: two failures with the same gist are the same mistake."""
     return re.sub(r"-?\d[\d.e+-]*", "#", message)
@@ -215,7 +219,7 @@ def gist(message: str) -> str:
 def failure_gist(output: str) -> str:
     """What a line's failure text says about its first failing case, without which case and its figures."""
     shown = [ln.split("): ", 1)[1] if ln.startswith("case '") and "): " in ln else ln
-             for ln in output.splitlines()[1:] if not ln.startswith(("the same failure on ", "other failures on "))]
+             for ln in output.splitlines()[1:] if not ln.startswith(("the same failure on ", *OTHER_FAILURES))]
     return gist("\n".join(shown))
 
 
