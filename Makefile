@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sandbox-tools test demo bench handout fixtures notebooks clean gradescope autolab reference-model course
+.PHONY: help setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -29,9 +29,26 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
+# The student loop under the other Pythons students bring (tests/test_student_platforms.py): each of
+# OTHER_PYTHONS that pyenv (or PATH) has gets .venv-py<version> with what notebook 1, its checks and
+# `make handin` need (uv installs it in seconds); one that is absent is skipped, and said.
+OTHER_PYTHONS := 3.10 3.12 3.13
+STUDENT_NUMPY_PART := "numpy>=2.2,<2.5" otter-grader==7.0.0 nbformat psutil "tomli; python_version < '3.11'"
+pythons: $(STAMP) ## environments for the tests under Python 3.10, 3.12 and 3.13 (numpy part of the student loop)
+	@for v in $(OTHER_PYTHONS); do \
+		exe=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n 1); \
+		[ -n "$$exe" ] || exe=$$(command -v python$$v || true); \
+		if [ -z "$$exe" ]; then echo "pythons: no Python $$v here (pyenv or PATH), so its tests are skipped"; continue; fi; \
+		[ -f .venv-py$$v/.installed ] && continue; \
+		$(VENV)/bin/uv venv -q --allow-existing -p "$$exe" .venv-py$$v \
+		&& $(VENV)/bin/uv pip install -q -p .venv-py$$v/bin/python $(STUDENT_NUMPY_PART) \
+		&& touch .venv-py$$v/.installed \
+		|| echo "pythons: could not set up Python $$v ($$exe), so its tests are skipped"; \
+	done
+
 # One pytest worker per core plus one (at most 8; many tests wait on a sandbox time limit), a test file per worker,
 # the longest files first (tests/conftest.py's LONGEST_FIRST; xdist would otherwise reorder them by test count).
-test: setup ## lint (ruff), then run the project's test suite
+test: setup pythons ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder tests
 
@@ -62,6 +79,9 @@ gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autogr
 
 autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
 	$(PY) -m autograder.platforms.package autolab
+
+platform-check: setup ## (root, minutes) Gradescope's setup.sh and Autolab's Dockerfile in a fresh Debian 12 root, then grade reference, partial and broken handins there
+	$(PY) -m autograder.platforms.check
 
 clean: ## remove build outputs (keeps .venv, grades/ and every student's work)
 	rm -rf build .pytest_cache

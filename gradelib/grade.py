@@ -24,7 +24,7 @@ from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
 from .problems import GRADERS, RUNS
-from .problems.runner import SKIP_TAGS
+from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
 from .sandbox import Limits, isolation_level

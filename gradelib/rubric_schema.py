@@ -14,7 +14,11 @@ graded problems' own.
 from __future__ import annotations
 
 import math
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable

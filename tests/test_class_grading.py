@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch.cli import submission_names
+from autograder.batch.records import submission_names
 from autograder.batch.report import SCRIPT
 from autograder.build.classgen import make_class
 from gradelib import rubric
@@ -38,8 +38,8 @@ CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]
 TIMEOUT_S = "10"
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
 # Handins graded in the interrupted runs (the whole class is graded once): every kind, and attacks
-# that hang by sleeping, not by spinning (the whole run and tests/test_attacks.py grade the spinners;
-# three more gradings of each would burn 30 CPU-seconds apiece on a busy machine).
+# that hang by sleeping, not by spinning (the whole run and the attack batch, tests/attack_batch.py,
+# grade the spinners; three more gradings of each would burn 30 CPU-seconds apiece on a busy machine).
 SUBSET = ("correct_folder", "correct_top_folder.tar", "bug_no_causal_mask.tar", "attack_sleeps_forever",
           "attack_forged_lines_then_raise", "attack_memory_blow_up", "attack_orphaned_sleepers", "archive_symlink.tar",
           "archive_fifo.tar", "archive_only_a_folder.tar", "archive_zero_bytes.tar", "missing_empty_folder")
@@ -352,7 +352,8 @@ def _synthetic_class(folder: Path, n: int) -> dict:
 def test_report_for_300_students_sorts_filters_drills_down_and_draws_thresholds(tmp_path):
     import re
 
-    from autograder.batch.report import read_row, thresholds_of, write_report
+    from autograder.batch.records import read_row
+    from autograder.batch.report import thresholds_of, write_report
     from gradelib import rubric
 
     n = 300

@@ -240,7 +240,7 @@ def _synthetic_results(folder: Path, scores: dict[str, float], records: dict[str
 
 
 def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_path):
-    from autograder.batch.cli import source_key
+    from autograder.batch.records import source_key
 
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
     full = {"attention": 30, "losses": 20, "masks": 20, "prediction": 24, "generation": 26}
@@ -252,13 +252,15 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
              "s04": "2025-03-03T11:59:00+00:00",  # 1.5 days, with a 2-day extension
              "s06": "2025-03-02T10:00:00+00:00"}  # one day
     names = [f"s{i:02d}" for i in range(60)] + ["stranger"]
+    # s05 in Gradescope's layout: its upload in s05/submission/, the platform's metadata beside it.
+    paths = {name: subs / name / "submission" if name == "s05" else subs / name for name in names}
     for i, name in enumerate(names):
-        (subs / name).mkdir(parents=True)
+        paths[name].mkdir(parents=True)
         if name == "s59":
             continue  # on the roster, never handed in
         scores = odd if name == "s06" else full if i < 10 else {"attention": i / 3, "losses": 20 - i / 7, "masks": 10.0}
         _synthetic_results(out / name, scores, records)
-        (out / name / ".source").write_text(source_key(subs / name))
+        (out / name / ".source").write_text(source_key(paths[name]))
     # s05: Gradescope's metadata, submitted 30 hours after its own due date (two days).
     (subs / "s05" / "submission_metadata.json").write_text(json.dumps({
         "created_at": "2025-03-03T05:59:00.000000+00:00",
@@ -272,7 +274,7 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
     (tmp_path / "times.csv").write_text("submission,submitted_at\n" + "".join(f"{k},{v}\n" for k, v in times.items()))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.read_text() + "\n[late]\npenalty_per_day = 0.1\nmax_days = 3\n")
-    proc = _cli(*[str(subs / n) for n in names if n != "s59"], "--out", str(out), "--rubric", str(rubric),
+    proc = _cli(*[str(paths[n]) for n in names if n != "s59"], "--out", str(out), "--rubric", str(rubric),
                 "--roster", str(roster), "--extensions", str(tmp_path / "ext.csv"), "--submitted-at", str(tmp_path / "times.csv"),
                 "--due", "2025-03-01T23:59:00+00:00", "--assignment-title", "HW3 (1234)")
     assert proc.returncode == 0, proc.stderr[-2000:]

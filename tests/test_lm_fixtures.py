@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from autograder.fixturegen import lm_fixtures
-from autograder.fixturegen.manifest import NAME as MANIFEST
+from autograder.fixturegen.checksums import NAME as MANIFEST
 from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource

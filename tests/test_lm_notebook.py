@@ -91,7 +91,12 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
     assert re.search(r"epoch 1 step \d+/\d+  loss [\d.]+  [\d.]+ steps/s  ETA", shown), shown
     run = tmp_path / "experiments" / namespace["runid"]
     names = {p.name for p in run.iterdir()}
-    assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png"} <= names
+    assert {"model_1.pt", "predictions_test_1.npy", "generated_1.npy", "generated_1.txt", "metrics.json", "loss.png",
+            "train.log"} <= names
+    # The same lines in train.log, for a run that has no notebook to show them (jupyter nbconvert --execute).
+    logged = (run / "train.log").read_text()
+    assert re.search(r"epoch 1 step \d+/\d+  loss [\d.]+  [\d.]+ steps/s  ETA", logged), logged
+    assert re.search(r"epoch 1: validation NLL [\d.]+", logged) and logged.splitlines()[0].startswith("run ")
     for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"),
                               ("generated.txt", "generated_1.txt"), ("model.pt", "model_1.pt")):
         assert check_file(handin_name, run / file) == [], file

@@ -18,7 +18,7 @@ import pytest
 from test_notebooks_bugs import BUGS
 
 from gradelib.grade import grade_submission
-from gradelib.problems.runner import OTTER_CELL
+from gradelib.problems.handin_runs import OTTER_CELL
 from gradelib.sandbox import Limits
 
 from notebook_tools import NB1, NB2, NB3, PROBLEM_OF, edited, load, source

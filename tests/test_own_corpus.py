@@ -18,15 +18,15 @@ import io
 import json
 import math
 import shutil
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 import torch.nn.functional as F
 
-from autograder.build import handout
+from autograder.build import handout_facts
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
 from autograder.oracle.source import ToySource
@@ -209,7 +209,7 @@ def test_the_shipped_reference_is_reused_by_the_default_course(monkeypatch):
 
 def test_handout_facts_come_from_the_fixtures(built):
     lm = built["lm"]
-    facts = handout.corpus_facts(built["fixtures"])
+    facts = handout_facts.corpus_facts(built["fixtures"])
     train_chars = len((lm / "train.txt").read_text())
     ref = json.loads((lm / "reference_model.json").read_text())
     params = sum(p.numel() for p in load_model(lm / "reference_model.pt").parameters())
@@ -219,7 +219,7 @@ def test_handout_facts_come_from_the_fixtures(built):
     assert facts["oracle_phrase"] == "a character n-gram model of the whole corpus"
     for name in ("03_language_model.ipynb", "HANDOUT_README.md"):
         source = (SOLUTIONS / name).read_text()
-        filled = handout.fill_facts(source, facts, name, json_string=name.endswith(".ipynb"))
+        filled = handout_facts.fill_facts(source, facts, name, json_string=name.endswith(".ipynb"))
         assert "{{" not in filled and "my_corpus.txt" in filled and f"{train_chars:,}" in filled
         for stale in ("toy English", "probabilistic grammar", "1.9 million", "NLL 0.82"):
             assert stale not in filled, (name, stale)

@@ -100,7 +100,9 @@ def test_autolab_dockerfile_recipe_holds_together(packages, tmp_path):
     text = (folder / "Dockerfile").read_text()
     lines = text.replace("\\\n", " ")  # continuation lines joined
     instructions = [ln.strip() for ln in lines.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    assert instructions[0].startswith("FROM python:3.11")
+    # debian:bookworm-slim: what `make platform-check` builds with debootstrap to run these same steps
+    assert instructions[0] == "FROM debian:bookworm-slim"
+    assert any(ins.startswith("RUN useradd") and ins.split()[-1] == "autolab" for ins in instructions)  # Tango's user
     for ins in instructions:
         word, _, rest = ins.partition(" ")
         if word == "COPY":

@@ -98,7 +98,8 @@ def test_a_crashing_submission_still_gets_results_json(tmp_path):
 
 
 def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
-    from autograder.batch.report import read_row, render_report
+    from autograder.batch.records import read_row
+    from autograder.batch.report import render_report
     from gradelib.results import SubmissionResult, TestResult, write_submission
 
     result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})

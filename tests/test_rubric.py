@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 
 from gradelib import rubric
 from gradelib.problems import GRADERS, SCHEMAS

@@ -10,8 +10,8 @@
   with its own student;
 - text from a submission reaches no terminal or file with its control characters.
 
-Hostile child processes (planted links, escape codes in exceptions) are in the last
-section of tests/test_attacks.py.
+Hostile child processes (planted links, escape codes in exceptions) are in
+tests/test_attacks_files.py.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.batch.cli import source_key, submission_names
-from autograder.batch.report import read_row, write_gradebook, write_report
+from autograder.batch.gradebook import write_gradebook
+from autograder.batch.records import read_row, source_key, submission_names
+from autograder.batch.report import write_report
 from gradelib import safeio
 from gradelib.results import SubmissionResult, write_json_atomic, write_submission
 from gradelib.results import TestResult as Line  # not collected as a test class

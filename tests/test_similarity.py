@@ -1,4 +1,4 @@
-"""Similarity between submissions (autograder/batch/similarity.py): copies are found, honest work is not.
+"""Similarity between submissions (autograder/batch/similarity.py and the modules it uses): copies are found, honest work is not.
 
 Every handin is built here in tmp dirs: attention.py variants written below or
 derived from solutions/attention.py, notebooks made from handout/ with the
@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 from copydetect import compare_files
 
+from autograder.batch import compared_code
 from autograder.batch import similarity as sim
+from autograder.batch import similarity_report as pages
+from autograder.batch import winnowing as winnow
 
 from notebook_tools import NB2, source, student_form
 from support import HANDOUT, SOLUTIONS
@@ -263,7 +266,7 @@ def handin(root: Path, name: str, files: dict[str, str], as_tar: bool = False) -
 
 
 def blank() -> dict[str, str]:
-    return {f: (HANDOUT / f).read_text() for f in sim.FILES}
+    return {f: (HANDOUT / f).read_text() for f in compared_code.FILES}
 
 
 def pair_scores(out: Path) -> dict[frozenset, float]:
@@ -277,7 +280,7 @@ def pair_scores(out: Path) -> dict[frozenset, float]:
 
 
 @pytest.fixture(scope="module")
-def cls(tmp_path_factory) -> tuple[sim.Run, Path, list[Path]]:
+def cls(tmp_path_factory) -> tuple[pages.Run, Path, list[Path]]:
     """A small class: a copier of each kind, independent solutions, and two blank handouts."""
     root = tmp_path_factory.mktemp("class")
     ref_nb2 = filled(NB2, reference_bodies(NB2))
@@ -305,7 +308,7 @@ def cls(tmp_path_factory) -> tuple[sim.Run, Path, list[Path]]:
 
 def test_planted_copies_come_out_on_top_and_flagged(cls):
     run, out, _ = cls
-    pairs = sim.pairs_for_report(out)
+    pairs = pages.pairs_for_report(out)
     top = {frozenset((p["submission_a"], p["submission_b"])): p for p in pairs[:2]}
     assert set(top) == {frozenset(("alice", "bob")), frozenset(("carol", "dave"))}
     assert top[frozenset(("alice", "bob"))]["file"] == "attention.py"
@@ -322,7 +325,7 @@ def test_independent_solutions_stay_below_the_flag_line(cls):
     others = {k: v for k, v in pair_scores(out).items() if k not in copies}
     assert others, "independent pairs share some code; none listed would mean nothing was compared"
     assert max(others.values()) < THRESHOLD, sorted(others.items(), key=lambda kv: -kv[1])[:5]
-    flagged = [p for p in sim.pairs_for_report(out, limit=100) if p["flagged"]]
+    flagged = [p for p in pages.pairs_for_report(out, limit=100) if p["flagged"]]
     assert {frozenset((p["submission_a"], p["submission_b"])) for p in flagged} == copies
 
 
@@ -333,7 +336,7 @@ def test_handout_code_alone_scores_zero(cls):
         rows = list(csv.DictReader(fh))
     assert not [r for r in rows if "blank1" in (r["submission_a"], r["submission_b"])
                 or "blank2" in (r["submission_a"], r["submission_b"])]
-    prints = {k: sim.Prints(sim.fingerprint(text, k, sim.boilerplate_hashes(sim.handout_sources())))
+    prints = {k: winnow.Prints(winnow.fingerprint(text, k, winnow.boilerplate_hashes(compared_code.handout_sources())))
               for k, text in [("attention.py", STUB)]}
     assert len(prints["attention.py"].keys) == 0  # every fingerprint of the stub is boilerplate
 
@@ -369,22 +372,22 @@ def test_html_is_self_contained_escaped_and_flags(cls, tmp_path):
 def test_fast_comparison_agrees_with_copydetect(cls):
     """compare() and score_rows() compute compare_files() faster: same similarities, same slices."""
     _, _, subs = cls
-    boiler = sim.boilerplate_hashes(sim.handout_sources())
-    texts = [sim.load_submission(p, p.name).sources for p in subs]
+    boiler = winnow.boilerplate_hashes(compared_code.handout_sources())
+    texts = [compared_code.load_submission(p, p.name).sources for p in subs]
     checked = 0
     for kind in ("attention.py", NB2):
-        fps = [sim.fingerprint(t[kind].text, kind, boiler) for t in texts if kind in t]
-        matrix = sim.score_rows([sim.Prints(f) for f in fps], list(range(len(fps))))
+        fps = [winnow.fingerprint(t[kind].text, kind, boiler) for t in texts if kind in t]
+        matrix = winnow.score_rows([winnow.Prints(f) for f in fps], list(range(len(fps))))
         for i in range(len(fps)):
             for j in range(i + 1, len(fps)):
                 _, (ea, eb), (xa, xb) = compare_files(fps[i], fps[j])
-                a, b, sa, sb = sim.compare(sim.Prints(fps[i]), sim.Prints(fps[j]))
+                a, b, sa, sb = winnow.compare(winnow.Prints(fps[i]), winnow.Prints(fps[j]))
                 assert (a, b) == (ea, eb)
                 assert (matrix[i, j], matrix[j, i]) == (ea, eb)
                 if sa is not None:
                     checked += 1
-                    assert np.array_equal(sim.raw_slices(fps[i], sa), xa)
-                    assert np.array_equal(sim.raw_slices(fps[j], sb), xb)
+                    assert np.array_equal(winnow.raw_slices(fps[i], sa), xa)
+                    assert np.array_equal(winnow.raw_slices(fps[j], sb), xb)
     assert checked >= 10
 
 
@@ -432,7 +435,7 @@ def test_bad_arguments_get_a_message(tmp_path, capsys):
     assert sim.main([str(tmp_path), str(tmp_path), "--out", str(tmp_path / "o"), "--threshold", "3"]) == 2
     err = capsys.readouterr().err
     assert "at least two submissions" in err and "--threshold must be between 0 and 1" in err
-    assert sim.pairs_for_report(tmp_path / "nothing") == []
+    assert pages.pairs_for_report(tmp_path / "nothing") == []
 
 
 def test_jobs_give_the_same_rows(cls, tmp_path):

@@ -1,6 +1,6 @@
 """The course gradebook: identities from a roster, the late policy, rounding, and the exports.
 
-Built from the rows of every results.json under --out (report.read_row) and never
+Built from the rows of every results.json under --out (records.read_row) and never
 written back into them: results.json holds what the grader measured, the gradebook
 what the course makes of it.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,10 +30,11 @@ from gradelib.results import write_text_atomic
 from gradelib.rubric import LatePolicy
 from gradelib.safeio import SafeReadError, clean_text
 
-from .report import Row
+from .records import Row
+from .records import spreadsheet_cell as cell
 
 CENT = Decimal("0.01")
-METADATA = "submission_metadata.json"  # Gradescope's, in a submission folder; a copy is kept in grades/<name>/
+METADATA = "submission_metadata.json"  # Gradescope's, beside the upload; a copy is kept in grades/<name>/ (submission_times.py)
 MAX_TABLE_BYTES = 16 * 1024 * 1024
 DAY_S = 86400.0
 
@@ -88,6 +88,7 @@ class Book:
     unknown: list[str] = field(default_factory=list)  # results, not on the roster
     untimed: list[str] = field(default_factory=list)  # late policy given, no submission time or due time known
     max_points: Decimal = Decimal("0.00")
+    notes: dict[str, list[str]] = field(default_factory=dict)  # submission -> what went wrong with its row
 
 
 def _key(header: str) -> str:
@@ -177,7 +178,8 @@ def read_submitted_at(path: Path) -> dict[str, datetime]:
 
 
 def metadata_times(data) -> tuple[datetime | None, datetime | None, list[dict]]:
-    """(submitted, due, users) from Gradescope's submission_metadata.json; what is missing or malformed is None."""
+    """(submitted, due, users) from Gradescope's submission_metadata.json or the copy kept of it (the same shape);
+    what is missing or malformed is None. A user's own due date (Gradescope's extension) comes before the assignment's."""
     if not isinstance(data, dict):
         return None, None, []
 
@@ -194,24 +196,6 @@ def metadata_times(data) -> tuple[datetime | None, datetime | None, list[dict]]:
         due = due or t(own.get("due_date"))
     assignment = data.get("assignment") if isinstance(data.get("assignment"), dict) else {}
     return t(data.get("created_at")), due or t(assignment.get("due_date")), users
-
-
-def keep_metadata(submission: Path, folder: Path) -> None:
-    """Copy a submission folder's submission_metadata.json (time, due date, users) beside its results."""
-    src = submission / METADATA
-    if not submission.is_dir() or not src.is_file():
-        return
-    try:
-        data = safeio.read_json(src, 1024 * 1024)
-    except SafeReadError:
-        return
-    submitted, due, users = metadata_times(data)
-    kept = {
-        "created_at": submitted.isoformat() if submitted else None,
-        "due_date": due.isoformat() if due else None,
-        "users": [{k: clean_text(str(u[k]))[:200] for k in ("name", "email", "sid") if k in u} for u in users][:10],
-    }
-    write_text_atomic(folder / METADATA, json.dumps(kept, indent=1))
 
 
 def round_columns(values: list[float]) -> tuple[list[Decimal], Decimal]:
@@ -264,29 +248,40 @@ def build(
     """The gradebook of `rows`; `metadata`: submission -> a kept submission_metadata.json."""
     owners, missing = _match(roster, rows, sources or {}) if roster is not None else ({}, [])
     extensions, submitted_at, metadata = extensions or {}, submitted_at or {}, metadata or {}
-    entries, untimed = [], []
+    entries, untimed, notes = [], [], {}
     for row in sorted(rows, key=lambda r: r.submission):
         student = owners.get(row.submission)
         cols, total = round_columns([row.scores.get(p, 0.0) for p in problem_ids])
         entry = Entry(row, student, dict(zip(problem_ids, cols)), total, Decimal(repr(row.max)).quantize(CENT, rounding=ROUND_HALF_UP))
         keys = [row.submission] + ([student.student_id] if student else [])
-        meta_submitted, meta_due, _ = metadata_times(metadata.get(row.submission))
-        entry.submitted = next((submitted_at[k] for k in keys if k in submitted_at), meta_submitted)
-        entry.due = due or meta_due
-        entry.extension_days = next((extensions[k] for k in keys if k in extensions), 0.0)
-        if entry.submitted is not None and entry.due is not None:
-            late_s = (entry.submitted - (entry.due + timedelta(days=entry.extension_days))).total_seconds()
-            entry.days_late = max(0, math.ceil(late_s / DAY_S))
-        elif policy is not None:
+        try:  # the times come partly from the submission's own metadata: whatever it holds costs this row only
+            _late(entry, keys, policy, due, extensions, submitted_at, metadata.get(row.submission))
+        except Exception as exc:
+            entry.days_late, entry.penalty = None, Decimal("0.00")
+            notes.setdefault(row.submission, []).append(
+                f"late policy not applied: its times could not be used ({type(exc).__name__}: {clean_text(exc)[:200]})")
+        if policy is not None and entry.days_late is None and row.submission not in notes:
             untimed.append(row.submission)
-        if policy is not None and entry.days_late:
-            fraction = Decimal(repr(policy.penalty(entry.days_late)))
-            entry.penalty = total if fraction >= 1 else (total * fraction).quantize(CENT, rounding=ROUND_HALF_UP)
         entry.final = total - entry.penalty
         entries.append(entry)
     unknown = [r.submission for r in sorted(rows, key=lambda r: r.submission) if roster is not None and r.submission not in owners]
     top = max_points if max_points is not None else max((r.max for r in rows), default=0.0)
-    return Book(entries, missing, unknown, untimed, Decimal(repr(float(top))).quantize(CENT, rounding=ROUND_HALF_UP))
+    return Book(entries, missing, unknown, untimed, Decimal(repr(float(top))).quantize(CENT, rounding=ROUND_HALF_UP), notes)
+
+
+def _late(entry: Entry, keys: list[str], policy: LatePolicy | None, due: datetime | None, extensions: dict[str, float],
+          submitted_at: dict[str, datetime], metadata: dict | None) -> None:
+    """Set the entry's times, days late and penalty; `keys`: its submission name and student id."""
+    meta_submitted, meta_due, _ = metadata_times(metadata)
+    entry.submitted = next((submitted_at[k] for k in keys if k in submitted_at), meta_submitted)
+    entry.due = due or meta_due
+    entry.extension_days = next((extensions[k] for k in keys if k in extensions), 0.0)
+    if entry.submitted is not None and entry.due is not None:
+        late_s = (entry.submitted - (entry.due + timedelta(days=entry.extension_days))).total_seconds()
+        entry.days_late = max(0, math.ceil(late_s / DAY_S))
+    if policy is not None and entry.days_late:
+        fraction = Decimal(repr(policy.penalty(entry.days_late)))
+        entry.penalty = entry.total if fraction >= 1 else (entry.total * fraction).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def _csv(rows: list[list]) -> str:
@@ -295,27 +290,26 @@ def _csv(rows: list[list]) -> str:
     return buf.getvalue()
 
 
-def _cell(value: str) -> str:
-    """A text cell a spreadsheet will not run as a formula."""
-    value = clean_text(value)
-    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
-
-
 def write_grades(path: Path, book: Book, problem_ids: list[str], roster: bool) -> None:
     """grades.csv: a row per graded submission, sorted by name."""
     who = ["student_id", "name", "email"] if roster else []
     lines = [["submission", *who, *problem_ids, "total", "max", "days_late", "penalty", "final"]]
     for e in book.entries:
         s = e.student
-        ident = [_cell(s.student_id), _cell(s.name), _cell(s.email)] if s else ["", "", ""]
-        lines.append([e.row.submission, *(ident if roster else []), *[f"{e.columns[p]:.2f}" for p in problem_ids],
+        ident = [cell(s.student_id), cell(s.name), cell(s.email)] if s else ["", "", ""]
+        lines.append([cell(e.row.submission), *(ident if roster else []), *[f"{e.columns[p]:.2f}" for p in problem_ids],
                       f"{e.total:.2f}", f"{e.max:.2f}", "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}", f"{e.final:.2f}"])
     write_text_atomic(path, _csv(lines))
 
 
+def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None:
+    """grades.csv without a roster or late policy: one row per submission."""
+    write_grades(path, build(rows, problem_ids), problem_ids, roster=False)
+
+
 def write_scores(path: Path, book: Book) -> None:
     """scores.csv: id (the student id when the roster names one, else the submission), final score."""
-    lines = [["id", "score"]] + [[_cell(e.student.student_id) if e.student else e.row.submission, f"{e.final:.2f}"] for e in book.entries]
+    lines = [["id", "score"]] + [[cell(e.student.student_id if e.student else e.row.submission), f"{e.final:.2f}"] for e in book.entries]
     write_text_atomic(path, _csv(lines))
 
 
@@ -325,12 +319,12 @@ def write_canvas(path: Path, book: Book, roster: list[Student], title: str) -> N
     lines = [["Student", "ID", "SIS User ID", "Section", title], ["Points Possible", "", "", "", f"{book.max_points:.2f}"]]
     for s in roster:
         e = by_id.get(s.student_id)
-        lines.append([_cell(s.name), _cell(s.canvas_id), _cell(s.student_id), _cell(s.section), f"{e.final:.2f}" if e else ""])
+        lines.append([cell(s.name), cell(s.canvas_id), cell(s.student_id), cell(s.section), f"{e.final:.2f}" if e else ""])
     write_text_atomic(path, _csv(lines))
 
 
 def summary(book: Book, roster: bool) -> str:
-    """Lines for the run's output: who is missing or unknown, how many were late."""
+    """Lines for the run's output: who is missing or unknown, how many were late, what went wrong with a row."""
     lines = []
     if roster:
         graded = len(book.entries) - len(book.unknown)
@@ -345,4 +339,8 @@ def summary(book: Book, roster: bool) -> str:
     if book.untimed:
         lines.append(f"late policy: no submission or due time for {len(book.untimed)} submissions (no penalty applied): "
                      + ", ".join(book.untimed[:10]) + (" ..." if len(book.untimed) > 10 else ""))
+    if book.notes:
+        lines.append(f"to look at ({len(book.notes)} submissions, also in report.html):")
+        lines += [f"  {name}: {'; '.join(notes)}" for name, notes in sorted(book.notes.items())[:10]]
+        lines += [f"  ... and {len(book.notes) - 10} more"] if len(book.notes) > 10 else []
     return "\n".join(lines)

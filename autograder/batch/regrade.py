@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
@@ -26,7 +27,7 @@ from gradelib import safeio
 from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 
-from .report import MAX_RESULTS_BYTES
+from .records import MAX_RESULTS_BYTES
 
 FORMAT = 1
 MANIFEST = "MANIFEST.sha256"
@@ -223,9 +224,39 @@ def merge(old: SubmissionResult, new: SubmissionResult, problem_order: list[str]
     return merged
 
 
+LACKS = re.compile(r"The handin lacks ([^;]+);")
+MISSING = re.compile(r"(\S+) is missing from the handin")
+
+
+def not_graded_normally(result: SubmissionResult) -> list[str]:
+    """A line for each problem that could not be graded normally -- every one of its lines scored 0 with one and
+    the same message (a file that does not parse or load, an internal error) -- that the notes do not say already.
+    Only a message a public line shows already: the top-level output is visible before hidden tests are."""
+    said = "\n".join(result.notes)
+    lacking = LACKS.search(said)
+    lacking = set(lacking.group(1).split(", ")) if lacking else set()
+    out = []
+    for pid in result.problems:
+        tests = [t for t in result.tests if t.problem == pid]
+        messages = {t.output.strip() for t in tests}
+        if not tests or any(t.score > 0 for t in tests) or len(messages) != 1 or all(t.visibility != "public" for t in tests):
+            continue
+        message = messages.pop()
+        missing = MISSING.search(message)
+        if not message or message.removeprefix("not graded: ") in said or (missing and missing.group(1) in lacking):
+            continue
+        out.append(f"{pid}: not graded normally: {message}")
+    return out
+
+
 def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
-    """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures)."""
+    """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures).
+
+    Its top-level `output` is the notes, then what happened to each problem that could not be graded normally,
+    then the sandbox level that graded it (students see it: what ran their code, and how confined)."""
     data = result.to_gradescope()
+    level = [f"Sandbox: {result.isolation}"] if result.isolation else []
+    data["output"] = clean_text("\n".join([*result.notes, *not_graded_normally(result), *level]))
     problems = {}
     for pid in result.problems:
         rec = records.get(pid)

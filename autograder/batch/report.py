@@ -1,8 +1,4 @@
-"""Class outputs of a batch run: grades.csv and report.html, built from the results.json files.
-
-results.json (Gradescope's format) is the one record of a graded submission;
-everything here is derived from those files, so the gradebook and the report
-of a resumed run are the same as those of an uninterrupted one.
+"""The class report, report.html, rendered from the rows of every results.json (records.py).
 
 report.html is a single self-contained file: inline CSS, inline SVG charts
 (the one place the class report draws: `histogram_svg`) and one inline
@@ -16,110 +12,24 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import statistics
-from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from gradelib import safeio
 from gradelib.results import write_text_atomic
-from gradelib.safeio import SafeReadError, clean_text
+from gradelib.safeio import clean_text
+
+from .records import Row, finite, is_finite
+from .triage import needs_look
 
 SLOWEST_SHOWN = 10
-MAX_RESULTS_BYTES = 64 * 1024 * 1024
 HISTOGRAM_BINS = 10
 CHAR_PX = 6.5  # about the width of a character at font-size 11, for placing labels
 
 
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-@dataclass
-class TestRow:
-    name: str
-    problem: str
-    score: float
-    max_score: float
-    passed: bool
-    figures: dict[str, float] = field(default_factory=dict)  # e.g. prediction_nll, generation_perplexity
-
-
-@dataclass
-class Row:
-    """One graded submission, as read back from its results.json."""
-
-    submission: str
-    scores: dict[str, float] = field(default_factory=dict)
-    total: float = 0.0
-    max: float = 0.0
-    wall_s: float = 0.0
-    notes: str = ""
-    tests: list[TestRow] = field(default_factory=list)
-    isolation: str = ""  # sandbox level its code ran under; "" when results.json does not say
-    flags: dict[str, str] = field(default_factory=dict)  # integrity findings (e.g. arrays that are not the model's)
-
-    def autolab_line(self, problem_ids: list[str]) -> str:
-        """Autolab's autoresult: the last stdout line, one score per problem id."""
-        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids}}, separators=(",", ":"), allow_nan=False)
-
-
-def _number(value) -> float:
-    """A finite float from results.json, else ValueError (NaN, inf, text, a list...)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a finite number")
-    return float(value)
-
-
-def read_row(path: Path, name: str) -> Row:
-    """The row of one submission; a missing, corrupt or malformed results.json becomes a 0 row that says so."""
-    try:
-        data = safeio.read_json(path, MAX_RESULTS_BYTES)
-        if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
-            raise ValueError("not a Gradescope results object with a list of tests")
-        tests = []
-        for t in data["tests"]:
-            tags = t.get("tags") or [""]
-            extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
-            figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
-            tests.append(TestRow(clean_text(t["name"]), clean_text(tags[0] if isinstance(tags, list) else ""),
-                                 _number(t["score"]), _number(t["max_score"]), t.get("status") == "passed",
-                                 {clean_text(k): float(v) for k, v in figures.items() if _is_number(v)}))
-        total = round(_number(data.get("score", 0.0)), 4)
-        wall = _number(data.get("execution_time", 0.0))
-        notes = clean_text(data.get("output", ""))
-    except (SafeReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        return Row(name, notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points")
-    scores: dict[str, float] = {}
-    for t in tests:
-        scores[t.problem] = round(scores.get(t.problem, 0.0) + t.score, 4)
-    return Row(
-        submission=name,
-        scores=scores,
-        total=total,
-        max=round(sum(t.max_score for t in tests), 4),
-        wall_s=wall,
-        notes=notes,
-        tests=tests,
-        isolation=str(extra.get("isolation", "")) if isinstance(extra := data.get("extra_data"), dict) else "",
-        flags=_flags(data.get("extra_data")),
-    )
-
-
-def _flags(extra) -> dict[str, str]:
-    flags = extra.get("flags") if isinstance(extra, dict) else None
-    if not isinstance(flags, dict):
-        return {}
-    return {clean_text(k)[:80]: clean_text(v)[:500] for k, v in list(flags.items())[:20]}
-
-
-def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None:
-    """grades.csv without a roster or late policy: one row per submission (gradebook.py has the full version)."""
-    from .gradebook import build, write_grades
-
-    write_grades(path, build(rows, problem_ids), problem_ids, roster=False)
 
 
 def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title: str, xlabel: str,
@@ -273,37 +183,39 @@ def _figure_charts(rows: list[Row], thresholds: dict[str, tuple[float, float]]) 
     return out
 
 
-def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: list[dict] | None = None,
-                  thresholds: dict[str, tuple[float, float]] | None = None) -> str:
-    """The class report; `similar` holds the top pairs of a similarity run (similarity.py), if any;
-    `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values."""
-    rows = sorted(rows, key=lambda r: r.submission)
+def _summary(rows: list[Row]) -> str:
     totals = [r.total for r in rows]
     max_score = max((r.max for r in rows), default=0.0)
-    n = len(rows)
-    summary = (
-        f"{n} submissions; total out of {max_score:g}: mean {statistics.fmean(totals):.2f}, "
-        f"median {statistics.median(totals):g}, full marks {sum(t >= max_score - 1e-9 for t in totals)}, "
-        f"zero {sum(t <= 1e-9 for t in totals)}"
-        if n else "no submissions"
-    )
+    if not rows:
+        return "no submissions"
+    return (f"{len(rows)} submissions; total out of {max_score:g}: mean {statistics.fmean(totals):.2f}, "
+            f"median {statistics.median(totals):g}, full marks {sum(t >= max_score - 1e-9 for t in totals)}, "
+            f"zero {sum(t <= 1e-9 for t in totals)}")
 
+
+def _sandbox_line(rows: list[Row]) -> str:
     levels: dict[str, int] = {}
     for r in rows:
         levels[r.isolation or "unknown"] = levels.get(r.isolation or "unknown", 0) + 1
-    sandbox_line = "sandbox: " + ", ".join(f"{level} ({k} submissions)" for level, k in sorted(levels.items()))
-    if n and set(levels) != {"namespaces"}:
-        sandbox_line += " (only namespaces stop every attack the test suite tries; see the README's isolation section)"
+    line = "sandbox: " + ", ".join(f"{level} ({k} submissions)" for level, k in sorted(levels.items()))
+    if rows and set(levels) != {"namespaces"}:
+        line += " (only namespaces stop every attack the test suite tries; see the README's isolation section)"
+    return line
 
-    problem_rows = []
+
+def _problem_rows(rows: list[Row], problem_ids: list[str]) -> list[list[str]]:
+    out = []
     for p in problem_ids:
         got = [r.scores.get(p, 0.0) for r in rows]
         pmax = max((sum(t.max_score for t in r.tests if t.problem == p) for r in rows), default=0.0)
         chart = histogram_svg(got, 0.0, pmax or 1.0, f"problem-{p}", f"{p}: distribution of scores", "points",
                               width=320, height=120)
-        problem_rows.append([escape(p), f"{statistics.fmean(got) if got else 0:.2f}", f"{pmax:g}", chart])
+        out.append([escape(p), f"{statistics.fmean(got) if got else 0:.2f}", f"{pmax:g}", chart])
+    return out
 
-    # Pass rate per test, tests in the order the grader reports them, with who failed each.
+
+def _pass_rate_rows(rows: list[Row]) -> list[list[str]]:
+    """Pass rate per test, tests in the order the grader reports them, with who failed each."""
     order: dict[str, list[str]] = {}
     seen: dict[str, int] = {}
     for r in rows:
@@ -312,90 +224,112 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: 
             order.setdefault(t.name, [])
             if not t.passed:
                 order[t.name].append(r.submission)
-    test_rows = []
+    out = []
     for name, failing in order.items():
         passed = seen[name] - len(failing)
         rate = passed / seen[name] if seen[name] else 0.0
         bar = f'<span class="rate"><span style="width:{100 * rate:.0f}%"></span></span>'
         who = (f"<details><summary>{len(failing)}</summary>{', '.join(_link(n) for n in failing)}</details>"
                if failing else "0")
-        test_rows.append([escape(name), f"{passed} / {seen[name]}", f"{100 * rate:.0f}% {bar}", who])
+        out.append([escape(name), f"{passed} / {seen[name]}", f"{100 * rate:.0f}% {bar}", who])
+    return out
 
-    slowest = sorted(rows, key=lambda r: (-r.wall_s, r.submission))[:SLOWEST_SHOWN]
-    slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", f"{r.total:g}"] for r in slowest]
 
-    flagged = [r for r in rows if r.notes.strip() or r.total <= 1e-9]
-    failed_rows = [[_link(r.submission), f"{r.total:g}", f"<pre>{escape(_head(r.notes) or 'scored 0 on every test')}</pre>"]
-                   for r in flagged]
+def _attention_rows(rows: list[Row], needs: dict[str, list[str]]) -> list[list[str]]:
+    """A row per submission to open: its total and each reason it is listed (triage.py)."""
+    totals = {r.submission: r.total for r in rows}
+    out = []
+    for name, why in needs.items():
+        text = "\n".join(_head(reason, 4) for reason in why)
+        out.append([_link(name), f"{totals.get(name, 0.0):g}", f"<pre>{escape(text)}</pre>"])
+    return out
 
-    flag_rows = [[_link(r.submission), escape(key), f"<pre>{escape(text)}</pre>"]
-                 for r in rows for key, text in sorted(r.flags.items())]
-    pair_rows = [
+
+def _pair_rows(similar: list[dict]) -> list[list[str]]:
+    return [
         [escape(str(p.get("submission_a", ""))), escape(str(p.get("submission_b", ""))), escape(str(p.get("file", ""))),
-         f"{_number(p.get('score', 0.0)):.2f}", "yes" if p.get("flagged") else ""]
-        for p in (similar or []) if isinstance(p, dict) and _is_number(p.get("score"))
+         f"{finite(p.get('score', 0.0)):.2f}", "yes" if p.get("flagged") else ""]
+        for p in similar if isinstance(p, dict) and is_finite(p.get("score"))
     ]
 
-    def figure(r: Row, key: str) -> str:
-        got = _hidden_figures(r, key)
-        return f"{got[0]:.4g}" if got else ""
 
-    shown_figures = [k for k in FIGURES if any(figure(r, k) for r in rows)]
-    all_rows = [
+def _figure_cell(r: Row, key: str) -> str:
+    got = _hidden_figures(r, key)
+    return f"{got[0]:.4g}" if got else ""
+
+
+def _all_rows(rows: list[Row], problem_ids: list[str], shown_figures: list[str]) -> list[list[str]]:
+    return [
         [_link(r.submission), *[f"{r.scores.get(p, 0.0):g}" for p in problem_ids], f"{r.total:g}",
-         *[figure(r, k) for k in shown_figures], f"{r.wall_s:.1f}", escape(r.isolation or "unknown"),
+         *[_figure_cell(r, k) for k in shown_figures], f"{r.wall_s:.1f}", escape(r.isolation or "unknown"),
          escape(", ".join(sorted(r.flags)))]
         for r in rows
     ]
 
-    css = (
-        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
-        "table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
-        "vertical-align:top}th{background:#f0f0f0}.rate{display:inline-block;width:120px;height:10px;background:#eee;"
-        "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}pre{margin:0;white-space:pre-wrap;font-size:12px}"
-        "details summary{cursor:pointer}input[type=search]{width:24em;padding:3px}"
-    )
+
+CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
+    "table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
+    "vertical-align:top}th{background:#f0f0f0}.rate{display:inline-block;width:120px;height:10px;background:#eee;"
+    "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}pre{margin:0;white-space:pre-wrap;font-size:12px}"
+    "details summary{cursor:pointer}input[type=search]{width:24em;padding:3px}"
+)
+
+
+def _page(title: str, body: list[str]) -> str:
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src '{_script_hash()}'"
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
-        f"<title>{escape(title)}</title><style>{css}</style></head><body>",
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
-        f'<p id="summary">{escape(summary)}</p>',
-        f'<p id="sandbox">{escape(sandbox_line)}</p>',
-        "<h2>Score distribution</h2>",
-        histogram_svg(totals, 0.0, max_score or max(totals, default=1.0) or 1.0, "score-histogram",
-                      "Distribution of total scores", "total score"),
-        "<h2>Problems</h2>",
-        _table(["problem", "mean score", "max", "distribution"], problem_rows, "problems"),
-        *(["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
-          if any(t.figures for r in rows for t in r.tests) else []),
-        "<h2>Pass rate per test</h2>",
-        _table(["test", "passed", "rate", "failed by"], test_rows, "pass-rates", sortable=True),
-        f"<h2>Slowest {len(slow_rows)} submissions</h2>",
-        _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
-        f"<h2>Submissions that failed or need a look ({len(failed_rows)})</h2>",
-        _table(["submission", "total", "why"], failed_rows, "failed", sortable=True),
-        f"<h2>Integrity flags ({len(flag_rows)})</h2>",
-        _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
-        *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
-           _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar")] if similar is not None else []),
-        "<h2>All submissions</h2>",
-        _table(["submission", *problem_ids, "total", *[FIGURES[k][3] for k in shown_figures], "time (s)", "sandbox",
-                "flags"], all_rows, "all", sortable=True),
+        *body,
         f"<script>{SCRIPT}</script>",
         "</body></html>",
         "",
     ])
 
 
-def _is_number(value) -> bool:
-    try:
-        _number(value)
-    except ValueError:
-        return False
-    return True
+def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: list[dict] | None = None,
+                  thresholds: dict[str, tuple[float, float]] | None = None, needs: dict[str, list[str]] | None = None) -> str:
+    """The class report; `similar` holds the top pairs of a similarity run (similarity.py), if any;
+    `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values; `needs`: the
+    submissions to open and why (triage.needs_look; from the rows alone when not given)."""
+    rows = sorted(rows, key=lambda r: r.submission)
+    totals = [r.total for r in rows]
+    max_score = max((r.max for r in rows), default=0.0)
+    slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", f"{r.total:g}"]
+                 for r in sorted(rows, key=lambda r: (-r.wall_s, r.submission))[:SLOWEST_SHOWN]]
+    attention = _attention_rows(rows, needs if needs is not None else needs_look(rows, problem_ids))
+    flag_rows = [[_link(r.submission), escape(key), f"<pre>{escape(text)}</pre>"]
+                 for r in rows for key, text in sorted(r.flags.items())]
+    pair_rows = _pair_rows(similar or [])
+    shown_figures = [k for k in FIGURES if any(_figure_cell(r, k) for r in rows)]
+    return _page(title, [
+        f'<p id="summary">{escape(_summary(rows))}</p>',
+        f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
+        "<h2>Score distribution</h2>",
+        histogram_svg(totals, 0.0, max_score or max(totals, default=1.0) or 1.0, "score-histogram",
+                      "Distribution of total scores", "total score"),
+        "<h2>Problems</h2>",
+        _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
+        *(["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
+          if any(t.figures for r in rows for t in r.tests) else []),
+        "<h2>Pass rate per test</h2>",
+        _table(["test", "passed", "rate", "failed by"], _pass_rate_rows(rows), "pass-rates", sortable=True),
+        f"<h2>Slowest {len(slow_rows)} submissions</h2>",
+        _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
+        f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
+        _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
+        f"<h2>Integrity flags ({len(flag_rows)})</h2>",
+        _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
+        *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
+           _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar")] if similar is not None else []),
+        "<h2>All submissions</h2>",
+        _table(["submission", *problem_ids, "total", *[FIGURES[k][3] for k in shown_figures], "time (s)", "sandbox",
+                "flags"], _all_rows(rows, problem_ids, shown_figures), "all", sortable=True),
+    ])
 
 
 def thresholds_of(problems: dict) -> dict[str, tuple[float, float]]:
@@ -409,10 +343,7 @@ def thresholds_of(problems: dict) -> dict[str, tuple[float, float]]:
 
 
 def write_report(path: Path, rows: list[Row], problem_ids: list[str], title: str,
-                 thresholds: dict[str, tuple[float, float]] | None = None) -> None:
-    """report.html; the similarity pairs are shown when a similarity run wrote its results beside it."""
-    from .similarity import pairs_for_report
-
-    has_run = (path.parent / "similarity.json").is_file()
-    similar = pairs_for_report(path.parent) if has_run else None
-    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title, similar, thresholds)))
+                 thresholds: dict[str, tuple[float, float]] | None = None, similar: list[dict] | None = None,
+                 needs: dict[str, list[str]] | None = None) -> None:
+    """report.html; `similar`: the top pairs of a similarity run, when there was one; `needs`: as render_report's."""
+    write_text_atomic(path, clean_text(render_report(rows, problem_ids, title, similar, thresholds, needs)))

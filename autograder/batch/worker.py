@@ -1,8 +1,11 @@
 """Grade one submission to disk, in a process of its own.
 
-    python -m autograder.batch.worker SUBMISSION --name NAME --out DIR [--only ID ...] [--merge]
-                                [--timeout S] [--memory-mb M] [--isolation best|strict]
-                                [--scratch-root DIR] [--rubric FILE] [--case-root DIR]
+    python -m autograder.batch.worker --name=NAME --out=DIR [--only=ID ...] [--merge]
+                                [--timeout=S] [--memory-mb=M] [--isolation=best|strict|portable]
+                                [--scratch-root=DIR] [--rubric=FILE] [--case-root=DIR] -- SUBMISSION
+
+(The pool passes every value after `=` and the submission after `--`, so a name or path that starts
+with `-` is never read as an option.)
 
 The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
@@ -25,6 +28,8 @@ from gradelib import rubric as rubric_mod
 from gradelib import sandbox
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
+from gradelib.sandbox import kernel
+from gradelib.sandbox.limits import ISOLATION_CHOICES
 
 from ..oracle.oracles import load_oracle
 from .regrade import current_records, write_merged
@@ -41,7 +46,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
 def _kill_children_and_exit(signum: int, _frame) -> None:
     # The run in progress (its namespace, or its uid's processes), then any session we lead.
     sandbox.abort_active()
-    for pid in sandbox._children_of(os.getpid()):
+    for pid in kernel.children_of(os.getpid()):
         for kill in (os.killpg, os.kill):
             try:
                 kill(pid, signal.SIGKILL)
@@ -55,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("submission", type=Path)
     ap.add_argument("--name", required=True, help="folder name under --out")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--only", action="extend", nargs="+", default=None, help="problem ids (repeat --only=ID or list them)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
-    ap.add_argument("--isolation", choices=("best", "strict"), default="best",
+    ap.add_argument("--isolation", choices=ISOLATION_CHOICES, default="best",
                     help="strict: refuse to run submission code without namespaces")
     ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
     ap.add_argument("--case-root", type=Path, default=CASE_ROOT, help="folder of the cases (default: fixtures/)")

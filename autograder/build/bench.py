@@ -43,6 +43,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_
 
 from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
+from autograder.build.bench_similarity import print_similarity_figures
 from autograder.build.demo import reference_handin
 from gradelib.handin import sources
 
@@ -175,6 +176,54 @@ def otter_full_marks(out: Path):
     return check
 
 
+def _figures(tmp: Path, batch: int) -> tuple[list[Figure], Figure, Figure]:
+    """Every timed command, each with and without the template process, then `otter run`; also
+    (complete handin with the template, otter) for the figures printed after the table."""
+    handin = reference_handin(tmp / "handins" / "reference")
+    local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
+    # The language-model files where notebook 3's training writes them (run "bench", epoch 6).
+    placed = {v: k for k, v in sources("bench", "6").items()}
+    for item in handin.iterdir():
+        rel = next((r for r, name in placed.items() if name == item.name), item.name)
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(item, local / rel)
+    figures = [
+        *both_ways(Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
+                          local, attention_full_marks("15.00"), "target < 3 s")),
+        *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
+                          [PY, "autograder.py"], local, attention_full_marks("15.00"), "target < 3 s, <= 0.3 x otter")),
+    ]
+    one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
+    many = []
+    for i in range(batch):
+        folder = tmp / "class" / f"student{i:02d}"
+        folder.mkdir(parents=True)
+        shutil.copyfile(REFERENCE, folder / "attention.py")
+        many.append(str(folder))
+    figures += [
+        *both_ways(Figure("hidden: one handin, --only attention", [*one, "--only", "attention"], REPO,
+                          attention_full_marks("30.00"), "target < 10 s")),
+        *(complete := both_ways(Figure("hidden: complete handin, every problem, one core", one, REPO,
+                                       total_full_marks(), "target < 20 s", one_core=True))),
+        *both_ways(Figure("hidden: complete handin, all but the LM problems, one core",
+                          [*one, "--only", "attention", "losses", "masks"], REPO, attention_full_marks("30.00"),
+                          "target < 5 s", one_core=True)),
+        *both_ways(Figure(f"hidden: batch of {batch}, --jobs 2, per handin (attention)",
+                          [PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
+                           "--only", "attention"], REPO, expect(f"graded {batch} of {batch}"),
+                          "target < 10 s", per=batch)),
+    ]
+    otter_dir = tmp / "otter"
+    otter_dir.mkdir()
+    autograder_zip, student = trivial_otter_notebook(otter_dir)
+    out = otter_dir / "out"
+    out.mkdir()
+    otter = Figure("otter run, one-question notebook",
+                   [PY, "-m", "otter", "run", "--no-logo", "-a", str(autograder_zip), "-o", str(out), str(student)],
+                   otter_dir, otter_full_marks(out))
+    return [*figures, otter], complete[0], otter
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Time the local and hidden graders and `otter run`.")
     ap.add_argument("--runs", type=int, default=5, help="runs per figure; the median is reported (default 5)")
@@ -182,50 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        tmp = Path(tmp)
-        handin = reference_handin(tmp / "handins" / "reference")
-        local = shutil.copytree(HANDOUT, tmp / "handout", ignore=shutil.ignore_patterns(*STUDENT_WORK))
-        # The language-model files where notebook 3's training writes them (run "bench", epoch 6).
-        placed = {v: k for k, v in sources("bench", "6").items()}
-        for item in handin.iterdir():
-            rel = next((r for r, name in placed.items() if name == item.name), item.name)
-            (local / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(item, local / rel)
-        figures = [
-            *both_ways(Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
-                              local, attention_full_marks("15.00"), "target < 3 s")),
-            *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
-                              [PY, "autograder.py"], local, attention_full_marks("15.00"), "target < 3 s, <= 0.3 x otter")),
-        ]
-        one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
-        many = []
-        for i in range(args.batch):
-            folder = tmp / "class" / f"student{i:02d}"
-            folder.mkdir(parents=True)
-            shutil.copyfile(REFERENCE, folder / "attention.py")
-            many.append(str(folder))
-        figures += [
-            *both_ways(Figure("hidden: one handin, --only attention", [*one, "--only", "attention"], REPO,
-                              attention_full_marks("30.00"), "target < 10 s")),
-            *(complete := both_ways(Figure("hidden: complete handin, every problem, one core", one, REPO,
-                                           total_full_marks(), "target < 20 s", one_core=True))),
-            *both_ways(Figure("hidden: complete handin, all but the LM problems, one core",
-                              [*one, "--only", "attention", "losses", "masks"], REPO, attention_full_marks("30.00"),
-                              "target < 5 s", one_core=True)),
-            *both_ways(Figure(f"hidden: batch of {args.batch}, --jobs 2, per handin (attention)",
-                              [PY, str(CLI), *many, "--out", str(tmp / "class_grades"), "--force", "--jobs", "2",
-                               "--only", "attention"], REPO, expect(f"graded {args.batch} of {args.batch}"),
-                              "target < 10 s", per=args.batch)),
-        ]
-        otter_dir = tmp / "otter"
-        otter_dir.mkdir()
-        autograder_zip, student = trivial_otter_notebook(otter_dir)
-        out = otter_dir / "out"
-        out.mkdir()
-        otter = Figure("otter run, one-question notebook",
-                       [PY, "-m", "otter", "run", "--no-logo", "-a", str(autograder_zip), "-o", str(out), str(student)],
-                       otter_dir, otter_full_marks(out))
-        figures.append(otter)
+        figures, complete, otter = _figures(Path(tmp), args.batch)
         # Round robin, so a change in the machine's load touches every figure alike.
         for _ in range(args.runs):
             for fig in figures:
@@ -248,12 +254,10 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print_box_figures(min(args.runs, 3))
     print()
-    print_model_run_figures(min(args.runs, 3), statistics.median(complete[0].times))  # with the template
+    print_model_run_figures(min(args.runs, 3), statistics.median(complete.times))  # with the template
     print()
     print_lm_figures(args.runs)
     print()
-    from autograder.batch.similarity import print_similarity_figures
-
     print_similarity_figures()
 
 
@@ -268,9 +272,9 @@ def print_box_figures(runs: int) -> None:
     limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
     made below the grader's). Prints the wall time and the peak memory of each run.
     """
-    from gradelib.sandbox import CPU_PERIOD_US, _own_cgroup, _remove_cgroup, kill_cgroups
+    from gradelib.sandbox.cgroups import CPU_PERIOD_US, kill, own, remove
 
-    cpu, memory = _own_cgroup("cpu"), _own_cgroup("memory")
+    cpu, memory = own("cpu"), own("memory")
     if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
         print("Gradescope-sized box: skipped (needs root and cgroup v1 cpu and memory controllers)")
         return
@@ -301,9 +305,9 @@ def print_box_figures(runs: int) -> None:
                 last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
                 scores.append(sum(json.loads(last).get("scores", {}).values()) if last.startswith("{") else 0.0)
         finally:
-            kill_cgroups(boxes)
+            kill(boxes)
             for box in boxes:
-                _remove_cgroup(box)
+                remove(box)
     print(f"Gradescope-sized box (cgroup: {BOX_CPU_QUOTA:g} CPU, {BOX_MEMORY_MB} MB), complete reference handin, "
           f"{runs} runs: wall min {min(times):.1f} s, median {statistics.median(times):.1f} s; "
           f"peak memory max {max(peaks):.0f} MB; scores {', '.join(f'{x:g}' for x in scores)}")

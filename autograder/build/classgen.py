@@ -27,6 +27,7 @@ import io
 import json
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -185,21 +186,8 @@ def _gzip_bomb(path: Path, inflated_mb: int) -> None:
 SAMPLED_BUGS = ("no_max_subtraction", "no_causal_mask", "weight_grads_averaged")
 
 
-def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
-    """Write the class under dest/submissions; return submission file name -> expectation.
-
-    `sample`: every kind and every attack, archive and file problem, but only SAMPLED_BUGS of the
-    planted bugs (each bug is graded on its own in the attention bug tests); for the test suite.
-    """
-    subs = dest / "submissions"
-    if subs.exists():
-        shutil.rmtree(subs)
-    subs.mkdir(parents=True)
-    good = REFERENCE.encode()
-    expected: dict[str, str] = {}
-    rng = np.random.default_rng(5)
-
-    # Correct, packed every way a student might.
+def _correct(subs: Path, good: bytes) -> dict[str, str]:
+    """Correct, packed every way a student might."""
     _folder(subs / "correct_folder", {"attention.py": good})
     _tar(subs / "correct_tar.tar", [_file("attention.py", good)])
     _tar(subs / "correct_targz.tar.gz", [_file("attention.py", good)], mode="w:gz")
@@ -207,20 +195,12 @@ def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
     _tar(subs / "correct_with_extra_file.tar", [_file("attention.py", good), _file("notes/scratch.txt", b"ignored")])
     (subs / "correct_in_student_folder").mkdir()
     _tar(subs / "correct_in_student_folder" / "handin.tar", [_file("attention.py", good)])
-    expected.update({n: "full" for n in ("correct_folder", "correct_tar.tar", "correct_targz.tar.gz", "correct_top_folder.tar",
-                                         "correct_with_extra_file.tar", "correct_in_student_folder/handin.tar")})
+    return {n: "full" for n in ("correct_folder", "correct_tar.tar", "correct_targz.tar.gz", "correct_top_folder.tar",
+                                "correct_with_extra_file.tar", "correct_in_student_folder/handin.tar")}
 
-    for name, edits in BUGS.items():
-        if sample and name not in SAMPLED_BUGS:
-            continue
-        _tar(subs / f"bug_{name}.tar", [_file("attention.py", _edit(REFERENCE, edits).encode())])
-        expected[f"bug_{name}.tar"] = "zero" if name in BUGS_SCORING_ZERO else "partial"
 
-    for name, source in ATTACKS.items():
-        _folder(subs / f"attack_{name}", {"attention.py": source.encode()})
-        expected[f"attack_{name}"] = "zero"
-
-    # Unsafe or malformed archives; most also hold a correct attention.py, which must not help them.
+def _archives(subs: Path, good: bytes, rng: np.random.Generator) -> dict[str, str]:
+    """Unsafe or malformed archives; most also hold a correct attention.py, which must not help them."""
     unsafe: dict[str, list[tuple[tarfile.TarInfo, bytes | None]]] = {
         "absolute_path": [_file("attention.py", good), _file("/tmp/owned.py", b"x")],
         "dotdot_path": [_file("attention.py", good), _file("../../owned.py", b"x")],
@@ -244,16 +224,18 @@ def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
         tar.addfile(_info("attention.py", len(good)), io.BytesIO(good))
     (subs / "archive_truncated.tar.gz").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
     zip_bytes = io.BytesIO()
-    import zipfile
-
     with zipfile.ZipFile(zip_bytes, "w") as z:
         z.writestr(zipfile.ZipInfo("attention.py", (1980, 1, 1, 0, 0, 0)), good)
     (subs / "archive_zip_not_tar.tar").write_bytes(zip_bytes.getvalue())
+    expected = {}
     for name in [*unsafe, "gzip_bomb", "not_a_tar", "zero_bytes", "truncated", "zip_not_tar"]:
         suffix = ".tar.gz" if name in ("gzip_bomb", "truncated") else ".tar"
         expected[f"archive_{name}{suffix}"] = "zero"
+    return expected
 
-    # Missing or unusable files.
+
+def _missing(subs: Path, good: bytes, rng: np.random.Generator) -> dict[str, str]:
+    """Missing or unusable files."""
     stub = (REPO / "handout" / "attention.py").read_bytes()
     missing = {
         "missing_empty_folder": {},
@@ -264,9 +246,11 @@ def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
     }
     for name, files in missing.items():
         _folder(subs / name, files)
-        expected[name] = "zero"
+    return dict.fromkeys(missing, "zero")
 
-    # Fabricated, malformed language-model outputs (and nothing else).
+
+def _arrays(subs: Path, rng: np.random.Generator) -> dict[str, str]:
+    """Fabricated, malformed language-model outputs (and nothing else)."""
     logits = rng.standard_normal((128, 20, 30)).astype(np.float32)
     ids = rng.integers(2, 30, size=(128, 30))
     with_nan = logits.copy()
@@ -285,8 +269,33 @@ def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
     }
     for name, files in arrays.items():
         _folder(subs / name, files)
-        expected[name] = "zero"
+    return dict.fromkeys(arrays, "zero")
 
+
+def make_class(dest: Path, sample: bool = False) -> dict[str, str]:
+    """Write the class under dest/submissions; return submission file name -> expectation.
+
+    `sample`: every kind and every attack, archive and file problem, but only SAMPLED_BUGS of the
+    planted bugs (each bug is graded on its own in the attention bug tests); for the test suite.
+    """
+    subs = dest / "submissions"
+    if subs.exists():
+        shutil.rmtree(subs)
+    subs.mkdir(parents=True)
+    good = REFERENCE.encode()
+    rng = np.random.default_rng(5)
+    expected = _correct(subs, good)
+    for name, edits in BUGS.items():
+        if sample and name not in SAMPLED_BUGS:
+            continue
+        _tar(subs / f"bug_{name}.tar", [_file("attention.py", _edit(REFERENCE, edits).encode())])
+        expected[f"bug_{name}.tar"] = "zero" if name in BUGS_SCORING_ZERO else "partial"
+    for name, source in ATTACKS.items():
+        _folder(subs / f"attack_{name}", {"attention.py": source.encode()})
+        expected[f"attack_{name}"] = "zero"
+    expected |= _archives(subs, good, rng)
+    expected |= _missing(subs, good, rng)
+    expected |= _arrays(subs, rng)
     (dest / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
     return expected
 

@@ -8,7 +8,7 @@
 - gradelib/, whole -> handout/gradelib/; solutions/handout_autograder.py (the
   local runner) -> handout/autograder.py; public cases -> handout/tests/.
 - Hidden cases never leave fixtures/; tests/test_handout.py checks that.
-- Corpus facts: `{{name}}` placeholders in the handout README and in notebook 3's
+- Corpus facts (handout_facts.py): `{{name}}` placeholders in the handout README and in notebook 3's
   markdown (the corpus, its size, the oracle, the reference run's figures and time)
   are filled from fixtures/lm/ (oracle.json, train.txt, reference_model.json), so
   the handout states the facts of the corpus it ships; a reference model trained
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from autograder.build import notebooks
-from autograder.build.placeholders import corpus_facts, fill_facts
+from autograder.build.handout_facts import MarkerError, corpus_facts, fill_facts
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -44,10 +44,6 @@ LM_DATA_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.np
 
 BEGIN = re.compile(r'^(?P<indent>\s*)# BEGIN SOLUTION(?: task="(?P<task>[^"]*)")?\s*$')
 END = re.compile(r"^\s*# END SOLUTION\s*$")
-
-
-class MarkerError(ValueError):
-    pass
 
 
 def strip_solutions(source: str, filename: str) -> str:

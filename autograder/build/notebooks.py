@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 
-from .placeholders import corpus_facts, fill_facts
+from .handout_facts import corpus_facts, fill_facts
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -98,7 +98,7 @@ def run_assign(names: tuple[str, ...], workdir: Path) -> dict[str, Path]:
 
 
 def build(staff_out: Path | None = STAFF_OUT) -> dict[str, bytes]:
-    """handout-relative path -> bytes for the student side, corpus facts filled in (handout.py's
+    """handout-relative path -> bytes for the student side, corpus facts filled in (handout_facts.py's
     placeholders); staff output goes to `staff_out`."""
     facts = corpus_facts()
     files: dict[str, bytes] = {}

@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import attention_cases, lm_fixtures, lm_function_cases, manifest, notebook_cases
+from . import attention_cases, checksums, lm_fixtures, lm_function_cases, notebook_cases
 
 CORPUS_FREE = ("attention", "notebooks", "lm_functions")  # case sets that do not depend on the corpus
 
@@ -42,7 +42,7 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_o
                          (lm_fixtures.PROMPT + lm_fixtures.TARGET,) * 2 + (lm_fixtures.GEN_PROMPT,))
     if lm_only:
         lm_fixtures.write(out, corpus, oracle)
-        manifest.write(out)
+        checksums.write(out)
         return
     attention_cases.write(out, seed, public_too)
     notebook_cases.write(out, seed, public_too)
@@ -51,7 +51,7 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_o
     counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
     term = "" if seed is None else f"; term seed {seed}, {'all' if public_too else 'hidden'} cases rotated"
     print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED}{term})")
-    manifest.write(out)
+    checksums.write(out)
 
 
 def main() -> None:
@@ -68,7 +68,7 @@ def main() -> None:
     if args.public_too and args.seed is None:
         ap.error("--public-too rotates cases with --seed N; give a seed")
     if args.manifest_only:
-        manifest.write(args.out)
+        checksums.write(args.out)
         return
     from autograder.oracle.corpus import CorpusTooSmall
 

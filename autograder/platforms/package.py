@@ -25,7 +25,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from autograder.batch.cli import selected_problems
+from autograder.batch.pool import selected_problems
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_FILES = Path(__file__).resolve().parent / "platform_files"

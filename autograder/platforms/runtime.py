@@ -30,6 +30,8 @@ from gradelib.intake import resolve_upload
 from gradelib.results import why_lost, write_json_atomic
 
 from ..batch import cli
+from ..batch.pool import selected_problems
+from ..batch.records import submission_names
 
 
 def find_handin(submission_dir: Path) -> Path:
@@ -42,8 +44,8 @@ def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
     argv = [str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
     with contextlib.redirect_stdout(io.StringIO()):
         cli.main(argv)
-    name = cli.submission_names([handin])[0]
-    problem_ids = [p.id for p in cli.selected_problems(None)]
+    name = submission_names([handin])[0]
+    problem_ids = [p.id for p in selected_problems(None)]
     return json.loads((out / name / "results.json").read_text()), problem_ids
 
 

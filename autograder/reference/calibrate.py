@@ -43,7 +43,7 @@ import numpy as np
 from gradelib import rubric as rubric_mod
 from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, PAD, encode
-from gradelib.problems.prediction import credit
+from gradelib.problems.lm_common import credit
 
 from ..oracle.ngram import NGramModel
 from ..oracle.oracles import load_oracle, toy_source
@@ -55,6 +55,7 @@ NGRAM_ORDERS = (10, 8, 5, 3, 2, 1)
 # Every baseline at or below this order must score nothing on both quality lines.
 NO_CREDIT_UP_TO_ORDER = 3
 CONSTANT_PHRASE = "THE DOG THAT SEES THE CAT RUNS"  # 30 characters, grammatical on its own
+GENERATED_STEPS = 30  # characters generated after each prompt of generation_test.npz
 
 
 def teacher_forced_probs(next_id_probs, inp: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -118,41 +119,8 @@ def oracle_label(spec: dict) -> str:
     return f"oracle ({kind})"
 
 
-def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5, rubric_path: Path | None = None) -> dict:
-    """All figures as a dict (see the module doc). The reference model must be the fixtures' own."""
-    lm = fixtures / "lm"
-    info = json.loads((lm / "oracle.json").read_text())
-    if (lm / REFERENCE).is_file():
-        provenance.check_reference(lm)
-    problems = rubric_mod.load(rubric_path)
-    p_set, g_set = problems["prediction"].settings, problems["generation"].settings
-    eps = float(g_set["smoothing_eps"])
-    out: dict = {"oracle": info["oracle"], "settings": {"prediction": p_set, "generation": g_set}}
-    exact = info["oracle"]["kind"] == "toy_source"
-
-    start = time.monotonic()
-    oracle = load_oracle(lm, eps)
-    if exact:
-        source = toy_source(int(info["oracle"]["seed"]))
-        out["source"] = {
-            "entropy_rate": source.automaton.entropy_rate(),
-            "mean_sentence_chars": source.automaton.mean_sentence_length(),
-            "automaton_states": source.automaton.n_states,
-            "words": len(source.vocabulary()),
-        }
-    out["oracle_load_s"] = time.monotonic() - start
-
-    val = dict(np.load(lm / "prediction.npz"))
-    test_inp = np.load(lm / "prediction_test.npz")["inp"]
-    hidden = lm / "hidden" / "prediction_test_out.npz"
-    test_out = np.load(hidden)["out"] if hidden.is_file() else None
-    gen_inp = np.load(lm / "generation_test.npz")["inp"]
-    T_gen = 30
-
-    label = oracle_label(info["oracle"])
-    out["oracle_label"] = label
-    out["corpus"] = provenance.corpus_label(lm)
-    out["corpus_sha256"] = provenance.corpus_hash(lm)
+def _models(lm: Path, oracle, label: str) -> list[tuple]:
+    """(name, teacher-forced NLL or None, generate) of every model measured: the oracle, the reference, n-grams, degenerate text."""
     models = [(
         label,
         lambda inp, o: nll_of(teacher_forced_probs(oracle.next_id_probs, inp, o), o),
@@ -167,30 +135,69 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5, rubric_path:
     phrase = np.array(encode(CONSTANT_PHRASE), dtype=np.int64)
     models.append(("constant phrase for every prompt", *_degenerate(lambda inp, steps: np.tile(phrase[:steps], (len(inp), 1)))))
     models.append(("copy of the prompt", *_degenerate(lambda inp, steps: np.where(inp[:, :steps] < 2, 29, inp[:, :steps]))))
+    return models
 
+
+def _model_row(name: str, tf_nll, generated: np.ndarray, data: dict, oracle, settings: dict, eps: float) -> dict:
+    """One model's figures and credits: NLL on the validation and hidden prediction sets, perplexity of its generations."""
+    p_set, g_set = settings["prediction"], settings["generation"]
+    row = {"model": name}
+    if tf_nll is not None:
+        row["val_nll"] = tf_nll(data["val"]["inp"], data["val"]["out"])
+        if data["test_out"] is not None:
+            row["test_nll"] = tf_nll(data["test_inp"], data["test_out"])
+        graded = row.get("test_nll", row["val_nll"])
+        row["prediction_credit"] = credit(graded, float(p_set["full_credit_nll"]), float(p_set["zero_credit_nll"]))
+    tok = M.generation_token_nll(oracle, data["gen_inp"], generated, eps)
+    row["generation_perplexity"] = float(np.exp(tok.mean()))
+    # The same figure on each half of the prompts: how much the graded figure depends on which prompts were drawn.
+    half = len(tok) // 2
+    row["generation_perplexity_halves"] = [float(np.exp(tok[:half].mean())), float(np.exp(tok[half:].mean()))]
+    row["generation_credit"] = credit(
+        math.log(row["generation_perplexity"]),
+        math.log(float(g_set["full_credit_perplexity"])),
+        math.log(float(g_set["zero_credit_perplexity"])),
+    )
+    return row
+
+
+def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5, rubric_path: Path | None = None) -> dict:
+    """All figures as a dict (see the module doc). The reference model must be the fixtures' own."""
+    lm = fixtures / "lm"
+    info = json.loads((lm / "oracle.json").read_text())
+    if (lm / REFERENCE).is_file():
+        provenance.check_reference(lm)
+    problems = rubric_mod.load(rubric_path)
+    p_set, g_set = problems["prediction"].settings, problems["generation"].settings
+    eps = float(g_set["smoothing_eps"])
+    out: dict = {"oracle": info["oracle"], "settings": {"prediction": p_set, "generation": g_set}}
+
+    start = time.monotonic()
+    oracle = load_oracle(lm, eps)
+    if info["oracle"]["kind"] == "toy_source":
+        source = toy_source(int(info["oracle"]["seed"]))
+        out["source"] = {
+            "entropy_rate": source.automaton.entropy_rate(),
+            "mean_sentence_chars": source.automaton.mean_sentence_length(),
+            "automaton_states": source.automaton.n_states,
+            "words": len(source.vocabulary()),
+        }
+    out["oracle_load_s"] = time.monotonic() - start
+
+    hidden = lm / "hidden" / "prediction_test_out.npz"
+    data = {"val": dict(np.load(lm / "prediction.npz")), "test_inp": np.load(lm / "prediction_test.npz")["inp"],
+            "test_out": np.load(hidden)["out"] if hidden.is_file() else None,
+            "gen_inp": np.load(lm / "generation_test.npz")["inp"]}
+    label = oracle_label(info["oracle"])
+    out["oracle_label"] = label
+    out["corpus"] = provenance.corpus_label(lm)
+    out["corpus_sha256"] = provenance.corpus_hash(lm)
     rows, generations = [], {}
-    for name, tf_nll, generate in models:
+    for name, tf_nll, generate in _models(lm, oracle, label):
         t = time.monotonic()
-        row = {"model": name}
-        if tf_nll is not None:
-            row["val_nll"] = tf_nll(val["inp"], val["out"])
-            if test_out is not None:
-                row["test_nll"] = tf_nll(test_inp, test_out)
-            graded = row.get("test_nll", row["val_nll"])
-            row["prediction_credit"] = credit(graded, float(p_set["full_credit_nll"]), float(p_set["zero_credit_nll"]))
-        generations[name] = generate(gen_inp, T_gen)
-        tok = M.generation_token_nll(oracle, gen_inp, generations[name], eps)
-        row["generation_perplexity"] = float(np.exp(tok.mean()))
-        # The same figure on each half of the prompts: how much the graded figure depends on which prompts were drawn.
-        half = len(tok) // 2
-        row["generation_perplexity_halves"] = [float(np.exp(tok[:half].mean())), float(np.exp(tok[half:].mean()))]
-        row["generation_credit"] = credit(
-            math.log(row["generation_perplexity"]),
-            math.log(float(g_set["full_credit_perplexity"])),
-            math.log(float(g_set["zero_credit_perplexity"])),
-        )
-        row["seconds"] = time.monotonic() - t
-        rows.append(row)
+        generations[name] = generate(data["gen_inp"], GENERATED_STEPS)
+        rows.append({**_model_row(name, tf_nll, generations[name], data, oracle, out["settings"], eps),
+                     "seconds": time.monotonic() - t})
     out["models"] = rows
 
     # Scoring time of 128 x 30 generations (what the grader does per handin), warm oracle.
@@ -199,7 +206,7 @@ def lm_figures(fixtures: Path = Path("fixtures"), repeats: int = 5, rubric_path:
         runs = []
         for _ in range(repeats):
             t = time.perf_counter()
-            M.generation_token_nll(oracle, gen_inp, generations[name], eps)
+            M.generation_token_nll(oracle, data["gen_inp"], generations[name], eps)
             runs.append(time.perf_counter() - t)
         times[what] = statistics.median(runs)
     out["scoring_s"] = times

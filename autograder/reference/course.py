@@ -34,8 +34,7 @@ import time
 from pathlib import Path
 
 from ..fixturegen import __main__ as fixturegen_main
-from ..fixturegen import lm_fixtures
-from ..fixturegen import manifest as manifest_mod
+from ..fixturegen import checksums, lm_fixtures
 from ..oracle.corpus import CorpusTooSmall
 from . import calibrate, provenance, train
 
@@ -107,7 +106,7 @@ def run(args: argparse.Namespace) -> dict:
         "seconds": {"fixtures": fixtures_s, "reference": reference_s, "thresholds": time.perf_counter() - t0},
     }
     (lm / CALIBRATION_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    manifest_mod.write(fixtures)
+    checksums.write(fixtures)
     record["seconds"]["total"] = time.perf_counter() - start
     print(calibrate.format_figures(measured))
     print(f"\nthresholds written to {rubric_path} ({calibrate.RULE_TEXT}):\n")

@@ -32,7 +32,7 @@ from ..scoring import (
     name_float32,
     observed_from_child,
 )
-from .runner import run_child
+from .handin_runs import run_child
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")

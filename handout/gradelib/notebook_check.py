@@ -37,7 +37,7 @@ import numpy as np
 
 from .compare import Observed
 from .problems import lm_functions, losses, masks, notebook_functions
-from .problems.runner import SKIP_TAGS
+from .problems.handin_runs import SKIP_TAGS
 from .rubric import Problem, load
 from .safeio import clean_text
 from .scoring import group_results, load_cases
@@ -229,8 +229,10 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function]), "cell": 0} for c in calls},
               "skipped_defs": skipped}
     timeout = float(problem.settings.get("call_timeout_s", 10.0))
+    # Interval timers stop a call that runs too long; without them (Windows) a thread interrupts it.
+    timers = hasattr(signal, "setitimer")
     in_main = threading.current_thread() is threading.main_thread()
-    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main else {}
+    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main and timers else {}
     old_limit = base.time_limit
     torch = sys.modules.get("torch")
     rng = torch.get_rng_state() if torch is not None else None
@@ -254,7 +256,7 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     finally:
         stack.close()
         base.time_limit = old_limit
-        if in_main:
+        if in_main and timers:
             signal.setitimer(signal.ITIMER_REAL, 0, 0)
             signal.setitimer(signal.ITIMER_PROF, 0, 0)
             for sig, handler in old_handlers.items():

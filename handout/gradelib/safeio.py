@@ -32,8 +32,12 @@ from typing import Any
 
 import numpy as np
 
-OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+# Windows has none of these flags (nor opening a folder, nor dir_fd): there a path is checked for links
+# component by component before it is opened (_open_fd_checked), which is all a student's own machine needs.
+_FLAG = {name: getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_BINARY")}
+OPEN_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_NONBLOCK"] | _FLAG["O_CLOEXEC"] | _FLAG["O_BINARY"]
+DIR_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_DIRECTORY"] | _FLAG["O_CLOEXEC"]
+NOFOLLOW_OPEN = bool(_FLAG["O_NOFOLLOW"]) and os.open in os.supports_dir_fd
 READ_CHUNK = 1 << 20
 MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
 
@@ -75,6 +79,8 @@ def _why(exc: OSError) -> tuple[str, str]:
 def _open_fd(path: Path, root: Path | None) -> int:
     """An fd for `path`; with `root`, no component of `path` below `root` may be a symbolic link."""
     name = path.name
+    if not NOFOLLOW_OPEN:
+        return _open_fd_checked(path, root)
     try:
         if root is None:
             return os.open(path, OPEN_FLAGS)
@@ -92,6 +98,33 @@ def _open_fd(path: Path, root: Path | None) -> int:
             os.close(dir_fd)
     except OSError as exc:
         raise SafeReadError(name, *_why(exc)) from None
+
+
+def _open_fd_checked(path: Path, root: Path | None) -> int:
+    """_open_fd where the system cannot refuse links when opening: no component (below `root`, or the file
+    itself) may be a link when checked just before the open."""
+    name = path.name
+    try:
+        if root is not None:
+            rel = path.relative_to(root) if path.is_relative_to(root) else None
+            if rel is None or ".." in rel.parts or not rel.parts:
+                raise SafeReadError(name, f"lies outside the folder {root}", "not_regular")
+            here = Path(root)
+            for part in rel.parts[:-1]:
+                here = here / part
+                if stat.S_ISLNK(os.lstat(here).st_mode) or not stat.S_ISDIR(os.lstat(here).st_mode):
+                    raise SafeReadError(name, *_why(OSError(errno.ENOTDIR, "not a folder")))
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise SafeReadError(name, *_why(OSError(errno.ELOOP, "a link")))
+        return os.open(path, OPEN_FLAGS)
+    except OSError as exc:
+        raise SafeReadError(name, *_why(exc)) from None
+
+
+def open_folder(path: Path) -> int:
+    """A descriptor of the folder `path` itself, never of what a link there points to (for writing into a
+    folder a child can change, with dir_fd; Linux and macOS)."""
+    return os.open(path, DIR_FLAGS)
 
 
 def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int, os.stat_result]:
@@ -306,3 +339,22 @@ def clean_text(text: object) -> str:
     s = text if isinstance(text, str) else str(text)
     s = s.replace("\r\n", "\n").replace("\r", "\n")
     return _UNSAFE.sub("", s)
+
+
+def read_tail(path: Path, limit: int = 4000) -> str:
+    """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
+    try:
+        fd = os.open(path, OPEN_FLAGS)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return clean_text(data.decode("utf-8", errors="replace"))

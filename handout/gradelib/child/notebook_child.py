@@ -71,7 +71,7 @@ WALL_SLACK_S = 2.0
 
 
 def _on_timer(signum, frame):
-    raise GradingTimeout(signum == signal.SIGALRM)
+    raise GradingTimeout(signum == getattr(signal, "SIGALRM", None))
 
 
 class GradingTimeout(BaseException):
@@ -99,16 +99,49 @@ class time_limit:
         self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
 
     def __enter__(self):
+        if not hasattr(signal, "setitimer"):  # Windows: the wall clock only, from a thread
+            self._watch = _WallClock(self.wall_s)
+            return self
         signal.signal(signal.SIGPROF, _on_timer)
         signal.signal(signal.SIGALRM, _on_timer)
         signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
         signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, value, tb):
+        if not hasattr(signal, "setitimer"):
+            fired = self._watch.stop()
+            if fired and kind is KeyboardInterrupt:
+                raise GradingTimeout(True) from None
+            return False
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         return False
+
+
+class _WallClock:
+    """Where there are no interval timers (Windows): after `seconds`, interrupt the main thread (a
+    KeyboardInterrupt there, turned into GradingTimeout on the way out), again every 0.2 s if swallowed."""
+
+    def __init__(self, seconds: float):
+        import _thread
+        import threading
+
+        self.done, self.fired = threading.Event(), False
+
+        def watch() -> None:
+            if self.done.wait(seconds):
+                return
+            while not self.done.is_set():
+                self.fired = True
+                _thread.interrupt_main()
+                self.done.wait(0.2)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    def stop(self) -> bool:
+        self.done.set()
+        return self.fired
 
 
 def first_line(source: str) -> str:

@@ -57,8 +57,8 @@ from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
+from .handin_runs import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
 from .notebook_functions import Call, NotebookSpec
-from .runner import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"

@@ -39,10 +39,10 @@ import numpy as np
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import clean_text
+from ..safeio import clean_text, open_folder
 from ..scoring import read_array, read_meta
+from .handin_runs import NOTEBOOK_HARNESS, run_notebook
 from .lm_common import fixture_array
-from .runner import NOTEBOOK_HARNESS, run_notebook
 
 CHECKPOINT = "model.pt"
 NOTEBOOK = "03_language_model.ipynb"
@@ -226,14 +226,17 @@ def _prepare(inputs: _Inputs, scratch: Path) -> dict:
 
 def _reveal(inputs: _Inputs, scratch: Path):
     """Start revealing the hidden sets' characters beside the child; returns the function that stops it."""
-    fd = os.open(scratch / "inputs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    revealer = Revealer(scratch / "outputs", fd, {n: out for n, (_inp, out) in inputs.sets.items() if n not in inputs.given})
+    hidden_sets = {n: out for n, (_inp, out) in inputs.sets.items() if n not in inputs.given}
+    # A descriptor of the inputs folder only where there is something to reveal (hidden grading, Linux).
+    fd = open_folder(scratch / "inputs") if hidden_sets else -1
+    revealer = Revealer(scratch / "outputs", fd, hidden_sets)
     revealer.start()
 
     def finish() -> Revealer:
         revealer.stop.set()
         revealer.join()
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         return revealer
 
     return finish

@@ -25,7 +25,7 @@ from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..safeio import clean_text
 from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
-from .runner import note_cells, observed, run_notebook
+from .handin_runs import note_cells, observed, run_notebook
 
 CASE_FOLDER = "notebooks"
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).

@@ -1,10 +1,4 @@
-"""The handout's {{placeholders}}: the corpus facts it states, read from the fixtures, and how they are filled in.
-
-Notebook 3's markdown and the handout README name the corpus, its size, the
-oracle and the reference run's figures as `{{name}}`; build/handout.py and
-build/notebooks.py fill them from fixtures/lm/ (oracle.json, train.txt,
-reference_model.json), so the handout states the facts of the corpus it ships.
-"""
+"""The corpus facts the handout states (its README, notebook 3's markdown), read from fixtures/lm/: `{{name}}` placeholders."""
 
 from __future__ import annotations
 
@@ -16,8 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 
 
-class PlaceholderError(ValueError):
-    """A {{name}} the build does not know; the message names the file."""
+class MarkerError(ValueError):
+    """A solution marker or a placeholder that cannot be used; the message names the file."""
 
 
 PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
@@ -90,7 +84,7 @@ def fill_facts(text: str, facts: dict[str, str], where: str, json_string: bool =
     """Replace every {{name}} in text; an unknown name is an error naming the file."""
     unknown = sorted({m for m in PLACEHOLDER.findall(text) if m not in facts})
     if unknown:
-        raise PlaceholderError(f"{where}: unknown placeholder(s) {unknown}; known: {sorted(facts)}")
+        raise MarkerError(f"{where}: unknown placeholder(s) {unknown}; known: {sorted(facts)}")
     # Inside a notebook's JSON a value must be a valid string body.
     return PLACEHOLDER.sub(lambda m: json.dumps(facts[m.group(1)], ensure_ascii=False)[1:-1] if json_string
                            else facts[m.group(1)], text)

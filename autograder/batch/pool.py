@@ -1,0 +1,270 @@
+"""The worker pool of a batch run: one grader process per submission, restarted when it dies, stopped at its deadline.
+
+Each submission is graded by a worker process of its own (worker.py), at most
+--jobs at a time, so one handin's crash, hang or memory blow-up ends its own
+worker only. A worker that dies is started again up to --retries times; after
+that, or when it runs past its deadline, the submission is recorded as graded
+0 with a message saying why -- it is never lost and never retried forever.
+Whatever happened to a worker, its sandboxed processes, run cgroups and
+scratch files are removed when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gradelib import rubric as rubric_mod
+from gradelib import safeio, sandbox
+from gradelib.problems import GRADERS
+from gradelib.results import SubmissionResult
+from gradelib.safeio import clean_text
+from gradelib.sandbox import cgroups, kernel, processes, slots
+from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
+from gradelib.scoring import all_zero
+
+from . import regrade
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.05
+TERM_GRACE_S = 5.0
+SCRATCH_PREFIX = "autograder-scratch-"
+
+
+def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
+    problems = rubric_mod.load(rubric)
+    return [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
+
+
+def ungraded_result(name: str, only: list[str] | None, message: str, rubric: Path | None = None) -> SubmissionResult:
+    """Every test 0 with `message`: what a submission gets when the grader could not finish it."""
+    vis = ("public", "hidden")
+    selected = selected_problems(only, rubric)
+    result = SubmissionResult(
+        submission=name,
+        problems=tuple(p.id for p in selected),
+        max_points={p.id: sum(p.share(g, v) for g in p.groups for v in vis if v in g.visibilities) for p in selected},
+        notes=[message],
+    )
+    for p in selected:
+        result.tests += all_zero(p, vis, message)
+    return result
+
+
+@dataclass
+class Job:
+    path: Path
+    name: str
+    only: list[str] | None = None  # problems to grade (None: all)
+    merge: bool = False  # replace only those problems' tests in the results already there
+    reasons: dict[str, str] = field(default_factory=dict)  # problem -> why it is regraded
+    attempts: int = 0
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    scratch: Path | None = None
+
+
+class Batch:
+    """Runs worker processes for a list of jobs; see the module docstring."""
+
+    def __init__(self, args: argparse.Namespace, jobs: list[Job], deadline_s: float):
+        self.args = args
+        self.queue: deque[Job] = deque(jobs)
+        self.active: list[Job] = []
+        self.deadline_s = deadline_s
+        self.stop_signal: int | None = None
+        self.graded = 0
+        self.failed: list[str] = []
+        self.logs = args.out / ".logs"
+        # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
+        sweep_scratch()
+        cgroups.sweep()  # and the run cgroups of graders that were killed before this batch
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        self.scratch.chmod(0o711)  # a fallback child, as a sandbox uid, must traverse it to its own folder
+
+    def _preexec(self) -> None:  # in the worker, between fork and exec
+        import resource
+
+        cap = self.args.worker_memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        # The worker ends when this process does, however this process ends.
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    def _start(self, job: Job) -> None:
+        job.attempts += 1
+        job.scratch = Path(tempfile.mkdtemp(prefix=f"{job.name[:40]}-", dir=self.scratch))
+        job.scratch.chmod(0o711)  # a fallback child running as `nobody` must traverse it
+        # Every value as --option=value and the path after `--`: no submission's name or path reads as an option.
+        argv = [
+            sys.executable, "-m", "autograder.batch.worker",
+            f"--name={job.name}", f"--out={self.args.out.resolve()}",
+            f"--timeout={self.args.timeout}", f"--memory-mb={self.args.memory_mb}",
+            f"--isolation={self.args.isolation}", f"--scratch-root={job.scratch}",
+            f"--case-root={self.args.fixtures.resolve()}",
+        ]
+        if self.args.rubric:
+            argv.append(f"--rubric={self.args.rubric.resolve()}")
+        if job.only:
+            argv += [f"--only={p}" for p in job.only]
+        if job.merge:
+            argv.append("--merge")
+        argv += ["--", str(job.path.resolve())]
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{job.name}.log", "ab") as log:
+            log.write(f"--- attempt {job.attempts}\n".encode())
+            log.flush()
+            job.proc = subprocess.Popen(
+                argv, cwd=PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=self._preexec,
+            )
+        job.started = time.monotonic()
+        self.active.append(job)
+
+    def _log_tail(self, job: Job) -> str:
+        text = clean_text(safeio.read_tail(self.logs / f"{job.name}.log", 600)).strip().splitlines()
+        return "\n".join(f"    {line}" for line in text[-5:])
+
+    def _record_failure(self, job: Job, why: str) -> None:
+        message = (
+            f"This submission could not be graded: the grader's own process {why}. It was recorded as 0 so that "
+            f"nothing is lost; please tell the course staff, who can regrade it with --force."
+        )
+        tail = self._log_tail(job)
+        result = ungraded_result(job.name, job.only, message + (f"\n  last output:\n{tail}" if tail else ""), self.args.rubric)
+        problems = rubric_mod.load(self.args.rubric)
+        records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
+        regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)
+        self.failed.append(job.name)
+
+    def _finished(self, job: Job, returncode: int | None, bar) -> None:
+        self.active.remove(job)
+        self._clean(job)
+        if self.stop_signal is not None:
+            return
+        if returncode == 0 and (self.args.out / job.name / "results.json").is_file():
+            self.graded += 1
+            bar.update(1)
+            return
+        if returncode is None:
+            self._record_failure(job, f"ran past the {self.deadline_s:.0f} s limit for one submission")
+        elif job.attempts <= self.args.retries:
+            self.queue.appendleft(job)
+            return
+        else:
+            self._record_failure(job, f"{_describe_exit(returncode)} on each of {job.attempts} attempts")
+        bar.update(1)
+
+    def _kill(self, job: Job, sig: int) -> None:
+        try:
+            os.killpg(job.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _clean(self, job: Job) -> None:
+        """Nothing of a worker that ended, however it ended, stays: its sandboxed processes, then its files."""
+        workers = {j.proc.pid for j in self.active}
+        self._reap_orphans(self._before, workers)
+        slots.sweep_free()
+        cgroups.sweep()
+        if job.scratch is not None:
+            remove_scratch(job.scratch)
+            job.scratch = None
+
+    def _reap_orphans(self, before: set[int], workers: set[int] | None = None) -> None:
+        # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
+        workers = {j.proc.pid for j in self.active} if workers is None else workers
+        for pid in kernel.children_of(os.getpid()) - before - workers:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+    def run(self, bar) -> None:
+        processes.become_subreaper()
+        before = self._before = kernel.children_of(os.getpid())
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while (self.queue or self.active) and self.stop_signal is None:
+                while self.queue and len(self.active) < max(1, self.args.jobs) and self.stop_signal is None:
+                    self._start(self.queue.popleft())
+                time.sleep(POLL_S)
+                ended = False
+                for job in list(self.active):
+                    rc = job.proc.poll()
+                    if rc is None and time.monotonic() - job.started > self.deadline_s:
+                        self._kill(job, signal.SIGTERM)
+                        try:
+                            job.proc.wait(TERM_GRACE_S)
+                        except subprocess.TimeoutExpired:
+                            self._kill(job, signal.SIGKILL)
+                            job.proc.wait()
+                        self._finished(job, None, bar)
+                        ended = True
+                    elif rc is not None:
+                        self._finished(job, rc, bar)
+                        ended = True
+                if ended:
+                    self._reap_orphans(before)
+        finally:
+            for job in self.active:
+                self._kill(job, signal.SIGTERM)
+            limit = time.monotonic() + TERM_GRACE_S
+            for job in self.active:
+                try:
+                    job.proc.wait(max(0.0, limit - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self._kill(job, signal.SIGKILL)
+                    job.proc.wait()
+            for job in self.active:
+                self._clean(job)
+            self.active.clear()
+            self._reap_orphans(before)
+            slots.sweep_free()
+            cgroups.sweep()
+            remove_scratch(self.scratch)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.stop_signal = signum
+
+
+def remove_scratch(folder: Path) -> None:
+    """Remove a scratch folder with the capped tmpfs mounts a worker made in it."""
+    sandbox.uncap_folder(folder)
+    sandbox.remove_tree(folder)
+
+
+def sweep_scratch() -> int:
+    """Remove the scratch folders of batches that were killed (SIGKILL skips their cleanup); how many."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        owner = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
+        if (owner.isdigit() and not kernel.process_alive(int(owner)) and not folder.is_symlink() and folder.is_dir()
+                and folder.stat().st_uid == os.geteuid()):
+            remove_scratch(folder)
+            removed += 1
+    return removed
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"

@@ -1,0 +1,318 @@
+"""One confined template process per submission, forked once per run (the grader's side of the fork server).
+
+`runner.run` starts a fresh interpreter for every run, and each imports torch
+again (over a second). Within `session(root, limits)` the runs whose folders
+lie under `root` are forked instead from a template that was started once,
+confined like any child (same namespaces, uid, Landlock, rlimits, cgroups),
+and imported numpy and torch (and matplotlib for a submission with notebooks).
+The template runs no line of the submission. A forked run gets its own pipes,
+folder, environment, session and rlimits; when it ends, the template kills
+everything it left (it is their subreaper) and says how it ended (boot.py's
+side). A run that passes its deadline is killed from here; a template that
+dies or stops answering is replaced at the next run. Only runs of one
+submission share a template, so whatever a run does to it costs that
+submission's own runs, never another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from . import cgroups, fallback, launch, leftovers
+from .kernel import children_of, is_linux, kill_tree, kill_until_gone
+from .levels import isolation_level
+from .limits import LOG_CAP, ChildRun, Limits, child_env
+from .memory import MemoryWatch
+from .namespaces import SCRATCH_INSIDE
+from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
+from .streams import Tail, drain, new_sinks, over_cap, pump, stream_fields, watch
+
+PRELOAD = ("numpy", "torch")  # imported once by the template, never by a run
+PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
+TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
+TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
+TEMPLATE_ENV = "GRADELIB_TEMPLATE"  # "off": no template, a fresh interpreter per run
+TEMPLATE_CPU_S = 3600  # the template's own CPU limit; each run sets its own below it
+
+
+class Session:
+    """The template of one submission, started at its first run."""
+
+    def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
+        self.root = Path(root).resolve()
+        self.limits = limits
+        self.preload = tuple(preload)
+        self.level = isolation_level()
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.pid = 0  # the template's pid as this process sees it
+        self.started: launch.Launch | None = None
+        self.isolation: list[str] = []
+        self.broken = ""  # why no template could be started ('' while none was tried or it works)
+        self.before: set[int] = set()
+
+    def compatible(self, workdir: Path, limits: Limits) -> bool:
+        if self.broken:
+            return False
+        if replace(limits, timeout_s=self.limits.timeout_s) != self.limits:  # every limit but the run's own time
+            return False
+        try:
+            Path(workdir).resolve().relative_to(self.root)
+        except ValueError:
+            return False
+        return True
+
+    # -------------------------------------------------------------- the template
+    def _start(self) -> bool:
+        become_subreaper()
+        self.before = children_of(os.getpid())
+        (self.root / "tmp").mkdir(exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        # At the namespaces level /dev/shm and System V IPC are the submission's own: the template empties them after each run.
+        config = {"control_fd": theirs.fileno(), "preload": list(self.preload), "private_ipc": self.level == "namespaces",
+                  # As a sandbox uid of its own (not the user's, at the portable level), the template ends a run's
+                  # processes with kill(-1): at the fallback it may not list /proc.
+                  "own_uid": self.level == "namespaces" or (self.level == "fallback" and os.geteuid() == 0)}
+        # The template counts as one process of the run's uid and cgroup.
+        limits = replace(self.limits, timeout_s=TEMPLATE_CPU_S, processes=self.limits.processes + 1)
+        try:
+            self.started = launch.prepare(self.level, [], self.root, limits, rep_w, None, config)
+            if self.level == "namespaces":
+                os.chown(self.root, os.getuid(), os.getgid())  # the submission's folder stays the grader's
+            self.started.env["MPLCONFIGDIR"] = self.started.env["TMPDIR"]
+            self.isolation = [*self.started.isolation, "template process (forked per run)"]
+            self.proc = subprocess.Popen(
+                self.started.cmd, cwd=self.root, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                env=self.started.env, start_new_session=True, preexec_fn=self.started.preexec, close_fds=True,
+                pass_fds=(rep_w, theirs.fileno()),
+            )
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            self.broken = f"the template process could not start: {exc}"
+            self._stop()
+            return False
+        finally:
+            theirs.close()
+            for fd in (rep_w, out_w, rep_r):
+                os.close(fd)
+        self.sock = ours
+        register(self.proc.pid, self.started.uid, self.started.groups, self.started.token)
+        reply, creds = self._receive(TEMPLATE_START_S)
+        tail = Tail(4000)
+        try:
+            os.set_blocking(out_r, False)
+            tail.add(os.read(out_r, 4000))
+        except OSError:
+            pass
+        os.close(out_r)
+        if not reply or not reply.get("ready"):
+            said = tail.text().strip()
+            self.broken = "the template process did not start" + (f": {said[-300:]}" if said else "")
+            self._stop()
+            return False
+        self.pid = creds[0] if creds else self.proc.pid
+        return True
+
+    def _receive(self, wait_s: float) -> tuple[dict | None, tuple[int, int, int] | None]:
+        """The template's next reply (and the sender's pid, uid, gid as the kernel vouches), or None."""
+        sock = self.sock
+        if sock is None:
+            return None, None
+        ready = selectors.DefaultSelector()
+        ready.register(sock, selectors.EVENT_READ)
+        try:
+            if not ready.select(wait_s):
+                return None, None
+            data, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+        except OSError:
+            return None, None
+        finally:
+            ready.close()
+        creds = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
+                creds = struct.unpack("iII", payload[:12])
+        try:
+            return (json.loads(data) if data else None), creds
+        except ValueError:
+            return None, creds
+
+    def _stop(self) -> int:
+        """End the template and everything of the submission; the number of processes killed."""
+        killed = 0
+        started = self.started
+        if self.proc is not None:
+            unregister(self.proc.pid)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            killed += cgroups.kill(started.groups if started else [])
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            killed += kill_new_children(self.before)
+        if started is not None and started.slot is not None:
+            killed += kill_tokened(started.slot.uid, started.slot.token)
+            if self.level == "fallback":
+                leftovers.clear_owned(started.slot.uid)
+        launch.release(started)
+        if self.sock is not None:
+            self.sock.close()
+        self.proc, self.sock, self.started, self.pid = None, None, None, 0
+        return killed
+
+    def close(self) -> None:
+        self._stop()
+
+    def _kill_run(self) -> int:
+        """Kill every process below the template (the run's), however it tried to get away."""
+        killed = kill_tree(lambda: children_of(self.pid), 5.0)
+        killed += kill_until_gone(lambda: children_of(self.pid), 5.0, 0.01, reap=False)
+        if self.level != "namespaces":
+            killed += kill_new_children(self.before | {self.proc.pid})  # orphans that came to us
+        return killed
+
+    # -------------------------------------------------------------- one run
+    def _prepare_folder(self, workdir: Path) -> str:
+        """Give the run's folder to the run's user; its path as the run sees it."""
+        (workdir / "tmp").mkdir(exist_ok=True)
+        slot = self.started.slot
+        if self.level == "namespaces":
+            os.chown(workdir, slot.uid, slot.uid)
+            os.chown(workdir / "tmp", slot.uid, slot.uid)
+            return f"{SCRATCH_INSIDE}/{workdir.relative_to(self.root)}"
+        if slot is not None:
+            fallback.give_to(workdir, slot.uid)
+        return str(workdir)
+
+    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
+        """The run, forked from the template; None when no template works here (run it the usual way)."""
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self._stop()
+            if not self._start():
+                return None
+        workdir = Path(workdir).resolve()
+        inside = self._prepare_folder(workdir)
+        slot = self.started.slot
+        env = child_env(inside, f"{inside}/tmp", {**(env_extra or {}), **(slot.env if slot else {})})
+        cpu_s = int(limits.timeout_s) + 5
+        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s}}
+        out_r, out_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        start = time.monotonic()
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, rep_w])
+        except OSError:
+            for fd in (out_r, out_w, rep_r, rep_w):
+                os.close(fd)
+            self._stop()
+            return None
+        finally:
+            for fd in (out_w, rep_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        log, events = new_sinks(LOG_CAP)
+        sel = watch(log, events, out_r, rep_r)
+        sel.register(self.sock, selectors.EVENT_READ, "template")
+        memory = MemoryWatch(limits.memory_mb, self.started.groups, lambda: children_of(self.pid))
+        reply, timed_out, flooded, gone = self._wait_for_reply(sel, start + limits.timeout_s, log, events, limits,
+                                                               memory)
+        sel.unregister(self.sock)
+        killed = 0
+        if reply is None:
+            killed += self._kill_run()
+            if (timed_out or flooded or memory.stopped) and not gone:  # killed from here: the template now reaps it and answers
+                while reply is None:
+                    message, _creds = self._receive(TEMPLATE_REPLY_S)
+                    if message is None:
+                        break
+                    if "returncode" in message:
+                        reply = message
+            if reply is None:
+                killed += self._stop()  # the next run starts a fresh template
+        wall = time.monotonic() - start
+        returncode = reply.get("returncode") if reply else None
+        said = reply.get("killed") if reply else 0
+        killed += said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
+        if reply is None and not timed_out:
+            returncode = -signal.SIGKILL  # the template went, and the run with it
+        drain(sel)
+        for fd in (out_r, rep_r):
+            os.close(fd)
+        if self.level == "fallback" and slot is not None:
+            leftovers.clear_owned(slot.uid)
+        return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
+                        [*self.isolation, memory.label()], killed, self.level, **stream_fields(events, limits, flooded),
+                        **memory.finish())
+
+    def _wait_for_reply(self, sel, deadline: float, log, events, limits: Limits, memory: MemoryWatch):
+        """Pump the run's pipes until the template says how the run ended, the deadline passes, the run
+        prints past its cap or holds more memory than its limit, or the template goes:
+        (reply, timed_out, flooded, gone)."""
+        timed_out, flooded, reply, gone = False, False, None, False
+        quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
+        while reply is None and not gone:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if len(sel.get_map()) == 1:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > TEMPLATE_REPLY_S:
+                    break  # a template that was stopped or is stuck: replaced below
+            if pump(sel, min(left, 0.05)):  # the template said something, or its socket closed
+                message, _creds = self._receive(0)
+                if message is None:
+                    gone = True  # the template died (or was killed by the run)
+                elif "returncode" in message:
+                    reply = message
+            if over_cap(log, events, limits):
+                flooded = True
+                break
+            if memory.over():
+                break
+        return reply, timed_out, flooded, gone
+
+
+_session: Session | None = None
+
+
+def current() -> Session | None:
+    """The session runs are forked from now, if any."""
+    return _session
+
+
+@contextlib.contextmanager
+def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
+    """Runs under `root` with these limits are forked from one template process (see Session) that
+    imported the modules `preload` names."""
+    global _session
+    # Off Linux no template: fork() after importing torch is not safe on macOS, and Windows has none.
+    if os.environ.get(TEMPLATE_ENV, "") == "off" or not is_linux():  # (the benchmarks compare both on Linux)
+        yield None
+        return
+    outer, _session = _session, Session(root, limits, preload)
+    try:
+        yield _session
+    finally:
+        _session.close()
+        _session = outer
+
+

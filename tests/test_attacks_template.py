@@ -1,0 +1,124 @@
+"""Attacks on the per-submission template process (gradelib/sandbox/template.py): runs of one submission
+are forked from one template, so a run may kill or stop the template, leave a daemon behind for the next
+run, or leave files in /dev/shm and System V segments for it.
+
+What must hold: what one run does to the template, or leaves behind, costs that run only: the next
+problem of the same submission is graded in full, by a fresh template where needed, sees nothing of the
+earlier run, and nothing outlives the grading.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradelib import rubric
+
+from attack_tools import attack_source, descendants, needs_namespaces, notebook_with_first_cell, processes_named
+from support import SOLUTIONS, grade_files
+
+# Each prepended to the reference attention.py; heartbeat_cell.py, the first cell of notebook 1, runs next.
+TEMPLATE_ATTACKS = ("daemon_into_next_run", "kill_template", "stop_template")
+
+
+@pytest.mark.parametrize("attack", sorted(TEMPLATE_ATTACKS))
+def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
+    marker = "zt" + uuid.uuid4().hex[:10]
+    losses = rubric.load()["losses"]
+    files = {
+        "attention.py": attack_source(attack, MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+        "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("heartbeat_cell", MARKER=marker)),
+    }
+    (tmp_path / "attack").mkdir()
+    (tmp_path / "honest").mkdir()
+    before = set(descendants(os.getpid()))  # what other tests left running is not this test's
+    start = time.monotonic()
+    attacked = grade_files(tmp_path / "attack", files, only=["attention", "losses"], timeout_s=30)
+    wall = time.monotonic() - start
+    # The next problem of the same submission is graded in full (a fresh template where the old one went) ...
+    assert attacked.score >= losses.points, (attack, [(t.name, t.score, t.output[:200]) for t in attacked.tests])
+    # ... with no heartbeat from the first run's daemon: it died with that run.
+    said = "\n".join([*attacked.notes, *(t.output for t in attacked.tests)])
+    assert "heartbeat alive" not in said, said
+    if attack == "daemon_into_next_run" and attacked.isolation != "namespaces":
+        assert "heartbeat stopped" in said, said  # the daemon ran, and was gone before the next run began
+    elif attack == "daemon_into_next_run":  # its heartbeat file went with the submission's emptied /dev/shm too
+        assert "heartbeat" not in said, said
+    Path(f"/dev/shm/hb-{marker}").unlink(missing_ok=True)  # the host's /dev/shm at the fallback level
+    assert wall < 60, wall
+    # Nothing of the attack outlives the grading, and an honest handin graded next is untouched.
+    assert processes_named(marker) == [] and set(descendants(os.getpid())) - before == set()
+    honest = grade_files(tmp_path / "honest", {"attention.py": SOLUTIONS.joinpath("attention.py").read_text()},
+                         only=["attention"], timeout_s=30)
+    assert honest.score == rubric.load()["attention"].points
+    assert processes_named(marker) == []
+
+
+@needs_namespaces
+def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submission(tmp_path):
+    """At the namespaces level a submission's runs share its sandbox's /dev/shm and IPC namespace: the
+    template empties both after each run, so what one problem's run leaves never reaches the next."""
+    marker = "zs" + uuid.uuid4().hex[:10]
+    files = {"attention.py": attack_source("shm_left", MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
+             "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("shm_seen_cell", MARKER=marker))}
+    result = grade_files(tmp_path, files, only=["attention", "losses"], timeout_s=30)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "shared memory seen: files=[] segments=0" in said, said
+    assert result.score == rubric.load()["attention"].points + rubric.load()["losses"].points
+
+
+# Two runs in one session, at a level: what each says of how it ran (its isolation lines, its output).
+SESSION_RUNS = r"""
+import json, os, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from gradelib import sandbox
+root = Path(tempfile.mkdtemp(prefix="session-"))
+os.chmod(root, 0o711)
+limits = sandbox.Limits(timeout_s=60, isolation="portable")
+said = []
+with sandbox.session(root, limits):
+    for i in range(2):
+        work = root / f"run{{i}}"
+        work.mkdir()
+        (work / "harness.py").write_text("import os, torch\nprint('pid', os.getpid(), 'uid', os.getuid())\n")
+        done = sandbox.run(["harness.py"], work, limits)
+        said.append({{"isolation": done.isolation, "returncode": done.returncode, "log": done.log_tail}})
+print("RUNS" + json.dumps({{"level": sandbox.isolation_level(), "runs": said}}))
+"""
+
+
+@pytest.mark.parametrize("level", ["machine", "fallback", "portable"])
+def test_the_runs_of_a_session_are_forked_from_its_template(level):
+    """A template that cannot start costs only speed (each run then starts a fresh interpreter), so nothing
+    else would notice it failing: each Linux level must start it, and fork both runs from it."""
+    import json
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    cmd = [sys.executable, "-c", SESSION_RUNS.format(repo=str(REPO))]
+    env = {**os.environ}
+    if level == "portable":
+        env["GRADELIB_SANDBOX"] = "portable"
+    if level == "fallback":
+        from container import available, docker_default
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+        with docker_default(cmd) as wrapped:
+            proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=300)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RUNS")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    found = json.loads(line[4:])
+    assert level == "machine" or found["level"] == level, found["level"]
+    for run in found["runs"]:
+        assert run["returncode"] == 0 and "pid" in run["log"], run
+        assert "template process (forked per run)" in run["isolation"], run
