@@ -32,6 +32,8 @@ class Observed:
     type_name: str | None = None
     array: np.ndarray | None = None
     note: str = ""
+    # Why the quantity could not be checked on this case (an earlier stage of the computation raised).
+    unchecked: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class Check:
     message: str
     max_abs_error: float | None = None
     ratio: float | None = None  # got / expected when a constant factor is all that is wrong
+    dtype: str = ""  # of the expected values, once the values stage was reached
+    # A float64 quantity whose values are wrong only at float32 precision (see FLOAT32_LEVEL).
+    float32_level: bool = False
 
 
 def _fmt_index(index: tuple[int, ...]) -> str:
@@ -58,6 +63,24 @@ def constant_ratio(got: np.ndarray, expected: np.ndarray, rtol: float = 1e-4) ->
     if abs(ratio - 1.0) < 1e-3 or not np.allclose(r, ratio, rtol=rtol, atol=0):
         return None
     return ratio
+
+
+# An error this small, relative to the expected values (and atol to their scale), is what float32
+# arithmetic leaves behind: about a hundred float32 epsilons (1.2e-7) at most.
+FLOAT32_LEVEL = {"rtol": 1e-5, "atol": 1e-6}
+# Where a float32 value entered a float64 computation: said when every entry is within FLOAT32_LEVEL.
+FLOAT32_CAUSE = ("a float32 value entered this float64 computation (a constant made with torch.tensor(...).float() "
+                 "or np.float32, a helper that computes in float32): keep every tensor and constant in the inputs' "
+                 "dtype, or use Python numbers")
+
+
+def pair(got: float, expected: float) -> tuple[str, str]:
+    """The two numbers with as many significant digits as it takes to tell them apart (6 at least, 17 at most)."""
+    for digits in range(6, 18):
+        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            return a, b
+    return a, b
 
 
 def _fmt_shape(shape: tuple[int, ...]) -> str:
@@ -81,6 +104,19 @@ def check(
     fair for quantities whose entries cancel (a sum of large terms near 0).
     """
     tail = f" Hint: {hint}" if hint else ""
+    if got.unchecked:
+        return Check(name, False, "unchecked", f"not checked: {got.unchecked}")
+    early = _form(name, got, expected, expected_type, tail)
+    if early is not None:
+        return early
+    arr = got.array
+    if arr.size == 0:
+        return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0)
+    return _values(name, arr, expected, rtol, atol, tail)
+
+
+def _form(name: str, got: Observed, expected: np.ndarray, expected_type: str, tail: str) -> Check | None:
+    """The first of the present, type, shape and dtype stages that fails, or None when all pass."""
     if not got.present:
         why = f" ({got.note})" if got.note else ""
         return Check(name, False, "present", f"'{name}' was not produced{why}.{tail}")
@@ -89,70 +125,80 @@ def check(
                                           f"{f' ({got.note})' if got.note else ''}.{tail}")
     if got.type_name != expected_type or got.array is None:
         note = f" ({got.note})" if got.note else ""
-        return Check(
-            name,
-            False,
-            "type",
-            f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}",
-        )
+        return Check(name, False, "type",
+                     f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}")
     arr = got.array
     if arr.shape != expected.shape:
-        return Check(
-            name,
-            False,
-            "shape",
-            f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
-            f"expected {_fmt_shape(expected.shape)}.{tail}",
-        )
+        return Check(name, False, "shape", f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
+                                           f"expected {_fmt_shape(expected.shape)}.{tail}")
     if arr.dtype != expected.dtype:
-        return Check(
-            name,
-            False,
-            "dtype",
-            f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
-            f"(outputs keep the dtype of the inputs).{tail}",
-        )
-    if arr.size == 0:
-        return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0)
+        return Check(name, False, "dtype", f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
+                                           f"(outputs keep the dtype of the inputs).{tail}")
+    return None
+
+
+def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:
+    """The values stage: NaN or infinite entries first, then each entry against its tolerance; booleans and
+    integers (masks, ids) are right or wrong, entry by entry."""
+    dtype = str(expected.dtype)
+    if expected.dtype.kind in "biu":
+        return _exact_values(name, arr, expected, tail)
     got64 = arr.astype(np.float64)
     exp64 = expected.astype(np.float64)
     finite = np.isfinite(got64)
     if not finite.all():
-        bad = np.argwhere(~finite)
-        first = tuple(bad[0])
+        first = tuple(np.argwhere(~finite)[0])
         kinds = []
         if np.isnan(got64).any():
             kinds.append(f"{int(np.isnan(got64).sum())} NaN")
         if np.isinf(got64).any():
             kinds.append(f"{int(np.isinf(got64).sum())} inf")
-        return Check(
-            name,
-            False,
-            "values",
-            f"'{name}' has {' and '.join(kinds)} entries of {arr.size}, first at index "
-            f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}",
-            float("inf"),
-        )
+        return Check(name, False, "values", f"'{name}' has {' and '.join(kinds)} entries of {arr.size}, first at index "
+                                            f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}", float("inf"),
+                     dtype=dtype)
     err = np.abs(got64 - exp64)
     scale = max(1.0, float(np.abs(exp64).max()))
     allowed = atol * scale + rtol * np.abs(exp64)
     outside = err > allowed
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape))
     max_err = float(err[worst])
-    if outside.any():
-        rel = max_err / max(abs(float(exp64[worst])), 1e-300)
-        # A factor means something for real numbers only: ids, counts and masks are right or wrong.
-        # float32 entries that cancel (a saturated softmax's gradients) keep fewer correct digits.
-        ratio = constant_ratio(got64, exp64, 1e-3 if arr.dtype == np.float32 else 1e-4) if expected.dtype.kind == "f" else None
-        factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
-        return Check(
-            name,
-            False,
-            "values",
-            f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
-            f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
-            f"got {got64[worst]:.6g}, expected {exp64[worst]:.6g} (rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
-            max_err,
-            ratio=ratio,
-        )
-    return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err)
+    if not outside.any():
+        return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err, dtype=dtype)
+    rel = max_err / max(abs(float(exp64[worst])), 1e-300)
+    # A factor means something for real numbers only: ids, counts and masks are right or wrong.
+    # float32 entries that cancel (a saturated softmax's gradients) keep fewer correct digits.
+    ratio = constant_ratio(got64, exp64, 1e-3 if arr.dtype == np.float32 else 1e-4)
+    factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
+    float32_level = expected.dtype == np.float64 and ratio is None and bool(
+        np.all(err <= FLOAT32_LEVEL["atol"] * scale + FLOAT32_LEVEL["rtol"] * np.abs(exp64)))
+    shown_got, shown_expected = pair(float(got64[worst]), float(exp64[worst]))
+    return Check(
+        name,
+        False,
+        "values",
+        f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries outside tolerance; "
+        f"max abs error {max_err:.3g} (relative {rel:.3g}) at index {_fmt_index(worst)}: "
+        f"got {shown_got}, expected {shown_expected} (rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
+        max_err,
+        ratio=ratio,
+        dtype=dtype,
+        float32_level=float32_level,
+    )
+
+
+def _exact_values(name: str, arr: np.ndarray, expected: np.ndarray, tail: str) -> Check:
+    """Booleans and integers: how many entries differ and the first one, no error sizes."""
+    got = arr.astype(expected.dtype) if arr.dtype.kind in "biu" else arr
+    same = got == expected
+    if np.all(same):
+        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=str(expected.dtype))
+    wrong = np.argwhere(~same)
+    first = tuple(int(i) for i in wrong[0])
+
+    def shown(value) -> str:
+        return str(bool(value)) if expected.dtype.kind == "b" else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return Check(name, False, "values",
+                 f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first at index "
+                 f"{_fmt_index(first)}: got {shown(arr[first].item())}, expected {shown(expected[first].item())}.{tail}",
+                 float(len(wrong)), dtype=str(expected.dtype))

@@ -20,11 +20,11 @@ from typing import Callable
 from . import rubric as rubric_mod
 from . import sandbox
 from .context import GradeContext
+from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
-from .manifest import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .problems import GRADERS, RUNS
-from .problems.notebook_functions import SKIP_TAGS
+from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
 from .sandbox import Limits, isolation_level

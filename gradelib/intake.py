@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterator
 
+from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES
+
 MAX_MEMBERS = 64
-MAX_TOTAL_BYTES = 200 * 1024 * 1024
-MAX_FILE_BYTES = 100 * 1024 * 1024
 MAX_ZIP_INDEX_BYTES = 1024 * 1024  # a zip's central directory: 64 entries take a few KB
 NAME_MAX_BYTES = 255  # longest file name Linux file systems take
 CHUNK = 1024 * 1024
@@ -177,8 +177,6 @@ def _is_archive_name(name: str) -> bool:
 
 def _folder_shape(folder: Path, entries: list[Path]) -> tuple[str, Path]:
     """('files', folder), ('archive', the one archive) or ('subfolder', the one subfolder)."""
-    from .manifest import HANDIN_FILES  # manifest imports this module's limits
-
     names = {p.name for p in entries}
     if names & set(HANDIN_FILES):
         return "files", folder

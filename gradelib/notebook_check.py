@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from .compare import Observed
+from .problems import lm_functions, losses, masks, notebook_functions
+from .problems.handin_runs import SKIP_TAGS
 from .rubric import Problem, load
 from .safeio import clean_text
 from .scoring import group_results, load_cases
@@ -129,8 +131,6 @@ def placeholder(obj) -> bool:
 def skipped_only(notebook: Path) -> dict[str, str]:
     """Names that only cells tagged skip-grading bind in the saved notebook -> where (as the grader
     words it), read from the file: the grader never runs those cells, the kernel has."""
-    from .problems.notebook_functions import SKIP_TAGS
-
     base = harness("notebook_child")
     try:
         cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
@@ -182,8 +182,6 @@ def _as_the_grader_runs_it(objects, skipped: dict[str, str]):
 
 
 def _spec(problem_id: str):
-    from .problems import lm_functions, losses, masks
-
     if problem_id in ("losses", "masks"):
         return {"losses": losses.SPEC, "masks": masks.SPEC}[problem_id], "notebooks", "notebook_child"
     if problem_id in ("prediction", "generation"):
@@ -192,7 +190,9 @@ def _spec(problem_id: str):
 
 
 def line_problem(problem: Problem, line: str, quantities: set[str]) -> Problem:
-    """`problem` with only rubric line `line`, on its public cases, restricted to `quantities`."""
+    """`problem` with only rubric line `line`, on its public cases, restricted to `quantities`; an edge line keeps,
+    after it, the ordinary lines made of its quantities, which decide whether a failure it shares with them is
+    theirs (scoring.group_results)."""
     groups = [g for g in problem.groups if g.id == line]
     if not groups:
         raise ValueError(f"problem {problem.id!r} has no rubric line {line!r}")
@@ -200,20 +200,27 @@ def line_problem(problem: Problem, line: str, quantities: set[str]) -> Problem:
     kept = tuple(q for q in group.quantities if q in quantities)
     if not kept:
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
-    return replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
+    covering = [replace(g, visibilities=("public",)) for g in problem.groups
+                if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
+    return replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
 
 
 def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):
     """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
     problem = load()[problem_id]
     spec, folder, child = _spec(problem_id)
-    group_quantities = next((g.quantities for g in problem.groups if g.id == line), ())
+    group = next((g for g in problem.groups if g.id == line), None)
+    group_quantities = group.quantities if group is not None else ()
     calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & set(group_quantities)]
     sub = line_problem(problem, line, {q for c in calls for q in c.outputs})
     module = harness(child)
     base = harness("notebook_child") if child == "notebook_child" else module.notebook_child
     root = root or case_root()
     cases = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
+    # The cases the local grader grades this line on (sub holds this line alone): an ordinary line skips the edge
+    # cases other lines take; an edge line takes its own and the ordinary ones, which decide what is particular to it.
+    taken = {g.edge for g in problem.groups if g.edge}
+    cases = [c for c in cases if c.edge == sub.groups[0].edge or c.edge not in taken]
     if not cases:
         raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
@@ -260,8 +267,6 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
 
 
 def _judge(problem_id: str, sub: Problem, spec, case, observe):
-    from .problems import lm_functions, notebook_functions
-
     if problem_id in ("losses", "masks"):
         return notebook_functions.judge_case(sub, spec, case, observe, wanted=set(sub.groups[0].quantities))
     return lm_functions.judge_case(sub, case, observe)
@@ -269,6 +274,15 @@ def _judge(problem_id: str, sub: Problem, spec, case, observe):
 
 def check(problem_id: str, line: str, **namespace) -> None:
     """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case."""
+    missing = sorted(name for name, value in namespace.items() if not callable(value))
+    if missing:
+        names = ", ".join(f"`{n}`" for n in missing)
+        raise AssertionError(
+            f"{names} {'is' if len(missing) == 1 else 'are'} not defined where grader.check looked: it reads the "
+            "global names of the code that calls it. In the notebook, run the cell that defines "
+            f"{'it' if len(missing) == 1 else 'them'} first. In a plain Python session or script, define "
+            f"{'it' if len(missing) == 1 else 'them'} at the top level (not inside a function), or call "
+            "grader.check(question, global_env=globals()) with a namespace that holds them.")
     result = grade_line(problem_id, line, namespace)
     if not result.passed:
         raise AssertionError(

@@ -1,368 +1,39 @@
-"""The rubric: points, tests and thresholds per problem, read from rubric.toml.
+"""The course's rubric: gradelib/rubric.toml read and checked against the graded problems' own schemas.
 
-The file is plain data. This module is its schema: every key it accepts is
-listed below with a description and a default, and every value is checked
-(visibilities, shares, tolerances, points, the lines and quantities each
-problem can grade, and each problem's own settings, whose schema is declared
-beside the problem's code as `SCHEMA`). A file with an unknown key or a wrong
-value is refused at start-up with a message naming it, so a typo cannot
-silently change a grade.
+The schema of every key and the reader are in gradelib/rubric_schema.py; what each
+problem can grade (its SCHEMA) is declared beside its code and collected in
+gradelib/problems/ (SCHEMAS). This module puts the two together for every caller
+that reads the course's rubric (another file with --rubric), and names the
+rubric's types for them.
 """
 
 from __future__ import annotations
 
-import math
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+
+from . import rubric_schema
+from .problems import SCHEMAS
+from .rubric_schema import Group, LatePolicy, Problem, ProblemSchema, RubricError, Setting
+
+__all__ = ["RUBRIC_PATH", "Group", "LatePolicy", "Problem", "ProblemSchema", "RubricError", "Setting", "calibration",
+           "late_policy", "load"]
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.toml")
-VISIBILITIES = ("public", "hidden")
-DTYPES = ("float16", "float32", "float64")
-TOLERANCE_KEYS = ("rtol", "atol")
-
-# key -> (expected type, default, description). A default of None means required.
-PROBLEM_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "title": (str, None, "Heading shown to students above the problem's tests."),
-    "visibility_share": (
-        dict,
-        {"public": 0.5, "hidden": 0.5},
-        "Fraction of each group's points earned on public and on hidden cases: one number in [0, 1] "
-        "per visibility (public, hidden), summing to 1.",
-    ),
-    "tolerance": (
-        dict,
-        {},
-        "Per-dtype (float16, float32, float64) {rtol, atol}, both >= 0, for value comparisons: "
-        "|got - expected| <= atol * max(1, max|expected|) + rtol * |expected|.",
-    ),
-    "groups": (list, None, "The rubric lines; see GROUP_KEYS."),
-    "settings": (dict, {}, "Problem-specific numbers (thresholds, time limits); their schema is the problem's SCHEMA."),
-}
-
-GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "id": (str, None, "Stable identifier of the rubric line, unique within the problem, used in reports."),
-    "title": (str, None, "What the line checks, in words a student understands."),
-    "points": ((int, float), None, "Points for the line (> 0), split between public and hidden cases."),
-    "quantities": (list, [], "Names of the checked quantities (ones the problem computes); all must match on every case."),
-    "backward": (bool, False, "Line is about gradients: lost when backward uses autograd."),
-    "visibilities": (
-        list,
-        list(VISIBILITIES),
-        "Which case sets (public, hidden) the line is graded on; a line graded on one set earns its full points there.",
-    ),
-}
-
-# The optional [late] table: the late policy the course staff's gradebook applies to the final scores.
-LATE_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "penalty_per_day": (
-        (int, float), None,
-        "Fraction of the total (in [0, 1]) taken off per day late; a started day counts as a whole day.",
-    ),
-    "max_days": (
-        (int, float), None,
-        "Days late (>= 0) after which the score is 0: a handin more than max_days late scores 0.",
-    ),
-}
 
 
-# The optional top-level [calibration] table: which corpus the language-model thresholds were measured on.
-CALIBRATION_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "corpus": (str, "", "The corpus the thresholds were measured on, in words."),
-    "corpus_sha256": (str, "", "sha256 of the language-model data the thresholds were measured on; the course grader "
-                      "refuses to grade when it differs from its own data's."),
-    "oracle": (str, "", "The oracle that scored the generations the thresholds were measured with."),
-}
+def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
+    """Read and validate the rubric (default RUBRIC_PATH); return problems by id, in file order.
 
-
-class RubricError(ValueError):
-    """The rubric file is malformed; the message names the key and what was expected."""
-
-
-def positive(value: float) -> str | None:
-    return None if value > 0 else "must be > 0"
-
-
-def fraction(value: float) -> str | None:
-    return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One key of a problem's `settings`: its type, default (None = required), meaning, and check."""
-
-    type: type | tuple[type, ...]
-    default: Any
-    description: str
-    check: Callable[[Any], str | None] = positive
-
-
-@dataclass(frozen=True)
-class ProblemSchema:
-    """What a problem can grade, declared beside its code.
-
-    line_ids: ids of lines graded without quantities (e.g. "nll"); quantities: names a line
-    may list; settings: the keys of [problems.<id>].settings; relations: checks across
-    settings, each returning a complaint or None.
+    `schemas` (problem id -> ProblemSchema) defaults to the graded problems' own (problems.SCHEMAS).
     """
-
-    settings: dict[str, Setting] = field(default_factory=dict)
-    line_ids: frozenset[str] = frozenset()
-    quantities: frozenset[str] = frozenset()
-    relations: tuple[Callable[[dict], str | None], ...] = ()
-
-
-@dataclass(frozen=True)
-class Group:
-    id: str
-    title: str
-    points: float
-    quantities: tuple[str, ...] = ()
-    backward: bool = False
-    visibilities: tuple[str, ...] = VISIBILITIES
-
-
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    title: str
-    visibility_share: dict[str, float]
-    tolerance: dict[str, dict[str, float]]
-    groups: tuple[Group, ...]
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def points(self) -> float:
-        return sum(g.points for g in self.groups)
-
-    def share(self, group: Group, visibility: str) -> float:
-        """Points of `group` earned on the `visibility` case set."""
-        if len(group.visibilities) == 1:
-            return group.points if visibility in group.visibilities else 0.0
-        return group.points * self.visibility_share[visibility]
-
-    def max_points(self, visibilities: tuple[str, ...]) -> float:
-        """Points available on these case sets."""
-        return sum(self.share(g, v) for g in self.groups for v in visibilities if v in g.visibilities)
-
-
-@dataclass(frozen=True)
-class LatePolicy:
-    """[late]: penalty_per_day (fraction of the total per started day late), max_days (more than that: 0)."""
-
-    penalty_per_day: float
-    max_days: float
-
-    def penalty(self, days_late: int) -> float:
-        """Fraction of the total taken off for `days_late` whole days (0 on time, 1 past max_days)."""
-        if days_late <= 0:
-            return 0.0
-        if days_late > self.max_days:
-            return 1.0
-        return min(1.0, days_late * self.penalty_per_day)
-
-
-def _is(value: Any, typ: type | tuple[type, ...]) -> bool:
-    if isinstance(value, bool):
-        return typ is bool or (isinstance(typ, tuple) and bool in typ)
-    return isinstance(value, typ)
-
-
-def _type_name(typ: type | tuple[type, ...]) -> str:
-    names = [t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,))]
-    return " or ".join("number" if n in ("int", "float") else n for n in dict.fromkeys(names))
-
-
-def _check_keys(where: str, table: dict, schema: dict) -> dict:
-    unknown = sorted(set(table) - set(schema))
-    if unknown:
-        raise RubricError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(schema)}")
-    out = {}
-    for key, (typ, default, desc) in schema.items():
-        if key not in table:
-            if default is None:
-                raise RubricError(f"{where}: missing required key '{key}' ({desc})")
-            out[key] = default
-            continue
-        value = table[key]
-        if not _is(value, typ):
-            raise RubricError(f"{where}: key '{key}' must be {_type_name(typ)}, got {type(value).__name__} {value!r}")
-        out[key] = value
-    return out
-
-
-def _number(where: str, value: Any) -> float:
-    if not _is(value, (int, float)) or not math.isfinite(value):
-        raise RubricError(f"{where} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _visibility_share(where: str, share: dict) -> dict[str, float]:
-    if set(share) != set(VISIBILITIES):
-        raise RubricError(f"{where}: visibility_share must have exactly the keys {list(VISIBILITIES)}, got {sorted(share)}")
-    out = {v: _number(f"{where}: visibility_share.{v}", share[v]) for v in VISIBILITIES}
-    if any(not 0 <= x <= 1 for x in out.values()):
-        raise RubricError(f"{where}: visibility_share values must be between 0 and 1, got {share}")
-    if abs(sum(out.values()) - 1.0) > 1e-9:
-        raise RubricError(f"{where}: visibility_share must sum to 1, got {share}")
-    return out
-
-
-def _tolerance(where: str, tolerance: dict) -> dict[str, dict[str, float]]:
-    out = {}
-    for dtype, tol in tolerance.items():
-        if dtype not in DTYPES:
-            raise RubricError(f"{where}: tolerance for unknown dtype '{dtype}'; known: {list(DTYPES)}")
-        if not isinstance(tol, dict) or set(tol) != set(TOLERANCE_KEYS):
-            got = sorted(tol) if isinstance(tol, dict) else tol
-            raise RubricError(f"{where}: tolerance.{dtype} must have exactly the keys {list(TOLERANCE_KEYS)}, got {got}")
-        out[dtype] = {k: _number(f"{where}: tolerance.{dtype}.{k}", tol[k]) for k in TOLERANCE_KEYS}
-        if any(x < 0 for x in out[dtype].values()):
-            raise RubricError(f"{where}: tolerance.{dtype} values must be >= 0, got {tol}")
-    return out
-
-
-def _group(where: str, table: Any, schema: ProblemSchema | None) -> Group:
-    if not isinstance(table, dict):
-        raise RubricError(f"{where}: must be a table ([[problems.<id>.groups]]), got {table!r}")
-    spec = _check_keys(where, table, GROUP_KEYS)
-    points = _number(f"{where}: points", spec["points"])
-    if points <= 0:
-        raise RubricError(f"{where}: points must be > 0, got {spec['points']!r}")
-    vis = spec["visibilities"]
-    if not vis or any(v not in VISIBILITIES for v in vis) or len(set(vis)) != len(vis):
-        raise RubricError(f"{where}: visibilities must be a non-empty list of distinct values from {list(VISIBILITIES)}, got {vis!r}")
-    quantities = spec["quantities"]
-    if any(not isinstance(q, str) for q in quantities):
-        raise RubricError(f"{where}: quantities must be strings, got {quantities!r}")
-    if schema is not None:
-        unknown = [q for q in quantities if q not in schema.quantities]
-        if unknown:
-            raise RubricError(f"{where}: quantities {unknown} are not computed by this problem; known: {sorted(schema.quantities)}")
-        if not quantities and spec["id"] not in schema.line_ids:
-            known = sorted(schema.line_ids) or "none: every line of this problem lists quantities"
-            raise RubricError(f"{where}: line id '{spec['id']}' lists no quantities and is not a line this problem grades ({known})")
-    return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis))
-
-
-def _settings(where: str, table: dict, schema: ProblemSchema | None) -> dict[str, Any]:
-    if schema is None:
-        return dict(table)
-    unknown = sorted(set(table) - set(schema.settings))
-    if unknown:
-        raise RubricError(f"{where}: unknown setting(s) {unknown}; known settings: {sorted(schema.settings)}")
-    out = {}
-    for key, setting in schema.settings.items():
-        if key not in table:
-            if setting.default is None:
-                raise RubricError(f"{where}: missing required setting '{key}' ({setting.description})")
-            out[key] = setting.default
-            continue
-        value = table[key]
-        if not _is(value, setting.type) or (_is(value, (int, float)) and not math.isfinite(value)):
-            raise RubricError(f"{where}: setting '{key}' must be {_type_name(setting.type)}, got {value!r}")
-        complaint = setting.check(value)
-        if complaint:
-            raise RubricError(f"{where}: setting '{key}' {complaint}, got {value!r} ({setting.description})")
-        out[key] = value
-    for relation in schema.relations:
-        complaint = relation(out)
-        if complaint:
-            raise RubricError(f"{where}: settings {complaint}")
-    return out
-
-
-def _late(where: str, table: Any) -> LatePolicy:
-    if not isinstance(table, dict):
-        raise RubricError(f"{where}: must be a table ([late]) with keys {sorted(LATE_KEYS)}, got {table!r}")
-    spec = _check_keys(where, table, LATE_KEYS)
-    per_day = _number(f"{where}: penalty_per_day", spec["penalty_per_day"])
-    if not 0 <= per_day <= 1:
-        raise RubricError(f"{where}: penalty_per_day must be a fraction between 0 and 1 (0.1 = 10% per day), got {per_day!r}")
-    max_days = _number(f"{where}: max_days", spec["max_days"])
-    if max_days < 0:
-        raise RubricError(f"{where}: max_days must be >= 0 (days late after which the score is 0), got {max_days!r}")
-    return LatePolicy(per_day, max_days)
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise RubricError(f"{path}: not valid TOML: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RubricError(f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc}); expected a rubric TOML file") from None
-    unknown_top = sorted(set(data) - {"problems", "late", "calibration"})
-    if unknown_top:
-        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables, "
-                          "an optional [late] table and a [calibration] table")
-    if "late" in data:
-        _late(f"{path.name} [late]", data["late"])
-    _calibration(path, data)
-    return data
+    return rubric_schema.read(path or RUBRIC_PATH, SCHEMAS if schemas is None else schemas)
 
 
 def late_policy(path: Path | str | None = None) -> LatePolicy | None:
     """The rubric's [late] table, validated; None when the rubric has none."""
-    path = Path(path or RUBRIC_PATH)
-    data = _read(path)
-    return _late(f"{path.name} [late]", data["late"]) if "late" in data else None
-
-
-def _calibration(path: Path, data: dict) -> dict[str, str]:
-    table = data.get("calibration", {})
-    if not isinstance(table, dict):
-        raise RubricError(f"{path.name} [calibration]: must be a table")
-    return _check_keys(f"{path.name} [calibration]", table, CALIBRATION_KEYS)
+    return rubric_schema.late_policy(path or RUBRIC_PATH)
 
 
 def calibration(path: Path | str | None = None) -> dict[str, str]:
-    """The [calibration] table (corpus, corpus_sha256, oracle), each key "" when absent."""
-    path = Path(path or RUBRIC_PATH)
-    return _calibration(path, _read(path))
-
-
-def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
-    """Read and validate the rubric; return problems by id, in file order.
-
-    `schemas` (problem id -> ProblemSchema) defaults to the graded problems' own; a
-    problem id without a schema is refused.
-    """
-    if schemas is None:
-        from .problems import SCHEMAS  # the problems import this module: load it on first use
-
-        schemas = SCHEMAS
-    path = Path(path or RUBRIC_PATH)
-    data = _read(path)
-    problems: dict[str, Problem] = {}
-    for pid, table in data.get("problems", {}).items():
-        where = f"{path.name} [problems.{pid}]"
-        if pid not in schemas:
-            raise RubricError(f"{where}: unknown problem id '{pid}'; known: {sorted(schemas)}")
-        schema = schemas[pid]
-        if not isinstance(table, dict):
-            raise RubricError(f"{where}: must be a table")
-        spec = _check_keys(where, table, PROBLEM_KEYS)
-        groups = tuple(_group(f"{where} group {i + 1}", g, schema) for i, g in enumerate(spec["groups"]))
-        if not groups:
-            raise RubricError(f"{where}: no groups (rubric lines)")
-        ids = [g.id for g in groups]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise RubricError(f"{where}: line ids must be unique, repeated: {duplicates}")
-        problems[pid] = Problem(
-            id=pid,
-            title=spec["title"],
-            visibility_share=_visibility_share(where, spec["visibility_share"]),
-            tolerance=_tolerance(where, spec["tolerance"]),
-            groups=groups,
-            settings=_settings(f"{where} settings", spec["settings"], schema),
-        )
-    if not problems:
-        raise RubricError(f"{path}: no [problems.<id>] tables")
-    return problems
+    """The rubric's [calibration] table (corpus, corpus_sha256, oracle), each key "" when absent."""
+    return rubric_schema.calibration(path or RUBRIC_PATH)

@@ -1,29 +1,36 @@
 """Turn per-case checks into rubric lines, and read what a child process left.
 
 A rubric line (group) on a visibility is one test: it earns its points when
-every case of that visibility passes every quantity of the line, and its
-message lists the cases that did not, each with the first failed check.
+every case of that visibility passes every quantity of the line. Its message
+shows the first failing case in full and counts the others. A case may carry an
+edge (large scores, T = 1, ...): a line graded on that edge alone (`edge` in the
+rubric) takes those cases, every other line skips them, and the edge line loses
+its points only for a failure particular to its edge, once one of the ordinary
+lines of its quantities passes (until then every quantity must be right on its
+cases).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from . import safeio
-from .compare import Check, Observed
-from .results import TestResult
-from .rubric import Group, Problem
+from .compare import FLOAT32_CAUSE, Check, Observed
+from .results import TestResult, gist
+from .rubric_schema import Group, Problem
 from .safeio import SafeReadError, clean_text
 
 # A child's array is the value of one quantity on one small case (the largest expected
 # one holds 18 kB); a larger one is refused rather than loaded into the grader.
 MAX_ARRAY_BYTES = 64 * 1024 * 1024
 MAX_META_BYTES = 1_000_000
-MAX_FAILED_CASES_SHOWN = 3
+MAX_CASE_NAMES_SHOWN = 6
+MAX_OTHER_FAILURES_SHOWN = 2  # failures other than the first case's, each said in one line
+MAX_OTHER_MESSAGE = 300
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Case:
     description: str
     path: Path
     dtype: str = ""  # attention cases say which dtype their expected values are in
+    edge: str = ""  # the edge case it is ('' for an ordinary case), graded by the line with that `edge`
 
 
 def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None) -> list[Case]:
@@ -47,7 +55,7 @@ def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], prob
         for entry in json.loads(index.read_text()):
             if problem_id is None or entry.get("problem") == problem_id:
                 cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz",
-                                  entry.get("dtype", "")))
+                                  entry.get("dtype", ""), entry.get("edge", "")))
     return cases
 
 
@@ -67,7 +75,8 @@ class Line:
         """The test with `fraction` of the line's points, the message a student reads and the figures it scored."""
         name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
         return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output,
-                          line=self.group.id, figures=dict(figures or {}))
+                          line=self.group.id, figures=dict(figures or {}),
+                          shown=self.problem.hidden_tests if self.visibility == "hidden" else "")
 
 
 def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
@@ -84,6 +93,21 @@ class CaseOutcome:
     description: str
     checks: dict[str, Check] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    edge: str = ""
+
+    @classmethod
+    def of(cls, case: Case) -> CaseOutcome:
+        return cls(case.name, case.visibility, case.description, edge=case.edge)
+
+
+def line_cases(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis: str) -> list[CaseOutcome]:
+    """The cases of set `vis` a line is graded on: its edge's, or the ordinary ones (an edge no line of the
+    problem takes is graded as ordinary)."""
+    mine = [o for o in outcomes if o.visibility == vis]
+    if group.edge:
+        return [o for o in mine if o.edge == group.edge]
+    taken = {g.edge for g in problem.groups if g.edge}
+    return [o for o in mine if o.edge not in taken]
 
 
 def group_results(
@@ -97,60 +121,126 @@ def group_results(
     tests = []
     for line in lines(problem, visibilities):
         group, vis = line.group, line.visibility
-        cases = [o for o in outcomes if o.visibility == vis]
+        cases = line_cases(problem, group, outcomes, vis)
         if group.id in withheld:
             tests.append(line.result(0.0, withheld[group.id]))
             continue
-        failed = [(o, _first_failure(o, group)) for o in cases]
-        failed = [(o, c) for o, c in failed if c is not None]
         if not cases:
             tests.append(line.result(0.0, f"no {vis} cases were found for this line"))
-        elif not failed:
-            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
-        else:
+            continue
+        # An edge line leaves a failure the ordinary cases share to the ordinary lines only once one of those lines
+        # passes (code right on ordinary cases); until then it asks every quantity to be right on its edge.
+        vouched = group.edge and _vouched(problem, group, outcomes, vis)
+        ordinary = line_cases(problem, replace(group, edge=""), outcomes, vis) if vouched else []
+        left: set[str] = set()
+        failed = [(o, _first_failure(o, group, ordinary, left)) for o in cases]
+        failed = [(o, c) for o, c in failed if c is not None]
+        if failed:
             tests.append(line.result(0.0, _failure_text(failed, len(cases), vis)))
+        elif left:
+            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases: nothing fails there that does not "
+                                          f"fail on ordinary cases too ({', '.join(repr(q) for q in sorted(left))}: "
+                                          "graded by their own lines, not again here)"))
+        else:
+            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
     return tests
 
 
 HINT = " Hint: "  # how compare.check ends a message with its hint
 
 
+def _names(outcomes: list[CaseOutcome]) -> str:
+    shown = ", ".join(repr(o.name) for o in outcomes[:MAX_CASE_NAMES_SHOWN])
+    return shown + (f" and {len(outcomes) - MAX_CASE_NAMES_SHOWN} more" if len(outcomes) > MAX_CASE_NAMES_SHOWN else "")
+
+
 def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: str) -> str:
-    """Failed cases grouped by identical message, so one mistake reads once; a hint that every message
-    shown shares is said once, after them."""
-    by_message: dict[str, list[CaseOutcome]] = {}
-    for outcome, chk in failed:
-        by_message.setdefault(chk.message, []).append(outcome)
-    shown = list(by_message)[:MAX_FAILED_CASES_SHOWN]
-    hints = {m.partition(HINT)[2] for m in shown}
-    common = hints.pop() if len(shown) > 1 and len(hints) == 1 and "" not in hints else ""
-    if common:
-        by_message = {(m.partition(HINT)[0] if m in shown else m): o for m, o in by_message.items()}
-    lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:"]
-    for message, outcomes in list(by_message.items())[:MAX_FAILED_CASES_SHOWN]:
-        if len(outcomes) == 1:
-            o = outcomes[0]
-            lines.append(f"case '{o.name}' ({o.description}): {message}")
-        else:
-            lines.append(f"cases {', '.join(repr(o.name) for o in outcomes)}: {message}")
-        for o in outcomes:
-            lines += [f"  {n}" for n in o.notes]
-    if len(by_message) > MAX_FAILED_CASES_SHOWN:
-        more = len(by_message) - MAX_FAILED_CASES_SHOWN
-        lines.append(f"... and {more} more distinct failure{'s' if more > 1 else ''}")
-    if common:
-        lines.append(f"Hint: {common}")
+    """The first failing case in full; the cases that failed the same way counted, up to two other failures in a
+    line each, any more counted. A line none of whose cases could be checked, for one reason, says so in one
+    sentence."""
+    first, check = failed[0]
+    groups: dict[str, list[tuple[CaseOutcome, Check]]] = {}
+    for o, c in failed:
+        groups.setdefault(gist(c.message), []).append((o, c))
+    same = [o for o, _ in groups.pop(gist(check.message))[1:]]
+    if check.stage == "unchecked" and not groups:
+        return f"not checked on {len(failed)} of {n_cases} {vis} cases: {check.message.removeprefix('not checked: ')}"
+    lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:",
+             f"case '{first.name}' ({first.description}): {check.message}"]
+    lines += [f"  {n}" for n in first.notes]
+    if same:
+        lines.append(f"the same failure on {_names(same)}")
+    others = list(groups.values())
+    for found in others[:MAX_OTHER_FAILURES_SHOWN]:  # a different failure: its first case, shortly
+        message = found[0][1].message.partition(HINT)[0]
+        message = message if len(message) <= MAX_OTHER_MESSAGE else message[: MAX_OTHER_MESSAGE - 1] + "…"
+        lines.append(f"another failure on {_names([o for o, _ in found])}: {message}")
+    rest = [o for found in others[MAX_OTHER_FAILURES_SHOWN:] for o, _ in found]
+    if rest:
+        lines.append(f"and other failures on {_names(rest)}")
     return "\n".join(lines)
 
 
-def _first_failure(outcome: CaseOutcome, group: Group) -> Check | None:
+def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
+    """The first quantity of the line that fails on this case. On an edge line's case, a quantity that also fails on
+    one of the `ordinary` cases is left to the ordinary lines (its name is added to `left`): only what fails on the
+    edge alone is the edge line's."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
             return Check(q, False, "present", f"'{q}' was not checked.")
-        if not check.passed:
-            return check
+        if check.passed:
+            continue
+        if group.edge and any(q in o.checks and not o.checks[q].passed for o in ordinary):
+            left.add(q)
+            continue
+        return check
     return None
+
+
+def _vouched(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis: str) -> bool:
+    """Whether an ordinary line of the problem whose quantities the edge line checks passes on set `vis`."""
+    cases = line_cases(problem, replace(group, edge=""), outcomes, vis)
+    covering = [g for g in problem.groups if not g.edge and g.quantities and set(g.quantities) <= set(group.quantities)]
+    return bool(cases) and any(all(q in o.checks and o.checks[q].passed for o in cases for q in g.quantities)
+                               for g in covering)
+
+
+def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) -> None:
+    """A wrong value that follows from an earlier wrong quantity it is computed from (`upstream`: quantity ->
+    its sources) says so instead of its own formula hint; one whose cause is named already keeps its message."""
+    for q, sources in upstream.items():
+        c = outcome.checks.get(q)
+        if c is None or c.passed or c.stage != "values" or c.float32_level:
+            continue
+        wrong = [s for s in sources if s in outcome.checks and not outcome.checks[s].passed]
+        if wrong:
+            first = wrong[0]
+            detail = c.message.partition(HINT)[0]
+            outcome.checks[q] = replace(c, message=(
+                f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
+                f"{detail}{HINT}fix '{first}' first."))
+
+
+def name_float32(outcomes: list[CaseOutcome]) -> None:
+    """Where a float64 quantity is wrong at float32 precision only (compare.FLOAT32_LEVEL) and none of its float32
+    cases fails, say first that a float32 value entered the float64 computation, the numbers after."""
+    checks: dict[str, list[tuple[CaseOutcome, Check]]] = {}
+    for o in outcomes:
+        for q, c in o.checks.items():
+            checks.setdefault(q, []).append((o, c))
+    for q, found in checks.items():
+        float32 = [c for _, c in found if c.dtype == "float32"]
+        if any(not c.passed for c in float32):  # then something else is wrong: float32_level says nothing
+            for o, c in found:
+                o.checks[q] = replace(c, float32_level=False)
+            continue
+        passing = " (its float32 cases pass)" if float32 else ""
+        for o, c in found:
+            if c.float32_level:
+                detail = c.message.partition(HINT)[0].removeprefix(f"'{q}' has wrong values: ")
+                o.checks[q] = replace(c, message=f"'{q}' is right to float32 precision only on this float64 case"
+                                                 f"{passing}: {detail}{HINT}{FLOAT32_CAUSE}.")
 
 
 def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> list[TestResult]:

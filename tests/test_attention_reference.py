@@ -93,4 +93,5 @@ def test_reference_gets_full_marks_on_public_and_hidden(tmp_path, reference_atte
     assert not failed, failed
     assert result.score == result.max_score == 30.0
     assert {t.visibility for t in result.tests} == {"public", "hidden"}
-    assert np.isclose(sum(t.max_score for t in result.tests if t.visibility == "hidden"), 15.0)
+    # Half of each ordinary line is hidden, and the T = 1 and Dk != Dv lines are hidden only.
+    assert np.isclose(sum(t.max_score for t in result.tests if t.visibility == "hidden"), 16.5)

@@ -292,7 +292,9 @@ def test_the_attention_list_holds_every_submission_to_open_and_says_why(small_cl
     assert "a file did not parse or load: attention: not graded normally: attention.py does not parse" in why["no_parse"]
     assert "a file did not parse or load: losses: not graded normally:" in why["corrupt_notebook"]
     assert "integrity flag: predictions_do_not_match_model" in why["flagged"]
-    assert "score far below the class: attention 5, under half the class median 30" in why["no_scaling"], why["no_scaling"]
+    # The missing scale keeps 10 of 30: the projections, the raw scores and the three edge lines (which leave a
+    # failure the ordinary cases share to the ordinary lines).
+    assert "score far below the class: attention 10, under half the class median 30" in why["no_scaling"], why["no_scaling"]
 
 
 def test_the_list_says_each_kind_of_trouble_in_its_own_words(tmp_path):

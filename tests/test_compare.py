@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,50 @@ def test_a_constant_factor_is_named_for_real_numbers_only():
     zeros = check("greedy_ids", tensor(np.zeros_like(ids)), ids, rtol=0.0, atol=0.0)
     assert not zeros.passed and zeros.stage == "values" and zeros.ratio is None
     assert "got/expected" not in zeros.message and "constant factor" not in zeros.message, zeros.message
+
+
+def test_numbers_that_print_alike_are_shown_with_the_digits_that_tell_them_apart():
+    """-0.8576372 against itself times (1 + 3e-7): equal to 6 digits, 3e-7 apart, so shown to 7 and more."""
+    expected = np.full((2, 2), -0.8576372)
+    got = expected * (1 + 3e-7)
+    c = run(tensor(got), expected)
+    assert not c.passed
+    shown_got, shown_expected = re.search(r"got (\S+), expected (\S+) \(rtol", c.message).groups()
+    assert shown_got != shown_expected and shown_expected == "-0.8576372", c.message
+    assert float(shown_got) == pytest.approx(got[0, 0], rel=1e-7)  # rounded to the digits shown, no further
+
+
+def test_a_float64_value_right_to_float32_precision_only_is_put_down_to_a_float32_value():
+    """exp of inputs rounded to float32 first: every entry within float32 precision of the float64 answer. With
+    the quantity's float32 case passing, the message names a float32 value in the float64 computation first;
+    a value wrong by more is not blamed on float32."""
+    from gradelib.scoring import CaseOutcome, name_float32
+
+    x = np.linspace(-5.0, 5.0, 24).reshape(4, 6) + 1 / 3
+    expected = np.exp(x)
+    got = np.exp(x.astype(np.float32).astype(np.float64))
+    near = check("X_new", tensor(got), expected, rtol=1e-7, atol=1e-9)
+    assert not near.passed and near.float32_level, near.message
+    float32_case = check("X_new", tensor(got.astype(np.float32)), expected.astype(np.float32), rtol=1e-4, atol=1e-5)
+    assert float32_case.passed
+    outcomes = [CaseOutcome("f64", "hidden", "f64", {"X_new": near}), CaseOutcome("f32", "hidden", "f32", {"X_new": float32_case})]
+    name_float32(outcomes)
+    said = outcomes[0].checks["X_new"].message
+    assert said.startswith("'X_new' is right to float32 precision only on this float64 case (its float32 cases pass): "), said
+    assert "Hint: a float32 value entered this float64 computation" in said
+    far = check("X_new", tensor(expected * 1.001), expected, rtol=1e-7, atol=1e-9)
+    assert not far.float32_level
+
+
+def test_masks_and_ids_are_counted_not_measured():
+    """Booleans and ids are right or wrong: how many differ and the first, no error size, no ratio."""
+    mask = np.tril(np.ones((3, 3), dtype=bool))
+    wrong_mask = mask.copy()
+    wrong_mask[0, 1] = True
+    c = check("causal_mask", tensor(wrong_mask), mask, rtol=0.0, atol=0.0)
+    assert "'causal_mask' has wrong values: 1 of 9 entries differ, first at index (0, 1): got True, expected False." in c.message
+    ids = np.array([[3, 4, 5]])
+    c = check("greedy_ids", tensor(np.array([[3, 9, 0]])), ids, rtol=0.0, atol=0.0)
+    assert "2 of 3 entries differ, first at index (0, 1): got 9, expected 4." in c.message
+    for message in (c.message, check("m", tensor(wrong_mask), mask, rtol=0.0, atol=0.0).message):
+        assert "relative" not in message and "max abs error" not in message and "got/expected" not in message

@@ -1,4 +1,4 @@
-"""`make handin` in the handout packs exactly the manifest, refuses what the grader could not use, and
+"""`make handin` in the handout packs exactly the handin files, refuses what the grader could not use, and
 `python autograder.py --handin` reads the result the way the course grader does."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradelib import manifest as handin
-from gradelib.manifest import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
+from gradelib import handin
+from gradelib.handin_contract import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
 
 from support import HANDOUT, SOLUTIONS
 
@@ -56,7 +56,7 @@ def pack(root: Path, capsys, *args: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-def test_handin_holds_exactly_the_manifest_files(student):
+def test_handin_holds_exactly_the_contract_files(student):
     proc = make_handin(student, "runid=run1", "epoch=3")
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(student / "handin.tar") as tar:
@@ -219,8 +219,8 @@ def test_local_grading_of_a_run_equals_grading_its_handin(student):
 
 def test_a_short_run_is_graded_by_default_only_when_no_full_run_exists(tmp_path):
     """A quick try (LM_TRAIN_STEPS=20) made after a real run must not become what `make grade` grades."""
+    from gradelib.handin import runs_text
     from gradelib.local import choose_run
-    from gradelib.manifest import runs_text
 
     for name, epochs in (("20261125-100000", (1, 2)), ("20261125-120000-steps20", (1,))):
         folder = tmp_path / "experiments" / name
@@ -268,7 +268,7 @@ def test_the_notebook_check_agrees_with_nbformat_s_validator():
     on the shipped notebooks and on each malformation below it says what nbformat.validate says."""
     import copy
 
-    from gradelib.manifest import notebook_problem
+    from gradelib.handin import notebook_problem
 
     def nbformat_rejects(data) -> bool:
         try:

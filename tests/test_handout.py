@@ -493,7 +493,8 @@ def test_local_autograder_on_the_blank_handout_exits_0_with_public_tests_only(lo
     said = proc.stdout[proc.stdout.index("Why points were lost:"):]
     assert "- not attempted yet (the handout's TODO still raises NotImplementedError)" in said
     assert "Hint:" not in said, said
-    assert "    losses: `softmax`: 1 line, 1.50 points" in said.splitlines(), said
+    # softmax's own line, and the stability line, whose first quantity on the huge logits is softmax's.
+    assert "    losses: `softmax`: 2 lines, 2.00 points" in said.splitlines(), said
     # No run trained yet: the run's files are "not there yet", not "missing from the handin".
     assert "The handin lacks" not in proc.stdout and "missing from the handin" not in proc.stdout, proc.stdout
     assert "predictions.npy is not there yet: notebook 3 has no trained run" in proc.stdout
@@ -508,7 +509,8 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     assert "No trained run" not in proc.stdout  # notebook 3's run is not what --only attention grades
     assert {r["vis"] for r in rows} == {"public"}
     assert all(r["got"] == r["max"] for r in rows), proc.stdout
-    assert sum(float(r["max"]) for r in rows) == pytest.approx(15.0)
+    # Half of each ordinary line (12.5) and of the stability line (1): T = 1 and Dk != Dv are hidden only.
+    assert sum(float(r["max"]) for r in rows) == pytest.approx(13.5)
     assert "[hidden]" not in proc.stdout
 
 

@@ -81,15 +81,33 @@ def quality(result) -> dict[str, object]:
     return {t.line: t for t in result.tests if t.line in ("nll", "perplexity")}
 
 
-def test_an_ngrams_arrays_without_the_model_earn_no_quality_points(tmp_path):
+def test_an_ngrams_arrays_without_the_model_earn_no_points(tmp_path):
+    """Well-formed arrays and no model.pt: the quality lines and the format lines all score 0, each saying why
+    (the format lines count only for arrays the handed-in model makes)."""
     files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), **ngram_arrays()}
     result = grade_files(tmp_path, files, only=["prediction", "generation"], timeout_s=90)
     lines = quality(result)
     assert len(lines) == 2, [t.name for t in result.tests]
     for t in lines.values():
         assert t.score == 0.0 and "model.pt is missing from the handin" in t.output, t.output
-    formats = [t for t in result.tests if "format" in t.name or ".npy:" in t.name]
-    assert formats and all(t.passed for t in formats)  # well-formed arrays keep their format points
+    formats = [t for t in result.tests if t.line == "format"]
+    assert len(formats) == 2
+    for t in formats:
+        assert t.score == 0.0 and "is well formed" in t.output, t.output
+        assert "counts only for the arrays your handed-in model makes" in t.output and "model.pt is missing" in t.output
+
+
+def test_a_trivial_handin_of_arrays_alone_earns_nothing(tmp_path):
+    """predictions.npy full of zeros and generated.npy of one repeated letter, no model.pt and no notebook: the
+    two format lines, once 4 free points, score 0."""
+    from gradelib.lm.vocab import encode
+
+    files = {"predictions.npy": npy(np.zeros((128, 20, 30), np.float32)),
+             "generated.npy": npy(np.full((128, 30), encode("E")[0], np.int64))}
+    result = grade_files(tmp_path, files, only=["prediction", "generation"])
+    assert result.score == 0.0
+    formats = [t for t in result.tests if t.line == "format"]
+    assert len(formats) == 2 and all("model.pt is missing" in t.output for t in formats), [t.output for t in formats]
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +141,11 @@ def test_the_model_is_graded_and_the_argmax_trick_changes_nothing(tricked, refer
     assert shown == pytest.approx(expected, abs=2e-3)
 
 
-def test_arrays_that_do_not_match_the_model_are_flagged(tricked):
+def test_arrays_that_do_not_match_the_model_are_flagged_and_earn_no_format_points(tricked):
+    formats = {t.problem: t for t in tricked.tests if t.line == "format"}
+    assert set(formats) == {"prediction", "generation"} and all(t.score == 0.0 for t in formats.values())
+    assert "predictions.npy is not what model.pt predicts" in formats["prediction"].output, formats["prediction"].output
+    assert "generated.npy is not what model.pt generates" in formats["generation"].output, formats["generation"].output
     assert set(tricked.flags) == {"predictions_do_not_match_model", "generated_does_not_match_model"}
     assert any("generated.npy is not what model.pt generates" in n for n in tricked.notes), tricked.notes
     assert any("predictions.npy is not what model.pt predicts" in n for n in tricked.notes), tricked.notes
@@ -228,8 +250,7 @@ def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, check
 def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_path):
     """Rows of generated.npy with 3 or fewer different characters: no 30-character stretch of the source's
     text is like that, the reference generates none (so its handin gets no such note), the oracle gives
-    such text no credit, and the local grader (which scores no text) says so in a note; the format line
-    still passes."""
+    such text no credit, and the local grader (which scores no text) says so in a note."""
     from autograder.oracle.oracles import load_oracle
     from gradelib.lm.vocab import encode
     from gradelib.problems.generation import REPETITIVE_DISTINCT, repetitive_rows
@@ -250,4 +271,6 @@ def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_pa
                          visibilities=("public",), only=["generation"])
     said = [n for n in result.notes if "repeat 3 or fewer characters" in n]
     assert said and said[0].startswith(f"generation: {len(stuck)} of the {len(stuck)} rows of generated.npy"), result.notes
-    assert next(t for t in result.tests if "generated.npy" in t.name).passed
+    # Well formed, but with no model.pt to have made it the format line counts nothing.
+    fmt = next(t for t in result.tests if t.line == "format")
+    assert not fmt.passed and "is well formed" in fmt.output and "model.pt is missing" in fmt.output, fmt.output

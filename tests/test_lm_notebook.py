@@ -68,7 +68,7 @@ def test_notebook_model_is_the_reference_model():
 
 
 def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, monkeypatch, capsys):
-    from gradelib.manifest import check_file
+    from gradelib.handin import check_file
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").symlink_to(FIXTURES, target_is_directory=True)  # data/lm/ as in the handout

@@ -60,6 +60,12 @@ BUGS = {
         [('        att = att.masked_fill(~self.causal[:T, :T], float("-inf"))  # no peeking at later positions\n', "")],
         {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
     ),
+    # Without 1/sqrt(hs) the outputs are wrong but still causal: the mask keeps its points' reason out of it.
+    "attention_without_the_scale": (
+        [("        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)        # (B, nh, T, T)\n",
+          "        att = q @ k.transpose(-2, -1)\n")],
+        {("attention", "public"), ("attention", "hidden"), ("model", "public"), ("model", "hidden")},
+    ),
     # The notebook forbids the built-in attention; an alias does not hide it from the grader.
     "builtin_attention": (
         [("        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)        # (B, nh, T, T)\n"
@@ -110,6 +116,12 @@ def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
     if bug == "builtin_attention":
         said = [t.output for t in result.tests if t.line == "causal_attention" and not t.passed]
         assert said and all("F.scaled_dot_product_attention is not allowed in notebook 3" in o for o in said), said
+    if bug in ("attention_without_the_scale", "no_causal_mask_in_attention"):  # told apart by the causality probe
+        for line in ("causal_attention", "model_building"):
+            said = [t.output for t in result.tests if t.line == line and not t.passed]
+            scale = [o for o in said if "without the 1/sqrt(hs) scaling" in o and "The causal mask works" in o]
+            mask = [o for o in said if "a position saw later ones" in o and "1/sqrt(hs)" not in o]
+            assert said and (scale if bug == "attention_without_the_scale" else mask) == said, said
     if bug == "eos_and_pad_not_excluded":  # the ids are named for what they are, not as a constant factor
         greedy = [t.output for t in result.tests if t.line == "generate_greedy" and not t.passed]
         assert greedy and all("generate must never emit them" in o and "constant factor" not in o for o in greedy), greedy

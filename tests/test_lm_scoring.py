@@ -205,12 +205,13 @@ def test_malformed_generations_score_zero_with_message(tmp_path, case):
 
 
 def test_local_run_checks_the_format_and_leaves_perplexity_to_the_course_grader(tmp_path):
+    """Well-formed arrays are said to be so; without the model.pt that made them their format lines score 0."""
     files = {"predictions.npy": npy(GOOD_PRED), "generated.npy": npy(GOOD_GEN)}
     result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction", "generation"])
     arrays = split_tests(result)[0]
-    assert [(t.visibility, t.passed) for t in arrays] == [("public", True), ("public", True)]
-    gen = next(t for t in arrays if t.problem == "generation")
-    assert "The perplexity line grades what model.pt generates, after you submit" in gen.output, gen.output
+    assert [(t.visibility, t.passed) for t in arrays] == [("public", False), ("public", False)]
+    for t in arrays:
+        assert "is well formed" in t.output and "model.pt is missing" in t.output, t.output
     assert not any("oracle" in n for n in result.notes), result.notes
     assert any("computes the perplexity of what it writes under the source of the text" in n for n in result.notes)
 

@@ -32,10 +32,10 @@ BUGS = [
         NB1, "causal_mask", "np.full((T, T), -np.inf), k=1)", "np.full((T, T), -np.inf), k=0)",
         lines("causal_mask"), "got -inf, expected 0", id="minus_inf_on_the_diagonal"),
     # Without max-subtraction only the cases with huge logits overflow (one public, one hidden),
-    # in softmax and in both attention lines that use it.
+    # in softmax and in both attention lines that use it: the stability line alone pays for it.
     pytest.param(
         NB1, "softmax", "shifted = z - z.max(axis=-1, keepdims=True)", "shifted = z",
-        lines("softmax", "attention", "masked_attention"), "NaN", id="softmax_without_max_subtraction"),
+        lines("numerical_stability"), "NaN", id="softmax_without_max_subtraction"),
     pytest.param(
         NB2, "combined_mask", "padding_mask(tokens, pad_id)[:, None, :]", "padding_mask(tokens, pad_id)[:, :, None]",
         lines("combined_mask"), "key axis", id="padding_mask_on_the_query_side"),
@@ -54,6 +54,15 @@ BUGS = [
     pytest.param(
         NB2, "uniform_attention", "X.cumsum(dim=1) / counts[None, :, None]", "X.cumsum(dim=1) / X.shape[1]",
         lines("uniform_attention"), "mean of X", id="uniform_attention_divides_by_T"),
+    # Scaled by V's width: every case with d_k != d_v (public short_sequence, most hidden ones) tells, and the
+    # message names that factor because the grader recomputed the weights with it.
+    pytest.param(
+        NB1, "scaled_dot_product_attention", "d_k = K.shape[-1]", "d_k = V.shape[-1]",
+        lines("attention", "masked_attention"), "divided by sqrt(d_v), V's width", id="attention_scaled_by_sqrt_d_v"),
+    # Notebook 2 without the 1/sqrt(D): named as such on both attention lines, with no word about -inf or NaN.
+    pytest.param(
+        NB2, "attention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)", "scores = Q @ K.transpose(-2, -1)",
+        lines("attention", "masked_attention"), "the 1/sqrt(D) scaling is missing", id="attention_without_the_scale"),
 ]
 
 
@@ -65,3 +74,27 @@ def test_bug_loses_exactly_the_intended_lines(tmp_path, notebook, function, old,
     assert expected < all_groups(problem)
     group, vis = sorted(expected)[0]
     assert hint in message(result, problem, group, vis)
+
+
+def test_attention_lines_after_a_broken_softmax_name_it_and_no_cause_of_their_own(tmp_path):
+    """softmax normalised over the first axis: its line says so; the attention lines, which fail because they use
+    it, say that and nothing about d_k."""
+    text = edited(NB1, "softmax", ("z.max(axis=-1, keepdims=True)", "e.sum(axis=-1, keepdims=True)"),
+                  ("z.max(axis=0, keepdims=True)", "e.sum(axis=0, keepdims=True)"))
+    result = grade(tmp_path, {NB1: text}, only=["losses"])
+    assert failing(result, "losses") == lines("softmax", "attention", "masked_attention")
+    assert all("normalised over axis 0" in message(result, "losses", "softmax", vis) for vis in BOTH)
+    for group in ("attention", "masked_attention"):
+        for vis in BOTH:
+            said = message(result, "losses", group, vis)
+            reason = next(ln for ln in said.splitlines() if ln.startswith("case ")).split("): ", 1)[1]  # past the sizes
+            assert "probably follows from the 'softmax' failure" in reason and "d_k" not in reason, said
+
+
+def test_notebook_2_without_the_scale_gets_no_hint_about_masking(tmp_path):
+    text = edited(NB2, "attention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)", "scores = Q @ K.transpose(-2, -1)")
+    result = grade(tmp_path, {NB2: text}, only=["masks"])
+    for vis in BOTH:
+        said = message(result, "masks", "masked_attention", vis)
+        hint = said.split("Hint: ", 1)[1]
+        assert "1/sqrt(D) scaling is missing" in hint and "-inf" not in hint and "NaN" not in hint, said

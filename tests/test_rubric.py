@@ -84,10 +84,17 @@ def test_shares_of_every_problem_sum_to_its_points(pid):
     assert problem.points > 0
 
 
-def test_attention_is_worth_30_points_half_hidden():
+def test_attention_is_worth_30_points_its_edge_cases_lines_of_their_own():
+    """Ordinary lines half public, half hidden; stability on both sets; T = 1 and Dk != Dv hidden only."""
     att = rubric.load()["attention"]
     assert att.points == 30
-    assert sum(att.share(g, "hidden") for g in att.groups) == pytest.approx(15)
+    edges = {g.id: (g.edge, g.visibilities) for g in att.groups if g.edge}
+    assert edges == {"numerical_stability": ("large_scores", ("public", "hidden")),
+                     "single_position": ("single_position", ("hidden",)),
+                     "key_value_widths": ("key_value_widths", ("hidden",))}
+    ordinary = [g for g in att.groups if not g.edge]
+    assert sum(att.share(g, "hidden") for g in ordinary) == sum(att.share(g, "public") for g in ordinary) == 12.5
+    assert sum(att.share(g, "hidden") for g in att.groups) == pytest.approx(16.5)
     assert {g.id for g in att.groups if g.backward} == {"backward_values", "backward_queries_keys",
                                                          "backward_weights", "backward_input"}
 
@@ -143,12 +150,14 @@ TYPOS = [
     ("a misspelt tolerance key", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtoll = 1e-4, atol = 1e-5 }",
      "tolerance.float32 must have exactly the keys ['rtol', 'atol']"),
     ("a negative tolerance", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtol = -1e-4, atol = 1e-5 }", "must be >= 0"),
-    ("zero points", "quantities = [\"A_sig\"]\npoints = 5", "quantities = [\"A_sig\"]\npoints = 0", "points must be > 0"),
+    ("zero points", "quantities = [\"A_sig\"]\npoints = 4", "quantities = [\"A_sig\"]\npoints = 0", "points must be > 0"),
     ("a quantity the problem never computes", 'quantities = ["A_sig"]', 'quantities = ["A_sigma"]', "quantities ['A_sigma'] are not computed"),
     ("a line without quantities the problem does not know", 'id = "nll"', 'id = "nl"', "line id 'nl' lists no quantities"),
     ("two lines with one id", 'id = "forward_scores"', 'id = "forward_projections"', "line ids must be unique, repeated: ['forward_projections']"),
     ("a misspelt problem id", "[problems.masks]", "[problems.mask]", "unknown problem id 'mask'"),
     ("a misspelt top-level table", "[problems.attention]", "[problem.attention]", "unknown top-level key"),
+    ("a visibility Gradescope does not know", 'hidden_tests = "after_published"', 'hidden_tests = "after_publish"',
+     "hidden_tests must be one of ['after_published', 'after_due_date', 'visible', 'hidden'], got 'after_publish'"),
 ]
 
 

@@ -65,7 +65,7 @@ def full_public_marks(proc: subprocess.CompletedProcess) -> list[dict]:
 @pytest.mark.parametrize("target", ["darwin", "win32"])
 def test_the_solved_handout_is_packed_and_gets_full_public_marks_at_the_portable_level(tmp_path, target):
     folder = solved_handout(tmp_path / "handout")
-    packed = simulated(target, folder, "-m", "gradelib.manifest", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar")
+    packed = simulated(target, folder, "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar")
     assert packed.returncode == 0, packed.stdout + packed.stderr
     assert (folder / "handin.tar").is_file() and "Traceback" not in packed.stderr
     proc = simulated(target, folder, "autograder.py", *(("--handin", "handin.tar") if target == "win32" else ()))
@@ -81,7 +81,7 @@ CHECKS = r"""
 import json, re
 from pathlib import Path
 from gradelib.notebook_check import Notebook
-from gradelib.problems.notebook_functions import OTTER_CELL
+from gradelib.problems.handin_runs import OTTER_CELL
 out = {{}}
 for name in {names!r}:
     ns = {{"__name__": "__main__"}}
@@ -159,14 +159,14 @@ def test_notebook_1_its_checks_and_make_handin_run_under_python(tmp_path, versio
     code = CHECKS.format(solutions=str(SOLUTIONS), handout=str(HANDOUT), names=(NB1,))
     checks = check_results(subprocess.run([str(exe), "-c", code], cwd=folder, capture_output=True, text=True, timeout=600))
     assert checks[NB1] and all(ok for _q, ok, _m in checks[NB1]), checks
-    packed = subprocess.run([str(exe), "-m", "gradelib.manifest", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar"],
+    packed = subprocess.run([str(exe), "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar"],
                             cwd=folder, capture_output=True, text=True, timeout=600)
     assert packed.returncode == 0 and (folder / "handin.tar").is_file(), packed.stdout + packed.stderr
 
 
 # ---------------------------------------------------------------- read as source
 
-STUDENT_ENTRIES = ("gradelib.local", "gradelib.manifest", "gradelib.notebook_check", "gradelib.sandbox.boot")
+STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "gradelib.sandbox.boot")
 LINUX_MODULES = {"fcntl", "pwd", "grp", "resource", "termios"}
 LINUX_ATTRS = {
     "os": {"O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "setsid", "killpg", "getuid",

@@ -1,0 +1,1 @@
+"""Builds from solutions/ and fixtures/: the handout, its notebooks, the demo, benchmarks and the test class."""

@@ -45,7 +45,7 @@ from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
 from autograder.build.bench_similarity import print_similarity_figures
 from autograder.build.demo import reference_handin
-from gradelib.manifest import sources
+from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"

@@ -31,7 +31,7 @@ import numpy as np
 
 from autograder.build.classgen import make_class
 from autograder.build.demo import reference_handin
-from gradelib.manifest import GENERATION_SHAPE, PREDICTION_SHAPE
+from gradelib.handin_contract import GENERATION_SHAPE, PREDICTION_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]

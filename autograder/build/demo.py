@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from autograder.batch.cli import main as grade_main
-from gradelib.manifest import HANDIN_FILES
+from gradelib.handin_contract import HANDIN_FILES
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "build" / "demo"

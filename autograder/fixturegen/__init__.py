@@ -1,0 +1,1 @@
+"""Deterministic generators of everything under fixtures/: attention, notebook and language-model cases."""

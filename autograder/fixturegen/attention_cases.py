@@ -40,21 +40,32 @@ class CaseSpec:
     # Largest |A_w / sqrt(Dk)| wanted in the case; None keeps unit-scale inputs.
     max_score: float | None
     why: str
+    # The edge case it is, graded by the rubric line with that `edge` alone ('' for an ordinary case):
+    # large_scores (overflow without the max subtraction), single_position (T = 1), key_value_widths (Dk != Dv).
+    edge: str = ""
 
 
+# Each edge case varies one thing from the ordinary cases (which all have T > 1 and Dk == Dv, with
+# unit-scale scores), so a slip that only the edge shows costs the edge's own line and no other.
 CASES = (
     CaseSpec("single_batch", "public", 1, 4, 5, 3, 3, "float64", 101, None, "B = 1, D != Dk"),
     CaseSpec("batched", "public", 3, 6, 8, 4, 4, "float64", 102, None, "B > 1: weight gradients sum over the batch"),
     CaseSpec("batched_float32", "public", 2, 5, 6, 4, 4, "float32", 103, None, "float32 inputs stay float32"),
     CaseSpec("large_scores_float32", "public", 2, 7, 6, 4, 4, "float32", 104, 300.0,
-             "scores large enough that exp() without max-subtraction overflows in float32"),
-    CaseSpec("dk_ne_dv", "hidden", 4, 9, 10, 3, 7, "float64", 201, None, "Dk != Dv: scale by sqrt(Dk), not sqrt(Dv)"),
-    CaseSpec("single_step", "hidden", 1, 1, 4, 2, 5, "float64", 202, None, "T = 1: a single position attends to itself"),
-    CaseSpec("single_step_batched_float32", "hidden", 3, 1, 5, 4, 2, "float32", 203, None, "T = 1 with B > 1 in float32"),
-    CaseSpec("large_scores_float64", "hidden", 2, 8, 6, 8, 2, "float64", 204, 3000.0,
-             "scores large enough that exp() without max-subtraction overflows in float64"),
-    CaseSpec("wide_float32", "hidden", 5, 12, 16, 5, 9, "float32", 205, None, "longer sequences, Dk != Dv, float32"),
-    CaseSpec("narrow_input", "hidden", 3, 6, 4, 6, 3, "float64", 206, None, "D < Dk and Dk != Dv"),
+             "scores large enough that exp() without max-subtraction overflows in float32", "large_scores"),
+    CaseSpec("long_sequence", "hidden", 4, 9, 10, 5, 5, "float64", 207, None, "B > 1, T = 9"),
+    CaseSpec("wide_float32", "hidden", 5, 12, 16, 6, 6, "float32", 205, None, "longer sequences in float32"),
+    CaseSpec("narrow_input", "hidden", 3, 6, 4, 6, 6, "float64", 206, None, "D < Dk"),
+    CaseSpec("large_scores_float64", "hidden", 2, 8, 6, 8, 8, "float64", 204, 3000.0,
+             "scores large enough that exp() without max-subtraction overflows in float64", "large_scores"),
+    CaseSpec("single_step", "hidden", 1, 1, 4, 2, 2, "float64", 202, None, "T = 1: a single position attends to itself",
+             "single_position"),
+    CaseSpec("single_step_batched_float32", "hidden", 3, 1, 5, 4, 4, "float32", 203, None, "T = 1 with B > 1 in float32",
+             "single_position"),
+    CaseSpec("dk_ne_dv", "hidden", 4, 9, 10, 3, 7, "float64", 201, None, "Dk != Dv: scale by sqrt(Dk), not sqrt(Dv)",
+             "key_value_widths"),
+    CaseSpec("dk_ne_dv_float32", "hidden", 5, 12, 16, 5, 9, "float32", 208, None, "Dk != Dv in float32",
+             "key_value_widths"),
 )
 
 
@@ -118,7 +129,8 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
             path = folder / f"{spec.name}.npz"
             npzio.save(path, make_case(spec))
             written.append(path)
-            index.append({"name": spec.name, "dtype": spec.dtype, "seed": spec.seed, "description": describe(spec)})
+            index.append({"name": spec.name, "dtype": spec.dtype, "seed": spec.seed, "description": describe(spec),
+                          **({"edge": spec.edge} if spec.edge else {})})
         written.append(npzio.write_index(folder, index))
         print(f"attention/{vis}: {len(index)} cases: {', '.join(c['name'] for c in index)}")
     return written

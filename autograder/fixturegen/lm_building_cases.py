@@ -3,12 +3,16 @@
     collate(pieces)                     expected_collate_inputs, expected_collate_targets
     lm_loss(logits, targets)            expected_lm_loss
     CausalSelfAttention, fixed weights  expected_attention_out, expected_attention_causal
+                                        (expected_attention_out_unscaled: the same without 1/sqrt(hs))
     CausalLanguageModel, fixed weights  expected_model_logits, expected_model_causal, expected_weight_tied
+                                        (expected_model_logits_unscaled: the same without 1/sqrt(hs))
     embedding_dropout(weight, p, ...)   checked by its properties in the grader (whole rows, 1/(1-p), identity)
 
 The expected values come from the float64 numpy implementation below, written from
 the notebook's markdown (the architecture it asks for), never from the solution
-notebook's or the reference model's code. `*_changed` inputs equal the originals
+notebook's or the reference model's code. The *_unscaled values are what a model
+without the 1/sqrt(hs) scaling of its scores gives, so the grader names that
+mistake only when the outputs are exactly that. `*_changed` inputs equal the originals
 before `*_position` and differ after it: a causal model's outputs before that
 position must not move. Weights are drawn at a scale where attention is far from
 uniform, so a missing mask changes the outputs by much more than float32 rounding.
@@ -37,8 +41,9 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (x - mu) / np.sqrt(var + LN_EPS) * w + b
 
 
-def causal_attention(x: np.ndarray, w: dict[str, np.ndarray], n_heads: int) -> np.ndarray:
-    """(B, T, C) -> (B, T, C): per head softmax(Q K^T / sqrt(hs) + causal mask) V, heads side by side, projected."""
+def causal_attention(x: np.ndarray, w: dict[str, np.ndarray], n_heads: int, scaled: bool = True) -> np.ndarray:
+    """(B, T, C) -> (B, T, C): per head softmax(Q K^T / sqrt(hs) + causal mask) V, heads side by side, projected
+    (without the 1/sqrt(hs) when not `scaled`)."""
     B, T, C = x.shape
     hs = C // n_heads
     qkv = linear(x, w["qkv.weight"], w["qkv.bias"])
@@ -47,7 +52,7 @@ def causal_attention(x: np.ndarray, w: dict[str, np.ndarray], n_heads: int) -> n
     heads = []
     for h in range(n_heads):
         s = slice(h * hs, (h + 1) * hs)
-        scores = q[..., s] @ np.swapaxes(k[..., s], 1, 2) / math.sqrt(hs)  # (B, T, T)
+        scores = q[..., s] @ np.swapaxes(k[..., s], 1, 2) / (math.sqrt(hs) if scaled else 1.0)  # (B, T, T)
         scores = np.where(later, -np.inf, scores)
         weights = np.exp(scores - scores.max(-1, keepdims=True))
         heads.append(weights / weights.sum(-1, keepdims=True) @ v[..., s])
@@ -63,7 +68,7 @@ def sinusoid(T: int, C: int) -> np.ndarray:
     return pe
 
 
-def lm_forward(ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int) -> np.ndarray:
+def lm_forward(ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int, scaled: bool = True) -> np.ndarray:
     """Evaluation-mode logits (B, T, 30): sqrt(C)-scaled embedding + positions, pre-norm layers, LN, tied output."""
     emb = state["token_embedding.weight"]
     C = emb.shape[1]
@@ -71,7 +76,7 @@ def lm_forward(ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_la
     for i in range(n_layers):
         p = f"layers.{i}."
         sub = {k[len(p) + 5 :]: v for k, v in state.items() if k.startswith(p + "attn.")}
-        x = x + causal_attention(layer_norm(x, state[p + "ln1.weight"], state[p + "ln1.bias"]), sub, n_heads)
+        x = x + causal_attention(layer_norm(x, state[p + "ln1.weight"], state[p + "ln1.bias"]), sub, n_heads, scaled)
         h = layer_norm(x, state[p + "ln2.weight"], state[p + "ln2.bias"])
         h = np.maximum(linear(h, state[p + "ffn.net.0.weight"], state[p + "ffn.net.0.bias"]), 0.0)
         x = x + linear(h, state[p + "ffn.net.2.weight"], state[p + "ffn.net.2.bias"])
@@ -151,6 +156,7 @@ def make(rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_
     w64 = {k: v.astype(np.float64) for k, v in att.items()}
     out["expected_attention_out"] = causal_attention(x.astype(np.float64), w64, n_heads).astype(np.float32)
     out["expected_attention_causal"] = causal_attention(x_changed.astype(np.float64), w64, n_heads).astype(np.float32)
+    out["expected_attention_out_unscaled"] = causal_attention(x.astype(np.float64), w64, n_heads, scaled=False).astype(np.float32)
 
     # CausalLanguageModel on fixed weights (fc.weight is not given: it must be the embedding's).
     state = {"token_embedding.weight": rng.standard_normal((VOCAB_SIZE, d_model)) / math.sqrt(d_model)}
@@ -175,6 +181,7 @@ def make(rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_
     s64 = {k: v.astype(np.float64) for k, v in state.items()}
     out["expected_model_logits"] = lm_forward(inp, s64, n_heads, n_layers).astype(np.float32)
     out["expected_model_causal"] = lm_forward(changed, s64, n_heads, n_layers).astype(np.float32)
+    out["expected_model_logits_unscaled"] = lm_forward(inp, s64, n_heads, n_layers, scaled=False).astype(np.float32)
     out["expected_weight_tied"] = np.asarray(True)
 
     # embedding_dropout: no zero entry, so a dropped row is told apart from a kept one.

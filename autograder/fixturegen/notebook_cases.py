@@ -43,6 +43,9 @@ class LossesCase:
     logit_scale: float  # large scales overflow a softmax without max-subtraction
     window: int | None  # attention mask: causal, or causal within a window of this width
     why: str
+    # The edge case it is, graded by the rubric line with that `edge` alone ('' for an ordinary case):
+    # large_logits (overflow without the max subtraction, log(0) from np.log(softmax(...))).
+    edge: str = ""
 
 
 LOSSES_CASES = (
@@ -50,7 +53,7 @@ LOSSES_CASES = (
                "sizes of the notebook's sentence: T = 7, d = 3, V = 10"),
     LossesCase("short_sequence", "public", 302, 4, 2, 3, 5, 6, 1, IGNORE_INDEX, 2.0, None, "d_k != d_v, one ignored target"),
     LossesCase("large_logits", "hidden", 401, 5, 4, 4, 6, 12, 2, IGNORE_INDEX, 900.0, None,
-               "logits and scores large enough that exp() without max-subtraction overflows"),
+               "logits and scores large enough that exp() without max-subtraction overflows", "large_logits"),
     LossesCase("mostly_ignored", "hidden", 402, 9, 5, 7, 12, 30, 8, IGNORE_INDEX, 3.0, None,
                "8 of 12 targets ignored: the mean runs over 4 positions"),
     LossesCase("custom_ignore_index", "hidden", 403, 6, 3, 2, 8, 10, 3, 3, 1.5, None,
@@ -62,7 +65,7 @@ LOSSES_CASES = (
     # Public twins of the edge cases, so that `python autograder.py` and grader.check test them too.
     LossesCase("huge_logits", "public", 306, 4, 3, 2, 5, 8, 1, IGNORE_INDEX, 1000.0, None,
                "logits and scores so large that exp() without max-subtraction overflows and "
-               "np.log(softmax(...)) of an unlikely target is log(0) = -inf"),
+               "np.log(softmax(...)) of an unlikely target is log(0) = -inf", "large_logits"),
     LossesCase("ignore_index_zero", "public", 307, 5, 2, 2, 6, 7, 2, 0, 1.0, None,
                "ignore_index = 0, a real id, instead of -100"),
 )
@@ -256,7 +259,8 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
                 log_p = torch.log_softmax(torch.from_numpy(x["logits"]), -1)[torch.arange(c.N), torch.from_numpy(x["nll_targets"])]
                 assert float(log_p.min()) < LOG_UNDERFLOW_FLOAT64, f"{c.name}: np.log(softmax(...)) would stay finite"
             npzio.save(folder / f"{c.name}.npz", {**x, **losses_expected(x)})
-            index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c)})
+            index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c),
+                          **({"edge": c.edge} if c.edge else {})})
         for c in (c for c in MASKS_CASES if c.visibility == vis):
             c = replace(c, seed=rotated(c.seed, vis, seed, public_too))
             x = masks_inputs(c)

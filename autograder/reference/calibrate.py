@@ -43,7 +43,7 @@ import numpy as np
 from gradelib import rubric as rubric_mod
 from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, PAD, encode
-from gradelib.problems.prediction import credit
+from gradelib.problems.lm_common import credit
 
 from ..oracle.ngram import NGramModel
 from ..oracle.oracles import load_oracle, toy_source

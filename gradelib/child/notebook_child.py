@@ -287,7 +287,7 @@ def not_defined_reason(name: str, info: dict) -> str:
         return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
     return (
         f"`{name}` is not defined after running the notebook: {info.get('cell_label') or 'its cell'} "
-        f"(`{info['cell_first_line']}`) {info['cell_status']}"
+        f"(`{info.get('cell_first_line', '')}`) {info.get('cell_status', '')}"
     )
 
 

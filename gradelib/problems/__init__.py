@@ -18,12 +18,13 @@ SCHEMAS = {
     "generation": generation.SCHEMA,
 }
 # The handin file whose code each problem runs in the sandbox, and how many runs it makes when the
-# file is there (notebook 3: the trained model, then the functions on fixed weights). A submission
-# with a single run to make gains nothing from a template process: grade.py starts none for it.
+# file is there (notebook 3: the trained model, which both language-model problems share, then the
+# functions on fixed weights). A submission with a single run to make gains nothing from a template
+# process: grade.py starts none for it.
 RUNS = {
     "attention": (attention.FILENAME, 1),
     "losses": (losses.SPEC.notebook, 1),
     "masks": (masks.SPEC.notebook, 1),
     "prediction": (lm_model.NOTEBOOK, 2),
-    "generation": (lm_model.NOTEBOOK, 1),
+    "generation": (lm_model.NOTEBOOK, 2),
 }

@@ -10,8 +10,10 @@ write the source's own text without training, so the handout ships neither its
 code nor oracle.json, and the local grader never scores text.
 
 - id "format" (public): generated.npy is well formed (shape, integer ids in the
-  vocabulary, no <eos>/<pad>); full points or 0. It is compared with what the
-  model generates, and a mismatch is flagged for the course staff.
+  vocabulary, no <eos>/<pad>) and what the handed-in model generates (its rows
+  against the model's own greedy generate(), all but a few equal); full points
+  or 0: an array the model did not make earns nothing. Any difference is
+  flagged for the course staff.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
   in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
@@ -28,17 +30,18 @@ import time
 import numpy as np
 
 from ..context import GradeContext
+from ..handin_contract import GENERATION_STEPS
 from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema, Setting, fraction
+from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
 from ..scoring import Line, all_zero, lines
-from . import lm_functions, lm_model
-from .prediction import below, credit, load_npy
+from . import lm_common, lm_functions, lm_model
+from .lm_common import below, credit, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
-STEPS = 30
+STEPS = GENERATION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
@@ -78,9 +81,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
-        return all_zero(problem, vis, lm_model.missing("generation", ctx, INPUTS))
+        return all_zero(problem, vis, lm_common.missing("generation", ctx, INPUTS))
     shape = (prompts.shape[0], STEPS)
     what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {shape[0]} prompts of generation_test.npz"
     ids, message = load_npy("generation", ctx.submission / FILENAME, shape, "iu", what,
@@ -97,8 +100,9 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         own, own_problem = model_generation(ctx, problem, shape)
         if own is not None:
             scored, own_problem = _score(ctx, settings, prompts, own)
+    run = lm_model.model_run(ctx, settings) if ids is not None else None
     if ids is not None:
-        _compare(ctx, ids, ctx.cache.get(("lm_model", tuple(vis))))
+        _compare(ctx, ids, run)
         if not needs_model:  # the local grader: a passing line's message is not shown, a note is
             ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() "
                      f"itself and computes the perplexity of what it writes under the source of the text "
@@ -122,9 +126,7 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         elif ids is None:
             tests.append(line.result(0.0, message))
         elif group.id == "format":
-            text = (f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>). "
-                    "The perplexity line grades what model.pt generates, after you submit.")
-            tests.append(line.result(1.0, text))
+            tests.append(_format_result(line, ids, run))
         else:
             tests.append(line.result(0.0, f"generation: unknown rubric line '{group.id}'"))
     return tests
@@ -173,6 +175,39 @@ def _score(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarr
     if not math.isfinite(ppl):
         return None, "the perplexity of your model's generations is not a finite number."
     return (ppl, tok, time.monotonic() - start), ""
+
+
+# Greedy ids from a model run on another device (a GPU) may differ from the grader's CPU run where two logits are
+# within rounding of each other; after such a step the rest of the row differs. So this share of the rows
+# checked (and at least one) may differ while generated.npy still counts as what the model generates.
+ROWS_THAT_MAY_DIFFER = 0.05
+
+
+def generation_mismatch(run, ids: np.ndarray) -> str:
+    """'' when generated.npy is what the handed-in model's own greedy generate() gives (all but a few rows of those
+    the model generated), else why not."""
+    if run is None or run.problem:
+        return f"there is no model to check it against: {run.problem if run is not None else 'no model run'}"
+    own = run.generated
+    if lm_model.match_fraction(ids, own) is None:
+        why = run.call_problems.get("generate", "generate() returned nothing the grader could compare")
+        return f"your model's generate() could not be compared with it: {why}"
+    differ = int(np.any(np.asarray(ids[: len(own)]).astype(np.int64) != np.asarray(own).astype(np.int64), axis=1).sum())
+    if differ > max(1, int(ROWS_THAT_MAY_DIFFER * len(own))):
+        return (f"{FILENAME} is not what model.pt generates: {differ} of the {len(own)} rows the grader had your model "
+                "generate differ from its own greedy generation")
+    return ""
+
+
+def _format_result(line: Line, ids: np.ndarray, run) -> TestResult:
+    """Full points for a well-formed generated.npy that the handed-in model made, none for any other."""
+    why = generation_mismatch(run, ids)
+    if why:
+        return line.result(0.0, f"generation: {FILENAME} is well formed (shape {ids.shape}, every id a character), but "
+                                f"this line counts only for the arrays your handed-in model makes, and {why}.")
+    return line.result(1.0, f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), "
+                            "what model.pt's generate() writes. The perplexity line grades what model.pt generates, "
+                            "after you submit.")
 
 
 def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:

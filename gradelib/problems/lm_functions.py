@@ -55,13 +55,14 @@ from ..context import GradeContext
 from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem, Setting, fraction
+from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
-from .notebook_functions import Call, NotebookSpec, _note_cells, observed, run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
+from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
-HARNESS = ("child_common.py", "notebook_child.py", "lm_child.py")
+HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
 # Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
 # imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
 FUNCTION_SETTINGS = {
@@ -144,12 +145,11 @@ HINTS = {
     "cold_ids": "temperature 0.01 divides the logits by 0.01 before the softmax: almost all mass on the greedy token.",
     "top_k_ids": "after excluding <eos>/<pad>, keep the k highest logits and sample among those only.",
     "top_p_ids": "keep the smallest set of most probable allowed tokens whose probabilities sum to at least top_p.",
-    "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial), "
-    "not the argmax and not softmax(logits).",
+    "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial).",
     "sampled_top_k_ids": "with temperature > 0 and top_k, sample (torch.multinomial) from the softmax of the k best "
-    "allowed logits divided by the temperature; do not return the argmax.",
+    "allowed logits divided by the temperature.",
     "sampled_top_p_ids": "with temperature > 0 and top_p, sample (torch.multinomial) from the softmax, renormalised, "
-    "of the nucleus computed on logits / temperature; do not return the argmax.",
+    "of the nucleus computed on logits / temperature.",
     "collate_inputs": "row b is piece_b[:-1] followed by PAD (id 1) up to T = the longest piece's length - 1, int64.",
     "collate_targets": "row b is piece_b[1:] followed by PAD (id 1), int64: the inputs shifted by one.",
     "lm_loss": "the mean of -log softmax(logits)[target] over the positions whose target is not PAD "
@@ -158,9 +158,13 @@ HINTS = {
     "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
     "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
     "(with -inf) before the softmax.",
+    "attention_out_unscaled": "divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) before the "
+    "softmax.",
     "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
     "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
     "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
+    "model_logits_unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size) before "
+    "the softmax.",
     "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
     "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
     "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
@@ -198,7 +202,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         ctx, problem.id, src, NOTEBOOK, [(c.name, c.path) for c in cases], calls, problem.settings,
         collect, child="lm_child.py", harness=HARNESS,
     )
-    _note_cells(ctx, problem, SPEC, run, report)
+    note_cells(ctx, problem, NOTEBOOK, run, report)
     return group_results(problem, outcomes, vis)
 
 
@@ -233,116 +237,159 @@ def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
     The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
     notebook's grader.check) observes the same calls made in the student's kernel.
     """
-    name, vis, desc, path = case.name, case.visibility, case.description, case.path
-    outcome = CaseOutcome(name, vis, desc)
-    with np.load(path, allow_pickle=False) as data:
-        c = {k: data[k] for k in data.files}
-    types = ("torch.Tensor", "numpy.ndarray")
-    wanted = {q for g in problem.groups for q in g.quantities}
-
-    def got(q: str, kind: str, dtype) -> Observed:
-        return _as(observe(q), kind, dtype)
-
-    def exact(q: str, obs: Observed, expected: np.ndarray) -> Check:
-        expected_type = obs.type_name if obs.type_name in types else types[0]
-        return check(q, obs, expected, rtol=0.0, atol=0.0, expected_type=expected_type, hint=HINTS[q])
-
-    if "predict_logits" in wanted:
-        outcome.checks["predict_logits"] = exact("predict_logits", got("predict_logits", "f", np.float32), c["expected_predict_logits"])
-    for q in ("predict_mode", "generate_mode"):
-        if q in wanted:
-            obs = got(q, "b", np.bool_)
-            first = exact(q, obs, c["expected_mode"])
-            outcome.checks[q] = first if first.passed or first.stage != "values" else Check(
-                q, False, "values",
-                f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval mode; "
-                f"expected {c['expected_mode'].tolist()} (the mode the model had before the call). Hint: {HINTS[q]}",
-            )
-    for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            outcome.checks[q] = _named_special_ids(exact(q, obs, c["expected_greedy_ids"]), obs)
-    kind = fixed_models.KINDS[int(c["m_kind"])]
-    for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))), ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            first = exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
-            outcome.checks[q] = first if first.stage != "values" and not first.passed else _inside(q, obs.array, c["inp"], kind, c["m_table"], keep)
-    temperature = float(c["dist_temperature"])
-    tempered = _allowed(c["d_table"][0]) / temperature
-    rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
-             "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
-    for q, keep, tempered, temperature in (
-        ("sampled_ids", None, tempered, temperature),
-        ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
-        ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
-        *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
-          for rq, (table, rule) in rules.items() if rq in wanted),
-    ):
-        if q in wanted:
-            obs = got(q, "iu", np.int64)
-            shape_ref = np.zeros((c["dist_inp"].shape[0], 1), np.int64)
-            first = exact(q, obs, shape_ref)
-            outcome.checks[q] = (
-                first if first.stage != "values" and not first.passed
-                else _frequencies(q, obs.array, tempered, keep, temperature, float(problem.settings["sampling_max_tv"]))
-            )
-    tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
-
-    def close(q: str, obs: Observed, expected: np.ndarray) -> Check:
-        expected_type = obs.type_name if obs.type_name in types else types[0]
-        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
-
-    for q in ("collate_inputs", "collate_targets"):
-        if q in wanted:
-            outcome.checks[q] = exact(q, got(q, "iu", np.int64), c[f"expected_{q}"])
-    if "lm_loss" in wanted:
-        outcome.checks["lm_loss"] = close("lm_loss", got("lm_loss", "f", np.float32), c["expected_lm_loss"])
-    for out_q, causal_q, position in (
-        ("attention_out", "attention_causal", "att_position"),
-        ("model_logits", "model_causal", "lm_position"),
-    ):
-        if out_q in wanted:
-            outcome.checks[out_q] = close(out_q, got(out_q, "f", np.float32), c[f"expected_{out_q}"])
-        if causal_q in wanted:
-            changed = got(causal_q, "f", np.float32)
-            outcome.checks[causal_q] = _causal(
-                causal_q, changed, got(out_q, "f", np.float32), int(c[position]), close(causal_q, changed, c[f"expected_{causal_q}"]), tol
-            )
-    if "weight_tied" in wanted:
-        obs = got("weight_tied", "b", np.bool_)
-        first = exact("weight_tied", obs, c["expected_weight_tied"])
-        outcome.checks["weight_tied"] = first if first.passed or first.stage != "values" else Check(
-            "weight_tied", False, "values",
-            f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
-        )
-    if "emb_dropout_eval" in wanted:
-        outcome.checks["emb_dropout_eval"] = exact("emb_dropout_eval", got("emb_dropout_eval", "f", np.float32), c["ed_weight"])
-    if "emb_dropout_train" in wanted:
-        obs = got("emb_dropout_train", "f", np.float32)
-        first = exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
-        outcome.checks["emb_dropout_train"] = (
-            first if first.stage != "values" and not first.passed
-            else _row_dropout(obs.array, c["ed_weight"], float(c["ed_p"]), tol)
-        )
+    outcome = CaseOutcome.of(case)
+    with np.load(case.path, allow_pickle=False) as data:
+        judge = _Judge(problem, {k: data[k] for k in data.files}, observe)
+    for part in (judge.predict_and_modes, judge.greedy_ids, judge.sampled_ids, judge.building_blocks):
+        outcome.checks.update(part())
     return outcome
 
 
-def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:
-    """The outputs for the changed input: before `position` they must equal the outputs for the original one."""
-    if not values.passed and values.stage == "values" and original.array is not None and original.array.shape == changed.array.shape:
-        before, before_orig = changed.array[:, :position].astype(np.float64), original.array[:, :position].astype(np.float64)
-        scale = max(1.0, float(np.abs(before_orig).max(initial=0.0)))
-        moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
-        if moved.any():
-            b, t = (int(i) for i in np.argwhere(moved)[0][:2])
-            return Check(
-                q, False, "values",
-                f"'{q}': changing only the inputs at positions {position} and after changed the output at position "
-                f"{t} (row {b}): a position saw later ones. Hint: {HINTS[q]}",
-                float("inf"),
+class _Judge:
+    """The checks of one case: the case's arrays, what the notebook returned, the problem's lines and tolerance."""
+
+    TYPES = ("torch.Tensor", "numpy.ndarray")
+
+    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe):
+        self.problem, self.c, self.observe = problem, case, observe
+        self.wanted = {q for g in problem.groups for q in g.quantities}
+        self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
+
+    def got(self, q: str, kind: str, dtype) -> Observed:
+        return _as(self.observe(q), kind, dtype)
+
+    def exact(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
+        expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
+        return check(q, obs, expected, rtol=0.0, atol=0.0, expected_type=expected_type, hint=HINTS[q])
+
+    def close(self, q: str, obs: Observed, expected: np.ndarray, hint: str = "") -> Check:
+        expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
+        return check(q, obs, expected, rtol=self.tol["rtol"], atol=self.tol["atol"], expected_type=expected_type,
+                     hint=hint or HINTS[q])
+
+    def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
+        """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
+        change. Outputs that are exactly those without the 1/sqrt(hs) scaling say so (and that the mask works,
+        when the causality probe shows it)."""
+        c, out = self.c, {}
+        original = self.got(out_q, "f", np.float32)
+        if causal_q in self.wanted:
+            changed = self.got(causal_q, "f", np.float32)
+            out[causal_q] = _causal(causal_q, changed, original, position,
+                                    self.close(causal_q, changed, c[f"expected_{causal_q}"]), self.tol)
+        if out_q in self.wanted:
+            result = self.close(out_q, original, c[f"expected_{out_q}"])
+            unscaled = c.get(f"expected_{out_q}_unscaled")
+            if not result.passed and result.stage == "values" and unscaled is not None \
+                    and self.close(out_q, original, unscaled).passed:
+                causal = out.get(causal_q)
+                works = (f" The causal mask works: no output before position {position} moved when the later inputs "
+                         "changed." if causal is not None and causal.passed else "")
+                result = replace(result, message=(
+                    f"'{out_q}' is what the model gives without the 1/sqrt(hs) scaling of the attention scores.{works} "
+                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS[out_q + '_unscaled']}"))
+            out[out_q] = result
+        return out
+
+    def predict_and_modes(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        if "predict_logits" in self.wanted:
+            out["predict_logits"] = self.exact("predict_logits", self.got("predict_logits", "f", np.float32),
+                                               c["expected_predict_logits"])
+        for q in ("predict_mode", "generate_mode"):
+            if q in self.wanted:
+                obs = self.got(q, "b", np.bool_)
+                first = self.exact(q, obs, c["expected_mode"])
+                out[q] = first if first.passed or first.stage != "values" else Check(
+                    q, False, "values",
+                    f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval "
+                    f"mode; expected {c['expected_mode'].tolist()} (the mode the model had before the call). "
+                    f"Hint: {HINTS[q]}",
+                )
+        return out
+
+    def greedy_ids(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                out[q] = _named_special_ids(self.exact(q, obs, c["expected_greedy_ids"]), obs)
+        kind = fixed_models.KINDS[int(c["m_kind"])]
+        for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))),
+                        ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                first = self.exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
+                out[q] = first if first.stage != "values" and not first.passed else _inside(
+                    q, obs.array, c["inp"], kind, c["m_table"], keep)
+        return out
+
+    def sampled_ids(self) -> dict[str, Check]:
+        c, out = self.c, {}
+        temperature = float(c["dist_temperature"])
+        tempered = _allowed(c["d_table"][0]) / temperature
+        rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
+                 "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
+        for q, keep, tempered, temperature in (
+            ("sampled_ids", None, tempered, temperature),
+            ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
+            ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
+            *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
+              for rq, (table, rule) in rules.items() if rq in self.wanted),
+        ):
+            if q in self.wanted:
+                obs = self.got(q, "iu", np.int64)
+                first = self.exact(q, obs, np.zeros((c["dist_inp"].shape[0], 1), np.int64))
+                out[q] = first if first.stage != "values" and not first.passed else _frequencies(
+                    q, obs.array, tempered, keep, temperature, float(self.problem.settings["sampling_max_tv"]))
+        return out
+
+    def building_blocks(self) -> dict[str, Check]:
+        c, wanted, out = self.c, self.wanted, {}
+        for q in ("collate_inputs", "collate_targets"):
+            if q in wanted:
+                out[q] = self.exact(q, self.got(q, "iu", np.int64), c[f"expected_{q}"])
+        if "lm_loss" in wanted:
+            out["lm_loss"] = self.close("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"])
+        for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
+                                          ("model_logits", "model_causal", "lm_position")):
+            out.update(self.block_output(out_q, causal_q, int(c[position])))
+        if "weight_tied" in wanted:
+            obs = self.got("weight_tied", "b", np.bool_)
+            first = self.exact("weight_tied", obs, c["expected_weight_tied"])
+            out["weight_tied"] = first if first.passed or first.stage != "values" else Check(
+                "weight_tied", False, "values",
+                f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
             )
-    return values
+        if "emb_dropout_eval" in wanted:
+            out["emb_dropout_eval"] = self.exact("emb_dropout_eval", self.got("emb_dropout_eval", "f", np.float32),
+                                                 c["ed_weight"])
+        if "emb_dropout_train" in wanted:
+            obs = self.got("emb_dropout_train", "f", np.float32)
+            first = self.exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
+            out["emb_dropout_train"] = first if first.stage != "values" and not first.passed else _row_dropout(
+                obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
+        return out
+
+
+def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:
+    """Causality: before `position`, the outputs for the changed input must equal those for the original one.
+    `values` (the changed input's outputs against the expected ones) decides only where that cannot be probed;
+    wrong values with a causal model are the outputs' line's to report, not a fault of the mask."""
+    if values.passed or values.stage != "values" or original.array is None or original.array.shape != changed.array.shape:
+        return values
+    before, before_orig = changed.array[:, :position].astype(np.float64), original.array[:, :position].astype(np.float64)
+    scale = max(1.0, float(np.abs(before_orig).max(initial=0.0)))
+    moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
+    if moved.any():
+        b, t = (int(i) for i in np.argwhere(moved)[0][:2])
+        return Check(
+            q, False, "values",
+            f"'{q}': changing only the inputs at positions {position} and after changed the output at position "
+            f"{t} (row {b}): a position saw later ones. Hint: {HINTS[q]}",
+            float("inf"),
+        )
+    return Check(q, True, "ok", f"'{q}': no output before position {position} moved when the later inputs changed.", 0.0)
 
 
 def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Check:
@@ -434,11 +481,13 @@ def _frequencies(q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] |
     tv = 0.5 * float(np.abs(freq - expected)[GENERATABLE].sum())
     top = int(np.argmax(expected))
     if tv > max_tv:
+        greedy = (" Every sample is that most likely id: generate returned the argmax instead of sampling."
+                  if np.all(flat == top) else "")
         return Check(
             q, False, "values",
             f"'{q}': the frequencies of {flat.size} samples at temperature {temperature:g} are {tv:.3f} (total "
             f"variation) from {what}, more than {max_tv:g}; e.g. id {top}: sampled "
-            f"{freq[top]:.3f}, expected {expected[top]:.3f}. Hint: {HINTS[q]}",
+            f"{freq[top]:.3f}, expected {expected[top]:.3f}.{greedy} Hint: {HINTS[q]}",
             tv,
         )
     return Check(q, True, "ok", f"'{q}': frequencies within {tv:.3f} of {what}.", tv)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric_schema import Problem
+from . import notebook_diagnoses as D
 from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 
 ARRAY = ("numpy.ndarray",)
@@ -37,26 +38,30 @@ SPEC = NotebookSpec(
     ),
     quantities={
         "softmax": Quantity(
-            ARRAY, "normalise over the last axis, and subtract each row's max before np.exp so large logits do not overflow."
+            ARRAY, "softmax(z) = exp(z - max) / sum(exp(z - max)) over the last axis, each row summing to 1.",
+            diagnose=D.softmax_axis,
         ),
         "attn_weights": Quantity(
-            ARRAY, "weights = softmax(Q K^T / sqrt(d_k)) over the last (key) axis; d_k is K.shape[-1], not V's width."
+            ARRAY, "weights = softmax(Q K^T / sqrt(d_k)) over the last (key) axis, with d_k = K.shape[-1].",
+            diagnose=D.nb1_attention_scale(masked=False), upstream=("softmax",),
         ),
-        "attn_output": Quantity(ARRAY, "output = weights @ V, shape (Tq, d_v)."),
+        "attn_output": Quantity(ARRAY, "output = weights @ V, shape (Tq, d_v).", upstream=("attn_weights",)),
         "masked_weights": Quantity(
-            ARRAY, "add the mask to the scaled scores before the softmax; -inf entries must get weight exactly 0."
+            ARRAY, "add the mask to the scaled scores before the softmax; -inf entries get weight exactly 0.",
+            diagnose=D.nb1_attention_scale(masked=True), upstream=("softmax",),
         ),
-        "masked_output": Quantity(ARRAY, "output = weights @ V with the masked weights."),
+        "masked_output": Quantity(ARRAY, "output = weights @ V with the masked weights.", upstream=("masked_weights",)),
         "predicted_ids": Quantity(
             ARRAY, "take the arg-max over the vocabulary axis (axis=-1): one id per position, shape (N,)."
         ),
         "token_nll": Quantity(
-            ARRAY, "nll[i] = -log softmax(logits[i])[target_ids[i]]; use the max-subtracted log-softmax, shape (N,)."
+            ARRAY, "nll[i] = -log softmax(logits[i])[target_ids[i]] from the max-subtracted log-softmax, shape (N,).",
+            diagnose=D.overflow("token_nll"),
         ),
         "cross_entropy_loss": Quantity(
             SCALAR,
-            "average -log p(target) over the positions whose target is not ignore_index: divide by the number of "
-            "scored positions, not by N, and do not sum.",
+            "the mean of -log p(target) over the positions whose target is not ignore_index (a scalar).",
+            diagnose=D.cross_entropy_reduction, upstream=("token_nll",),
         ),
         "causal_mask": Quantity(
             ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.", additive_mask=True
@@ -64,7 +69,9 @@ SPEC = NotebookSpec(
     },
 )
 
-SCHEMA = SPEC.schema()
+# The edge cases notebook 1's case files tag (cases.json "edge"), graded by a line of their own.
+EDGES = ("large_logits",)
+SCHEMA = SPEC.schema(edges=EDGES)
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:

@@ -12,10 +12,9 @@ notebook cell by cell and calls the functions. The comparison happens here.
 
 from __future__ import annotations
 
-import json
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -23,28 +22,17 @@ from .. import sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema, Setting
+from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..safeio import clean_text
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta, observed_from_child, read_meta
+from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
+from .handin_runs import note_cells, observed, run_notebook
 
 CASE_FOLDER = "notebooks"
-HARNESS = ("child_common.py", "notebook_child.py")
-# Cells the grader does not run: plots and demos carry this tag in the handout.
-SKIP_TAGS = ("skip-grading",)
-# A cell made only of otter's client calls (init, check, export) needs otter and the
-# public tests; the grader has no use for it. The handout's init cell imports the client
-# from gradelib.notebook_check.
-OTTER_CELL = (
-    r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
-    r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
-    r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
-)
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
 NOTEBOOK_SETTINGS = {
     "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."),
     "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
 }
-MAX_CELL_NOTES = 6
 
 
 @dataclass(frozen=True)
@@ -59,9 +47,14 @@ class Call:
 
 @dataclass(frozen=True)
 class Quantity:
+    """A graded return value: the types accepted, its formula (the hint), and what can name a cause."""
+
     types: tuple[str, ...]  # accepted type names; the first is the one named in messages
-    hint: str
+    hint: str  # what the value is, said with every failure
     additive_mask: bool = False  # holds -inf on purpose: compared entry for entry, -inf == -inf
+    # (array, the case's arrays, the case's edge) -> a cause the grader tested, or '' (notebook_diagnoses.py).
+    diagnose: Callable[[np.ndarray, dict, str], str] | None = None
+    upstream: tuple[str, ...] = ()  # quantities it is usually computed from: wrong when they are
 
 
 @dataclass(frozen=True)
@@ -74,90 +67,11 @@ class NotebookSpec:
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
 
-    def schema(self, **settings: Setting) -> ProblemSchema:
-        """What a problem graded from this notebook may list in the rubric."""
+    def schema(self, edges: tuple[str, ...] = (), **settings: Setting) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric (`edges`: the edge cases its cases tag)."""
         outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs)
-
-
-def run_notebook(
-    ctx: GradeContext,
-    label: str,
-    src: Path,
-    notebook: str,
-    cases: list[tuple[str, Path]],
-    calls,
-    settings: dict,
-    collect,
-    child: str = "notebook_child.py",
-    harness: tuple[str, ...] = HARNESS,
-    prepare=None,
-    companion=None,
-    limits: sandbox.Limits | None = None,
-):
-    """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
-
-    `cases` are (name, path of the case .npz); only its inputs (not the
-    expected_* arrays) enter the scratch folder. `collect(scratch, run, report)`
-    reads the child's outputs before the scratch folder is removed; returns
-    (what collect returned, the ChildRun, the child's notebook report).
-    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)`
-    starts work that runs beside the child and returns a function, called once the
-    child is gone, whose result is passed to `collect` as a fourth argument.
-    `limits` replaces ctx.limits for this run.
-    """
-    limits = limits or ctx.limits
-    scratch = ctx.new_scratch(label)
-    try:
-        (scratch / "submission").mkdir()
-        shutil.copyfile(src, scratch / "submission" / notebook)
-        (scratch / "inputs").mkdir()
-        for name, path in cases:
-            with np.load(path, allow_pickle=False) as data:
-                inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
-            np.savez(scratch / "inputs" / f"{name}.npz", **inputs)
-        for name in harness:
-            shutil.copyfile(Path(__file__).parent.parent / "child" / name, scratch / name)
-        task = {
-            "notebook": f"submission/{notebook}",
-            "skip_tags": list(SKIP_TAGS),
-            "skip_patterns": [OTTER_CELL],
-            "cell_timeout_s": float(settings["cell_timeout_s"]),
-            "call_timeout_s": float(settings["call_timeout_s"]),
-            # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
-            "budget_s": max(1.0, limits.timeout_s * 0.85 - 2.0),
-            "functions": sorted({c.function for c in calls}),
-            "calls": [
-                {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
-                for c in calls
-            ],
-            "cases": [{"name": name, "inputs": f"inputs/{name}.npz"} for name, _ in cases],
-        }
-        if prepare is not None:
-            task.update(prepare(scratch))
-        (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
-        finish = companion(scratch) if companion is not None else None
-        run = sandbox.run([child], scratch, limits)
-        report = read_meta(scratch / "outputs" / "notebook.json", root=scratch)
-        if finish is not None:
-            return collect(scratch, run, report, finish()), run, report
-        return collect(scratch, run, report), run, report
-    finally:
-        sandbox.remove_tree(scratch)
-
-
-def observed(
-    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None,
-    refused: str = "",
-) -> Observed:
-    """What the child recorded for quantity q of a case, or why there is nothing (`refused`: why its meta.json was not read)."""
-    if meta is None and refused:
-        return Observed(False, note=f"no result: {refused}")
-    if meta is None:
-        stage = "running the notebook" if report is None else "calling its functions"
-        return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
-    errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800], root=root)
+        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs,
+                             edges=frozenset(edges))
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -185,7 +99,7 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
             f"{spec.notebook} could not be read as a notebook ({clean_text(report['read_error'])[:300]}); "
             "submit the .ipynb file saved by Jupyter.",
         )
-    _note_cells(ctx, problem, spec, run, report)
+    note_cells(ctx, problem, spec.notebook, run, report)
     return group_results(problem, outcomes, vis)
 
 
@@ -203,12 +117,20 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
     The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
     notebooks' grader.check) observes the same calls made in the student's kernel.
     """
-    outcome = CaseOutcome(case.name, case.visibility, case.description)
+    outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
-        expected = {q: data[f"expected_{q}"] for q in spec.quantities if wanted is None or q in wanted}
+        arrays = {k: data[k] for k in data.files}
+    expected = {q: arrays[f"expected_{q}"] for q in spec.quantities if wanted is None or q in wanted}
     for q, exp in expected.items():
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
-        outcome.checks[q] = _check(q, observe(q), exp, spec.quantities[q], tol)
+        got, quantity = observe(q), spec.quantities[q]
+        result = _check(q, got, exp, quantity, tol)
+        if not result.passed and result.stage == "values" and quantity.diagnose is not None:
+            cause = quantity.diagnose(got.array, arrays, case.edge)
+            if cause:
+                result = _check(q, got, exp, replace(quantity, hint=cause), tol)
+        outcome.checks[q] = result
+    follow_upstream(outcome, {q: spec.quantities[q].upstream for q in expected})
     return outcome
 
 
@@ -244,23 +166,3 @@ def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, t
         f"({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. Hint: {quantity.hint}",
         float("inf"),
     )
-
-
-def _note_cells(ctx: GradeContext, problem: Problem, spec: NotebookSpec, run: sandbox.ChildRun, report: dict | None) -> None:
-    """Tell the student which cells failed to run, once per problem."""
-    lines = []
-    if report is None:
-        lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
-    else:
-        for cell in report.get("cells", []):
-            if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
-                continue
-            lines.append(clean_text(
-                f"{str(cell.get('label') or 'code cell ' + str(cell.get('cell')))[:60]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
-                f"{str(cell.get('message'))[:300]}"
-            ))
-        if run.timed_out:
-            lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
-    if lines:
-        shown = lines[:MAX_CELL_NOTES] + ([f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else [])
-        ctx.note(f"{problem.id} ({spec.notebook}): " + "\n    ".join(["when the grader ran your notebook:", *shown]))

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from .grade import grade_submission
+from .handin import check_folder, collect, runs, runs_text, short_run
 from .intake import HandinError, open_handin
-from .manifest import check_folder, collect, runs, runs_text, short_run
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load

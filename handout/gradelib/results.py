@@ -30,6 +30,8 @@ class TestResult:
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
     figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
+    # Gradescope's visibility of a hidden test, as the rubric sets it (its hidden_tests); '' for the default.
+    shown: str = ""
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -53,7 +55,7 @@ class TestResult:
             "max_score": round(_number(self.max_score), 4),
             "status": "passed" if self.passed else "failed",
             "output": clean_text(self.output),
-            "visibility": VISIBILITY_TO_GRADESCOPE[self.visibility],
+            "visibility": self.shown or VISIBILITY_TO_GRADESCOPE[self.visibility],
             "tags": [self.problem],
             **({"extra_data": {"line": self.line, **({"figures": self.figures} if self.figures else {})}}
                if self.line else {}),
@@ -153,8 +155,11 @@ def not_attempted(output: str) -> str:
     """What is still a TODO, when every failed case of a line failed only because the code it grades
     still raises the handout's NotImplementedError (e.g. "`softmax`", "forward (attention.py, line 65)");
     '' otherwise, or when some failures are not shown."""
-    cases = [ln for ln in output.splitlines() if ln.startswith(("case ", "cases "))]
-    if not output.startswith("failed on ") or not cases or "more distinct failure" in output:
+    if output.startswith("not checked on "):
+        cases = [output.splitlines()[0]]
+    elif output.startswith("failed on ") and not any(f"\n{w}" in output for w in OTHER_FAILURES):
+        cases = [ln for ln in output.splitlines() if ln.startswith("case ")]
+    else:
         return ""
     found = set()
     for ln in cases:
@@ -176,6 +181,7 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
     lines: list[str] = []
     todo: dict[str, list[float]] = {}
     previous = None
+    hints: set[str] = set()
     for name, output, points in failed:
         what = not_attempted(output)
         if what:
@@ -186,14 +192,48 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")
             continue
+        if previous is not None and failure_gist(output) == failure_gist(previous) and output.startswith("failed on "):
+            # The same failure on the other case set (other cases, other figures): said once.
+            lines.append(f"- {name}: the same failure as the line above ({output.splitlines()[0].rstrip(':')}).")
+            previous = output
+            continue
         previous = output
         lines.append(f"- {name}:")
-        lines += [f"    {line}" for line in output.splitlines()]
+        lines += [f"    {line}" for line in _hints_once(output, hints).splitlines()]
     if todo:
         lines.append("- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:")
         for what, points in todo.items():
             lines.append(f"    {what}: {len(points)} line{'s' if len(points) > 1 else ''}, {sum(points):.2f} points")
     return lines
+
+
+# How a line's failure text (scoring._failure_text) starts the lines about cases that failed another way.
+OTHER_FAILURES = ("another failure on ", "and other failures on ")
+
+
+def gist(message: str) -> str:
+    """A message without its figures and indices: two failures with the same gist are the same mistake."""
+    return re.sub(r"-?\d[\d.e+-]*", "#", message)
+
+
+def failure_gist(output: str) -> str:
+    """What a line's failure text says about its first failing case, without which case and its figures."""
+    shown = [ln.split("): ", 1)[1] if ln.startswith("case '") and "): " in ln else ln
+             for ln in output.splitlines()[1:] if not ln.startswith(("the same failure on ", *OTHER_FAILURES))]
+    return gist("\n".join(shown))
+
+
+def _hints_once(output: str, said: set[str]) -> str:
+    """`output` with each hint already said above (in `said`) replaced by a pointer to it."""
+    out = []
+    for line in output.splitlines():
+        head, mark, hint = line.partition("Hint: ")
+        if mark and hint in said:
+            line = f"{head}Hint: as above."
+        elif mark:
+            said.add(hint)
+        out.append(line)
+    return "\n".join(out)
 
 
 def _finite(x) -> bool:

@@ -1,2 +1,1 @@
-"""The language-model track: vocabulary, the toy-English source and its exact oracle, n-gram
-baselines, scoring metrics, and the reference transformer (model.py)."""
+"""The language-model helpers that ship: the character vocabulary, the scoring metrics, the fixed-weight models."""

@@ -8,9 +8,7 @@ values stored in the case files, which never leave this process.
 from __future__ import annotations
 
 import ast
-import json
 import math
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,16 +17,28 @@ import numpy as np
 from .. import safeio, sandbox
 from ..compare import Observed, check
 from ..context import GradeContext
-from ..intake import MAX_FILE_BYTES
+from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema
+from ..rubric_schema import Problem, ProblemSchema
 from ..safeio import SafeReadError, clean_text
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta, observed_from_child
+from ..scoring import (
+    Case,
+    CaseOutcome,
+    all_zero,
+    follow_upstream,
+    group_results,
+    load_cases,
+    load_meta,
+    name_float32,
+    observed_from_child,
+)
+from .handin_runs import run_child
 
 FILENAME = "attention.py"
-INPUT_KEYS = ("X", "W_k", "W_q", "W_v", "dLdXnew")
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
-SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES))
+# The edge cases the attention case files tag (cases.json "edge"), each graded by a line of its own.
+EDGES = ("large_scores", "single_position", "key_value_widths")
+SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES), edges=frozenset(EDGES))
 HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {
@@ -36,8 +46,7 @@ HINTS = {
     "K": "K = X W_k, shape (B, T, Dk).",
     "V": "V = X W_v, shape (B, T, Dv).",
     "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
-    "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal; "
-    "subtract each row's max before exp so large scores do not overflow.",
+    "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal.",
     "X_new": "X_new = A_sig V, shape (B, T, Dv).",
     "dLdV": "dLdV = A_sig^T dLdXnew, transposing the last two axes of A_sig.",
     "dLdQ": "dLdQ = dLdA_w K, where dLdA_w includes the 1/sqrt(Dk) factor and the full softmax Jacobian.",
@@ -46,6 +55,13 @@ HINTS = {
     "dLdWk": "dLdWk = sum over the batch of X_b^T dLdK_b, shape (D, Dk) like W_k.",
     "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
     "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T.",
+}
+
+# What each quantity is computed from: when one of these is wrong, so is it.
+UPSTREAM = {
+    "A_w": ("Q", "K"), "A_sig": ("A_w",), "X_new": ("A_sig", "V"),
+    "dLdV": ("A_sig",), "dLdQ": ("A_sig", "K"), "dLdK": ("A_sig", "Q"),
+    "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",), "dLdX": ("dLdQ", "dLdK", "dLdV"),
 }
 
 # Names whose use means gradients came from automatic differentiation.
@@ -100,8 +116,88 @@ def _main_guards_never_run(tree: ast.Module) -> bool:
     return True
 
 
+def _own_backward_classes(tree: ast.Module) -> set[str]:
+    """Classes of the file with a `backward` of their own (defined in the class or in a base of the file's that
+    has one): calling it runs the file's code, not autograd."""
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    own = {name for name, node in classes.items()
+           if any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "backward" for f in node.body)}
+    grew = True
+    while grew:
+        grew = False
+        for name, node in classes.items():
+            if name not in own and any(isinstance(b, ast.Name) and b.id in own for b in node.bases):
+                own.add(name)
+                grew = True
+    return own
+
+
+def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
+    """(variable names, attribute names) that the file only ever binds to an instance of one of the `own`
+    classes (or None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`,
+    `sm = self.softmax`."""
+    names: set[str] = set()
+    attrs: set[str] = set()
+    while True:  # a holder may be bound from another holder: grow the sets until they stop changing
+        found = _holders_once(tree, own, names, attrs)
+        if found == (names, attrs):
+            return names, attrs
+        names, attrs = found
+
+
+def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[str]) -> tuple[set[str], set[str]]:
+    def is_own(value) -> bool:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return value.func.id in own
+        return (isinstance(value, ast.Name) and value.id in names) or (isinstance(value, ast.Attribute)
+                                                                       and value.attr in attrs)
+
+    bound: dict[tuple[str, str], list[bool]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            pairs = [(node.target, node.value if not isinstance(node, ast.AugAssign) else None)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            targets = ([node.target] if not isinstance(node, (ast.With, ast.AsyncWith))
+                       else [i.optional_vars for i in node.items if i.optional_vars is not None])
+            pairs = [(t, None) for t in targets]
+        else:
+            continue
+        for target, value in [(t, v) for target, value in pairs for t, v in _element_pairs(target, value)]:
+            for t in ast.walk(target):
+                key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr) if isinstance(t, ast.Attribute) else None
+                if key is None:
+                    continue
+                direct = t is target  # an element of a tuple target gets one part of the value
+                none = isinstance(value, ast.Constant) and value.value is None
+                bound.setdefault(key, []).append(direct and (is_own(value) or none))
+    return ({k[1] for k, ok in bound.items() if k[0] == "name" and all(ok)},
+            {k[1] for k, ok in bound.items() if k[0] == "attr" and all(ok)})
+
+
+def _element_pairs(target, value) -> list[tuple]:
+    """`a, b = A(), B()` binds a to A() and b to B(): a tuple target and a tuple value of its length pair up."""
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in target.elts):
+        return [p for t, v in zip(target.elts, value.elts) for p in _element_pairs(t, v)]
+    return [(target, value)]
+
+
+def _calls_own_backward(node: ast.Attribute, own: set[str], names: set[str], attrs: set[str]) -> bool:
+    """Whether `<value>.backward` is the file's own method: on self, on one of its classes or on an instance of
+    one (made right there, or held by a variable or an attribute only ever bound to one)."""
+    value = node.value
+    if isinstance(value, ast.Name):
+        return value.id == "self" or value.id in own or value.id in names
+    if isinstance(value, ast.Attribute):
+        return value.attr in attrs
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in own
+
+
 def autograd_uses(source: str) -> list[str]:
-    """Lines of `source` that reach for automatic differentiation, as 'line N: code'."""
+    """Lines of `source` that reach for automatic differentiation, as 'line N: code'. A `.backward` call is
+    autograd's unless it is the file's own method (a helper class with a hand-written backward, held on self)."""
     tree = ast.parse(source)
     # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
     # autograd) never runs when the grader imports the file; its `else` branch does. Unless
@@ -109,6 +205,8 @@ def autograd_uses(source: str) -> list[str]:
     if _main_guards_never_run(tree):
         tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
     lines = source.splitlines()
+    own = _own_backward_classes(tree)
+    names, attrs = _holders_of_own_instances(tree, own)
     hits = []
     for node in ast.walk(tree):
         bad = False
@@ -116,7 +214,7 @@ def autograd_uses(source: str) -> list[str]:
             bad = node.attr in AUTOGRAD_NAMES or (
                 node.attr == "func" and isinstance(node.value, ast.Name) and node.value.id == "torch"
             )
-            if node.attr == "backward" and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            if node.attr == "backward" and not _calls_own_backward(node, own, names, attrs):
                 bad = True
         elif isinstance(node, ast.keyword):
             bad = node.arg in AUTOGRAD_NAMES
@@ -151,24 +249,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    scratch = ctx.new_scratch("attention")
-    try:
-        (scratch / "submission").mkdir()
-        shutil.copy2(src, scratch / "submission" / FILENAME)
-        (scratch / "inputs").mkdir()
-        task_cases = []
-        for case in cases:
-            with np.load(case.path, allow_pickle=False) as data:
-                inputs = {k: data[k] for k in INPUT_KEYS}
-            np.savez(scratch / "inputs" / f"{case.name}.npz", **inputs)
-            task_cases.append({"name": case.name, "inputs": f"inputs/{case.name}.npz"})
-        for name in HARNESS:
-            shutil.copy2(Path(__file__).parent.parent / "child" / name, scratch / name)
-        (scratch / "task.json").write_text(json.dumps({"module": "attention", "cases": task_cases}, allow_nan=False))
-        run = sandbox.run(["attention_child.py"], scratch, ctx.limits)
-        outcomes, runtime_hits = _collect(problem, cases, scratch, run)
-    finally:
-        sandbox.remove_tree(scratch)
+    collected, run = run_child(
+        ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in cases], child="attention_child.py",
+        harness=HARNESS, task={"module": "attention"},
+        collect=lambda scratch, run: _collect(problem, cases, scratch, run),
+    )
+    outcomes, runtime_hits = collected
 
     withheld = {}
     reasons = []
@@ -200,71 +286,66 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-        outcome = CaseOutcome(case.name, case.visibility, case.description)
-        tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
-        if meta is None:
-            why = (f"no result for this case: {refused}" if refused
-                   else f"no result for this case: the submission's process {run.describe()} before finishing it")
-            for q in QUANTITIES:
-                outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
-            outcomes.append(outcome)
-            continue
-        errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-        flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
-        calls = flags.get("autograd_calls", [])
-        if isinstance(calls, list):
-            runtime_hits.update(clean_text(c)[:80] for c in calls)
-        if flags.get("grad_tracking") is True:
-            runtime_hits.add("requires_grad tensors in forward")
-        for q in QUANTITIES:
-            stage = "backward" if q.startswith("dLd") else "forward"
-            note = ""
-            for step in ("import", "init", stage):
-                if step in errors:
-                    note = f"{step} raised {str(errors[step])[:600]}"
-                    if step == "backward" and "forward" in errors:
-                        note += "; forward had failed first"
-                    break
-            quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
-            if not note and q not in quantities:
-                note = f"{stage} never finished: the submission's process {run.describe()}"
-            if not note:
-                note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
-            # A wrong shape is reported as such; one far larger than expected is not even read.
-            obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
-            hint = HINTS[q]
-            if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
-                hint = diagnose_softmax(obs.array) or diagnose_scaling(obs.array, expected) or hint
-            outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
-        name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
-        follow_upstream(outcome)
-        outcomes.append(outcome)
+        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits))
+    name_float32(outcomes)
+    for outcome in outcomes:
+        follow_upstream(outcome, UPSTREAM)
     return outcomes, runtime_hits
 
 
-# What each quantity is computed from: when one of these is wrong, so is it.
-UPSTREAM = {
-    "A_w": ("Q", "K"), "A_sig": ("A_w",), "X_new": ("A_sig", "V"),
-    "dLdV": ("A_sig",), "dLdQ": ("A_sig", "K"), "dLdK": ("A_sig", "Q"),
-    "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",), "dLdX": ("dLdQ", "dLdK", "dLdV"),
-}
+def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case_dir: Path, meta: dict | None,
+             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str]) -> CaseOutcome:
+    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`."""
+    outcome = CaseOutcome.of(case)
+    tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
+    if meta is None:
+        why = (f"no result for this case: {refused}" if refused
+               else f"no result for this case: the submission's process {run.describe()} before finishing it")
+        for q in QUANTITIES:
+            outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
+        return outcome
+    errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
+    flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
+    calls = flags.get("autograd_calls", [])
+    if isinstance(calls, list):
+        runtime_hits.update(clean_text(c)[:80] for c in calls)
+    if flags.get("grad_tracking") is True:
+        runtime_hits.add("requires_grad tensors in forward")
+    quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
+    for q in QUANTITIES:
+        stage = "backward" if q.startswith("dLd") else "forward"
+        note = ""
+        for step in ("import", "init", stage):
+            if step in errors:
+                note = f"{step} raised {str(errors[step])[:600]}"
+                if step == "backward" and "forward" in errors:
+                    note += "; forward had failed first"
+                break
+        if not note and q not in quantities:
+            note = f"{stage} never finished: the submission's process {run.describe()}"
+        if not note:
+            note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
+        # A wrong shape is reported as such; one far larger than expected is not even read.
+        obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
+        if stage == "backward" and "forward" in errors and not _not_written(errors.get("backward")):
+            # Backward ran on what a failed forward left: nothing it returned can be judged.
+            obs = replace(obs, unchecked=f"forward raised {str(errors['forward'])[:600]} (see the forward lines)")
+        hint = HINTS[q]
+        if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
+            hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
+                    or hint)
+        outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
+    name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
+    return outcome
 
 
-def follow_upstream(outcome: CaseOutcome) -> None:
-    """A wrong value that follows from an earlier wrong quantity says so instead of its own formula hint."""
-    for q, sources in UPSTREAM.items():
-        c = outcome.checks.get(q)
-        if c is None or c.passed or c.stage != "values":
-            continue
-        wrong = [s for s in sources if s in outcome.checks and not outcome.checks[s].passed]
-        if wrong:
-            first = wrong[0]
-            detail, _, hint = c.message.partition(" Hint: ")
-            outcome.checks[q] = replace(c, message=(
-                f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
-                f"{detail} Hint: fix '{first}' first; if '{q}' is still wrong after that: {hint}"))
+def _not_written(error) -> bool:
+    """Whether a stage's error is the handout's TODO (NotImplementedError): that stage was never written."""
+    return isinstance(error, str) and error.startswith("NotImplementedError")
+
+
 
 
 WEIGHT_GRADIENTS = ("dLdWq", "dLdWk", "dLdWv")
@@ -293,11 +374,15 @@ def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
                 "a constant factor is off.", "that is " + "; or it is ".join(causes) + "."))
 
 
-def diagnose_softmax(a_sig: np.ndarray) -> str:
-    """Name the usual mistake behind a wrong A_sig (B, T, T), or '' when none is evident."""
+def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
+    """Name the usual mistake behind a wrong A_sig (B, T, T), or '' when none is evident. NaN or inf is put
+    down to exp() overflowing only on a case whose scores are large enough for that (`large_scores`)."""
     a = a_sig.astype(np.float64)
     if not np.isfinite(a).all():
-        return "A_sig has NaN or inf: exp() overflowed; subtract each row's maximum before exp."
+        if large_scores:
+            return ("A_sig has NaN or inf where the scores are large: exp() overflowed; subtract each row's maximum "
+                    "before exp (softmax(s) = softmax(s - max s)).")
+        return ""
     T = a.shape[-1]
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
     if T > 1 and np.abs(a[:, above]).max() > 1e-6:

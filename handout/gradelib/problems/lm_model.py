@@ -31,21 +31,22 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from ..context import GradeContext
+from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS
 from ..lm.vocab import VOCAB_SIZE
 from ..safeio import clean_text, open_folder
 from ..scoring import read_array, read_meta
-from .notebook_functions import run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, run_notebook
+from .lm_common import fixture_array
 
 CHECKPOINT = "model.pt"
 NOTEBOOK = "03_language_model.ipynb"
-HARNESS = ("child_common.py", "notebook_child.py", "model_child.py")
-PREDICTION_STEPS = 20
-GENERATION_STEPS = 30
+HARNESS = (*NOTEBOOK_HARNESS, "model_child.py")
 # Prediction sets: name -> (visibility, prompts file, targets file), under <case_root>/lm/. A public
 # set's targets are in the handout, so the child gets them with the prompts and runs one forward
 # pass; a hidden set's are revealed one step at a time.
@@ -90,22 +91,6 @@ def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
     if key not in ctx.cache:
         ctx.cache[key] = _run(ctx, settings)
     return ctx.cache[key]
-
-
-def _load(path: Path, key: str) -> np.ndarray | None:
-    if not path.is_file():
-        return None
-    with np.load(path, allow_pickle=False) as data:
-        return data[key] if key in data.files else None
-
-
-def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
-    """The prompts (`inp`) of the case file <case_root>/<rel>, None when it is missing."""
-    return _load(ctx.case_root / rel, "inp")
-
-
-def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
-    return f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete (download the handout again)."
 
 
 def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
@@ -179,123 +164,154 @@ def _exists(name: str, dir_fd: int) -> bool:
     return True
 
 
-def _run(ctx: GradeContext, settings: dict) -> ModelRun:
-    start = time.monotonic()
+@dataclass
+class _Inputs:
+    """What one model run is given: the handin's checkpoint, the prediction sets and the prompts."""
+
+    checkpoint: Path
+    hidden: bool
+    sets: dict[str, tuple[np.ndarray, np.ndarray]]  # set -> (prompts, targets of the graded steps)
+    given: set[str]  # the sets whose targets the child gets with the prompts (public ones)
+    generation: np.ndarray
+    prediction: np.ndarray
+
+
+def _inputs(ctx: GradeContext) -> _Inputs | str:
+    """The run's inputs, or why there is no run to make."""
     src, notebook = ctx.submission / CHECKPOINT, ctx.submission / NOTEBOOK
     if not src.is_file():
-        return ModelRun(ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
-                        f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
-                        "itself; `make handin runid=<id> epoch=<n>` packs the checkpoint of the epoch you choose.")
+        return (ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
+                f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
+                "itself; `make handin runid=<id> epoch=<n>` packs the checkpoint of the epoch you choose.")
     if not notebook.is_file():
-        return ModelRun(f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code.")
+        return f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code."
     lm = ctx.case_root / "lm"
     hidden = "hidden" in ctx.visibilities
     sets, given = {}, set()
     for name, (vis, prompts, targets) in SETS.items():
         # With the hidden rows at hand the validation rows add nothing graded: the NLL line scores the test rows.
         if vis in ctx.visibilities and not (hidden and vis == "public"):
-            inp, out = _load(lm / prompts, "inp"), _load(lm / targets, "out")
+            inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
             if inp is None or out is None:
-                return ModelRun(f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete.")
+                return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
             sets[name] = (inp, out[:, :PREDICTION_STEPS])
             if vis == "public":
                 given.add(name)
-    gen_inp, test_inp = _load(lm / "generation_test.npz", "inp"), _load(lm / "prediction_test.npz", "inp")
+    gen_inp, test_inp = fixture_array(lm / "generation_test.npz", "inp"), fixture_array(lm / "prediction_test.npz", "inp")
     if gen_inp is None or test_inp is None:
-        return ModelRun(f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete.")
-    run_result = ModelRun()
+        return f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete."
+    return _Inputs(src, hidden, sets, given, gen_inp, test_inp)
 
-    def prepare(scratch: Path) -> dict:
-        inputs = scratch / "inputs"
-        shutil.copyfile(src, scratch / "submission" / CHECKPOINT)
-        np.savez(inputs / "probe.npz", **probe_inputs())
-        np.savez(inputs / "generation.npz", inp=gen_inp if hidden else gen_inp[:GENERATE_CHECK_ROWS])
-        np.savez(inputs / "prediction.npz", inp=test_inp[:PREDICT_CHECK_ROWS])
-        for name, (inp, out) in sets.items():
-            if name in given:  # the true characters before each step, all at once
-                np.savez(inputs / f"{name}.npz", inp=inp, given=out[:, :-1])
+
+def _prepare(inputs: _Inputs, scratch: Path) -> dict:
+    """The checkpoint, the probe, the prompts (and the public sets' targets) in the scratch folder; the task entries."""
+    folder = scratch / "inputs"
+    shutil.copyfile(inputs.checkpoint, scratch / "submission" / CHECKPOINT)
+    np.savez(folder / "probe.npz", **probe_inputs())
+    np.savez(folder / "generation.npz", inp=inputs.generation if inputs.hidden else inputs.generation[:GENERATE_CHECK_ROWS])
+    np.savez(folder / "prediction.npz", inp=inputs.prediction[:PREDICT_CHECK_ROWS])
+    for name, (inp, out) in inputs.sets.items():
+        if name in inputs.given:  # the true characters before each step, all at once
+            np.savez(folder / f"{name}.npz", inp=inp, given=out[:, :-1])
+        else:
+            np.savez(folder / f"{name}.npz", inp=inp)
+    return {
+        "checkpoint": f"submission/{CHECKPOINT}",
+        "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in inputs.given}
+                            for n in inputs.sets],
+        "generation_steps": GENERATION_STEPS,
+        "prediction_steps": PREDICTION_STEPS,
+    }
+
+
+def _reveal(inputs: _Inputs, scratch: Path):
+    """Start revealing the hidden sets' characters beside the child; returns the function that stops it."""
+    hidden_sets = {n: out for n, (_inp, out) in inputs.sets.items() if n not in inputs.given}
+    # A descriptor of the inputs folder only where there is something to reveal (hidden grading, Linux).
+    fd = open_folder(scratch / "inputs") if hidden_sets else -1
+    revealer = Revealer(scratch / "outputs", fd, hidden_sets)
+    revealer.start()
+
+    def finish() -> Revealer:
+        revealer.stop.set()
+        revealer.join()
+        if fd >= 0:
+            os.close(fd)
+        return revealer
+
+    return finish
+
+
+def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, revealer: Revealer) -> None:
+    """Read what the child wrote into `result`."""
+    out = scratch / "outputs"
+    meta = read_meta(out / "model.json", root=scratch) or {}
+    if report is not None and report.get("read_error") or meta.get("read_error"):
+        result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
+        return
+    if meta.get("load_error"):
+        result.problem = clean_text(meta["load_error"])[:1500]
+        return
+    if not meta:
+        result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
+        return
+    said = meta.get("parameters")
+    result.parameters = said if type(said) is int and 0 <= said < 10**12 else 0  # the child's word only
+    _collect_teacher_forced(inputs, result, scratch, run, meta, revealer)
+    a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
+    if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
+        head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
+        head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
+        scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
+        result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
+    result.generated = read_array(out / "generated.npy", scratch)[0]
+    result.predicted = read_array(out / "predicted.npy", scratch)[0]
+    said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
+    result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
+                    if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
+    calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
+    result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
+
+
+def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer: Revealer) -> None:
+    """Each prediction set's logits: written at once (a public set) or answered step by step (a hidden one)."""
+    for name, (_inp, out_ids) in inputs.sets.items():
+        if name in inputs.given:
+            logits = read_array(scratch / "outputs" / name / "logits.npy", scratch)[0]
+            shape_why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
+            if logits is not None and not shape_why:
+                result.teacher_forced[name] = logits.astype(np.float32)
+                result.targets[name] = out_ids
             else:
-                np.savez(inputs / f"{name}.npz", inp=inp)
-        return {
-            "checkpoint": f"submission/{CHECKPOINT}",
-            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in given}
-                                for n in sets],
-            "generation_steps": GENERATION_STEPS,
-            "prediction_steps": PREDICTION_STEPS,
-        }
+                why = clean_text(meta.get(name) or "") or shape_why or f"the process {run.describe()}"
+                result.set_problems[name] = f"your model's teacher-forced logits are missing: {why}"[:800]
+            continue
+        answers = revealer.answers[name]
+        if len(answers) == out_ids.shape[1]:
+            result.teacher_forced[name] = np.stack(answers, axis=1)
+            result.targets[name] = out_ids
+        else:
+            why = revealer.problems.get(name) or clean_text(meta.get(name) or "") or f"the process {run.describe()}"
+            result.set_problems[name] = f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}"[:800]
 
-    def companion(scratch: Path):
-        hidden_sets = {n: out for n, (_inp, out) in sets.items() if n not in given}
-        # A descriptor of the inputs folder only where there is something to reveal (hidden grading, Linux).
-        fd = open_folder(scratch / "inputs") if hidden_sets else -1
-        revealer = Revealer(scratch / "outputs", fd, hidden_sets)
-        revealer.start()
 
-        def finish() -> Revealer:
-            revealer.stop.set()
-            revealer.join()
-            if fd >= 0:
-                os.close(fd)
-            return revealer
-
-        return finish
-
-    def collect(scratch: Path, run, report, revealer: Revealer) -> None:
-        out = scratch / "outputs"
-        meta = read_meta(out / "model.json", root=scratch) or {}
-        if report is not None and report.get("read_error") or meta.get("read_error"):
-            run_result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
-            return
-        if meta.get("load_error"):
-            run_result.problem = clean_text(meta["load_error"])[:1500]
-            return
-        if not meta:
-            run_result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
-            return
-        said = meta.get("parameters")
-        run_result.parameters = said if type(said) is int and 0 <= said < 10**12 else 0  # the child's word only
-        for name, (_inp, out_ids) in sets.items():
-            if name in given:
-                logits = read_array(out / name / "logits.npy", scratch)[0]
-                shape_why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
-                if logits is not None and not shape_why:
-                    run_result.teacher_forced[name] = logits.astype(np.float32)
-                    run_result.targets[name] = out_ids
-                else:
-                    why = clean_text(meta.get(name) or "") or shape_why or f"the process {run.describe()}"
-                    run_result.set_problems[name] = f"your model's teacher-forced logits are missing: {why}"[:800]
-                continue
-            answers = revealer.answers[name]
-            if len(answers) == out_ids.shape[1]:
-                run_result.teacher_forced[name] = np.stack(answers, axis=1)
-                run_result.targets[name] = out_ids
-            else:
-                why = revealer.problems.get(name) or clean_text(meta.get(name) or "") or f"the process {run.describe()}"
-                run_result.set_problems[name] = f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}"[:800]
-        a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
-        if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
-            head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
-            head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
-            scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
-            run_result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
-        run_result.generated = read_array(out / "generated.npy", scratch)[0]
-        run_result.predicted = read_array(out / "predicted.npy", scratch)[0]
-        said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
-        run_result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
-                            if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
-        calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
-        run_result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
-
+def _run(ctx: GradeContext, settings: dict) -> ModelRun:
+    start = time.monotonic()
+    inputs = _inputs(ctx)
+    if isinstance(inputs, str):
+        return ModelRun(inputs)
+    result = ModelRun()
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
     # Notebook 3's cells, loading the model, 20 revealed steps and 30 generated characters: the
     # heaviest run of a handin, so it gets twice the time of the others.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
     run_notebook(
-        ctx, "model", notebook, NOTEBOOK, [], (), timeouts, collect,
-        child="model_child.py", harness=HARNESS, prepare=prepare, companion=companion, limits=limits,
+        ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
+        child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs), companion=partial(_reveal, inputs),
+        limits=limits,
     )
-    run_result.seconds = time.monotonic() - start
-    return run_result
+    result.seconds = time.monotonic() - start
+    return result
 
 
 def causal_note(run: ModelRun) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric import Problem
+from ..rubric_schema import Problem
+from . import notebook_diagnoses as D
 from .notebook_functions import Call, NotebookSpec, Quantity, grade_notebook
 
 TENSOR = ("torch.Tensor",)
@@ -29,29 +30,30 @@ SPEC = NotebookSpec(
     ),
     quantities={
         "uniform": Quantity(TENSOR, "H[b, t] is the mean of X[b, 0..t]: cumsum over dim 1 divided by 1..T."),
-        "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes."),
-        "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv)."),
+        "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes.",
+                      diagnose=D.nb2_attention_scale(masked=False)),
+        "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv).", upstream=("A",)),
         "A_masked": Quantity(
             TENSOR,
-            "fill blocked scores (mask False) with -inf before the softmax. A query with no allowed key then has "
-            "only -inf scores, whose softmax is NaN: give those rows any finite score before the softmax and zero "
-            "them after it, so the query's row of A (and of C) is all zeros, not NaN.",
+            "fill blocked scores (mask False) with -inf before the softmax; a query with no allowed key gets a row of "
+            "zeros, not NaN.",
+            diagnose=D.nb2_attention_scale(masked=True),
         ),
-        "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector."),
+        "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector.",
+                             upstream=("A_masked",)),
         "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included)."),
         "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
         "combined_mask": Quantity(
-            TENSOR,
-            "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id: padding blocks the key axis (the last), "
-            "not the query axis.",
+            TENSOR, "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id (padding on the key axis, the last).",
+            diagnose=D.combined_mask_axis,
         ),
         "masked_mean_loss": Quantity(
-            SCALAR,
-            "average -log_softmax(logits)[target] over the targets that are not pad_id only; padded positions must "
-            "not enter the sum or the count.",
+            SCALAR, "average -log_softmax(logits)[target] over the targets that are not pad_id.",
+            diagnose=D.masked_mean,
         ),
         "perplexity": Quantity(
-            SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss), not exp of the summed NLL."
+            SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss).",
+            diagnose=D.perplexity_of_sum, upstream=("masked_mean_loss",),
         ),
     },
 )

@@ -4,9 +4,10 @@ The quality line grades model.pt itself, rebuilt with the handin's notebook 3
 code in the sandbox (problems/lm_model.py): no array the student wrote decides
 it. Rubric lines (rubric.toml [problems.prediction]):
 
-- id "format" (public): predictions.npy is present and well formed; full points
-  or 0. It is also compared with what the model predicts, and a mismatch is
-  flagged for the course staff.
+- id "format" (public): predictions.npy is present, well formed, and what the
+  handed-in model predicts (its first rows against the model's own predict());
+  full points or 0: an array the model did not make earns nothing, and the
+  mismatch is flagged for the course staff.
 - id "nll" (hidden): the mean NLL of the hidden continuations of
   prediction_test.npz, each character predicted from the prompt and the true
   characters before it (a proper score: no choice of the model's decides which
@@ -21,33 +22,23 @@ it. Rubric lines (rubric.toml [problems.prediction]):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
-from .. import safeio
 from ..context import GradeContext
+from ..handin_contract import PREDICTION_STEPS
 from ..lm.metrics import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric import Problem, ProblemSchema, Setting
-from ..safeio import SafeReadError
+from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..scoring import Line, all_zero, lines
-from . import lm_functions, lm_model
+from . import lm_common, lm_functions, lm_model
+from .lm_common import below, credit, load_npy
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
 TARGETS = "lm/hidden/prediction_test_out.npz"
-STEPS = 20
-# A handin array may be at most this many times larger than the expected one before it is refused unread.
-MAX_SIZE_FACTOR = 4
-MAX_HEADER_BYTES = 64 * 1024
-
-
-def below(low: str, high: str):
-    """A relation between two thresholds: full credit must be easier to reach than none."""
-    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
-
+STEPS = PREDICTION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
@@ -61,58 +52,6 @@ SCHEMA = ProblemSchema(
 )
 
 
-def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
-             missing: str = "") -> tuple[np.ndarray | None, str]:
-    """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
-
-    gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
-    complex or long-double arrays and arrays far larger than expected are refused from
-    the header, before any data is loaded. A wrong row count or shape is reported
-    before a wrong dtype: it says more about what went wrong.
-    """
-    name = path.name
-    size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
-    try:
-        arr = safeio.read_npy(path, max_bytes=size_cap * 8 + MAX_HEADER_BYTES, kinds=kinds, max_elements=size_cap)
-        shape, dtype_problem = arr.shape, ""
-    except SafeReadError as exc:
-        if exc.reason == "missing":
-            return None, f"{problem_id}: " + (missing or f"{name} is missing from the handin; {what}, saved with np.save, "
-                                                          "must be in handin.tar.")
-        if exc.reason == "size" and exc.shape is not None:
-            return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
-        if exc.reason != "dtype" or exc.shape is None:
-            return None, f"{problem_id}: {exc}"
-        arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
-    if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
-        return None, (
-            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
-        )
-    if shape != expected_shape:
-        return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
-    if arr is None:
-        return None, dtype_problem
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            return None, (
-                f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index {where}); "
-                "logits must be finite: do not mask them to -inf or take log of a probability of 0."
-            )
-    return arr, ""
-
-
-def credit(value: float, full: float, zero: float) -> float:
-    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between."""
-    if value <= full:
-        return 1.0
-    if value >= zero:
-        return 0.0
-    return (zero - value) / (zero - full)
-
-
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
     tests = _grade_arrays(ctx, arrays)
@@ -122,18 +61,35 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 
 def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
         return None
     rows = prompts.shape[0]
     return load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", "")[0]
 
 
+def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
+    """'' when predictions.npy's first rows are what the handed-in model's own predict() gives, else why not."""
+    if run.problem:
+        return f"there is no model to check it against: {run.problem}"
+    predicted = run.predicted
+    if predicted is None or predicted.ndim != 3 or predicted.shape[1:] != logits.shape[1:] or len(predicted) > len(logits):
+        why = run.call_problems.get("predict", "predict() returned nothing the grader could compare")
+        return f"your model's predict() could not be compared with it: {why}"
+    head = logits[: len(predicted)]
+    differ = np.abs(predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
+    if differ.any():
+        rows = int(differ.any(axis=(1, 2)).sum())
+        return (f"{FILENAME} is not what model.pt predicts: {rows} of the first {len(predicted)} rows "
+                f"{'differs' if rows == 1 else 'differ'} from the model's own predict()")
+    return ""
+
+
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     vis = ctx.visibilities
-    prompts = lm_model.prompts(ctx, INPUTS)
+    prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
-        return all_zero(problem, vis, lm_model.missing("prediction", ctx, INPUTS))
+        return all_zero(problem, vis, lm_common.missing("prediction", ctx, INPUTS))
     rows = prompts.shape[0]
     shape = (rows, STEPS, VOCAB_SIZE)
     what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
@@ -147,12 +103,20 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         elif logits is None:
             tests.append(line.result(0.0, message))
         elif group.id == "format":
-            tests.append(line.result(1.0,
-                                    f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite. "
-                                    "The NLL line grades model.pt itself, after you submit."))
+            tests.append(_format_result(ctx, problem, line, logits))
         else:
             tests.append(line.result(0.0, f"prediction: unknown rubric line '{group.id}'"))
     return tests
+
+
+def _format_result(ctx: GradeContext, problem: Problem, line: Line, logits: np.ndarray) -> TestResult:
+    """Full points for a well-formed predictions.npy that the handed-in model made, none for any other."""
+    why = model_mismatch(lm_model.model_run(ctx, problem.settings), logits)
+    if why:
+        return line.result(0.0, f"prediction: {FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype}), "
+                                f"but this line counts only for the arrays your handed-in model makes, and {why}.")
+    return line.result(1.0, f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are "
+                            "what model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
 
 
 def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
@@ -209,14 +173,8 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
         ctx.note(f"prediction: {run.set_problems['validation']}")
     if note:
         ctx.note(f"prediction: {note}")
-    checked = run.predicted.shape[0] if run.predicted is not None and run.predicted.ndim == 3 else 0
-    if logits is not None and checked and run.predicted.shape == (checked, *logits.shape[1:]) and checked <= len(logits):
-        head = logits[:checked]
-        differ = np.abs(run.predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
-        if differ.any():
-            rows = int(differ.any(axis=(1, 2)).sum())
-            message = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {checked} rows "
-                       f"{'differs' if rows == 1 else 'differ'} from the "
-                       "model's own predict(). The grader scores the model, not the array.")
-            ctx.note(f"prediction: {message}")
-            ctx.flags["predictions_do_not_match_model"] = message
+    mismatch = model_mismatch(run, logits) if logits is not None else ""
+    if mismatch.startswith(f"{FILENAME} is not what model.pt predicts"):
+        message = f"{mismatch}. The grader scores the model, not the array."
+        ctx.note(f"prediction: {message}")
+        ctx.flags["predictions_do_not_match_model"] = message

@@ -1,9 +1,10 @@
-"""What a handin holds, how each file is checked, and how `make handin` packs it.
+"""`make handin`: check every handin file the way the grader will read it, and pack handin.tar.
 
-HANDIN_FILES is the one list that `make handin`, the local autograder and the
-grader share. `make handin runid=<id> epoch=<n>` runs
+The files themselves (HANDIN_FILES), their shapes and size caps are the handin
+contract (gradelib/handin_contract.py), which the grader reads too.
+`make handin runid=<id> epoch=<n>` runs
 
-    python -m gradelib.manifest --runid <id> --epoch <n> --out handin.tar
+    python -m gradelib.handin --runid <id> --epoch <n> --out handin.tar
 
 which collects the files below, checks every one of them the way the grader
 will read it (present, parses, arrays of the right shape, dtype and range),
@@ -29,31 +30,18 @@ from pathlib import Path
 import numpy as np
 
 from . import safeio
-from .intake import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+from .handin_contract import (
+    GENERATION_SHAPE,
+    HANDIN_FILES,
+    MAX_CHECKPOINT_BYTES,
+    MAX_FILE_BYTES,
+    MAX_TOTAL_BYTES,
+    OPTIONAL,
+    PREDICTION_SHAPE,
+    SPECIAL_IDS,
+)
+from .lm.vocab import VOCAB_SIZE
 from .safeio import SafeReadError
-
-# File name -> what it is. All live at the top level of handin.tar; a handin
-# may lack some, and what is missing scores 0 with a message saying so.
-HANDIN_FILES: dict[str, str] = {
-    "attention.py": "Attention class with forward and backward (problem attention)",
-    "01_mlm_and_next_token.ipynb": "notebook 1: masked-LM and next-token losses (problem losses)",
-    "02_attention_and_masks.ipynb": "notebook 2: attention with causal and padding masks (problem masks)",
-    "03_language_model.ipynb": "notebook 3: the language model, predict and generate",
-    "predictions.npy": "(128, 20, 30) float logits for prediction_test.npz (problem prediction)",
-    "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
-    "generated.txt": "the generations as readable text (optional)",
-    "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, generation)",
-}
-OPTIONAL = ("generated.txt",)
-RUN_FILES = ("predictions.npy", "generated.npy", "generated.txt", "model.pt")  # written by a training run of notebook 3
-# The reference model's float32 checkpoint is 1.4 MB; ten times the parameters still fit.
-MAX_CHECKPOINT_BYTES = 32 * 1024 * 1024
-
-# The vocabulary: ids 0 and 1 are <eos> and <pad>, 30 tokens in all.
-VOCAB_SIZE = 30
-SPECIAL_IDS = {0: "<eos>", 1: "<pad>"}
-PREDICTION_SHAPE = (128, 20, VOCAB_SIZE)  # prediction_test.npz: 128 sequences, 20 steps, logits
-GENERATION_SHAPE = (128, 30)  # generation_test.npz: 128 prompts, 30 generated ids each
 
 
 def sources(runid: str, epoch: str) -> dict[str, str]:
@@ -280,7 +268,7 @@ def check_folder(folder: Path) -> dict[str, list[str]]:
 
 @dataclass
 class Packed:
-    files: dict[str, Path]  # handin name -> source path, in manifest order
+    files: dict[str, Path]  # handin name -> source path, in HANDIN_FILES order
     problems: list[str]  # what to fix; empty when the handin may be written
     notes: list[str]  # things worth knowing that do not block the handin
     refused: dict[str, Path] = field(default_factory=dict)  # present but failing its check (a syntax error, ...)

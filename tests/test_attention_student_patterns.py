@@ -1,0 +1,230 @@
+"""attention.py as students write it: correct code keeps every point, one slip costs its own lines, messages name it.
+
+The variants in tests/attention_variants/ are small files written for this project
+with the patterns found in real students' work: a helper class with a hand-written
+`backward` held on self (not autograd), a scale made as a float32 tensor inside a
+float64 computation, a float32-only helper given float64 input, and A_w stored
+masked. What each must score is decided here without the grader: each variant is
+run in this process on the case inputs and judged against torch autograd in
+float64 (an oracle sharing no code with the grader or the stored expected values),
+with the rubric's tolerance, and the README's rule for edge lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gradelib import rubric
+from gradelib.problems.attention import QUANTITIES, autograd_uses
+
+from support import FIXTURES, grade_files
+
+VARIANTS = Path(__file__).resolve().parent / "attention_variants"
+PROBLEM = rubric.load()["attention"]
+
+
+def source(name: str) -> str:
+    return (VARIANTS / f"{name}.py").read_text()
+
+
+def attention_class(text: str, name: str):
+    """The variant's Attention, run here (not graded): the oracle judges what it computes."""
+    module = types.ModuleType(f"variant_{name}")
+    exec(compile(text, f"<variant {name}>", "exec"), module.__dict__)
+    return module.Attention
+
+
+def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Forward by the equations and backward by torch autograd, in float64."""
+    X, W_k, W_q, W_v = (torch.from_numpy(inputs[k]).double().requires_grad_(True) for k in ("X", "W_k", "W_q", "W_v"))
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    for t in (Q, K, V):
+        t.retain_grad()
+    A_w = Q @ K.transpose(1, 2)
+    T = X.shape[1]
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()
+    A_sig = torch.softmax((A_w / math.sqrt(W_k.shape[1])).masked_fill(~allowed, float("-inf")), dim=-1)
+    X_new = A_sig @ V
+    X_new.backward(torch.from_numpy(inputs["dLdXnew"]).double())
+    values = {"Q": Q, "K": K, "V": V, "A_w": A_w, "A_sig": A_sig, "X_new": X_new, "dLdQ": Q.grad, "dLdK": K.grad,
+              "dLdV": V.grad, "dLdWq": W_q.grad, "dLdWk": W_k.grad, "dLdWv": W_v.grad, "dLdX": X.grad}
+    return {k: v.detach().numpy() for k, v in values.items()}
+
+
+def cases() -> list[dict]:
+    out = []
+    for vis in ("public", "hidden"):
+        for entry in json.loads((FIXTURES / "attention" / vis / "cases.json").read_text()):
+            with np.load(FIXTURES / "attention" / vis / f"{entry['name']}.npz") as data:
+                inputs = {k: data[k] for k in ("X", "W_k", "W_q", "W_v", "dLdXnew")}
+            out.append({"vis": vis, "edge": entry.get("edge", ""), "dtype": entry["dtype"], "inputs": inputs})
+    return out
+
+
+def judge(Attention) -> list[dict]:
+    """Per case, quantity -> right by the oracle and the rubric's tolerance (a raise: not right)."""
+    judged = []
+    for case in cases():
+        t = {k: torch.from_numpy(v) for k, v in case["inputs"].items()}
+        got: dict = {}
+        att = Attention(t["W_k"], t["W_q"], t["W_v"])
+        try:
+            got["X_new"] = att.forward(t["X"])
+        except Exception:  # noqa: BLE001 (a variant's failure is a verdict, not an error of the test)
+            pass
+        got.update({q: getattr(att, q, None) for q in ("Q", "K", "V", "A_w", "A_sig")})
+        if "X_new" in got:  # after a failed forward, nothing backward returns can be judged
+            try:
+                got["dLdX"] = att.backward(t["dLdXnew"])
+            except Exception:  # noqa: BLE001
+                pass
+            got.update({q: getattr(att, q, None) for q in QUANTITIES if q.startswith("dLd") and q != "dLdX"})
+        expected = oracle(case["inputs"])
+        tol = PROBLEM.tolerance[case["dtype"]]
+        right = {}
+        for q in QUANTITIES:
+            value = got.get(q)
+            if not isinstance(value, torch.Tensor) or value.dtype != t["X"].dtype or value.shape != expected[q].shape:
+                right[q] = False
+                continue
+            g, e = value.detach().double().numpy(), expected[q]
+            right[q] = bool(np.all(np.abs(g - e) <= tol["atol"] * max(1.0, np.abs(e).max()) + tol["rtol"] * np.abs(e)))
+        judged.append({**case, "right": right})
+    return judged
+
+
+def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
+    """The README's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities wrong.
+    An edge line fails when, on one of its cases, a quantity is wrong that every ordinary case of the set gets
+    right; and, unless an ordinary line made of its quantities passes on the set, for any wrong quantity there."""
+    taken = {g.edge for g in PROBLEM.groups if g.edge}
+    failing = set()
+    for g in PROBLEM.groups:
+        for vis in g.visibilities:
+            ordinary = [c for c in judged if c["vis"] == vis and c["edge"] not in taken]
+            if not g.edge:
+                if any(not c["right"][q] for c in ordinary for q in g.quantities):
+                    failing.add((g.id, vis))
+                continue
+            vouched = any(all(o["right"][q] for o in ordinary for q in line.quantities) for line in PROBLEM.groups
+                          if not line.edge and set(line.quantities) <= set(g.quantities))
+            for c in (c for c in judged if c["vis"] == vis and c["edge"] == g.edge):
+                for q in (q for q in g.quantities if not c["right"][q]):
+                    if all(o["right"][q] for o in ordinary) or not vouched:
+                        failing.add((g.id, vis))
+    return failing
+
+
+def points_without(failing: set[tuple[str, str]]) -> float:
+    return sum(PROBLEM.share(g, v) for g in PROBLEM.groups for v in g.visibilities if (g.id, v) not in failing)
+
+
+def graded(tmp_path, text: str):
+    result = grade_files(tmp_path, {"attention.py": text}, only=["attention"])
+    return result, {(t.line, t.visibility) for t in result.tests if not t.passed}
+
+
+def test_a_helper_class_with_its_own_backward_keeps_every_point(tmp_path):
+    """self.softmax.backward(...) calls the file's own method: correct code scores 30 / 30, and the static check
+    finds nothing (it still finds autograd's backward on a tensor held the same way)."""
+    text = source("helper_class_backward")
+    assert "self.softmax.backward(" in text and autograd_uses(text) == []
+    assert failing_lines(judge(attention_class(text, "helper"))) == set()  # right by the oracle on every case
+    result, failing = graded(tmp_path, text)
+    assert failing == set(), [t.output for t in result.tests if not t.passed]
+    assert result.score == pytest.approx(30.0)
+    tensor_held = text.replace("self.softmax = CausalSoftmax()", "self.softmax = torch.zeros(1)")
+    at, call = next((n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if "= self.softmax.backward(" in ln)
+    assert autograd_uses(tensor_held) == [f"line {at}: {call}"]
+
+
+def test_a_helper_class_with_one_real_bug_loses_that_bugs_line_only(tmp_path):
+    """The same file averaging the weight gradients over the batch: only the weight-gradient lines are lost,
+    with their cause, and no line speaks of automatic differentiation."""
+    text = source("helper_class_backward").replace(".sum(dim=0)", ".mean(dim=0)")
+    expected = failing_lines(judge(attention_class(text, "averaged")))
+    assert expected == {("backward_weights", "public"), ("backward_weights", "hidden")}  # B = 1 alone hides it
+    result, failing = graded(tmp_path, text)
+    assert failing == expected
+    assert result.score == pytest.approx(points_without(expected))
+    for t in result.tests:
+        assert "automatic differentiation" not in t.output, t.output
+        if not t.passed:
+            assert "the weight gradient must be summed over the batch, not averaged" in t.output, t.output
+
+
+def test_a_float32_scale_in_a_float64_computation_is_named_with_numbers_that_differ(tmp_path):
+    """torch.tensor(Dk).float().sqrt(): float64 results right to float32 precision only. The lines the oracle
+    finds wrong are lost, each message says first that a float32 value entered the float64 computation, and the
+    numbers it shows differ in print."""
+    text = source("float32_scale")
+    expected = failing_lines(judge(attention_class(text, "f32scale")))
+    assert expected  # the oracle finds float64 cases where float32 precision is not enough
+    result, failing = graded(tmp_path, text)
+    assert failing == expected
+    assert result.score == pytest.approx(points_without(expected))
+    for t in result.tests:
+        if t.passed:
+            continue
+        case = next(ln for ln in t.output.splitlines() if ln.startswith("case "))
+        assert "float64" in case and "right to float32 precision only on this float64 case" in case, t.output
+        assert "Hint: a float32 value entered this float64 computation" in case, t.output
+        got, want = re.search(r"got (\S+), expected (\S+) \(rtol", case).groups()
+        assert got != want, case
+
+
+def test_a_float32_only_helper_says_forward_raised_on_the_backward_lines_once(tmp_path):
+    """A float32 helper given float64 input: forward raises on the float64 cases. The forward lines say so; each
+    backward line says once that it could not be checked because forward raised, never a cause of its own."""
+    text = source("float32_helper")
+    assert autograd_uses(text) == []  # q_proj.backward(...) and friends are the file's own
+    expected = failing_lines(judge(attention_class(text, "f32helper")))
+    # Every set has a float64 ordinary case, so no ordinary line passes, and every hidden edge has a float64 case
+    # where nothing runs; the public large-scores case is float32, right throughout.
+    ordinary = {g.id for g in PROBLEM.groups if not g.edge}
+    hidden_edges = {(g.id, "hidden") for g in PROBLEM.groups if g.edge}
+    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | hidden_edges
+    result, failing = graded(tmp_path, text)
+    assert failing == expected
+    assert result.score == pytest.approx(points_without(expected))
+    for t in result.tests:
+        assert "automatic differentiation" not in t.output, t.output
+        if not t.passed and t.line.startswith("backward"):
+            assert t.output.startswith("not checked on 2 of 3 "), t.output
+            assert "forward raised RuntimeError" in t.output and "(see the forward lines)" in t.output, t.output
+            assert len(t.output.splitlines()) == 1, t.output
+        elif not t.passed:
+            assert "forward raised RuntimeError" in t.output, t.output
+
+
+def test_a_masked_a_w_costs_the_raw_scores_line_alone(tmp_path):
+    text = source("masked_A_w_stored")
+    expected = failing_lines(judge(attention_class(text, "masked")))
+    assert expected == {("forward_scores", "public"), ("forward_scores", "hidden")}
+    result, failing = graded(tmp_path, text)
+    assert failing == expected
+    assert result.score == pytest.approx(points_without(expected))
+    for t in result.tests:
+        if not t.passed:
+            assert "'A_w' has" in t.output and "inf entries" in t.output and "do not scale or mask it" in t.output
+
+
+def test_one_bug_reads_in_one_screen(tmp_path):
+    """The report of a missing causal mask, which breaks the softmax and everything after it: per line the first
+    failing case in full, the others counted, the other case set's same failure said in one line, hints once."""
+    text = source("helper_class_backward").replace("        scores = scores.masked_fill(future, float(\"-inf\"))\n", "")
+    assert text != source("helper_class_backward")
+    result, failing = graded(tmp_path, text)
+    assert failing == failing_lines(judge(attention_class(text, "unmasked")))
+    report = result.table().split("Why points were lost:")[1].strip()
+    assert len(report.splitlines()) <= 30 and len(report) <= 4000, report  # 12 lines lost (6 rubric lines x 2 sets)
+    assert report.count("nonzero above the diagonal") == 1, report  # the cause, said once
+    assert report.count("the same failure as the line above") == 6, report
