@@ -44,7 +44,7 @@ ABSENT_ATTRS = {
     "win32": {
         os: ["O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "forkpty", "killpg", "setsid",
              "getuid", "geteuid", "getgid", "getegid", "setuid", "setgid", "setgroups", "lchown", "chown", "getpgid",
-             "wait4", "sched_getaffinity", "memfd_create", "pidfd_open", "mkfifo", "sysconf", "uname"],
+             "wait4", "sched_getaffinity", "memfd_create", "pidfd_open", "mkfifo", "sysconf", "uname", "fchmod"],
         signal: ["SIGALRM", "SIGPROF", "SIGXCPU", "SIGHUP", "SIGCHLD", "setitimer", "getitimer", "ITIMER_REAL",
                  "ITIMER_PROF", "alarm", "pause", "pthread_kill"],
         socket: ["SO_PASSCRED", "SCM_CREDENTIALS", "SCM_RIGHTS", "send_fds", "recv_fds", "AF_UNIX", "CMSG_SPACE"],

@@ -327,3 +327,21 @@ def test_choosing_the_run_to_grade_locally_never_grades_another_epoch_than_asked
     runid, epoch, said = choose_run(tmp_path, "old", "5")
     assert (runid, epoch) == ("old", "5") and "experiments/old has no checkpoint for epoch 5" in said
     assert choose_run(tmp_path, "old", "2")[:2] == ("old", "2")
+
+
+def test_handing_in_a_short_run_says_so_and_what_it_costs(student, capsys):
+    """A run cut short (MAX_STEPS, a quick LM_TRAIN_STEPS try) is packed, with a note of the points at stake."""
+    import tomllib
+
+    short = student / "experiments" / "20261125-120000-steps300"
+    shutil.copytree(student / "experiments" / "run1", short)
+    rc, out, err = pack(student, capsys, "--runid", short.name, "--epoch", "3")
+    assert rc == 0, err
+    rubric = tomllib.loads((HANDOUT / "gradelib" / "rubric.toml").read_text())["problems"]
+    points = {(pid, g["id"]): g["points"] for pid, p in rubric.items() for g in p.get("groups", [])}
+    at_stake = points["prediction", "nll"] + points["generation", "perplexity"]
+    course = sum(points.values())  # a problem is worth its lines
+    assert (f"note: experiments/{short.name} is a short run of 300 steps: its model earns few or none of the "
+            f"{at_stake:g} of {course:g} points of the model-quality lines") in out, out
+    rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
+    assert rc == 0 and "short run" not in out, out

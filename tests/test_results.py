@@ -225,3 +225,16 @@ def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_pa
                         "--rubric", str(path))
     shown = {t["name"].rsplit("[", 1)[1].rstrip("]"): t["visibility"] for t in data["tests"]}
     assert shown == {"public": "visible", "hidden": "after_due_date"}
+
+
+def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
+    """A rerun that regrades one problem writes the others' tests back as read from results.json: their
+    visibility (the rubric's hidden_tests) is kept, not reset to after_published."""
+    from autograder.batch.regrade import from_gradescope
+
+    data = {"tests": [{"name": f"attention: l [{v}]", "score": 1.0, "max_score": 1.0, "output": "",
+                       "visibility": shown, "tags": ["attention"]}
+                      for v, shown in (("public", "visible"), ("hidden", "after_due_date"), ("hidden", "hidden"))]}
+    back = from_gradescope(data, "alice", ["attention"])
+    assert [t.to_gradescope("1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
+    assert [t.visibility for t in back.tests] == ["public", "hidden", "hidden"]

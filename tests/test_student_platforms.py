@@ -170,7 +170,7 @@ STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check
 LINUX_MODULES = {"fcntl", "pwd", "grp", "resource", "termios"}
 LINUX_ATTRS = {
     "os": {"O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "setsid", "killpg", "getuid",
-           "geteuid", "setuid", "setgid", "setgroups", "chown", "lchown", "sched_getaffinity", "wait4", "mkfifo"},
+           "geteuid", "setuid", "setgid", "setgroups", "chown", "lchown", "sched_getaffinity", "wait4", "mkfifo", "fchmod"},
     "signal": {"SIGALRM", "SIGPROF", "SIGKILL", "SIGXCPU", "SIGHUP", "setitimer", "ITIMER_REAL", "ITIMER_PROF", "alarm"},
     "socket": {"SO_PASSCRED", "SCM_CREDENTIALS", "SCM_RIGHTS", "send_fds", "recv_fds", "AF_UNIX"},
 }

@@ -43,6 +43,7 @@ PROBLEM_FIXTURES: dict[str, tuple[str, ...]] = {
     "generation": (*LM_RUN, "lm/oracle.json"),
 }
 FROM_GRADESCOPE = {v: k for k, v in VISIBILITY_TO_GRADESCOPE.items()}
+GRADESCOPE_VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
 
 def _sha(value) -> str:
@@ -155,11 +156,13 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> Submissi
         tags = t.get("tags") if isinstance(t.get("tags"), list) else [""]
         extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
         figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
+        shown = t.get("visibility") if t.get("visibility") in GRADESCOPE_VISIBILITIES else ""
         result.tests.append(TestResult(
             problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score", 0.0),
             max_score=t.get("max_score", 0.0), visibility=FROM_GRADESCOPE.get(t.get("visibility"), "hidden"),
             output=str(t.get("output", "")), line=str(extra.get("line", "")),
             figures={k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+            shown=shown,  # a hidden test's rubric visibility (hidden_tests) is kept when its problem is not regraded
         ))
     present = {t.problem for t in result.tests} | set(graded)
     result.problems = tuple([p for p in problem_order if p in present] + sorted(present - set(problem_order)))

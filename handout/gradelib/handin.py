@@ -322,17 +322,37 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
             if left:
                 shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
                 notes.append(f"{name} still raises NotImplementedError for {len(left)} TODO(s), which score 0: {shown}")
+    if have_run and not no_epoch and short_run(runid) is not None:
+        notes.append(short_run_cost(runid))
     total = sum(p.stat().st_size for p in files.values())
     if total > MAX_TOTAL_BYTES:
         problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB")
     return Packed(files, problems, notes, refused)
 
 
+# The lines that score the trained model itself (rubric problem, line), and so what a short run costs.
+MODEL_QUALITY_LINES = (("prediction", "nll"), ("generation", "perplexity"))
+
+
+def short_run_cost(runid: str) -> str:
+    """What handing in a short run (MAX_STEPS, or a quick LM_TRAIN_STEPS try) costs, in the rubric's points."""
+    from .rubric import load
+
+    problems = load()
+    at_stake = sum(g.points for pid, line in MODEL_QUALITY_LINES for g in problems[pid].groups if g.id == line)
+    course = sum(p.points for p in problems.values())
+    return (f"experiments/{runid} is a short run of {short_run(runid)} steps: its model earns few or none of the "
+            f"{at_stake:g} of {course:g} points of the model-quality lines (prediction NLL and generation perplexity, "
+            "graded on hidden targets); hand in a full run's epoch to earn them (`python autograder.py --runid "
+            f"{runid}` shows where its validation NLL falls against the thresholds)")
+
+
 def write_tar(files: dict[str, Path], out: Path) -> None:
     """Write files at the top level of a plain tar, byte-identical for identical inputs."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o644)  # mkstemp makes 0600; an upload page or a TA may need to read it
+    if hasattr(os, "fchmod"):  # (Windows before Python 3.13 has none, nor modes to set)
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; an upload page or a TA may need to read it
     try:
         with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for name, path in files.items():
