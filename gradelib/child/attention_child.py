@@ -77,11 +77,15 @@ def _unpacked(tensor):
 
 
 def install_tripwires() -> None:
+    """The public hooks of every torch from 2.1 on (saved_tensors_hooks, entered and never left); the engine
+    object and the hook's removal, torch's own names, where this torch has them."""
     from torch.autograd.variable import Variable
 
-    torch._C._autograd._push_saved_tensors_default_hooks(_graph_recorded, _unpacked)
-    _tripwire(torch._C._autograd, "_pop_saved_tensors_default_hooks", "a call removing the grader's saved-tensors hook")
-    Variable._execution_engine = _audited_engine(Variable._execution_engine)
+    torch.autograd.graph.saved_tensors_hooks(_graph_recorded, _unpacked).__enter__()
+    _tripwire(getattr(torch._C, "_autograd", None), "_pop_saved_tensors_default_hooks",
+              "a call removing the grader's saved-tensors hook")
+    if hasattr(Variable, "_execution_engine"):
+        Variable._execution_engine = _audited_engine(Variable._execution_engine)
     _tripwire(torch.autograd, "backward", "torch.autograd.backward")
     _tripwire(torch.autograd, "grad", "torch.autograd.grad")
     _tripwire(torch.Tensor, "backward", "Tensor.backward")
@@ -89,7 +93,7 @@ def install_tripwires() -> None:
     for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp"):
         _tripwire(torch.autograd.functional, name, f"torch.autograd.functional.{name}")
     for name in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value"):
-        _tripwire(torch.func, name, f"torch.func.{name}")
+        _tripwire(getattr(torch, "func", None), name, f"torch.func.{name}")
 
 
 def to_array(obj):
