@@ -192,6 +192,9 @@ def _figures(tmp: Path, batch: int) -> tuple[list[Figure], Figure, Figure]:
                           local, attention_full_marks("15.00"), "target < 3 s")),
         *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
                           [PY, "autograder.py"], local, attention_full_marks("15.00"), "target < 3 s, <= 0.3 x otter")),
+        # The level of a student's Mac or Windows laptop; there it starts a fresh interpreter per run (no fork).
+        *both_ways(Figure("local: every problem, portable level (GRADELIB_SANDBOX=portable)", [PY, "autograder.py"],
+                          local, attention_full_marks("15.00"), "<= 0.3 x otter", env={"GRADELIB_SANDBOX": "portable"})),
     ]
     one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
     many = []
