@@ -50,7 +50,7 @@ pythons: $(STAMP) ## environments for the tests under Python 3.10, 3.12 and 3.13
 # the longest files first (tests/conftest.py's LONGEST_FIRST; xdist would otherwise reorder them by test count).
 test: setup pythons ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder --durations=30 tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.build.demo

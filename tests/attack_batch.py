@@ -21,7 +21,7 @@ from pathlib import Path
 from attack_tools import attack_source, leftover_cgroups, leftover_scratch, processes_named, run_cli, sandbox_uid_processes
 from support import REPO, SOLUTIONS
 
-BATCH_TIMEOUT_S = 10  # per problem run; the infinite loop spends all of it (the reference needs 1.4 s on a quiet core)
+BATCH_TIMEOUT_S = 20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
 DAEMON_SLEEP_S = 3
 
 # Each an attention.py, graded in this order: name in the batch -> (source in tests/attacks/, its own fills).
@@ -38,10 +38,14 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+# Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
+# child, the comparisons in the grader): graded once, at the machine's own level.
+SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor")
+# What the fallback level is checked against: what a run may reach and how it is ended.
+FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
 # process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
-PORTABLE_ATTACKS = ("exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
-                    "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero")
+PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
@@ -69,7 +73,10 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
             paths.append(str(folder))
         scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
         start = time.monotonic()
-        proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention",
+        # One job at a time at the portable level: nothing there shares the CPU out between runs, so the setsid
+        # chain's 80 spinning processes would starve the run graded beside it past its time limit.
+        jobs = "1" if level == "portable" else "2"
+        proc = run_cli(*paths, "--out", str(out), "--jobs", jobs, "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention",
                        level=level)
         wall = time.monotonic() - start
         alive_after = processes_named(marker)

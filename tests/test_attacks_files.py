@@ -75,7 +75,7 @@ def test_forged_stdout_does_not_reach_the_autolab_line(tmp_path):
 @pytest.mark.parametrize("where", ["attention.py", "a notebook cell"])
 def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path, where):
     """Printing without end is stopped once the output passes Limits.output_mb, in a plain run and in a
-    run forked from the template (attention.py with a notebook), long before the 30 s limit; the
+    run forked from the template (attention.py with a notebook), long before the 60 s limit; the
     forged score lines gain nothing and the honest problem beside it keeps its points."""
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     flood = attack_source("output_flood")
@@ -84,9 +84,9 @@ def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path,
     else:
         files, only = {"attention.py": reference, "01_mlm_and_next_token.ipynb": notebook_with_first_cell(flood)}, ["attention", "losses"]
     start = time.monotonic()
-    result = grade_files(tmp_path, files, only=only, timeout_s=30)
+    result = grade_files(tmp_path, files, only=only, timeout_s=60)
     wall = time.monotonic() - start
-    assert wall < 15, wall
+    assert wall < 40, wall  # (a run stopped at its time limit alone would take 60 s; 8 s on a loaded machine is usual)
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     cap = sandbox.Limits().output_mb
     assert f"was stopped when its output passed {cap} MB" in said, said

@@ -363,3 +363,18 @@ def test_the_top_line_says_only_what_the_notes_and_the_visible_lines_do_not():
     mixed = result("failed on 4 of 4 public cases")
     mixed.tests[1].output = "failed on 5 of 6 hidden cases"
     assert regrade.not_graded_normally(mixed) == []
+
+
+def test_a_worker_stopped_mid_write_leaves_no_temporary_file(tmp_path):
+    """results.write_text_atomic writes beside the file and renames; a worker killed between the two leaves the
+    temporary file, which the batch removes when the worker has ended (the old results stay whole)."""
+    from autograder.batch.pool import remove_partial_writes
+
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "results.json").write_text("{}")
+    (folder / ".feedback.txt.k2j4.tmp").write_text("half of a feedb")
+    (folder / ".results.json.x9.tmp").write_text("")
+    remove_partial_writes(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["results.json"]
+    remove_partial_writes(tmp_path / "never-graded")  # a handin with no folder yet: nothing to do

@@ -178,20 +178,17 @@ class Batch:
         if job.scratch is not None:
             remove_scratch(job.scratch)
             job.scratch = None
+        remove_partial_writes(self.args.out / job.name)
 
     def _reap_orphans(self, before: set[int], workers: set[int] | None = None) -> None:
         # Sandboxed processes of a worker that died are re-parented here (we are a subreaper).
+        # Stopped first, everything below them too, then killed: a chain of processes each in a session of
+        # its own, which would otherwise come here one link at a time, is ended whole.
         workers = {j.proc.pid for j in self.active} if workers is None else workers
-        for pid in kernel.children_of(os.getpid()) - before - workers:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+        orphans = lambda: kernel.children_of(os.getpid()) - before - workers  # noqa: E731
+        if orphans():
+            kernel.kill_tree(orphans, 5.0)
+            kernel.kill_until_gone(orphans, 5.0, 0.01, reap=True)
 
     def run(self, bar) -> None:
         processes.become_subreaper()
@@ -241,6 +238,20 @@ class Batch:
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.stop_signal = signum
+
+
+def remove_partial_writes(folder: Path) -> None:
+    """Remove the temporary files of results.write_text_atomic that a worker stopped mid-write left behind
+    (the old file, if any, is still whole beside them)."""
+    try:
+        names = [p for p in folder.glob(".*.tmp") if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return
+    for path in names:
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def remove_scratch(folder: Path) -> None:

@@ -46,12 +46,9 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
 def _kill_children_and_exit(signum: int, _frame) -> None:
     # The run in progress (its namespace, or its uid's processes), then any session we lead.
     sandbox.abort_active()
-    for pid in kernel.children_of(os.getpid()):
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    # Everything still below us (orphans of a run come here: we are a subreaper), stopped first and then
+    # killed, so a chain of processes in sessions of their own is ended whole.
+    kernel.kill_tree(lambda: kernel.children_of(os.getpid()), 5.0)
     os._exit(128 + signum)
 
 
