@@ -107,8 +107,15 @@ def expect(fragment: str):
     return check
 
 
-def attention_full_marks(points: str):
-    """The score table's attention line reads `points / points`."""
+def attention_full_marks(points: str = ""):
+    """The score table's attention line reads `points / points` (by default the rubric's public attention points,
+    what the local grader can give)."""
+    if not points:
+        from gradelib import rubric
+
+        problem = rubric.load()["attention"]
+        points = f"{sum(problem.share(g, 'public') for g in problem.groups):.2f}"
+
     def check(stdout: str) -> None:
         line = next((ln for ln in stdout.splitlines() if ln.startswith("attention ")), "")
         if f"{points} / {points}".replace(" ", "") not in line.replace(" ", ""):
@@ -189,12 +196,12 @@ def _figures(tmp: Path, batch: int) -> tuple[list[Figure], Figure, Figure]:
         shutil.copyfile(item, local / rel)
     figures = [
         *both_ways(Figure("local: python autograder.py --only attention", [PY, "autograder.py", "--only", "attention"],
-                          local, attention_full_marks("15.00"), "target < 3 s")),
+                          local, attention_full_marks(), "target < 3 s")),
         *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
-                          [PY, "autograder.py"], local, attention_full_marks("15.00"), "target < 3 s, <= 0.3 x otter")),
+                          [PY, "autograder.py"], local, attention_full_marks(), "target < 3 s, <= 0.3 x otter")),
         # The level of a student's Mac or Windows laptop; there it starts a fresh interpreter per run (no fork).
         *both_ways(Figure("local: every problem, portable level (GRADELIB_SANDBOX=portable)", [PY, "autograder.py"],
-                          local, attention_full_marks("15.00"), "<= 0.3 x otter", env={"GRADELIB_SANDBOX": "portable"})),
+                          local, attention_full_marks(), "<= 0.3 x otter", env={"GRADELIB_SANDBOX": "portable"})),
     ]
     one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
     many = []
