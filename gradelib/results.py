@@ -248,6 +248,23 @@ def _number(x) -> float:
     return float(x) if _finite(x) else 0.0
 
 
+PARTIAL_SUFFIX = ".tmp"  # write_text_atomic's file beside its target, renamed over it when whole
+
+
+def remove_partial_writes(folder: Path) -> None:
+    """Remove what write_text_atomic left in `folder` when its process was stopped between writing and
+    renaming (the old file, if any, is still whole beside it). Only for a folder nobody writes to now."""
+    try:
+        names = [p for p in folder.glob(f".*{PARTIAL_SUFFIX}") if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return
+    for path in names:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of one."""
     write_text_atomic(path, json.dumps(data, indent=2, allow_nan=False))
@@ -256,7 +273,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text so a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
     if hasattr(os, "fchmod"):  # (Windows before Python 3.13 has none, nor modes to set)
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; graders and TAs share these files
     try:

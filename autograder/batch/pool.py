@@ -26,7 +26,7 @@ from pathlib import Path
 from gradelib import rubric as rubric_mod
 from gradelib import safeio, sandbox
 from gradelib.problems import GRADERS
-from gradelib.results import SubmissionResult
+from gradelib.results import SubmissionResult, remove_partial_writes
 from gradelib.safeio import clean_text
 from gradelib.sandbox import cgroups, kernel, processes, slots
 from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
@@ -185,10 +185,7 @@ class Batch:
         # Stopped first, everything below them too, then killed: a chain of processes each in a session of
         # its own, which would otherwise come here one link at a time, is ended whole.
         workers = {j.proc.pid for j in self.active} if workers is None else workers
-        orphans = lambda: kernel.children_of(os.getpid()) - before - workers  # noqa: E731
-        if orphans():
-            kernel.kill_tree(orphans, 5.0)
-            kernel.kill_until_gone(orphans, 5.0, 0.01, reap=True)
+        kernel.end_tree(lambda: kernel.children_of(os.getpid()) - before - workers, 5.0, reap=True)
 
     def run(self, bar) -> None:
         processes.become_subreaper()
@@ -238,20 +235,6 @@ class Batch:
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.stop_signal = signum
-
-
-def remove_partial_writes(folder: Path) -> None:
-    """Remove the temporary files of results.write_text_atomic that a worker stopped mid-write left behind
-    (the old file, if any, is still whole beside them)."""
-    try:
-        names = [p for p in folder.glob(".*.tmp") if p.is_file() and not p.is_symlink()]
-    except OSError:
-        return
-    for path in names:
-        try:
-            path.unlink()
-        except OSError:
-            pass
 
 
 def remove_scratch(folder: Path) -> None:

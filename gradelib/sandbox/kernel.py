@@ -309,6 +309,14 @@ def kill_tree(roots, wait_s: float = 10.0) -> int:
     return killed
 
 
+def end_tree(roots, wait_s: float, reap: bool) -> int:
+    """kill_tree, then SIGKILL (and with `reap`, reap) whatever roots() still lists until it lists nothing; the
+    number killed. The second pass signals again those killed in the first (zombies until reaped): they are
+    not counted twice."""
+    killed = kill_tree(roots, wait_s)
+    return max(killed, kill_until_gone(roots, wait_s, 0.005, reap=reap))
+
+
 def process_alive(pid: int) -> bool:
     """Whether `pid` is a process that still runs: a zombie (ended, not yet reaped by its parent,
     which may never happen when that parent is a long-lived subreaper) counts as gone."""

@@ -25,9 +25,7 @@ def kill_descendants(k, own_uid: bool) -> int:
     and needs no /proc (which the fallback level does not let a run list). Otherwise (the portable level,
     the user's own uid) they are found in /proc."""
     if not own_uid:  # all stopped first, so a chain of processes that fork as they are killed is caught whole
-        killed = k.kill_tree(lambda: k.children_of(os.getpid()), 10.0)
-        # The reaping pass signals again those killed above (zombies until reaped): they are not counted twice.
-        return max(killed, k.kill_until_gone(lambda: k.children_of(os.getpid()), 10.0, 0.005, reap=True))
+        return k.end_tree(lambda: k.children_of(os.getpid()), 10.0, reap=True)
     killed = 0
     for _ in range(10_000):
         try:
