@@ -146,6 +146,29 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     assert attack_batch["left"]["scratch"] == []
 
 
+@pytest.mark.parametrize("level", ["", "fallback", "portable"])
+def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
+    """63 processes in a binary tree, each in a session of its own, deaf to SIGTERM and spinning after the run
+    has ended: none is left when the grader returns, at any level."""
+    if level == "fallback":
+        from container import available
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+    marker = "zt" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "tree"
+    folder.mkdir()
+    (folder / "attention.py").write_text(attack_source("fork_tree", MARKER=marker))
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "attention",
+                   level=level)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert processes_named(marker) == []
+    text = outputs(json.loads((tmp_path / "grades" / "tree" / "results.json").read_text()))
+    assert "fork tree started" in text, text  # the attack ran
+    time.sleep(3)  # past the moment the tree would start spinning
+    assert processes_named(marker) == []
+
+
 # ---------------------------------------------------------------- killed workers and batches
 
 
