@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help docs setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ test: setup pythons ## lint (ruff), then run the project's test suite
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.build.demo
+
+docs: setup ## build the manual (docs/) into build/docs/ with MkDocs, strictly: a broken link or anchor fails
+	$(PY) -m mkdocs build --strict --quiet --site-dir build/docs
 
 bench: setup ## print speed figures (local and hidden grading times, ratios to otter)
 	$(PY) -m autograder.build.bench

@@ -1,0 +1,35 @@
+"""The manual: README.md is a front page, docs/ builds into a site with no broken link or anchor."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from support import REPO as ROOT
+
+README = ROOT / "README.md"
+
+
+def test_readme_is_a_front_page_of_at_most_300_lines():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; the manual belongs in docs/"
+
+
+def test_every_docs_link_of_the_readme_names_a_page_that_exists():
+    links = re.findall(r"\]\((docs/[^)#]+)", README.read_text())
+    assert links, "the README links to no page of docs/"
+    missing = sorted({link for link in links if not (ROOT / link).is_file()})
+    assert not missing, f"README.md links to pages that do not exist: {missing}"
+
+
+def test_the_site_builds_strictly(tmp_path):
+    # --strict turns every warning (an unknown page, a missing anchor, a page left out of nav) into a failure.
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    built = {p.parent.name if p.parent != tmp_path / "site" else "index" for p in (tmp_path / "site").rglob("index.html")}
+    assert {p.removesuffix(".md") for p in pages} <= built
