@@ -18,10 +18,11 @@ and generation sets are not rotated (their thresholds are calibrated on them).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from . import attention_cases, checksums, lm_fixtures, lm_function_cases, notebook_cases
+from . import REPRODUCIBLE_ENV, attention_cases, checksums, lm_fixtures, lm_function_cases, notebook_cases
 
 CORPUS_FREE = ("attention", "notebooks", "lm_functions")  # case sets that do not depend on the corpus
 
@@ -55,6 +56,10 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_o
 
 
 def main() -> None:
+    if any(os.environ.get(k) != v for k, v in REPRODUCIBLE_ENV.items()):
+        # torch reads these when it starts: run again in a fresh interpreter that has them (package docstring).
+        env = {**os.environ, **REPRODUCIBLE_ENV}
+        os.execve(sys.executable, [sys.executable, "-m", "autograder.fixturegen", *sys.argv[1:]], env)
     ap = argparse.ArgumentParser(prog="python -m autograder.fixturegen", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("fixtures"))
     ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
