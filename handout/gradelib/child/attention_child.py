@@ -80,16 +80,21 @@ def _graph_in_any_thread() -> None:
     """Anomaly mode, a switch of the whole process (where saved-tensors hooks and grad mode are per thread):
     torch then calls torch.fx.traceback.format_stack for every node it records, in whatever thread and
     for whatever engine will run it. Honest code records none, so this costs it nothing."""
-    import torch.fx.traceback as fx_traceback
+    enable = getattr(torch, "set_anomaly_enabled", None) or getattr(torch._C, "_set_anomaly_enabled", None)
+    try:
+        import torch.fx.traceback as fx_traceback
 
-    original = fx_traceback.format_stack
+        original = fx_traceback.format_stack
+    except (ImportError, AttributeError):  # a torch without them: the per-thread hook and the tripwires remain
+        return
+    if enable is None:
+        return
 
     def format_stack(*args, **kwargs):
         _graph_recorded(None)
         return original(*args, **kwargs)
 
     fx_traceback.format_stack = format_stack
-    enable = getattr(torch, "set_anomaly_enabled", None) or getattr(torch._C, "_set_anomaly_enabled", None)
     try:
         enable(True, False)  # no NaN check: backward is never run for honest code anyway
     except TypeError:  # a torch whose switch takes one argument

@@ -21,7 +21,8 @@ SAMPLE_S = 0.05  # how often a run without a memory cgroup is measured
 SHARED_SAMPLE_S = 0.25  # how often its shared memory is (a walk of /dev/shm)
 SHM = "/dev/shm"
 SHM_SHARE = 4  # a run's files may fill this part of /dev/shm at most (a quarter)
-MAX_WALK = 20_000  # entries of /dev/shm looked at per measurement; a run that made more is stopped
+MAX_WALK = 20_000  # the run's entries in /dev/shm counted per measurement; a run that made more is stopped
+MAX_LOOKED = 200_000  # entries of anyone's looked at per measurement (beyond: the walk stops there)
 
 
 def memory_group(groups: list[Path]) -> Path | None:
@@ -120,7 +121,18 @@ class SharedMemory:
 
     def __init__(self, uid: int | None):
         self.uid = os.geteuid() if uid is None else uid
-        self.since = time.time() if uid is None or uid == os.geteuid() else None  # the uid is shared with the grader
+        # Where the uid is the grader's (the portable level, a user's own fallback), its other programs' files
+        # are not the run's: only the entries made since the run started count (a browser's, made during the
+        # run, would count too: a user's laptop is no class run).
+        shared = uid is None or uid == os.geteuid()
+        self.since = time.time() if shared else None
+        self.before: set[tuple[int, int]] = set()
+        if shared:
+            try:
+                with os.scandir(SHM) as entries:
+                    self.before = {(e.stat(follow_symlinks=False).st_dev, e.inode()) for e in entries}
+            except OSError:
+                pass
         try:
             fs = os.statvfs(SHM)
             self.cap = fs.f_blocks * fs.f_frsize // SHM_SHARE
@@ -147,8 +159,8 @@ class SharedMemory:
     def _shm_files(self, seen: set) -> tuple[int, bool]:
         """Bytes of the run's files in /dev/shm (folders it closed to everyone included: the grader, root,
         reads them anyway, and as the run's own uid it may open its own folders), and whether it saw them all."""
-        total, stack, steps = 0, [SHM], 0
-        while stack:
+        total, stack, steps, looked = 0, [SHM], 0, 0
+        while stack and looked < MAX_LOOKED:
             folder = stack.pop()
             try:
                 entries = list(os.scandir(folder))
@@ -159,15 +171,17 @@ class SharedMemory:
             except OSError:
                 continue
             for entry in entries:
-                steps += 1
-                if steps > MAX_WALK:
-                    return total, False
+                looked += 1
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if st.st_uid != self.uid or (self.since is not None and st.st_ctime < self.since - 1):
+                if st.st_uid != self.uid or (self.since is not None and (st.st_ctime < self.since - 1
+                                                                          or (st.st_dev, st.st_ino) in self.before)):
                     continue
+                steps += 1
+                if steps > MAX_WALK:
+                    return total, False
                 if stat.S_ISDIR(st.st_mode):
                     stack.append(entry.path)
                 elif (st.st_dev, st.st_ino) not in seen:
