@@ -45,6 +45,8 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+# Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
+BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
 SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor")

@@ -12,6 +12,7 @@ at the time limit. An honest self-test under a plain main guard costs nothing.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -126,6 +127,10 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     for label in OUT_OF_REACH[attack]:
         assert label in text, (label, text)
     assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
+    report = (attack_batch["out"] / "report.html").read_text()
+    # In the list of handins to open, on this handin's own row.
+    assert re.search(rf">{attack}</a>(?:(?!</tr>).)*integrity flag: attention_backward_by_autograd", report, re.S), \
+        report[-3000:]
 
 
 # ---------------------------------------------------------------- the audit pipe
