@@ -24,7 +24,8 @@ from support import REPO, SOLUTIONS
 BATCH_TIMEOUT_S = 20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
 DAEMON_SLEEP_S = 3
 
-# Each an attention.py, graded in this order: name in the batch -> (source in tests/attacks/, its own fills).
+# Each an attention.py, graded in this order: name in the batch -> (source in tests/attacks/, or a tuple of
+# sources joined, its own fills).
 BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     **{name: (name, {}) for name in (
         "forged_results", "exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
@@ -35,9 +36,17 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     "log_symlink_secret": ("log_swap", {"SWAP": "@SECRET@"}),
     "log_fifo": ("log_swap", {"SWAP": "fifo"}),
     "log_dev_zero": ("log_swap", {"SWAP": "/dev/zero"}),
+    # Autograd out of the harness's reach: a graph in a new thread run by a new engine (with a saved-tensors
+    # hook pushed over the grader's first, or not); another program, started by subprocess or by execv.
+    "autograd_in_a_thread": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "none"}),
+    "autograd_hook_pushed": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "push"}),
+    "autograd_by_subprocess": (("autograd_in_another_program", "autograd_forward"), {"HOW": "subprocess"}),
+    "autograd_by_execv": (("autograd_in_another_program", "autograd_forward"), {"HOW": "execv"}),
 }
 
 
+# Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
+BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
 SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor")
@@ -45,7 +54,8 @@ SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor")
 FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
 # process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
-PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero")
+PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
+                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
@@ -68,7 +78,7 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
                 text = reference
             else:
                 source, own = BATCH_ATTACKS[name]
-                text = attack_source(source, **own, **common)
+                text = attack_source(*(source if isinstance(source, tuple) else (source,)), **own, **common)
             (folder / "attention.py").write_text(text)
             paths.append(str(folder))
         scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))

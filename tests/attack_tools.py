@@ -66,9 +66,10 @@ def notebook_with_first_cell(source: str) -> str:
     return nbformat.writes(nb)
 
 
-def run_cli(*args: str, timeout: float = 240, level: str = "") -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 240, level: str = "", shm_mb: int = 0) -> subprocess.CompletedProcess:
     """The instructor's CLI, at the machine's own level, or at `level`: "fallback" in Docker's default
-    container (tests/container.py), "portable" as asked for (--isolation portable)."""
+    container (tests/container.py; with a /dev/shm of `shm_mb` of its own), "portable" as asked for
+    (--isolation portable)."""
     cmd = [PYTHON, str(CLI), *args]
     if level == "portable":
         env = {**os.environ, "GRADELIB_SANDBOX": "portable"}
@@ -77,7 +78,7 @@ def run_cli(*args: str, timeout: float = 240, level: str = "") -> subprocess.Com
     if level == "fallback":
         from container import docker_default
 
-        with docker_default(cmd) as wrapped:
+        with docker_default(cmd, shm_mb=shm_mb) as wrapped:
             return subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 

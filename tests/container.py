@@ -47,11 +47,12 @@ def _closed_folders(paths: list[str]) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def docker_default(cmd: list[str], env: dict[str, str] | None = None):
+def docker_default(cmd: list[str], env: dict[str, str] | None = None, shm_mb: int = 0):
     """The command that runs `cmd` as root with Docker's default capability set and read-only cgroups
-    (the empty folders it mounts views on are removed when the block ends)."""
+    (the empty folders it mounts views on are removed when the block ends); with `shm_mb`, a /dev/shm of
+    that size of its own, as Docker gives (64 MB unless told)."""
     caps = ",".join(f"+{c}" for c in DOCKER_CAPS)
-    with _reproduced(cmd, env, f"setpriv --bounding-set=-all,{caps} --inh-caps=-all --") as wrapped:
+    with _reproduced(cmd, env, f"setpriv --bounding-set=-all,{caps} --inh-caps=-all --", shm_mb) as wrapped:
         yield wrapped
 
 
@@ -65,7 +66,7 @@ def linux_user(cmd: list[str], uid: int = 65534, env: dict[str, str] | None = No
 
 
 @contextlib.contextmanager
-def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str):
+def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str, shm_mb: int = 0):
     """`cmd` in a private mount namespace where the interpreter is readable by every user and the cgroup file
     systems are read-only, started through `setpriv` (what the process may keep of root)."""
     from gradelib.sandbox.interpreter import python_paths
@@ -80,6 +81,8 @@ def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str):
                    f"mkdir -p {shlex.quote(view + '/' + child)}",
                    f"mount --rbind {shlex.quote(folder + '/' + child)} {shlex.quote(view + '/' + child)}",
                    f"mount --rbind {shlex.quote(view)} {shlex.quote(folder)}"]
+    if shm_mb:
+        script.append(f"mount -t tmpfs -o size={int(shm_mb)}m,mode=1777,nosuid,nodev,noexec tmpfs /dev/shm")
     script.append("for m in $(awk '$3 ~ /^cgroup/ || $2 == \"/sys/fs/cgroup\" {print $2}' /proc/self/mounts); do "
                   "mount -o remount,bind,ro \"$m\" 2>/dev/null || true; done")
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())

@@ -12,11 +12,13 @@ at the time limit. An honest self-test under a plain main guard costs nothing.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
-from attack_tools import attack_source
+from attack_tools import attack_source, only_at
 from support import SOLUTIONS, grade_files
 
 
@@ -61,6 +63,22 @@ def test_autograd_by_the_engine_or_under_a_forged_main_guard_loses_the_backward_
         assert "uses automatic differentiation" in text and "from torch.autograd.variable import Variable" in text, text
 
 
+def test_the_static_check_reads_imported_names_and_local_holders():
+    """The import names once took the place of the holders of the file's own instances: a helper held in a local
+    variable (`sm = self.softmax; sm.backward(...)`) was taken for autograd (17 / 30), and `from torch import
+    Tensor; Tensor.backward(out, g)` for the file's own method."""
+    from gradelib.problems.attention import autograd_uses
+
+    helper = (Path(__file__).resolve().parent / "attention_variants" / "helper_class_backward.py").read_text()
+    local = helper.replace("        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward(")
+    assert "sm.backward(" in local and autograd_uses(local) == []
+    tensor = "from torch import Tensor\n\n\ndef vjp(out, g):\n    Tensor.backward(out, g)\n"
+    assert autograd_uses(tensor + local) == ["line 5: Tensor.backward(out, g)"]
+    # A name an import binds is not only ever the file's own instance, whatever is assigned to it elsewhere.
+    hits = autograd_uses("from torch import Tensor as sm\n" + local)
+    assert any("= sm.backward(" in h for h in hits), hits
+
+
 def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
     """The benefit of the doubt stays for honest files: only a module that could rebind __name__ loses it."""
     from gradelib.problems.attention import autograd_uses
@@ -72,6 +90,47 @@ def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
                       "import sys\nsetattr(sys.modules[__name__], 'x', 1)\n"):
         hits = autograd_uses(rebinding + honest)
         assert any("requires_grad=True" in h for h in hits), (rebinding, hits)
+
+
+# ---------------------------------------------------------------- out of the harness's reach
+
+# Attack of the batch -> what the list of autograd uses must name (none: it is refused by the kernel alone).
+OUT_OF_REACH = {
+    "autograd_in_a_thread": ("a new autograd engine", "an autograd graph (tensors that require grad)"),
+    "autograd_hook_pushed": ("a saved-tensors hook pushed over the grader's", "a new autograd engine",
+                             "an autograd graph (tensors that require grad)"),
+    "autograd_by_subprocess": ("another program (subprocess.Popen, refused)",),
+    "autograd_by_execv": (),
+}
+
+
+@pytest.mark.parametrize("attack", list(OUT_OF_REACH))
+def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batch, attack):
+    """All scored 30 / 30 with nothing recorded (execv: 27, past the time limit on a hidden case): a graph
+    rebuilt in a new thread (saved-tensors hooks are per thread) run by a new engine object, with an identity
+    hook pushed over the grader's first or not; the gradients taken by a fresh interpreter. Now anomaly mode
+    (one switch for the whole process) reports every graph whatever thread records it, a new engine and a
+    pushed hook are tripwires, and no other program starts (an audit hook at every level, seccomp's execve at
+    the Linux levels). The honest forward keeps its points; the staff's report lists the handin."""
+    levels = ("namespaces", "fallback") if attack == "autograd_by_execv" else ("namespaces", "fallback", "portable")
+    only_at(attack_batch, *levels, attack=attack)
+    result = attack_batch["results"][attack]
+    backward = [t for t in result["tests"] if "backward" in t["name"]]
+    forward = [t for t in result["tests"] if "forward" in t["name"]]
+    assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
+    assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
+    text = "\n".join(t["output"] for t in backward)
+    if not OUT_OF_REACH[attack]:  # the C library's execv, past every audit hook: refused by the kernel (EPERM)
+        assert "execv failed: exit 101" in text, text
+        return
+    assert "Backward points withheld" in text, text
+    for label in OUT_OF_REACH[attack]:
+        assert label in text, (label, text)
+    assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
+    report = (attack_batch["out"] / "report.html").read_text()
+    # In the list of handins to open, on this handin's own row.
+    assert re.search(rf">{attack}</a>(?:(?!</tr>).)*integrity flag: attention_backward_by_autograd", report, re.S), \
+        report[-3000:]
 
 
 # ---------------------------------------------------------------- the audit pipe

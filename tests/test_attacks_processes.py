@@ -103,6 +103,82 @@ def test_memory_spread_over_processes_is_capped_for_the_run_as_a_whole(tmp_path)
     assert set(descendants(os.getpid())) - before == set()
 
 
+SHM_LEVELS = {"machine": ("", 0), "fallback": ("fallback", 0), "fallback, Docker's 64 MB /dev/shm": ("fallback", 64),
+              "portable": ("portable", 0)}
+
+
+@pytest.mark.parametrize("level", list(SHM_LEVELS))
+def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_path, level):
+    """640 MB in a memfd file and as much in /dev/shm files no process maps, in a folder then closed (mode 000),
+    and a POSIX message queue, prepended to the reference: in nobody's resident memory, this held 1.5 GB against
+    a 512 MB limit for 30 / 30 at the fallback and portable levels, the closed folder and the queue outlived the
+    grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
+    stopped (memfd_create and mq_open are refused at the Linux levels; the rest counts toward its limit, its files
+    in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback."""
+    where, shm_mb = SHM_LEVELS[level]
+    if where == "fallback":
+        from container import available
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+    marker = "zm" + uuid.uuid4().hex[:10]
+    handins = tmp_path / "handins"
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    (handins / "hoard").mkdir(parents=True)
+    (handins / "hoard" / "attention.py").write_text(attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5) + reference)
+    (handins / "reference").mkdir()
+    (handins / "reference" / "attention.py").write_text(reference)
+    extra = ("--similarity", "--jobs", "2") if shm_mb else ("--jobs", "1")
+    try:
+        proc = run_cli(str(handins / "hoard"), str(handins / "reference"), "--out", str(tmp_path / "grades"),
+                       "--timeout", "30", "--memory-mb", "512", "--only", "attention", *extra, level=where, shm_mb=shm_mb)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        grades = tmp_path / "grades"
+        hoard = json.loads((grades / "hoard" / "results.json").read_text())
+        text = outputs(hoard)
+        assert hoard["score"] == 0.0, text
+        if shm_mb:  # it fills what it can, and no more stays: the class's run, which needs /dev/shm, ends well
+            assert "similarity: not finished" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+        elif where:
+            assert "over the 512 MB memory limit" in text, text
+        else:  # the namespace's own /dev/shm is small, and the memory cgroup counts it
+            assert "No space left on device" in text or "memory limit" in text, text
+        assert json.loads((grades / "reference" / "results.json").read_text())["score"] == POINTS
+        left = [name for name in os.listdir("/dev/shm") if marker in name]
+        queue = _queue_exists(f"/{marker}-q")
+        if where != "portable":  # the portable level removes nothing: it isolates nothing
+            assert left == [] and not queue, (left, queue)
+    finally:
+        _remove_shm(marker)
+
+
+def _queue_exists(name: str, unlink: bool = False) -> bool:
+    import ctypes
+
+    librt = ctypes.CDLL("librt.so.1", use_errno=True)
+    fd = librt.mq_open(name.encode(), os.O_RDONLY, 0, None)
+    if fd >= 0:
+        librt.mq_close(fd)
+        if unlink:
+            librt.mq_unlink(name.encode())
+    return fd >= 0
+
+
+def _remove_shm(marker: str) -> None:
+    """What the portable level leaves, removed by the test."""
+    import shutil
+
+    for name in os.listdir("/dev/shm"):
+        if marker in name:
+            path = Path("/dev/shm") / name
+            if path.is_dir():
+                os.chmod(path, 0o700)
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    _queue_exists(f"/{marker}-q", unlink=True)
+
+
 # ---------------------------------------------------------------- processes that try to outlive their run
 
 

@@ -76,14 +76,70 @@ def _unpacked(tensor):
     return tensor
 
 
+def _graph_in_any_thread() -> None:
+    """Anomaly mode, a switch of the whole process (where saved-tensors hooks and grad mode are per thread):
+    torch then calls torch.fx.traceback.format_stack for every node it records, in whatever thread and
+    for whatever engine will run it. Honest code records none, so this costs it nothing."""
+    enable = getattr(torch, "set_anomaly_enabled", None) or getattr(torch._C, "_set_anomaly_enabled", None)
+    try:
+        import torch.fx.traceback as fx_traceback
+
+        original = fx_traceback.format_stack
+    except (ImportError, AttributeError):  # a torch without them: the per-thread hook and the tripwires remain
+        return
+    if enable is None:
+        return
+
+    def format_stack(*args, **kwargs):
+        _graph_recorded(None)
+        return original(*args, **kwargs)
+
+    fx_traceback.format_stack = format_stack
+    try:
+        enable(True, False)  # no NaN check: backward is never run for honest code anyway
+    except TypeError:  # a torch whose switch takes one argument
+        enable(True)
+    is_on = getattr(torch, "is_anomaly_enabled", lambda: True)
+    _checks.append(lambda: is_on() and sys.modules.get("torch.fx.traceback") is fx_traceback
+                   and fx_traceback.format_stack is format_stack)
+    for owner in (torch, torch._C, getattr(torch._C, "_autograd", None)):
+        for name in ("set_anomaly_enabled", "_set_anomaly_enabled"):
+            _tripwire(owner, name, "a call switching the grader's anomaly mode")
+
+
+# Whether the tripwires a submission could quietly take off are still in place: each is asked after every
+# stage, and one that is not becomes a record of its own.
+_checks: list = []
+TAKEN_OFF = "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)"
+
+
+def check_tripwires() -> None:
+    try:
+        intact = all(check() for check in _checks)
+    except BaseException:
+        intact = False
+    if not intact and TAKEN_OFF not in autograd_calls:
+        _audit("gradelib.autograd", TAKEN_OFF)
+        autograd_calls.add(TAKEN_OFF)
+
+
 def install_tripwires() -> None:
-    """The public hooks of every torch from 2.1 on (saved_tensors_hooks, entered and never left); the engine
-    object and the hook's removal, torch's own names, where this torch has them."""
+    """The public hooks of every torch from 2.1 on (saved_tensors_hooks, entered and never left; anomaly
+    mode); the engine object, new engines, pushing or removing a hook, torch's own names, where this torch
+    has them."""
     from torch.autograd.variable import Variable
 
     torch.autograd.graph.saved_tensors_hooks(_graph_recorded, _unpacked).__enter__()
+    _graph_in_any_thread()
     _tripwire(getattr(torch._C, "_autograd", None), "_pop_saved_tensors_default_hooks",
               "a call removing the grader's saved-tensors hook")
+    # A hook over the grader's (never popped) would see the graph in its place; a new engine object is not
+    # the audited one. Neither is honest code's business.
+    _tripwire(getattr(torch._C, "_autograd", None), "_push_saved_tensors_default_hooks",
+              "a saved-tensors hook pushed over the grader's")
+    _tripwire(torch.autograd.graph.saved_tensors_hooks, "__enter__", "a saved-tensors hook pushed over the grader's")
+    _tripwire(torch._C, "_ImperativeEngine", "a new autograd engine")
+    _tripwire(sys.modules.get("torch.autograd.variable"), "ImperativeEngine", "a new autograd engine")
     if hasattr(Variable, "_execution_engine"):
         Variable._execution_engine = _audited_engine(Variable._execution_engine)
     _tripwire(torch.autograd, "backward", "torch.autograd.backward")
@@ -126,6 +182,7 @@ def run_forward(module, case: dict):
             grad_tracking |= bool(value.requires_grad)
         rec.record(name, value, convert=to_array)
     rec.flag("grad_tracking", grad_tracking)
+    check_tripwires()
     rec.flag("autograd_calls", sorted(autograd_calls))
     rec.write()
     return rec, att, inputs["dLdXnew"]
@@ -141,6 +198,7 @@ def run_backward(rec: Recorder, att, dLdXnew) -> None:
     rec.record("dLdX", dldx, convert=to_array)
     for name in BACKWARD_ATTRS:
         rec.record(name, getattr(att, name, None), convert=to_array)
+    check_tripwires()
     rec.flag("autograd_calls", sorted(autograd_calls))
     rec.write()
 

@@ -154,6 +154,14 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
 
     bound: dict[tuple[str, str], list[bool]] = {}
     for node in ast.walk(tree):
+        # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
+        # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
+        others = ([a.asname or a.name.split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
+                  else [node.arg] if isinstance(node, ast.arg)
+                  else [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  or (isinstance(node, ast.ExceptHandler) and node.name) else [])
+        for name in others:
+            bound.setdefault(("name", name), []).append(False)
         if isinstance(node, ast.Assign):
             pairs = [(t, node.value) for t in node.targets]
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
@@ -221,8 +229,8 @@ def autograd_uses(source: str) -> list[str]:
         elif isinstance(node, ast.Name):
             bad = node.id in AUTOGRAD_NAMES
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in names for part in (n, *n.split(".")))
+            imported = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in imported for part in (n, *n.split(".")))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             bad = node.value in AUTOGRAD_NAMES
         if bad and hasattr(node, "lineno"):
@@ -272,6 +280,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             "remove torch.autograd, .backward(), requires_grad and scaled_dot_product_attention."
         )
         withheld = {g.id: msg for g in problem.groups if g.backward}
+        ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
     tests = group_results(problem, outcomes, vis, withheld)
     if run.timed_out or run.returncode not in (0, None):
         log = clean_text(run.log_tail).strip().splitlines()[-8:]
@@ -283,6 +292,8 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
     outcomes = []
     # Events reached the grader as they happened; meta.json is the child's own (editable) record.
     runtime_hits: set[str] = {label[:80] for label in run.event_args("autograd")}
+    # Another program (a fresh interpreter, free of every tripwire) is refused; trying is reported with the rest.
+    runtime_hits |= {f"another program ({label[:60]}, refused)" for label in run.event_args("program")}
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)

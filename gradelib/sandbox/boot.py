@@ -13,7 +13,8 @@ and the two files beside it, kernel.py (the Linux interfaces) and forkserver.py
   opened. The record leaves the process when the event happens, so clearing
   or patching Python state afterwards cannot take it back, and Python offers
   no way to remove an audit hook;
-- installs the seccomp filter (Linux levels).
+- installs the seccomp filter (Linux levels);
+- refuses, by another audit hook, every way Python has to start another program.
 
     python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
@@ -67,6 +68,30 @@ def _install_reporter(fd: int) -> None:
                 write(fd, ("\n" + line + "\n").encode("utf-8", "replace"))
             except OSError:
                 pass
+
+    sys.addaudithook(hook)
+
+
+# Audit events of a process about to start another program or to become one. A fresh interpreter has none of
+# the harness's tripwires and no audit hook, so once the harness runs none may start: each is refused here,
+# at every level (the seccomp filter refuses execve itself at the Linux levels, whatever calls it).
+PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
+                            "_winapi.CreateProcess"))
+
+
+def _refuse_programs(fd) -> None:
+    """An audit hook that refuses every PROGRAM_EVENTS event, said first on the grader's audit pipe (`fd`,
+    when there is one) as a `gradelib.program` record."""
+    write = os.write
+
+    def hook(event: str, args: tuple) -> None:
+        if event in PROGRAM_EVENTS:
+            if fd is not None:
+                try:
+                    write(fd, f"\n{EVENT_PREFIX}program {event}\n".encode())
+                except OSError:
+                    pass
+            raise PermissionError(f"{event}: starting another program is not allowed while grading")
 
     sys.addaudithook(hook)
 
@@ -134,6 +159,7 @@ def main() -> None:
     if config.get("seccomp", True):
         why = kernel().apply_seccomp()
         sys.audit("gradelib.seccomp", why or "ok")
+    _refuse_programs(None if report_fd is None else int(report_fd))
     template = config.get("template")
     if template:  # Linux levels only
         sibling("forkserver").serve(kernel(), template, int(report_fd), _run_harness, _printed_exit)

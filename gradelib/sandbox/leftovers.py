@@ -1,6 +1,6 @@
 """What a run leaves on the host at the fallback level, removed after each run: the entries its uid owns in
-/dev/shm (and, where Landlock is missing and the run could write there, in /tmp and /var/tmp) and the
-System V segments, queues and semaphore sets it made. At the namespaces level all of these are the run's
+/dev/shm and /dev/mqueue, whatever modes it gave them (and, where Landlock is missing and the run could
+write there, in /tmp and /var/tmp) and the System V segments, queues and semaphore sets it made. At the namespaces level all of these are the run's
 own and go with it (or the template empties them).
 
 The removal runs as the run's own uid, in a short process of its own: removing another user's System V
@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SHARED_FOLDERS = ("/dev/shm", "/tmp", "/var/tmp")
+SHARED_FOLDERS = ("/dev/shm", "/tmp", "/var/tmp", "/dev/mqueue")  # a queue's file there is the queue
 
 # Run as `python -I -S -c CLEANUP FOLDER...` with the run's uid: standard library only, no recursion.
 CLEANUP = r'''
@@ -26,9 +26,12 @@ def remove(top):
             if emptied:
                 os.rmdir(path)
                 continue
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
                 os.unlink(path)
                 continue
+            if st.st_uid == uid and st.st_mode & 0o700 != 0o700:  # a folder it closed (0500, 000): opened again
+                os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
             stack.append((path, True))
             stack.extend((e.path, False) for e in os.scandir(path))
         except OSError:

@@ -54,6 +54,7 @@ class ChildRun:
     events_capped_mb: int = 0  # the cap on the audit events it may send, when it sent more and was stopped for it
     memory_limit_mb: int = 0  # the run's memory limit, when it was stopped for passing it
     memory_used_mb: int = 0  # the most resident memory seen (or the memory cgroup's peak), when known
+    memory_where: str = ""  # what the memory stop was for, when not resident memory alone (said after the limit)
 
     def describe(self) -> str:
         if self.output_capped_mb:
@@ -63,7 +64,7 @@ class ChildRun:
                     "(only the grader's own hook writes there)")
         if self.memory_limit_mb:
             held = f"held {self.memory_used_mb} MB" if self.memory_used_mb else "held more"
-            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit"
+            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit{self.memory_where}"
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:

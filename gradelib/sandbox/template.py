@@ -231,7 +231,8 @@ class Session:
         log, events = new_sinks(LOG_CAP)
         sel = watch(log, events, out_r, rep_r)
         sel.register(self.sock, selectors.EVENT_READ, "template")
-        memory = MemoryWatch(limits.memory_mb, self.started.groups, lambda: children_of(self.pid))
+        memory = MemoryWatch(limits.memory_mb, self.started.groups, lambda: children_of(self.pid),
+                             slot.uid if slot is not None else None)
         reply, timed_out, flooded, gone = self._wait_for_reply(sel, start + limits.timeout_s, log, events, limits,
                                                                memory)
         sel.unregister(self.sock)

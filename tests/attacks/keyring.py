@@ -11,9 +11,23 @@ key = libc.syscall(nr[0], b"user", b"@MARKER@", payload, ctypes.c_size_t(len(pay
 add_errno = ctypes.get_errno()
 found = libc.syscall(nr[1], 10, ctypes.c_long(-4), b"user", b"@MARKER@", 0)  # KEYCTL_SEARCH the user keyring
 search_errno = ctypes.get_errno()
-# A fresh program started by exec keeps the filter (it is not Python's to remove).
+# No program starts: Python's ways are refused by the boot's audit hook, execve itself by the filter.
 import subprocess
-status = subprocess.run(["/bin/sh", "-c", "grep Seccomp: /proc/self/status"], capture_output=True, text=True).stdout.split()
+
+
+def program(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True).stdout.split()
+    except PermissionError:
+        return "refused"
+
+
+status = program(["/bin/sh", "-c", "grep Seccomp: /proc/self/status"])
+child = os.fork()
+if child == 0:
+    libc.execv(b"/bin/sh", (ctypes.c_char_p * 2)(b"sh", None))
+    os._exit(ctypes.get_errno())
+execv = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 # A user namespace (every capability inside it) by each door: unshare, clone with the flag, clone3, setns.
 calls = {"x86_64": (56, 435, 308), "aarch64": (220, 435, 268)}[os.uname().machine]
 CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
@@ -29,6 +43,6 @@ for name, call in (("unshare", lambda: libc.unshare(CLONE_NEWUSER)),
 params = ctypes.create_string_buffer(120)  # struct io_uring_params
 uring = libc.syscall(425, 4, params)
 doors.append(f"io_uring={uring}/{ctypes.get_errno()}")
-shell = subprocess.run(["/bin/sh", "-c", "unshare -U true; echo $?"], capture_output=True, text=True).stdout.split()
+shell = program(["/bin/sh", "-c", "unshare -U true; echo $?"])
 raise RuntimeError(f"keyring add_key={key} errno={add_errno} search={found} errno={search_errno} exec={status} "
-                   f"namespaces {' '.join(doors)} shell={shell}")
+                   f"execv={execv} namespaces {' '.join(doors)} shell={shell}")

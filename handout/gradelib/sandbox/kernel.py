@@ -151,7 +151,11 @@ def apply_landlock(abi: int, read_paths: list[str], write_paths: list[str]) -> N
 # the kernel code behind them (mounts, netfilter, ...) to attack. socket() has no use in grading
 # (honest handins make none; the template's control socket is made by the grader): without it no
 # path-named UNIX socket of the host (a root daemon's, at the fallback level) can be reached, nor the
-# network. Each fails with EPERM. clone3 takes
+# network. execve and execveat: a run starts no other program (a fresh interpreter would have none of the
+# harness's tripwires; the boot refuses Python's ways too). mq_open: POSIX message queues, which would outlive
+# the run. Each fails with EPERM. memfd_create (memory in nobody's resident set, that sampling would not see)
+# fails with ENOSYS, see UNSUPPORTED_SYSCALLS; /dev/shm, which multiprocessing uses, stays, counted as the
+# run's memory. clone3 takes
 # its flags in memory a filter cannot read, so it fails with ENOSYS: the C library then falls back
 # to clone(), whose flags the filter checks (threads and fork() work as before).
 
@@ -162,11 +166,16 @@ EPERM, ENOSYS = 1, 38
 DENIED_SYSCALLS = {  # name -> number, per architecture (the kernel's syscall tables)
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
                "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-               "unshare": 272, "setns": 308, "socket": 41, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+               "unshare": 272, "setns": 308, "socket": 41, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+               "execve": 59, "execveat": 322, "mq_open": 240},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
-                "unshare": 97, "setns": 268, "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+                "unshare": 97, "setns": 268, "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                "execve": 221, "execveat": 281, "mq_open": 180},
 }
+# Refused as unknown (ENOSYS), which every caller takes for an older kernel and works without: memfd_create
+# (a JIT then maps /dev/shm files, which count).
+UNSUPPORTED_SYSCALLS = {"x86_64": {"memfd_create": 319}, "aarch64": {"memfd_create": 279}}
 CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
 # (CLONE_NEWTIME, 0x80, is clone()'s exit-signal byte there: only unshare and clone3 take it.)
@@ -187,7 +196,7 @@ class _SockFprog(ctypes.Structure):
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     """A classic BPF program: (code, jt, jf, k) per instruction. System calls of another ABI than the
     native one (32-bit int 0x80, x32) and DENIED_SYSCALLS fail with EPERM, a clone() with a namespace
-    flag too, clone3 with ENOSYS; everything else is allowed.
+    flag too, clone3 and UNSUPPORTED_SYSCALLS with ENOSYS; everything else is allowed.
 
     Written with named targets ("allow", "deny", ...; None is the next instruction), then each jump
     is turned into the forward offset BPF wants."""
@@ -201,6 +210,7 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         (jge, "deny", None, X32_SYSCALL_BIT),
         *((jeq, "deny", None, nr) for nr in sorted(DENIED_SYSCALLS[machine].values())),
         (jeq, "enosys", None, clone3),
+        *((jeq, "enosys", None, nr) for nr in sorted(UNSUPPORTED_SYSCALLS[machine].values())),
         (jeq, "clone", None, clone),
         (ret, None, None, SECCOMP_RET_ALLOW),
     ]

@@ -77,7 +77,8 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     os.close(rep_w)
     log, events = new_sinks(LOG_CAP)
     sel = watch(log, events, out_r, rep_r)
-    memory = MemoryWatch(limits.memory_mb, started.groups, lambda: {proc.pid, *(children_of(os.getpid()) - before)})
+    memory = MemoryWatch(limits.memory_mb, started.groups, lambda: {proc.pid, *(children_of(os.getpid()) - before)},
+                         started.slot.uid if started.slot is not None else None)
 
     deadline = start + limits.timeout_s
     timed_out = flooded = False
