@@ -39,6 +39,7 @@ from .handin_contract import (
     OPTIONAL,
     PREDICTION_SHAPE,
     SPECIAL_IDS,
+    checkpoint_size_problem,
 )
 from .lm.vocab import VOCAB_SIZE
 from .safeio import SafeReadError
@@ -217,8 +218,9 @@ def _check_text(path: Path) -> list[str]:
 
 
 def _check_checkpoint(path: Path) -> list[str]:
-    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-        return [f"is larger than {MAX_CHECKPOINT_BYTES // 2**20} MB; hand in the model's state_dict saved with torch.save"]
+    too_large = checkpoint_size_problem(path.stat().st_size, MAX_CHECKPOINT_BYTES)
+    if too_large:
+        return [too_large]
     try:
         with zipfile.ZipFile(path) as zf:
             if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist()):

@@ -341,6 +341,13 @@ def clean_text(text: object) -> str:
     return _UNSAFE.sub("", s)
 
 
+def quote(text: object, limit: int) -> str:
+    """A submission's words kept to one line of at most `limit` characters: its line breaks become ' | ', so no
+    line of it can start a line of the grader's own (a forged TOTAL or {"scores": ...} line)."""
+    s = " | ".join(part.strip() for part in clean_text(text).splitlines() if part.strip())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 def read_tail(path: Path, limit: int = 4000) -> str:
     """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
     try:
