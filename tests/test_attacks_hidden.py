@@ -1,0 +1,55 @@
+"""Attacks on what a hidden case may reveal: a run prints the inputs it has at hand and exits badly, raises
+a message that names its cases with a forged score line inside, and puts a forged record on the audit pipe
+(tests/attacks/hidden_inputs_in_output.py); a model.pt over make handin's cap.
+
+What must hold: nothing of a run that had a hidden input at hand reaches a visible channel (the notes,
+i.e. results.json's top-level output, the public tests, feedback.txt, which Autolab prints) but the grader's
+own words; a submission's message stays on one line, so no forged line starts a line; the course grader
+refuses what `make handin` refuses, with its words. Reporting, not isolation: the same at every level, so
+graded once, at the machine's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from attack_tools import attack_source
+from support import FIXTURES, SOLUTIONS, grade_files
+
+from gradelib import handin
+
+HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
+FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
+
+
+def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(tmp_path):
+    source = SOLUTIONS.joinpath("attention.py").read_text() + attack_source("hidden_inputs_in_output")
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=60)
+    notes = "\n".join(result.notes)
+    public = "\n".join(t.output for t in result.tests if t.visibility == "public")
+    hidden = "\n".join(t.output for t in result.tests if t.visibility == "hidden")
+    feedback = result.table(show_hidden_output=False)
+    visible = "\n".join([notes, public, feedback, json.dumps(result.to_gradescope()["output"]), result.autolab_line()])
+    # The attack ran in both runs: the public run's output is quoted in the notes, its message on a public line,
+    # the hidden run's message on a hidden line (shown once the grades are published) ...
+    assert "LEAKED-INPUT single_batch.npz" in notes and "exited with code 3" in notes, notes
+    assert "LEAKED-INPUT ['batched.npz'" in public and "LEAKED-INPUT ['dk_ne_dv.npz'" in hidden, (public, hidden)
+    # ... and nothing of the hidden run is visible: no hidden case's name, its record on the pipe named, not quoted.
+    assert not [c for c in HIDDEN_CASES if c in visible], visible
+    assert "on the hidden cases exited with code 3" in notes, notes
+    assert "an autograd call the grader's harness recorded" in public, public
+    # No forged line at the start of a line anywhere: the messages are kept to one line.
+    shown = "\n".join([notes, result.table(), *(t.output for t in result.tests)])
+    assert not FORGED.search(shown), FORGED.search(shown)
+
+
+def test_the_course_grader_refuses_a_model_over_the_handin_cap(tmp_path):
+    big = b"\0" * (handin.MAX_CHECKPOINT_BYTES + 1)
+    (tmp_path / "model.pt").write_bytes(big)
+    said = handin.check_file("model.pt", tmp_path / "model.pt")
+    result = grade_files(tmp_path, {"model.pt": big}, only=["prediction"], timeout_s=30)
+    text = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert said == ["is larger than 32 MB; hand in the model's state_dict saved with torch.save"], said
+    assert f"model.pt {said[0]}." in text, text
+    assert result.score == 0, result.score
