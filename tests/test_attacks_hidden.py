@@ -31,12 +31,12 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(tmp_path):
     hidden = "\n".join(t.output for t in result.tests if t.visibility == "hidden")
     feedback = result.table(show_hidden_output=False)
     visible = "\n".join([notes, public, feedback, json.dumps(result.to_gradescope()["output"]), result.autolab_line()])
+    # Nothing of the hidden run is visible: no hidden case's name, its record on the pipe named, not quoted.
+    assert not [c for c in HIDDEN_CASES if c in visible], visible
     # The attack ran in both runs: the public run's output is quoted in the notes, its message on a public line,
-    # the hidden run's message on a hidden line (shown once the grades are published) ...
+    # the hidden run's message on a hidden line (shown once the grades are published).
     assert "LEAKED-INPUT single_batch.npz" in notes and "exited with code 3" in notes, notes
     assert "LEAKED-INPUT ['batched.npz'" in public and "LEAKED-INPUT ['dk_ne_dv.npz'" in hidden, (public, hidden)
-    # ... and nothing of the hidden run is visible: no hidden case's name, its record on the pipe named, not quoted.
-    assert not [c for c in HIDDEN_CASES if c in visible], visible
     assert "on the hidden cases exited with code 3" in notes, notes
     assert "an autograd call the grader's harness recorded" in public, public
     # No forged line at the start of a line anywhere: the messages are kept to one line.
