@@ -26,7 +26,7 @@ from .lm.metrics import Oracle
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
-from .safeio import clean_text, quote
+from .safeio import clean_text, notebook_budget, quote
 from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
@@ -36,10 +36,16 @@ OracleLoader = Callable[[Path, float], Oracle]
 def runs_matplotlib(notebooks) -> bool:
     """Whether a cell the grader runs in one of these notebooks names matplotlib: then the template
     imports it once for every run (0.3 s), else no run pays for it. Only a matter of speed: a cell
-    imports what it needs either way, so a notebook that cannot be read here counts as yes."""
+    imports what it needs either way, so a notebook that cannot be read here (or not within the budget of
+    safeio.notebook_budget) counts as yes."""
     for path in notebooks:
         try:
-            for cell in json.loads(path.read_bytes()).get("cells", []):
+            if notebook_budget(path):
+                return True
+            data = path.read_bytes()
+            if b"matplotlib" not in data:
+                continue
+            for cell in json.loads(data).get("cells", []):
                 if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                     continue
                 meta = cell.get("metadata")

@@ -121,7 +121,11 @@ def _check_python(path: Path) -> list[str]:
 
 def _check_notebook(path: Path) -> list[str]:
     try:
-        data = json.loads(safeio.read_bytes(path, MAX_FILE_BYTES).decode("utf-8"))
+        raw = safeio.read_bytes(path, MAX_FILE_BYTES)
+        too_large = safeio.notebook_budget(raw)
+        if too_large:  # the grader would not run it: the same words as its notes
+            return [f"could not be read as a notebook ({too_large})"]
+        data = json.loads(raw.decode("utf-8"))
     except SafeReadError as exc:
         return [exc.detail]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

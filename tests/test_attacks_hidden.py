@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 
+from gradelib import handin
+
 from attack_tools import attack_source
 from support import FIXTURES, SOLUTIONS, grade_files
-
-from gradelib import handin
 
 HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
 FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)

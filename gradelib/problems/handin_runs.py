@@ -19,11 +19,12 @@ from typing import Callable
 
 import numpy as np
 
-from .. import sandbox
+from .. import safeio, sandbox
 from ..compare import Observed
 from ..context import GradeContext
+from ..handin_contract import MAX_FILE_BYTES
 from ..rubric_schema import Problem
-from ..safeio import quote
+from ..safeio import SafeReadError, quote
 from ..scoring import observed_from_child, read_meta
 
 CHILD = Path(__file__).resolve().parent.parent / "child"
@@ -176,6 +177,9 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     """Run the notebook once per case set (by_visibility) and judge(case, scratch, run, report) each case; the
     cells that failed are noted from the public run. Returns (the outcomes, '') or ([], why the notebook could not
     be read). `kwargs` go to run_notebook."""
+    too_large = notebook_too_large(src)
+    if too_large:
+        return [], too_large
     outcomes = []
     for mine in by_visibility(cases):
         def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
@@ -190,6 +194,16 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
         note_cells(ctx, problem, notebook, run, report, hidden=any(c.visibility != "public" for c in mine))
         outcomes += found
     return outcomes, ""
+
+
+def notebook_too_large(src: Path) -> str:
+    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within
+    its fixed budget (safeio.notebook_budget), and neither could a run, which would spend its limits on it.
+    `make handin` refuses such a notebook with the same words."""
+    try:
+        return safeio.notebook_budget(src) if safeio.stat_regular(src).st_size <= MAX_FILE_BYTES else ""
+    except (SafeReadError, OSError):  # the run reports it
+        return ""
 
 
 def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,

@@ -41,7 +41,7 @@ from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_siz
 from ..lm.vocab import VOCAB_SIZE
 from ..safeio import clean_text, open_folder, quote
 from ..scoring import read_array, read_meta
-from .handin_runs import NOTEBOOK_HARNESS, run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
 from .lm_common import fixture_array
 
 CHECKPOINT = "model.pt"
@@ -205,6 +205,9 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
         return f"{CHECKPOINT} {too_large}."
     if not notebook.is_file():
         return f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code."
+    unread = notebook_too_large(notebook)
+    if unread:
+        return f"{NOTEBOOK} could not be read as a notebook ({unread})."
     lm = ctx.case_root / "lm"
     hidden = "hidden" in ctx.visibilities
     sets, given = {}, set()
