@@ -22,7 +22,8 @@ def test_endless_cell_is_stopped_and_the_rest_of_the_notebook_graded(tmp_path):
     nb = with_cell_after(NB1, "softmax", "while True:\n    pass\n")
     start = time.monotonic()
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
-    assert time.monotonic() - start < 15
+    # Two runs (the public cases, then the hidden ones), each stopping the cell after 2 s of CPU time.
+    assert time.monotonic() - start < 30
     assert failing(result, "losses") == set()
     assert any("(`while True:`) timed out: stopped after 2 s of CPU time" in n for n in result.notes), result.notes
 

@@ -342,8 +342,10 @@ def causal_note(run: ModelRun) -> str:
     """A sentence for the student when the model's logits see the future, else ''."""
     if run.causal_change is None or run.causal_change <= CAUSAL_TOLERANCE:
         return ""
+    # No figure from a run that had the hidden rows at hand: it could choose it.
+    by = "" if run.hidden else f" (by {run.causal_change:.3g} relative to their scale)"
     return (f"Your model is not causal: changing the tokens after position {PROBE_POSITION} changed its logits at or "
-            f"before that position (by {run.causal_change:.3g} relative to their scale). Trained with teacher forcing, "
+            f"before that position{by}. Trained with teacher forcing, "
             "such a model learns to read the next character instead of predicting it; apply the causal mask in "
             "every attention layer.")
 
