@@ -42,10 +42,7 @@ def runs_matplotlib(notebooks) -> bool:
         try:
             if notebook_budget(path):
                 return True
-            data = path.read_bytes()
-            if b"matplotlib" not in data:
-                continue
-            for cell in json.loads(data).get("cells", []):
+            for cell in json.loads(path.read_bytes()).get("cells", []):
                 if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                     continue
                 meta = cell.get("metadata")

@@ -18,21 +18,21 @@ import re
 
 from gradelib import handin
 
-from attack_tools import attack_source
-from support import FIXTURES, SOLUTIONS, grade_files
+from attack_tools import only_at
+from support import FIXTURES, grade_files
 
 HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
 FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
 
 
-def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(tmp_path):
-    source = SOLUTIONS.joinpath("attention.py").read_text() + attack_source("hidden_inputs_in_output")
-    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=60)
-    notes = "\n".join(result.notes)
-    public = "\n".join(t.output for t in result.tests if t.visibility == "public")
-    hidden = "\n".join(t.output for t in result.tests if t.visibility == "hidden")
-    feedback = result.table(show_hidden_output=False)
-    visible = "\n".join([notes, public, feedback, json.dumps(result.to_gradescope()["output"]), result.autolab_line()])
+def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="hidden_inputs_in_output")
+    result = attack_batch["results"]["hidden_inputs_in_output"]
+    notes = result["output"]  # results.json's top-level output: always visible
+    public = "\n".join(t["output"] for t in result["tests"] if t["visibility"] == "visible")
+    hidden = "\n".join(t["output"] for t in result["tests"] if t["visibility"] != "visible")
+    feedback = (attack_batch["out"] / "hidden_inputs_in_output" / "feedback.txt").read_text()  # Autolab prints it
+    visible = "\n".join([notes, public, feedback])
     # Nothing of the hidden run is visible: no hidden case's name, its record on the pipe named, not quoted.
     assert not [c for c in HIDDEN_CASES if c in visible], visible
     # The attack ran in both runs: the public run's output is quoted in the notes, its message on a public line,
@@ -42,7 +42,7 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(tmp_path):
     assert "on the hidden cases exited with code 3" in notes, notes
     assert "an autograd call the grader's harness recorded" in public, public
     # No forged line at the start of a line anywhere: the messages are kept to one line.
-    shown = "\n".join([notes, result.table(), *(t.output for t in result.tests)])
+    shown = "\n".join([visible, hidden])
     assert not FORGED.search(shown), FORGED.search(shown)
 
 

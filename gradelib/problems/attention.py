@@ -32,7 +32,7 @@ from ..scoring import (
     name_float32,
     observed_from_child,
 )
-from .handin_runs import by_visibility, run_child
+from .handin_runs import by_visibility, next_limits, run_child
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
@@ -255,12 +255,15 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     outcomes: list[CaseOutcome] = []
     runtime_hits: set[str] = set()
     tampered: list[str] = []
+    used = 0.0
     for mine in by_visibility(cases):
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
             collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run),
+            limits=next_limits(ctx.limits, used),
         )
+        used += run.wall_s
         outcomes += found
         runtime_hits |= hits
         if run.events_tampered:

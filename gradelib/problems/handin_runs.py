@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -49,6 +50,12 @@ def by_visibility(cases: list) -> list[list]:
     for case in cases:
         sets.setdefault(case.visibility, []).append(case)
     return [sets[v] for v in sorted(sets, key=lambda v: v != "public")]
+
+
+def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
+    """The limits of a problem's run on its next case set: its runs share the problem's time limit, the hidden
+    run getting what the public one left, and at least half of it (an honest run takes a few seconds)."""
+    return replace(limits, timeout_s=max(limits.timeout_s - used_s, limits.timeout_s / 2))
 
 
 def case_inputs(path: Path) -> dict[str, np.ndarray]:
@@ -181,6 +188,7 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     if too_large:
         return [], too_large
     outcomes = []
+    limits, used = kwargs.pop("limits", None) or ctx.limits, 0.0
     for mine in by_visibility(cases):
         def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
             if report is not None and report.get("read_error"):
@@ -188,7 +196,8 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
             return [judge(case, scratch, run, report) for case in mine]
 
         found, run, report = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls,
-                                          settings, collect, **kwargs)
+                                          settings, collect, limits=next_limits(limits, used), **kwargs)
+        used += run.wall_s
         if found is None:
             return [], quote(report["read_error"], 300)
         note_cells(ctx, problem, notebook, run, report, hidden=any(c.visibility != "public" for c in mine))
@@ -219,7 +228,7 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
             lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
-                         f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 300)}")
+                         f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}")
     if report is not None and run.timed_out:
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
