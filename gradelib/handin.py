@@ -39,6 +39,7 @@ from .handin_contract import (
     OPTIONAL,
     PREDICTION_SHAPE,
     SPECIAL_IDS,
+    checkpoint_size_problem,
 )
 from .lm.vocab import VOCAB_SIZE
 from .safeio import SafeReadError
@@ -120,7 +121,11 @@ def _check_python(path: Path) -> list[str]:
 
 def _check_notebook(path: Path) -> list[str]:
     try:
-        data = json.loads(safeio.read_bytes(path, MAX_FILE_BYTES).decode("utf-8"))
+        raw = safeio.read_bytes(path, MAX_FILE_BYTES)
+        too_large = safeio.notebook_budget(raw)
+        if too_large:  # the grader would not run it: the same words as its notes
+            return [f"could not be read as a notebook ({too_large})"]
+        data = json.loads(raw.decode("utf-8"))
     except SafeReadError as exc:
         return [exc.detail]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -217,8 +222,9 @@ def _check_text(path: Path) -> list[str]:
 
 
 def _check_checkpoint(path: Path) -> list[str]:
-    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-        return [f"is larger than {MAX_CHECKPOINT_BYTES // 2**20} MB; hand in the model's state_dict saved with torch.save"]
+    too_large = checkpoint_size_problem(path.stat().st_size, MAX_CHECKPOINT_BYTES)
+    if too_large:
+        return [too_large]
     try:
         with zipfile.ZipFile(path) as zf:
             if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist()):

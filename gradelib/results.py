@@ -121,7 +121,8 @@ class SubmissionResult:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
 
     def table(self, show_hidden_output: bool = True) -> str:
-        """A readable score table: one line per test, then messages of failed ones."""
+        """A readable score table: one line per test, then messages of failed ones; a hidden test's only with
+        `show_hidden_output` or where the rubric shows hidden tests at once (hidden_tests = "visible")."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
@@ -135,11 +136,14 @@ class SubmissionResult:
                 mark = "PASS" if t.passed else "FAIL"
                 lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
         lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
-        failed = [t for t in self.tests if not t.passed and t.output
-                  and (t.visibility != "hidden" or show_hidden_output)]
-        if failed:
+        failed = [t for t in self.tests if not t.passed and t.output]
+        shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
+        if shown:
             lines += ["", "Why points were lost:"]
-            lines += why_lost([(t.name, t.output, t.max_score) for t in failed])
+            lines += why_lost([(t.name, t.output, t.max_score) for t in shown])
+        if len(shown) < len(failed):
+            lines += ["", f"The messages of the {len(failed) - len(shown)} failed hidden tests are not shown here "
+                          "(they name hidden cases); the course staff publish them with the grades."]
         return clean_text("\n".join(lines))
 
 
@@ -290,7 +294,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_submission(result: SubmissionResult, folder: Path) -> None:
     """results.json (Gradescope's format) and feedback.txt (the score table) for one submission.
 
-    feedback.txt is written first: a folder with results.json counts as graded.
+    feedback.txt is written first: a folder with results.json counts as graded. It is what Autolab shows the
+    student at once, so it holds a hidden test's message only where the rubric shows hidden tests at once.
     """
-    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
+    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
     write_json_atomic(folder / "results.json", result.to_gradescope())

@@ -22,7 +22,7 @@ from . import safeio
 from .compare import FLOAT32_CAUSE, Check, Observed
 from .results import TestResult, gist
 from .rubric_schema import Group, Problem
-from .safeio import SafeReadError, clean_text
+from .safeio import SafeReadError, quote
 
 # A child's array is the value of one quantity on one small case (the largest expected
 # one holds 18 kB); a larger one is refused rather than loaded into the grader.
@@ -283,10 +283,10 @@ def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str
     entries = meta.get("quantities")
     entry = entries.get(name) if isinstance(entries, dict) else None
     if not isinstance(entry, dict) or not entry.get("present"):
-        return Observed(False, note=clean_text(missing_note))
+        return Observed(False, note=quote(missing_note, 1000))
     type_name = entry.get("type")
-    type_name = clean_text(type_name)[:200] if type_name is not None else None
-    note = clean_text(entry.get("note", ""))[:500]
+    type_name = quote(type_name, 200) if type_name is not None else None
+    note = quote(entry.get("note", ""), 500)
     array, refused = read_array(case_dir / f"{name}.npy", root, max_elements)
     if array is None and "note" not in entry:
         note = f"its array could not be read back: {refused}"[:500]

@@ -30,7 +30,7 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     **{name: (name, {}) for name in (
         "forged_results", "exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
         "search_for_answers", "late_daemon", "keyring", "setsid_chain", "resource_counts", "shared_memory", "network",
-        "host_processes", "root_only_files")},
+        "host_processes", "root_only_files", "hidden_inputs_in_output")},
     # log.txt swapped for a link to another submission's feedback or to a root-only file, a FIFO, a link to /dev/zero.
     "log_symlink_feedback": ("log_swap", {"SWAP": "@OUT@/reference_before/feedback.txt"}),
     "log_symlink_secret": ("log_swap", {"SWAP": "@SECRET@"}),
@@ -49,7 +49,9 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
 BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
-SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor")
+SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor", "hidden_inputs_in_output")
+# Attacks appended to the reference attention.py: they need a run that computes every result first.
+WITH_REFERENCE = ("hidden_inputs_in_output",)
 # What the fallback level is checked against: what a run may reach and how it is ended.
 FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
@@ -78,7 +80,8 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
                 text = reference
             else:
                 source, own = BATCH_ATTACKS[name]
-                text = attack_source(*(source if isinstance(source, tuple) else (source,)), **own, **common)
+                prefix = reference if name in WITH_REFERENCE else ""
+                text = prefix + attack_source(*(source if isinstance(source, tuple) else (source,)), **own, **common)
             (folder / "attention.py").write_text(text)
             paths.append(str(folder))
         scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S
+from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S, WITH_REFERENCE
 from attack_tools import POINTS, batch_level, only_at, outputs
 
 
@@ -28,7 +28,9 @@ def test_batch_finishes_and_reference_results_are_unaltered(attack_batch):
     assert all(t["status"] == "passed" for t in before["tests"])
 
 
-@pytest.mark.parametrize("attack", sorted(set(BATCH_ATTACKS) - set(BACKWARD_ONLY)))
+# An attack appended to the reference computes its results: it goes for something else (test_attacks_hidden.py);
+# the autograd attacks keep their honest forward's points.
+@pytest.mark.parametrize("attack", sorted(set(BATCH_ATTACKS) - set(BACKWARD_ONLY) - set(WITH_REFERENCE)))
 def test_attack_scores_zero(attack_batch, attack):
     only_at(attack_batch, "namespaces", "fallback", "portable", attack=attack)
     result = attack_batch["results"][attack]

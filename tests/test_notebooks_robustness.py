@@ -22,7 +22,8 @@ def test_endless_cell_is_stopped_and_the_rest_of_the_notebook_graded(tmp_path):
     nb = with_cell_after(NB1, "softmax", "while True:\n    pass\n")
     start = time.monotonic()
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
-    assert time.monotonic() - start < 15
+    # Two runs (the public cases, then the hidden ones), each stopping the cell after 2 s of CPU time.
+    assert time.monotonic() - start < 30
     assert failing(result, "losses") == set()
     assert any("(`while True:`) timed out: stopped after 2 s of CPU time" in n for n in result.notes), result.notes
 
@@ -32,7 +33,7 @@ def test_endless_function_loses_its_lines_and_the_lines_that_call_it(tmp_path):
     nb = edited(NB1, "softmax", "e = np.exp(shifted)", "while True:\n        pass")
     start = time.monotonic()
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 40  # two runs (public cases, hidden cases)
     # scaled_dot_product_attention calls softmax; token_nll and cross_entropy_loss do not.
     assert failing(result, "losses") == {(g, v) for g in ("softmax", "attention", "masked_attention") for v in ("public", "hidden")}
     assert "`softmax` did not return within 0.25 s of CPU time (an endless loop?)" in message(result, "losses", "softmax", "public")
@@ -58,11 +59,12 @@ def test_a_call_that_waits_forever_is_stopped_on_the_wall_clock(tmp_path):
     nb = edited(NB1, "softmax", WAIT_ONCE[0], WAIT_ONCE[1].format(seconds=1000))
     start = time.monotonic()
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 30  # two runs (public cases, hidden cases), each with a call that waits
     text = " ".join(t.output for t in result.tests if not t.passed)
     assert "`softmax` did not return within 2.3 s on the wall clock (it waited rather than computed)" in text, text
-    # Only the one call that waited lost its line; the process went on with every other call.
-    assert len(failing(result, "losses")) == 1, failing(result, "losses")
+    # Only the one call of each run that waited lost its line; the process went on with every other call.
+    lost = failing(result, "losses")
+    assert len(lost) == 2 and ("softmax", "public") in lost and {v for _, v in lost} == {"public", "hidden"}, lost
 
 
 def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanation(tmp_path):
@@ -70,10 +72,11 @@ def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanati
     problems = with_problem_settings("losses", cell_timeout_s=1)
     start = time.monotonic()
     result = grade(tmp_path, {NB1: with_cell_after(NB1, "softmax", code)}, only=["losses"], problems=problems, timeout_s=6)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 25  # the public run's 6 s, the hidden run's (at least 3 s), start-up under load
     assert result.score == 0.0
     assert "no result: the notebook's process" in message(result, "losses", "softmax", "hidden")
-    assert "6 s time limit" in message(result, "losses", "softmax", "hidden")
+    assert "6 s time limit" in message(result, "losses", "softmax", "public")
+    assert "s time limit" in message(result, "losses", "softmax", "hidden")
     assert any("before it finished running the cells" in n for n in result.notes), result.notes
 
 

@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--retries", type=int, default=2, help="restarts of a grader process that died (default 2)")
     ap.add_argument(
         "--submission-timeout", type=float, default=None,
-        help="wall-clock cap on grading one submission (default: (problems + 1) x --timeout + 60 s)",
+        help="wall-clock cap on grading one submission (default: (1.5 x problems + 1) x --timeout + 60 s)",
     )
     ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
     ap.add_argument("--title", default="Class report", help="heading of report.html")
@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         keep_metadata(path, args.out / name)
     if plan:
         print(plan, file=sys.stderr if len(names) == 1 else sys.stdout, flush=True)
-    deadline = args.submission_timeout or (len(problem_ids) + 1) * args.timeout + 60.0
+    # A problem's runs (its public and hidden cases apart) share its --timeout, the second getting at least half.
+    deadline = args.submission_timeout or (1.5 * len(problem_ids) + 1) * args.timeout + 60.0
     batch = Batch(args, jobs, deadline)
     start = time.monotonic()
     with tqdm(total=len(jobs), unit="handin", file=sys.stderr, disable=len(jobs) < 2, dynamic_ncols=True) as bar:

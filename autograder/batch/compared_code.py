@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradelib import intake
+from gradelib.safeio import notebook_json
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
@@ -75,8 +76,8 @@ def notebook_source(raw: str, label: str, given: frozenset[str] = frozenset()) -
     code is boilerplate anyway, and tokenizing is most of the time a run takes.
     """
     try:
-        nb = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: arrays or objects nested thousands deep
+        nb = notebook_json(raw)  # within a fixed memory budget, whatever the notebook holds
+    except ValueError as exc:
         raise ValueError(f"{label} is not valid notebook JSON ({exc}); expected a .ipynb saved by Jupyter") from None
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
-from gradelib import safeio, sandbox
+from gradelib import sandbox
 from gradelib.problems import GRADERS
 from gradelib.results import SubmissionResult, remove_partial_writes
-from gradelib.safeio import clean_text
 from gradelib.sandbox import cgroups, kernel, processes, slots
 from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
 from gradelib.scoring import all_zero
@@ -129,17 +128,13 @@ class Batch:
         job.started = time.monotonic()
         self.active.append(job)
 
-    def _log_tail(self, job: Job) -> str:
-        text = clean_text(safeio.read_tail(self.logs / f"{job.name}.log", 600)).strip().splitlines()
-        return "\n".join(f"    {line}" for line in text[-5:])
-
     def _record_failure(self, job: Job, why: str) -> None:
         message = (
             f"This submission could not be graded: the grader's own process {why}. It was recorded as 0 so that "
             f"nothing is lost; please tell the course staff, who can regrade it with --force."
         )
-        tail = self._log_tail(job)
-        result = ungraded_result(job.name, job.only, message + (f"\n  last output:\n{tail}" if tail else ""), self.args.rubric)
+        # The worker's log is the staff's (grades/.logs/): it can hold what the submission's code printed.
+        result = ungraded_result(job.name, job.only, message, self.args.rubric)
         problems = rubric_mod.load(self.args.rubric)
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
         regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)

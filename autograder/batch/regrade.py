@@ -294,5 +294,5 @@ def write_merged(new: SubmissionResult, folder: Path, records: dict[str, dict], 
             old = from_gradescope(old_data, new.submission, problem_order)
             result = merge(old, new, problem_order)
             all_records = {p: r for p, r in records_of(old_data).items() if p not in new.problems} | records
-    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
+    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
     write_json_atomic(folder / "results.json", to_results_json(result, all_records))

@@ -28,3 +28,5 @@ RUNS = {
     "prediction": (lm_model.NOTEBOOK, 2),
     "generation": (lm_model.NOTEBOOK, 2),
 }
+# Problems whose runs are made once per case set (public, hidden): handin_runs.by_visibility.
+PER_CASE_SET = {"attention", "losses", "masks"}

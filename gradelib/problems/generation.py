@@ -187,11 +187,11 @@ def generation_mismatch(run, ids: np.ndarray) -> str:
     """'' when generated.npy is what the handed-in model's own greedy generate() gives (all but a few rows of those
     the model generated), else why not."""
     if run is None or run.problem:
-        return f"there is no model to check it against: {run.problem if run is not None else 'no model run'}"
+        return f"there is no model to check it against: {run.said(run.problem) if run is not None else 'no model run'}"
     own = run.generated
     if lm_model.match_fraction(ids, own) is None:
         why = run.call_problems.get("generate", "generate() returned nothing the grader could compare")
-        return f"your model's generate() could not be compared with it: {why}"
+        return f"your model's generate() could not be compared with it: {run.said(why)}"
     differ = int(np.any(np.asarray(ids[: len(own)]).astype(np.int64) != np.asarray(own).astype(np.int64), axis=1).sum())
     if differ > max(1, int(ROWS_THAT_MAY_DIFFER * len(own))):
         return (f"{FILENAME} is not what model.pt generates: {differ} of the {len(own)} rows the grader had your model "
@@ -217,8 +217,10 @@ def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
     same = lm_model.match_fraction(ids, run.generated)
     if same is not None and same < 1.0:
         rows = "" if len(run.generated) == len(ids) else f" in the first {len(run.generated)} rows"
-        message = (f"{FILENAME} is not what model.pt generates: {same * 100:.1f}% of its ids{rows} equal the model's own "
-                   "greedy generation. The grader scores its own run of the model, not the array.")
+        # A run that had the hidden rows at hand gets no figure: its generations could encode them.
+        share = "" if run.hidden else f": {same * 100:.1f}% of its ids{rows} equal the model's own greedy generation"
+        message = (f"{FILENAME} is not what model.pt generates{share}. The grader scores its own run of the model, "
+                   "not the array.")
         ctx.note(f"generation: {message}")
         ctx.flags["generated_does_not_match_model"] = message
 

@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from ..context import GradeContext
-from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS
+from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_size_problem
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import clean_text, open_folder
+from ..safeio import clean_text, open_folder, quote
 from ..scoring import read_array, read_meta
-from .handin_runs import NOTEBOOK_HARNESS, run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
 from .lm_common import fixture_array
 
 CHECKPOINT = "model.pt"
@@ -83,6 +83,23 @@ class ModelRun:
     # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
     # predict): for the benchmarks only, never for a grade, since the child could say anything.
     steps: dict[str, float] = field(default_factory=dict)
+    # Whether the run had the hidden rows at hand, and which of the texts above are the child's own words.
+    hidden: bool = False
+    child_words: set[str] = field(default_factory=set)
+
+    def said(self, text: str) -> str:
+        """`text` (one of the run's texts) as the notes or a public line may show it: a child that had the hidden
+        rows at hand could have written one into its own words, so those are named, not quoted."""
+        if self.hidden and text in self.child_words:
+            return ("the message your notebook's code gave is not shown here, since that run had the hidden rows at "
+                    "hand; the local grader (python autograder.py) shows it")
+        return text
+
+    def quoted(self, text: object, limit: int) -> str:
+        """The child's `text`, kept to one line and remembered as the child's words."""
+        said = quote(text, limit)
+        self.child_words.add(said)
+        return said
 
 
 def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
@@ -183,8 +200,14 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
         return (ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
                 f"{CHECKPOINT} is missing from the handin: the language-model lines grade the trained model "
                 "itself; `make handin runid=<id> epoch=<n>` packs the checkpoint of the epoch you choose.")
+    too_large = checkpoint_size_problem(src.stat().st_size)
+    if too_large:  # the cap `make handin` enforces, with its words: a larger model is not run
+        return f"{CHECKPOINT} {too_large}."
     if not notebook.is_file():
         return f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code."
+    unread = notebook_too_large(notebook)
+    if unread:
+        return f"{NOTEBOOK} could not be read as a notebook ({unread})."
     lm = ctx.case_root / "lm"
     hidden = "hidden" in ctx.visibilities
     sets, given = {}, set()
@@ -249,8 +272,9 @@ def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, reve
     if report is not None and report.get("read_error") or meta.get("read_error"):
         result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
         return
+    result.hidden = inputs.hidden
     if meta.get("load_error"):
-        result.problem = clean_text(meta["load_error"])[:1500]
+        result.problem = result.quoted(meta["load_error"], 1500)
         return
     if not meta:
         result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
@@ -270,7 +294,7 @@ def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, reve
     result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
                     if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
     calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
-    result.call_problems = {clean_text(k): clean_text(v)[:500] for k, v in calls.items()}
+    result.call_problems = {quote(k, 40): result.quoted(v, 500) for k, v in list(calls.items())[:16]}
 
 
 def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer: Revealer) -> None:
@@ -283,16 +307,16 @@ def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, ru
                 result.teacher_forced[name] = logits.astype(np.float32)
                 result.targets[name] = out_ids
             else:
-                why = clean_text(meta.get(name) or "") or shape_why or f"the process {run.describe()}"
-                result.set_problems[name] = f"your model's teacher-forced logits are missing: {why}"[:800]
+                why = quote(meta.get(name) or "", 700) or shape_why or f"the process {run.describe()}"
+                result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
             continue
         answers = revealer.answers[name]
         if len(answers) == out_ids.shape[1]:
             result.teacher_forced[name] = np.stack(answers, axis=1)
             result.targets[name] = out_ids
         else:
-            why = revealer.problems.get(name) or clean_text(meta.get(name) or "") or f"the process {run.describe()}"
-            result.set_problems[name] = f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}"[:800]
+            why = revealer.problems.get(name) or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
+            result.set_problems[name] = result.quoted(f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800)
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
@@ -318,8 +342,10 @@ def causal_note(run: ModelRun) -> str:
     """A sentence for the student when the model's logits see the future, else ''."""
     if run.causal_change is None or run.causal_change <= CAUSAL_TOLERANCE:
         return ""
+    # No figure from a run that had the hidden rows at hand: it could choose it.
+    by = "" if run.hidden else f" (by {run.causal_change:.3g} relative to their scale)"
     return (f"Your model is not causal: changing the tokens after position {PROBE_POSITION} changed its logits at or "
-            f"before that position (by {run.causal_change:.3g} relative to their scale). Trained with teacher forcing, "
+            f"before that position{by}. Trained with teacher forcing, "
             "such a model learns to read the next character instead of predicting it; apply the causal mask in "
             "every attention layer.")
 

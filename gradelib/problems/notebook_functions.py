@@ -23,9 +23,8 @@ from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
-from ..safeio import clean_text
 from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
-from .handin_runs import note_cells, observed, run_notebook
+from .handin_runs import observed, run_notebook_sets
 
 CASE_FOLDER = "notebooks"
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
@@ -84,22 +83,13 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
     settings = problem.settings
 
-    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None):
-        if report is not None and report.get("read_error"):
-            return None
-        return [_outcome(problem, spec, case, scratch, run, report) for case in cases]
-
-    outcomes, run, report = run_notebook(
-        ctx, problem.id, src, spec.notebook, [(c.name, c.path) for c in cases], spec.calls, settings, collect
+    outcomes, unread = run_notebook_sets(
+        ctx, problem, src, spec.notebook, cases, spec.calls, settings,
+        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report),
     )
-    if outcomes is None:
-        return all_zero(
-            problem,
-            vis,
-            f"{spec.notebook} could not be read as a notebook ({clean_text(report['read_error'])[:300]}); "
-            "submit the .ipynb file saved by Jupyter.",
-        )
-    note_cells(ctx, problem, spec.notebook, run, report)
+    if unread:
+        return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
+                                      "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
 
 

@@ -341,6 +341,69 @@ def clean_text(text: object) -> str:
     return _UNSAFE.sub("", s)
 
 
+# What the grader's own process may spend on a notebook it parses (the matplotlib hint, the similarity report;
+# a run parses its notebook in the sandbox, under the run's limits). json.loads makes a Python object of every
+# value (an empty {} takes 64 bytes for its 3 in the file: a 95 MB notebook of them took 2.4 GB) and decodes the
+# whole file into one str, 1, 2 or 4 bytes a character after its widest one: both are bounded before it runs.
+# The reference notebooks hold about 3,000 values and 110 kB.
+MAX_NOTEBOOK_VALUES = 500_000
+MAX_NOTEBOOK_TEXT_BYTES = 64 * 2**20
+_ASCII = bytes(range(0x80))
+_WIDE_ESCAPES = (re.compile(rb"\\u[dD][89abAB]"), re.compile(rb"\\u(?!00)"))
+
+
+def _width(chunk: bytes) -> int:
+    """Bytes a character takes in the str json.loads decodes `chunk` into (1, 2 or 4), after its widest one."""
+    wide = chunk.translate(None, _ASCII)  # the non-ASCII bytes alone, found at C speed
+    if b"\\u" not in chunk:
+        escaped = 1
+    else:
+        escaped = 4 if _WIDE_ESCAPES[0].search(chunk) else 2 if _WIDE_ESCAPES[1].search(chunk) else 1
+    if not wide:
+        return escaped
+    coded = 4 if wide.translate(None, bytes(range(0xf0, 0xf5))) != wide else (
+        2 if wide.translate(None, bytes(range(0xc4, 0xf0))) != wide else 1)
+    return max(escaped, coded)
+
+
+def notebook_budget(source: bytes | Path) -> str:
+    """Why parsing the notebook `source` (its bytes, or its file, read a MB at a time) would take more than the
+    grader's fixed budget ('' when it would not): a count of bytes, no parse."""
+    values, width, size, tail = 1, 1, 0, b""  # at least as many values as the file holds
+    with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")) as fh:
+        while chunk := fh.read(2**20):
+            values += chunk.count(b",") + chunk.count(b"{") + chunk.count(b"[")
+            seen = tail + chunk  # an escape may straddle two chunks
+            width = max(width, _width(seen)) if width < 4 else 4
+            size, tail = size + len(chunk), chunk[-6:]
+    if values > MAX_NOTEBOOK_VALUES:
+        return (f"it holds up to {values:,} JSON values, more than the {MAX_NOTEBOOK_VALUES:,} the grader reads "
+                "(a notebook holds a few thousand: clear its outputs and save it)")
+    if size * width > MAX_NOTEBOOK_TEXT_BYTES:
+        return (f"it is {size / 2**20:.1f} MB of text, {width} byte(s) a character, more than the "
+                f"{MAX_NOTEBOOK_TEXT_BYTES // 2**20} MB the grader reads (clear its outputs and save it)")
+    return ""
+
+
+def notebook_json(data: bytes | str) -> object:
+    """A notebook's JSON, parsed within a fixed memory budget; ValueError says what is too large (or not JSON)."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    why = notebook_budget(raw)
+    if why:
+        raise ValueError(why)
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise ValueError(f"arrays or objects nested thousands deep: {exc}") from None
+
+
+def quote(text: object, limit: int) -> str:
+    """A submission's words kept to one line of at most `limit` characters: its line breaks become ' | ', so no
+    line of it can start a line of the grader's own (a forged TOTAL or {"scores": ...} line)."""
+    s = " | ".join(part.strip() for part in clean_text(text).splitlines() if part.strip())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 def read_tail(path: Path, limit: int = 4000) -> str:
     """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
     try:

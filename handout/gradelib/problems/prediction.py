@@ -71,11 +71,11 @@ def _handin_logits(ctx: GradeContext) -> np.ndarray | None:
 def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
     """'' when predictions.npy's first rows are what the handed-in model's own predict() gives, else why not."""
     if run.problem:
-        return f"there is no model to check it against: {run.problem}"
+        return f"there is no model to check it against: {run.said(run.problem)}"
     predicted = run.predicted
     if predicted is None or predicted.ndim != 3 or predicted.shape[1:] != logits.shape[1:] or len(predicted) > len(logits):
         why = run.call_problems.get("predict", "predict() returned nothing the grader could compare")
-        return f"your model's predict() could not be compared with it: {why}"
+        return f"your model's predict() could not be compared with it: {run.said(why)}"
     head = logits[: len(predicted)]
     differ = np.abs(predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
     if differ.any():
@@ -155,7 +155,7 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
     predictions.npy is what the model predicts."""
     run = lm_model.model_run(ctx, problem.settings)
     if run.problem:
-        ctx.note(f"prediction: {run.problem}")
+        ctx.note(f"prediction: {run.said(run.problem)}")
         return
     full = float(problem.settings["full_credit_nll"])
     zero = float(problem.settings["zero_credit_nll"])
@@ -170,7 +170,7 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
             ctx.note(f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
                      f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
     elif run.set_problems.get("validation"):
-        ctx.note(f"prediction: {run.set_problems['validation']}")
+        ctx.note(f"prediction: {run.said(run.set_problems['validation'])}")
     if note:
         ctx.note(f"prediction: {note}")
     mismatch = model_mismatch(run, logits) if logits is not None else ""

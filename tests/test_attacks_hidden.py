@@ -1,0 +1,106 @@
+"""Attacks on what a hidden case may reveal: a run prints the inputs it has at hand and exits badly, raises
+a message that names its cases with a forged score line inside, and puts a forged record on the audit pipe
+(tests/attacks/hidden_inputs_in_output.py); a model.pt over make handin's cap; a notebook within the caps
+that json.loads would inflate to gigabytes in the grader's own process.
+
+What must hold: nothing of a run that had a hidden input at hand reaches a visible channel (the notes,
+i.e. results.json's top-level output, the public tests, feedback.txt, which Autolab prints) but the grader's
+own words; a submission's message stays on one line, so no forged line starts a line; the course grader
+refuses what `make handin` refuses, with its words; the grader's own process reads a notebook within a fixed
+budget. Reporting and the grader's own reading, not isolation: the same at every level, so graded once, at the
+machine's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gradelib import handin
+
+from attack_tools import only_at
+from support import FIXTURES, grade_files
+
+HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
+FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
+
+
+def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack="hidden_inputs_in_output")
+    result = attack_batch["results"]["hidden_inputs_in_output"]
+    notes = result["output"]  # results.json's top-level output: always visible
+    public = "\n".join(t["output"] for t in result["tests"] if t["visibility"] == "visible")
+    hidden = "\n".join(t["output"] for t in result["tests"] if t["visibility"] != "visible")
+    feedback = (attack_batch["out"] / "hidden_inputs_in_output" / "feedback.txt").read_text()  # Autolab prints it
+    visible = "\n".join([notes, public, feedback])
+    # Nothing of the hidden run is visible: no hidden case's name, its record on the pipe named, not quoted.
+    assert not [c for c in HIDDEN_CASES if c in visible], visible
+    # The attack ran in both runs: the public run's output is quoted in the notes, its message on a public line,
+    # the hidden run's message on a hidden line (shown once the grades are published).
+    assert "LEAKED-INPUT single_batch.npz" in notes and "exited with code 3" in notes, notes
+    assert "LEAKED-INPUT ['batched.npz'" in public and "LEAKED-INPUT ['dk_ne_dv.npz'" in hidden, (public, hidden)
+    assert "on the hidden cases exited with code 3" in notes, notes
+    assert "an autograd call the grader's harness recorded" in public, public
+    # No forged line at the start of a line anywhere: the messages are kept to one line.
+    shown = "\n".join([visible, hidden])
+    assert not FORGED.search(shown), FORGED.search(shown)
+
+
+def test_the_course_grader_refuses_a_model_over_the_handin_cap(tmp_path):
+    big = b"\0" * (handin.MAX_CHECKPOINT_BYTES + 1)
+    (tmp_path / "model.pt").write_bytes(big)
+    said = handin.check_file("model.pt", tmp_path / "model.pt")
+    result = grade_files(tmp_path, {"model.pt": big}, only=["prediction"], timeout_s=30)
+    text = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert said == ["is larger than 32 MB; hand in the model's state_dict saved with torch.save"], said
+    assert f"model.pt {said[0]}." in text, text
+    assert result.score == 0, result.score
+
+
+# ---------------------------------------------------------------- a notebook that inflates the grader's own process
+# 95 MB of empty objects, within the handin's caps: json.loads made 2.4 GB of them in the grader's worker. Graded
+# in a process of its own, capped at 1.5 GB of address space (a regression fails there, bounded), by problem
+# `losses`; the notebook is refused before any run, so no level's sandbox is involved.
+INFLATE = r"""
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from gradelib.grade import grade_submission
+from gradelib.sandbox import Limits
+result = grade_submission(Path({handin!r}), case_root=Path({fixtures!r}), only=["losses"],
+                          limits=Limits(timeout_s=30, memory_mb=1024))
+print("PEAK_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print("SAID", json.dumps([t.output for t in result.tests]))
+""".replace("import resource, sys", "import json, resource, sys")
+
+
+def test_a_notebook_within_the_caps_does_not_inflate_the_grader(tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    handin_dir = tmp_path / "handin"
+    handin_dir.mkdir()
+    head = (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code", "metadata": {}, '
+            b'"source": "import matplotlib", "execution_count": 1, "outputs": [], "junk": [')
+    with open(handin_dir / "01_mlm_and_next_token.ipynb", "wb") as fh:
+        fh.write(head)
+        for _ in range(95):
+            fh.write(b"{}," * (2**20 // 3))
+        fh.write(b"{}]}]}")
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (1536 * 2**20, 1536 * 2**20))
+
+    code = INFLATE.format(repo=str(REPO), handin=str(handin_dir), fixtures=str(FIXTURES))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, preexec_fn=cap)
+    said = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("PEAK_MB", "SAID")))
+    assert proc.returncode == 0 and "SAID" in said, proc.stdout[-2000:] + proc.stderr[-2000:]
+    outputs = json.loads(said["SAID"])
+    assert all("could not be read as a notebook (it holds up to" in o and "clear its outputs" in o for o in outputs), outputs
+    assert int(said["PEAK_MB"]) < 300, said["PEAK_MB"]  # the notebook alone is 95 MB: none of it was held whole
+    # make handin refuses it with the same words.
+    assert handin.check_file("01_mlm_and_next_token.ipynb", handin_dir / "01_mlm_and_next_token.ipynb")[0].startswith(
+        "could not be read as a notebook (it holds up to"), "make handin"
