@@ -154,28 +154,37 @@ def torch_wheel() -> Path | None:
 
 
 def gradescope_image(engine: Engine, base: str, wheel: Path) -> str:
-    """The base after setup.sh, as Gradescope builds its image (the zip's files at /autograder/source)."""
+    """The base after setup.sh, as Gradescope builds its image (the zip's files at /autograder/source, setup.sh run
+    there as root with network), then the current zip's files in place of the ones setup.sh saw, made root's
+    alone as setup.sh makes them: setup.sh runs again only when what it installs from changes (its own text,
+    requirements-grading.txt, the wheel), not for each change of the grader."""
     from autograder.platforms.package import build_gradescope
 
     with tempfile.TemporaryDirectory() as tmp:
         package = build_gradescope(Path(tmp))
-        tag = f"attention-grader-test/gradescope:{_key(base, package.read_bytes(), wheel.name)}"
-        if engine.has_image(tag):
-            return tag
         source = Path(tmp) / "source"
         with zipfile.ZipFile(package) as z:
             z.extractall(source)
-        name = f"gradescope-setup-{os.getpid()}"
-        script = ("mkdir -p /autograder && cp -r /package /autograder/source && cd /autograder/source "
-                  "&& chmod 755 setup.sh run_autograder && bash ./setup.sh "
-                  "&& cp run_autograder /autograder/run_autograder")
-        try:
-            engine("run", "--name", name, "--network", "host", "-v", f"{source}:/package:ro",
-                   "-v", f"{wheel.parent}:/wheels:ro", "-e", f"TORCH_WHEEL=/wheels/{wheel.name}", *host_ca(),
-                   base, "bash", "-c", script, timeout=1800)
-            engine("commit", name, tag, timeout=600)
-        finally:
-            engine("rm", "-f", name, check=False)
+        inputs = [(source / name).read_bytes() for name in ("setup.sh", "requirements-grading.txt")]
+        set_up = f"attention-grader-test/gradescope-setup:{_key(base, *inputs, wheel.name)}"
+        tag = f"attention-grader-test/gradescope:{_key(set_up, package.read_bytes())}"
+        if engine.has_image(tag):
+            return tag
+        install = ("cd /autograder/source && chmod 755 setup.sh run_autograder && bash ./setup.sh "
+                   "&& cp run_autograder /autograder/run_autograder")
+        steps = [] if engine.has_image(set_up) else [(base, set_up, install)]
+        steps.append((set_up, tag, "rm -rf /autograder/source && cp -r /package /autograder/source "
+                                   "&& chmod -R go-rwx /autograder/source && cp /package/run_autograder /autograder/"))
+        for image, result, script in steps:
+            name = f"gradescope-setup-{os.getpid()}"
+            try:
+                engine("run", "--name", name, "--network", "host", "-v", f"{source}:/package:ro",
+                       "-v", f"{wheel.parent}:/wheels:ro", "-e", f"TORCH_WHEEL=/wheels/{wheel.name}", *host_ca(), image,
+                       "bash", "-c", f"mkdir -p /autograder; [ -d /autograder/source ] || cp -r /package /autograder/source; {script}",
+                       timeout=1800)
+                engine("commit", name, result, timeout=600)
+            finally:
+                engine("rm", "-f", name, check=False)
     return tag
 
 
@@ -214,8 +223,9 @@ def autolab_image(engine: Engine, base: str, wheel: Path) -> str:
         text = dockerfile.read_text()
         assert "\nFROM debian:bookworm-slim\n" in text, "the Dockerfile's base changed: update this test"
         dockerfile.write_text(text.replace("\nFROM debian:bookworm-slim\n", f"\nFROM {base}\n"))
-        key = _key(base, dockerfile.read_bytes(), (out / "autograde.tar").read_bytes(),
-                   (out / "autograde-Makefile").read_bytes(), driver.read_bytes(), *sorted(os.listdir(out / "wheels")))
+        # The image holds no grader (Tango copies autograde.tar into each job): only what the build reads counts.
+        key = _key(base, dockerfile.read_bytes(), (out / "requirements-grading.txt").read_bytes(), driver.read_bytes(),
+                   *sorted(os.listdir(out / "wheels")))
         tag = f"attention-grader-test/autolab:{key}"
         if not engine.has_image(tag):
             engine("build", "-q", "--network", "host", "--build-arg", "PIP_NO_INDEX=1", "-t", tag, str(out),

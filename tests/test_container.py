@@ -210,10 +210,11 @@ def test_a_sandbox_uid_busy_in_a_container_we_cannot_see_is_never_given_to_a_run
                for _ in range(70)]  # over a run's process limit (64): a run as this uid could not even start
     try:
         env = {"GRADELIB_SLOT_START": str(uid), "GRADELIB_SLOT_DIR": str(tmp_path / "locks"), "TMPDIR": str(tmp_path)}
-        probe = subprocess.run(_in_own_pid_namespace([sys.executable, "-c", (
-            "import os; from gradelib.sandbox import slots; "
-            "print(sum(os.stat(f'/proc/{p}').st_uid == int(os.environ['GRADELIB_SLOT_START']) for p in os.listdir('/proc') if p.isdigit()), slots.Slot().uid)")],
-            env), capture_output=True, text=True, timeout=120, cwd=REPO)
+        seen_and_given = ("import os; from gradelib.sandbox import slots; uid = int(os.environ['GRADELIB_SLOT_START']); "
+                          "print(sum(os.stat(f'/proc/{p}').st_uid == uid for p in os.listdir('/proc') if p.isdigit()), "
+                          "slots.Slot().uid)")
+        probe = subprocess.run(_in_own_pid_namespace([sys.executable, "-c", seen_and_given], env), capture_output=True,
+                               text=True, timeout=120, cwd=REPO)
         seen, given = map(int, probe.stdout.split())
         assert seen == 0 and given != uid, probe.stdout + probe.stderr[-2000:]
         # The same grader with the probe blinded: the run meets the busy uid at its start and goes on to another.
