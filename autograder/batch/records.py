@@ -155,7 +155,9 @@ class Row:
 
     def autolab_line(self, problem_ids: list[str]) -> str:
         """Autolab's autoresult: the last stdout line, one score per problem id."""
-        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids}}, separators=(",", ":"), allow_nan=False)
+        missing = set(self.not_graded)  # no grade there, so no score either (not a 0)
+        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids if p not in missing}},
+                          separators=(",", ":"), allow_nan=False)
 
 
 def finite(value) -> float:
