@@ -24,9 +24,9 @@ static int grading_user(uid_t *uid, gid_t *gid, char *home, size_t size) {
     FILE *f = fopen("/etc/passwd", "r");
     if (!f) return -1;
     while (fgets(line, sizeof line, f)) {
-        char *name = strtok(line, ":"), *pw = strtok(NULL, ":"), *u = strtok(NULL, ":"), *g = strtok(NULL, ":");
-        char *gecos = strtok(NULL, ":"), *dir = strtok(NULL, ":");
-        (void)pw; (void)gecos;
+        char *rest = line, *field[6];
+        for (int i = 0; i < 6; i++) field[i] = strsep(&rest, ":");  /* empty fields kept (strtok skips them) */
+        char *name = field[0], *u = field[2], *g = field[3], *dir = field[5];
         if (name && u && g && dir && strcmp(name, "autograde") == 0) {
             *uid = (uid_t)atol(u); *gid = (gid_t)atol(g);
             snprintf(home, size, "%s", dir);
