@@ -80,8 +80,8 @@ reference-model: setup ## train the reference LM on 2 threads (minutes) -> fixtu
 gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autograder, grader, hidden cases)
 	$(PY) -m autograder.platforms.package gradescope
 
-autolab: setup ## build build/autolab/autograde.tar and autograde-Makefile
-	$(PY) -m autograder.platforms.package autolab
+autolab: setup ## build build/autolab/ (autograde.tar, autograde-Makefile, the image's Dockerfile); TORCH_WHEEL=<CPU wheel> AUTODRIVER=<Tango's autodriver> for the image
+	$(PY) -m autograder.platforms.package autolab $(if $(TORCH_WHEEL),--torch-wheel $(TORCH_WHEEL)) $(if $(AUTODRIVER),--autodriver $(AUTODRIVER))
 
 platform-check: setup ## (root, minutes) Gradescope's setup.sh and Autolab's Dockerfile in a fresh Debian 12 root, then grade reference, partial and broken handins there
 	$(PY) -m autograder.platforms.check

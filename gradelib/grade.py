@@ -156,10 +156,17 @@ def _grade_problems(selected, files, case_root, visibilities, limits, workdir, o
             # The traceback is for the staff (the worker's log), not for the student's feedback.
             print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
             why = quote(f"{type(exc).__name__}: {exc}", 300)
-            tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
+            tests = all_zero(p, visibilities, f"not graded: internal grader error ({why}); this is no grade: the "
+                                              "course staff will regrade it.")
+            ctx.flags = {}
+            failed = why
+        else:
+            failed = ""
         result.tests += tests
         result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
         result.notes += result.problem_notes[p.id]
         result.problem_flags[p.id] = list(ctx.flags)
         result.flags.update(ctx.flags)
+        if failed:
+            result.mark_not_graded(p.id, f"internal grader error: {failed}")
         result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)

@@ -62,6 +62,9 @@ class TestResult:
         }
 
 
+NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
 @dataclass
 class SubmissionResult:
     submission: str
@@ -77,6 +80,16 @@ class SubmissionResult:
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)
+
+    def mark_not_graded(self, problem_id: str, why: str) -> None:
+        """The grader itself failed on this problem: a flag for the staff; its zeros are no grade (regrade it)."""
+        key = NOT_GRADED + problem_id
+        self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
+        self.problem_flags.setdefault(problem_id, []).append(key)
+
+    def not_graded(self) -> list[str]:
+        """The problems the grader failed on (mark_not_graded)."""
+        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}

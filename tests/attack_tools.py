@@ -137,7 +137,7 @@ def sandbox_uid_processes() -> list[int]:
     """
     import fcntl
 
-    from gradelib.sandbox.slots import slot_dir
+    from gradelib.sandbox.slots import lock_path
 
     uids = block()
     by_uid: dict[int, list[int]] = {}
@@ -151,7 +151,7 @@ def sandbox_uid_processes() -> list[int]:
     stray = []
     for uid, pids in sorted(by_uid.items()):
         try:
-            fd = os.open(slot_dir() / f"slot-{uid - uids.start}.lock", os.O_RDWR | os.O_NOFOLLOW)
+            fd = os.open(lock_path(uid), os.O_RDWR | os.O_NOFOLLOW)
         except OSError:
             stray += pids  # no lock file: no grader ever held it
             continue

@@ -107,8 +107,8 @@ def copy_solution(tmp_path: Path):
 # The test_attacks_*.py files by their times in a run of them alone with 2 workers (101, 101, 89, 89,
 # 50, 44 and 3 s); test_attacks_batch.py comes first whatever its length: it runs the attack batch at
 # once, which the other test_attacks_*.py files read at their end (see pytest_collection_modifyitems).
-LONGEST_FIRST = ("test_attacks_batch.py", "test_lm_notebook_bugs.py", "test_own_corpus.py", "test_class_grading.py",
-                 "test_lm_model_grading.py", "test_platforms.py", "test_attacks_files.py", "test_attacks_template.py",
+LONGEST_FIRST = ("test_attacks_batch.py", "test_container.py", "test_lm_notebook_bugs.py", "test_own_corpus.py",
+                 "test_class_grading.py", "test_lm_model_grading.py", "test_platforms.py", "test_attacks_files.py", "test_attacks_template.py",
                  "test_attacks_autograd.py", "test_attacks_harness.py", "test_attacks_processes.py", "test_handout.py",
                  "test_notebooks_handout.py", "test_notebook_checks.py", "test_attention_bugs.py", "test_course_ops.py",
                  "test_notebooks_robustness.py", "test_lm_notebook.py")

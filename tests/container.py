@@ -1,11 +1,14 @@
-"""Docker's default container, reproduced on this machine for one command.
+"""Docker's default container, reproduced on this machine for one command: the fallback of the container tests
+where no real Docker engine can be had (tests/docker_engine.py), and the level for what a real engine cannot show
+cheaply (the student's side, attack batches).
 
 Gradescope and Autolab run the grader as root in a container with Docker's default privileges:
 its default capability set (no CAP_SYS_ADMIN, so no new namespaces and no mounts), cgroups
 mounted read-only, and an interpreter installed where any user can read it. `docker_default(cmd)`
-gives the command that runs `cmd` so: in a private mount namespace (the only namespace made, and
-made before the capabilities go) where the cgroup file systems are read-only and the folders above
-the interpreter that only root may enter are shown traversable, then through setpriv with Docker's
+gives the command that runs `cmd` so: in a PID namespace of its own (its /proc shows its processes
+only, as a container's does) and a private mount namespace (made before the capabilities go) with a
+64 MB /dev/shm of its own, where the cgroup file systems are read-only and the folders above the
+interpreter that only root may enter are shown traversable, then through setpriv with Docker's
 default bounding set, so the command and everything it starts has no other capability.
 """
 
@@ -72,7 +75,7 @@ def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str, shm_mb
     from gradelib.sandbox.interpreter import python_paths
 
     views = []
-    script = ["set -e", "mount --make-rprivate /"]
+    script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=64m,mode=1777,nosuid,nodev tmpfs /dev/shm"]
     for folder, child in _closed_folders([sys.executable, *python_paths()]):
         # A traversable tmpfs over the folder, holding only the child the interpreter needs.
         view = tempfile.mkdtemp(prefix="docker-default-view-")
@@ -88,7 +91,7 @@ def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str, shm_mb
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
     script.append(f"exec env {exports} {setpriv} " + " ".join(shlex.quote(c) for c in cmd))
     try:
-        yield ["unshare", "--mount", "--", "sh", "-c", "\n".join(script)]
+        yield ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--", "sh", "-c", "\n".join(script)]
     finally:
         for view in views:
             os.rmdir(view)

@@ -231,7 +231,7 @@ def test_rerun_without_force_grades_nothing_again(graded_class, tmp_path):
     assert rc == 0 and f"graded 0 of {n}" in stdout and f"({n} up to date" in stdout
 
 
-def test_a_grader_process_that_keeps_dying_is_recorded_as_zero(tmp_path):
+def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run_grades_it(tmp_path):
     sub = tmp_path / "student"
     sub.mkdir()
     shutil.copyfile(REPO / "solutions" / "attention.py", sub / "attention.py")
@@ -240,10 +240,14 @@ def test_a_grader_process_that_keeps_dying_is_recorded_as_zero(tmp_path):
                               dict(os.environ))
     assert rc == 0, stderr
     data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
-    assert data["score"] == 0
+    assert data["score"] == 0 and "not graded: attention" in data["extra_data"]["flags"]
     assert "could not be graded" in data["output"] and "on each of 2 attempts" in data["output"]
-    assert stdout.strip().splitlines()[-1].startswith('{"scores":{"attention":0.0')
+    assert stdout.strip().splitlines()[-1] == '{"scores":{}}'  # no score at all, rather than a student's 0
     assert (tmp_path / "out" / ".logs" / "student.log").read_text().count("--- attempt") == 2
+    # Marked for regrading: the same command without --force grades it, now that the grader can.
+    rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out")], dict(os.environ))
+    data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
+    assert rc == 0 and data["score"] == 30.0 and "flags" not in data.get("extra_data", {}), (stdout, stderr[-2000:])
 
 
 def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):

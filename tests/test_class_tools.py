@@ -378,3 +378,22 @@ def test_a_worker_stopped_mid_write_leaves_no_temporary_file(tmp_path):
     remove_partial_writes(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["results.json"]
     remove_partial_writes(tmp_path / "never-graded")  # a handin with no folder yet: nothing to do
+
+
+def test_a_problem_the_grader_failed_on_reads_not_graded_in_the_class_files(tmp_path):
+    """An internal failure is no grade: its cells and its final score say `not graded` (blank where a number is
+    imported), never 0."""
+    import csv
+
+    from autograder.batch import gradebook
+    from autograder.batch.records import Row
+
+    rows = [Row("ok", {"attention": 30.0}, 30.0, 30.0),
+            Row("failed", {"attention": 0.0}, 0.0, 30.0, flags={"not graded: attention": "the grader's own process died"})]
+    book = gradebook.build(rows, ["attention"])
+    gradebook.write_grades(tmp_path / "grades.csv", book, ["attention"], roster=False)
+    gradebook.write_scores(tmp_path / "scores.csv", book)
+    grades = {r["submission"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    scores = {r["id"]: r["score"] for r in csv.DictReader((tmp_path / "scores.csv").open())}
+    assert (grades["failed"]["attention"], grades["failed"]["final"], scores["failed"]) == ("not graded", "not graded", "")
+    assert (grades["ok"]["attention"], scores["ok"]) == ("30.00", "30.00")

@@ -102,16 +102,19 @@ def test_autolab_dockerfile_recipe_holds_together(packages, tmp_path):
     instructions = [ln.strip() for ln in lines.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     # debian:bookworm-slim: what `make platform-check` builds with debootstrap to run these same steps
     assert instructions[0] == "FROM debian:bookworm-slim"
-    assert any(ins.startswith("RUN useradd") and ins.split()[-1] == "autolab" for ins in instructions)  # Tango's user
+    # Tango's layout: its two users and three folders under WORKDIR /home, pkill for autodriver's clean-up
+    assert "WORKDIR /home" in instructions and "procps" in text
+    assert any(ins.startswith("RUN useradd autolab && useradd autograde && mkdir autolab autograde output")
+               for ins in instructions)
     for ins in instructions:
         word, _, rest = ins.partition(" ")
         if word == "COPY":
             source = rest.split()[0]
-            assert (folder / source).is_file(), source
+            assert (folder / source).exists(), source
         elif word == "RUN":
             proc = subprocess.run(["bash", "-n", "-c", rest], capture_output=True, text=True)
             assert proc.returncode == 0, (rest, proc.stderr)
-    assert "-r /tmp/requirements-grading.txt" in text and "download.pytorch.org/whl/cpu" in text
+    assert "-r /opt/grader-build/requirements-grading.txt" in text and "download.pytorch.org/whl/cpu" in text
     assert "bubblewrap" in text
     assert (folder / "requirements-grading.txt").read_bytes() == (REPO / "requirements-grading.txt").read_bytes()
 

@@ -97,6 +97,10 @@ def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple
                            max_points=sum(problems[p].points for p in problem_ids), **inputs)
     for name, notes in kept_notes.items():
         book.notes.setdefault(name, []).extend(notes)
+    for r in rows:
+        if r.not_graded:  # its cells read "not graded"; the next run of the same command regrades it
+            book.notes.setdefault(r.submission, []).append(
+                f"not graded ({', '.join(r.not_graded)}): the grader failed, not the submission; marked for regrading")
     gradebook.write_grades(args.out / "grades.csv", book, problem_ids, roster=inputs["roster"] is not None)
     gradebook.write_scores(args.out / "scores.csv", book)
     if inputs["roster"] is not None:

@@ -297,8 +297,12 @@ def write_grades(path: Path, book: Book, problem_ids: list[str], roster: bool) -
     for e in book.entries:
         s = e.student
         ident = [cell(s.student_id), cell(s.name), cell(s.email)] if s else ["", "", ""]
-        lines.append([cell(e.row.submission), *(ident if roster else []), *[f"{e.columns[p]:.2f}" for p in problem_ids],
-                      f"{e.total:.2f}", f"{e.max:.2f}", "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}", f"{e.final:.2f}"])
+        # A problem the grader failed on has no grade (marked for regrading), so neither has the total.
+        missing = set(e.row.not_graded)
+        lines.append([cell(e.row.submission), *(ident if roster else []),
+                      *["not graded" if p in missing else f"{e.columns[p]:.2f}" for p in problem_ids],
+                      f"{e.total:.2f}", f"{e.max:.2f}", "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}",
+                      "not graded" if missing else f"{e.final:.2f}"])
     write_text_atomic(path, _csv(lines))
 
 
@@ -309,7 +313,8 @@ def write_gradebook(path: Path, rows: list[Row], problem_ids: list[str]) -> None
 
 def write_scores(path: Path, book: Book) -> None:
     """scores.csv: id (the student id when the roster names one, else the submission), final score."""
-    lines = [["id", "score"]] + [[cell(e.student.student_id if e.student else e.row.submission), f"{e.final:.2f}"] for e in book.entries]
+    lines = [["id", "score"]] + [[cell(e.student.student_id if e.student else e.row.submission),
+                                  "" if e.row.not_graded else f"{e.final:.2f}"] for e in book.entries]
     write_text_atomic(path, _csv(lines))
 
 
@@ -319,7 +324,8 @@ def write_canvas(path: Path, book: Book, roster: list[Student], title: str) -> N
     lines = [["Student", "ID", "SIS User ID", "Section", title], ["Points Possible", "", "", "", f"{book.max_points:.2f}"]]
     for s in roster:
         e = by_id.get(s.student_id)
-        lines.append([cell(s.name), cell(s.canvas_id), cell(s.student_id), cell(s.section), f"{e.final:.2f}" if e else ""])
+        lines.append([cell(s.name), cell(s.canvas_id), cell(s.student_id), cell(s.section),
+                      f"{e.final:.2f}" if e and not e.row.not_graded else ""])
     write_text_atomic(path, _csv(lines))
 
 

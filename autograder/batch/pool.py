@@ -37,6 +37,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.05
 TERM_GRACE_S = 5.0
 SCRATCH_PREFIX = "autograder-scratch-"
+SCRATCH_LOCK = ".batch.lock"  # in a batch's scratch folder, locked while the batch runs
 
 
 def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
@@ -88,6 +89,7 @@ class Batch:
         sweep_scratch()
         cgroups.sweep()  # and the run cgroups of graders that were killed before this batch
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        self._owner_lock = hold_scratch(self.scratch)
         self.scratch.chmod(0o711)  # a fallback child, as a sandbox uid, must traverse it to its own folder
 
     def _preexec(self) -> None:  # in the worker, between fork and exec
@@ -130,11 +132,13 @@ class Batch:
 
     def _record_failure(self, job: Job, why: str) -> None:
         message = (
-            f"This submission could not be graded: the grader's own process {why}. It was recorded as 0 so that "
-            f"nothing is lost; please tell the course staff, who can regrade it with --force."
+            f"This submission could not be graded: the grader's own process {why}. Its zeros are no grade: it is marked "
+            f"for regrading, which the next run of the same command does."
         )
         # The worker's log is the staff's (grades/.logs/): it can hold what the submission's code printed.
         result = ungraded_result(job.name, job.only, message, self.args.rubric)
+        for pid in result.problems:
+            result.mark_not_graded(pid, f"the grader's own process {why}")
         problems = rubric_mod.load(self.args.rubric)
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
         regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)
@@ -225,6 +229,7 @@ class Batch:
             slots.sweep_free()
             cgroups.sweep()
             remove_scratch(self.scratch)
+            os.close(self._owner_lock)
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -238,15 +243,42 @@ def remove_scratch(folder: Path) -> None:
     sandbox.remove_tree(folder)
 
 
+def hold_scratch(folder: Path) -> int:
+    """Lock a batch's scratch folder for as long as the batch runs (the kernel drops the lock when it dies, however
+    it dies): the proof sweep_scratch needs. The descriptor to close at the end."""
+    import fcntl
+
+    fd = os.open(folder / SCRATCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
 def sweep_scratch() -> int:
-    """Remove the scratch folders of batches that were killed (SIGKILL skips their cleanup); how many."""
+    """Remove the scratch folders of batches that were killed (SIGKILL skips their cleanup); how many.
+
+    Only a folder whose owner's lock can be taken is abandoned: a batch in another PID namespace (a container,
+    a CI job, `unshare --pid`) sharing this temp folder holds its lock, though its pid means nothing here. A
+    folder without a lock file proves nothing and stays."""
+    import fcntl
+
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        owner = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
-        if (owner.isdigit() and not kernel.process_alive(int(owner)) and not folder.is_symlink() and folder.is_dir()
-                and folder.stat().st_uid == os.geteuid()):
+        if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.geteuid():
+            continue
+        try:
+            fd = os.open(folder / SCRATCH_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its batch is running, wherever it runs
+        try:
             remove_scratch(folder)
             removed += 1
+        finally:
+            os.close(fd)
     return removed
 
 

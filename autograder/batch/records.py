@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradelib import safeio
-from gradelib.results import write_text_atomic
+from gradelib.results import NOT_GRADED, write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
@@ -148,9 +148,16 @@ class Row:
     isolation: str = ""  # sandbox level its code ran under; "" when results.json does not say
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings (e.g. arrays that are not the model's)
 
+    @property
+    def not_graded(self) -> list[str]:
+        """The problems the grader failed on (gradelib.results.NOT_GRADED flags): no grade, marked for regrading."""
+        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
+
     def autolab_line(self, problem_ids: list[str]) -> str:
         """Autolab's autoresult: the last stdout line, one score per problem id."""
-        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids}}, separators=(",", ":"), allow_nan=False)
+        missing = set(self.not_graded)  # no grade there, so no score either (not a 0)
+        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids if p not in missing}},
+                          separators=(",", ":"), allow_nan=False)
 
 
 def finite(value) -> float:

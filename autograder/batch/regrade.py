@@ -261,10 +261,11 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
     data["output"] = clean_text("\n".join([*result.notes, *not_graded_normally(result), *level]))
     problems = {}
+    not_graded = set(result.not_graded())
     for pid in result.problems:
         rec = records.get(pid)
-        if rec is None:
-            continue  # graded by an older grader: stays stale
+        if rec is None or pid in not_graded:
+            continue  # graded by an older grader, or not graded (the grader failed): stays stale, so regraded
         problems[pid] = {
             **rec,
             "notes": [clean_text(n) for n in result.problem_notes.get(pid, [])],

@@ -8,8 +8,9 @@ copy of it for each platform:
   capability set and read-only cgroups: the reference as loose files and as a handin.tar, a partial
   handin and a broken one. Each results.json is checked against Gradescope's documented format.
 - Autolab: runs the Dockerfile's RUN steps (its base, debian:bookworm-slim, is what debootstrap makes),
-  then grades a job as Tango runs it: the job's files in the `autolab` user's home, `make` as that user
-  with a process and file-size limit, the last line read as the autoresult.
+  then grades a job as Tango's autodriver runs it: the job's files in the `autograde` user's home, `make`
+  as that user under Tango's default process, file-size and time limits, the last line read as the
+  autoresult. (tests/test_container.py runs Tango's exact command in the image on a real Docker engine.)
 
 It prints each step's time, the download and install sizes, and each handin's score. Where PyTorch's CPU
 index cannot be reached, torch comes from the local CPU wheel in --torch-wheel (or PIP_FIND_LINKS), and
@@ -248,10 +249,19 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
         image_env: dict[str, str] = {}
         args = {k: v for k, v in env.items()}
         start = time.monotonic()
+        workdir = "/"
         for op, arg in steps:
             if op == "COPY":
                 src, dest = arg.split()
-                shutil.copyfile(tar_path.parent / src, root / dest.lstrip("/"))
+                target = root / dest.lstrip("/")
+                if (tar_path.parent / src).is_dir():
+                    shutil.copytree(tar_path.parent / src, target, dirs_exist_ok=True)
+                else:
+                    target = target / src if dest.endswith("/") else target
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(tar_path.parent / src, target)
+            elif op == "WORKDIR":
+                workdir = arg
             elif op == "ENV":
                 key, _, value = arg.partition("=")
                 image_env[key] = value.replace("$PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -259,10 +269,11 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
                 key, _, default = arg.partition("=")
                 args.setdefault(key, default)
             elif op == "RUN":
-                checked(in_root(root, arg, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}...")
+                script = f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)} && {arg}"
+                checked(in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}...")
         out["build_s"] = time.monotonic() - start
         out["venv"] = size(root / "opt" / "grader")
-        home = root / "home" / "autolab"
+        home = root / "home" / "autograde"  # where Tango's autodriver moves a job, to run `make` as `autograde`
         for case, upload in uploads.items():
             job = home / "job"
             shutil.rmtree(job, ignore_errors=True)
@@ -277,9 +288,9 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
                                 tar.addfile(m, inner.extractfile(m))
                     else:
                         tar.add(f, arcname=f.name)
-            # Tango's autodriver: the job's files owned by the user, `make` as that user, with limits.
-            script = ("chown -R autolab:autolab /home/autolab/job && cd /home/autolab/job && "
-                      "su autolab -s /bin/bash -c 'ulimit -u 1024 -f 2000000; timeout 1200 make'")
+            # Tango's autodriver (its default limits): the job's files owned by `autograde`, `make` as that user.
+            script = ("chown -R autograde:autograde /home/autograde/job && cd /home/autograde/job && "
+                      "su autograde -s /bin/bash -c 'ulimit -u 100 -f 102400; timeout 180 make'")
             start = time.monotonic()
             proc = checked(in_root(root, script, env=image_env, docker=True, timeout=1800), f"Autolab's make ({case})")
             last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""

@@ -10,7 +10,11 @@ platform_files/.
   the zip (Gradescope unpacks it to /autograder/source), then the payload.
 - build/autolab/autograde.tar (the payload under autograde/),
   build/autolab/autograde-Makefile and build/autolab/Dockerfile, a recipe
-  for the grading image (Python 3.11, bubblewrap, the grading requirements).
+  for the grading image in Tango's layout (Debian 12's Python, bubblewrap,
+  the grading requirements), with wheels/ (a local CPU torch wheel, when
+  given) and autodriver/ (Tango's autodriver, when given) beside it.
+
+Grading needs Python 3.10 or newer (SUPPORTED_PYTHON), on every platform.
 
 The archives are byte-identical for identical inputs (sorted entries, fixed
 timestamps and modes).
@@ -31,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLATFORM_FILES = Path(__file__).resolve().parent / "platform_files"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 EXECUTABLE = {"setup.sh", "run_autograder"}
+SUPPORTED_PYTHON = "Python 3.10 or newer"
 
 
 def payload() -> list[tuple[str, Path]]:
@@ -60,8 +65,17 @@ def build_gradescope(out: Path) -> Path:
     return target
 
 
-def build_autolab(out: Path) -> tuple[Path, Path]:
+def build_autolab(out: Path, torch_wheel: Path | None = None, autodriver: Path | None = None) -> tuple[Path, Path]:
+    """The Autolab files in `out`; a local CPU `torch_wheel` and Tango's `autodriver` go where the Dockerfile's
+    build finds them (wheels/, autodriver/: emptied first, so an earlier build's never lingers)."""
     out.mkdir(parents=True, exist_ok=True)
+    for folder, given, name in (("wheels", torch_wheel, None), ("autodriver", autodriver, "autodriver")):
+        shutil.rmtree(out / folder, ignore_errors=True)
+        (out / folder).mkdir()
+        if given is not None:
+            if not given.is_file():
+                raise SystemExit(f"autolab: {given} is not a file (expected {'a CPU torch wheel' if name is None else 'the autodriver program'})")
+            shutil.copy2(given, out / folder / (name or given.name))
     tar_path = out / "autograde.tar"
     with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
         for name, src in payload():
@@ -80,6 +94,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="Build the Gradescope zip or the Autolab files.")
     ap.add_argument("platform", choices=("gradescope", "autolab"))
     ap.add_argument("--out", type=Path, default=None, help="default: build/<platform>/")
+    ap.add_argument("--torch-wheel", type=Path, default=None, help="autolab: a local CPU torch wheel for the image")
+    ap.add_argument("--autodriver", type=Path, default=None, help="autolab: Tango's autodriver, built, for the image")
     args = ap.parse_args()
     out = args.out or REPO / "build" / args.platform
     from ..reference.provenance import refusal
@@ -91,12 +107,13 @@ def main() -> None:
     if args.platform == "gradescope":
         target = build_gradescope(out)
         print(f"gradescope: wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {n + 2} files); "
-              "upload it as the assignment's autograder (base image with Python >= 3.11, e.g. Ubuntu 24.04)")
+              f"upload it as the assignment's autograder (a base image with {SUPPORTED_PYTHON}, e.g. Ubuntu 22.04 or 24.04)")
     else:
-        tar_path, makefile = build_autolab(out)
+        tar_path, makefile = build_autolab(out, args.torch_wheel, args.autodriver)
         ids = ", ".join(p.id for p in selected_problems(None))
         print(f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
-              f"handin file name: handin.tar; problem names: {ids}")
+              f"handin file name: handin.tar; problem names: {ids}; image: docker build -t attention-grader {out}"
+              + ("" if args.autodriver else " (no AUTODRIVER given: add Tango's autodriver to the image, see the README)"))
 
 
 if __name__ == "__main__":

@@ -27,11 +27,15 @@ import tempfile
 from pathlib import Path
 
 from gradelib.intake import resolve_upload
-from gradelib.results import why_lost, write_json_atomic
+from gradelib.results import NOT_GRADED, why_lost, write_json_atomic
+from gradelib.safeio import clean_text
 
 from ..batch import cli
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
+
+NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "
+                   "not of this submission (below). Its 0 is no grade: tell the course staff, who will regrade it.")
 
 
 def find_handin(submission_dir: Path) -> Path:
@@ -39,14 +43,29 @@ def find_handin(submission_dir: Path) -> Path:
     return resolve_upload(submission_dir)
 
 
+class Refused(Exception):
+    """The grader graded nothing (a rubric, calibration or isolation level it may not use): why, in its words."""
+
+
 def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
-    """Grade quietly; return results.json's content and the problem ids."""
+    """Grade quietly; return results.json's content and the problem ids (Refused when nothing was graded)."""
     argv = [str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
-    with contextlib.redirect_stdout(io.StringIO()):
-        cli.main(argv)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+        code = cli.main(argv)
     name = submission_names([handin])[0]
     problem_ids = [p.id for p in selected_problems(None)]
-    return json.loads((out / name / "results.json").read_text()), problem_ids
+    path = out / name / "results.json"
+    if code != 0 or not path.is_file():
+        why = clean_text(said.getvalue()).strip()[-2000:]
+        raise Refused(why or f"the grader exited with code {code} and wrote no results")
+    return json.loads(path.read_text()), problem_ids
+
+
+def refused_results(why: str) -> dict:
+    """Gradescope's results.json for a submission the grader refused: what happened, no tests, and no grade."""
+    return {"score": 0.0, "output": f"{NOT_GRADED_TEXT}\n\n{why}", "output_format": "text", "visibility": "visible",
+            "stdout_visibility": "hidden", "tests": [], "extra_data": {"refused": why}}
 
 
 def student_text(results: dict) -> str:
@@ -67,17 +86,32 @@ def gradescope(root: Path, timeout: float) -> int:
     # The whole upload goes to the grader, so its notes can say what the upload held.
     upload = root / "submission"
     handin = find_handin(upload)
-    with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
-        results, _ = _grade(upload, Path(tmp), timeout)
-    write_json_atomic(root / "results" / "results.json", results)
-    print(f"graded {handin}: {results['score']} points; wrote {root / 'results' / 'results.json'}")
+    target = root / "results" / "results.json"
+    try:
+        with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
+            results, _ = _grade(upload, Path(tmp), timeout)
+    except Refused as exc:
+        # Gradescope shows a results.json's output to the student and the staff; a traceback, or no file, says nothing.
+        write_json_atomic(target, refused_results(str(exc)))
+        print(f"not graded: the grader refused: {exc}; wrote {target}", file=sys.stderr)
+        return 0
+    write_json_atomic(target, results)
+    print(f"graded {handin}: {results['score']} points; wrote {target}")
     return 0
 
 
 def autolab(handin: Path, timeout: float) -> int:
-    with tempfile.TemporaryDirectory(prefix="autolab-") as tmp:
-        results, problem_ids = _grade(handin, Path(tmp), timeout)
-    scores = {p: 0.0 for p in problem_ids}
+    try:
+        with tempfile.TemporaryDirectory(prefix="autolab-") as tmp:
+            results, problem_ids = _grade(handin, Path(tmp), timeout)
+    except Refused as exc:
+        # The last line stays Autolab's JSON: no score for any problem (no grade), and why.
+        print(f"{NOT_GRADED_TEXT}\n\n{exc}")
+        print(json.dumps({"scores": {}, "message": f"not graded: {exc}"[:1000]}, separators=(",", ":")), flush=True)
+        return 0
+    flags = (results.get("extra_data") or {}).get("flags") or {}
+    failed = {k[len(NOT_GRADED):] for k in flags if k.startswith(NOT_GRADED)}  # no grade there: no score either
+    scores = {p: 0.0 for p in problem_ids if p not in failed}
     for t in results["tests"]:
         for tag in t.get("tags", []):
             if tag in scores:

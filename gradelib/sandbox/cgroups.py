@@ -7,12 +7,34 @@ import signal
 import time
 from pathlib import Path
 
-from .kernel import process_alive
 from .limits import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000
 _run_counter = iter(range(1, 1 << 62))
+_owner: tuple[int, str, int] | None = None  # (descriptor, id, pid) of this grader's lock, held for its life
+
+
+def _lock_folder() -> Path:
+    # slots.slot_dir(), the sandbox's lock folder (not imported: slots imports this module, through processes)
+    return Path(os.environ.get("GRADELIB_SLOT_DIR") or "/run/gradelib-sandbox")
+
+
+def _owner_id() -> str:
+    """The id in this grader's run cgroup names, whose lock file (in the sandbox's lock folder) it holds for as
+    long as it lives: the proof sweep() needs that a group's grader is gone, wherever its pid lives."""
+    import fcntl
+    import secrets
+
+    global _owner
+    if _owner is None or _owner[2] != os.getpid():
+        ident = secrets.token_hex(6)
+        _lock_folder().mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(_lock_folder() / f"cgroups-{ident}.lock", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _owner = (fd, ident, os.getpid())
+    return _owner[1]
 
 
 def make(limits: Limits) -> list[Path]:
@@ -28,7 +50,7 @@ def make(limits: Limits) -> list[Path]:
     """
     if os.geteuid() != 0:
         return []
-    name = f"gradelib-{os.getpid()}-{next(_run_counter)}"
+    name = f"gradelib-{os.getpid()}-{next(_run_counter)}-{_owner_id()}"
     memory = str(limits.memory_mb << 20)
     # bubblewrap's own two processes are in the group too.
     settings = {"cpu": {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(CPU_PERIOD_US)},
@@ -158,16 +180,55 @@ def release(groups: list[Path]) -> int:
 
 def sweep() -> int:
     """Empty and remove the run cgroups of graders that ended without removing them (killed, or ended
-    by a signal mid-run); how many. Only groups below our own, named for a grader that is gone."""
+    by a signal mid-run); how many. Only groups below our own whose grader's lock is free: a grader in
+    another PID namespace (a CI job, `unshare --pid`) sharing this cgroup tree holds its own, though its
+    pid means nothing here. A group whose lock file is not in our lock folder proves nothing and stays."""
+    import fcntl
+
     removed = 0
+    left: set[str] = set()  # owners whose groups stay
     for base in {CGROUP_ROOT, own("cpu"), own("pids"), own("memory")}:
         for folder in base.glob("gradelib-*"):
-            try:
-                owner = int(folder.name.split("-")[1])
-            except (ValueError, IndexError):
+            parts = folder.name.split("-")
+            if len(parts) != 4 or (_owner is not None and parts[3] == _owner[1]):
                 continue
-            if not process_alive(owner):
+            left.add(parts[3])
+            try:
+                fd = os.open(_lock_folder() / f"cgroups-{parts[3]}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its grader is running, wherever it runs
+            else:
                 kill([folder])
                 remove(folder)
                 removed += not folder.exists()
+                if not folder.exists():
+                    left.discard(parts[3])
+            finally:
+                os.close(fd)
+    _forget_owners(left)
     return removed
+
+
+def _forget_owners(keep: set[str]) -> None:
+    """Remove the lock files of graders that are gone and have no group left (one per grader process)."""
+    import fcntl
+
+    for path in _lock_folder().glob("cgroups-*.lock"):
+        ident = path.name[len("cgroups-"):-len(".lock")]
+        if ident in keep or (_owner is not None and ident == _owner[1]):
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()
+        except OSError:
+            pass  # held: its grader runs
+        finally:
+            os.close(fd)

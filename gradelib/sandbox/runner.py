@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from . import cgroups, launch, leftovers, portable, template
+from . import cgroups, launch, leftovers, portable, slots, template
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
 from .limits import LOG_CAP, ChildRun, Limits
 from .memory import MemoryWatch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 from .streams import drain, new_sinks, over_cap, pump, stream_fields, watch
+
+SETPRIV_EXEC_FAILED = 126  # setpriv's exit status when it cannot exec its command
+START_TRIES = 4  # uids tried for one run whose start another grader's processes refuse
+
+
+class StartFailure(RuntimeError):
+    """A run could not start for a reason outside the submission (no uid, no process, no memory to fork):
+    the grading of its problem is an internal failure, never the student's score."""
 
 
 def run(
@@ -44,12 +53,24 @@ def run(
         if done is not None:
             return done
     (workdir / "tmp").mkdir(exist_ok=True)
+    for _ in range(START_TRIES):
+        done, uid = _attempt(argv, workdir, limits, env_extra, level)
+        if done is not None:
+            return done
+        # The kernel counts this uid's processes in another container (which we cannot see): another uid.
+        slots.avoid(uid)
+    raise StartFailure(f"no sandbox uid could start a run in {START_TRIES} tries: another grader's processes hold "
+                       "them (Resource temporarily unavailable)")
+
+
+def _attempt(argv: list[str], workdir: Path, limits: Limits, env_extra, level: str) -> tuple[ChildRun | None, int]:
+    """(how the run ended, or None when it could not start as its uid; that uid)."""
     out_r, out_w = os.pipe()
     rep_r, rep_w = os.pipe()
     started = None
     try:
         started = launch.prepare(level, argv, workdir, limits, rep_w, env_extra)
-        return _supervise(started, workdir, limits, out_r, out_w, rep_r, rep_w, level)
+        return _supervise(started, workdir, limits, out_r, out_w, rep_r, rep_w, level), started.uid
     finally:
         if started is not None and started.slot is not None and level == "fallback":
             leftovers.clear_owned(started.slot.uid)
@@ -62,7 +83,8 @@ def run(
 
 
 def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int, out_w: int, rep_r: int, rep_w: int,
-               level: str) -> ChildRun:
+               level: str) -> ChildRun | None:
+    """How the run ended; None when it could not start as its uid (another's processes hold it there)."""
     before = children_of(os.getpid())
     start = time.monotonic()
     try:
@@ -71,7 +93,9 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
             start_new_session=True, preexec_fn=started.preexec, close_fds=True, pass_fds=(rep_w,),
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", started.isolation, 0, level)
+        if isinstance(exc, OSError) and exc.errno == errno.EAGAIN and started.slot is not None:
+            return None  # its uid has processes elsewhere: the caller tries another
+        raise StartFailure(f"could not start the child process: {exc}") from None
     register(proc.pid, started.uid, started.groups, started.token)
     os.close(out_w)
     os.close(rep_w)
@@ -121,5 +145,9 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
-    return ChildRun(returncode, timed_out, wall, log.text(), [*started.isolation, memory.label()], killed, level,
+    text = log.text()
+    if level == "namespaces" and returncode == SETPRIV_EXEC_FAILED and text.startswith("setpriv: ") and \
+            os.strerror(errno.EAGAIN) in text.splitlines()[0]:
+        return None  # setpriv, as the run's uid, could not exec the interpreter: the uid's processes elsewhere
+    return ChildRun(returncode, timed_out, wall, text, [*started.isolation, memory.label()], killed, level,
                     **stream_fields(events, limits, flooded), **memory.finish())

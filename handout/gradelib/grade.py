@@ -23,10 +23,10 @@ from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
-from .problems import GRADERS, PER_CASE_SET, RUNS
+from .problems import GRADERS, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
-from .safeio import clean_text, notebook_budget, quote
+from .safeio import clean_text
 from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
@@ -36,12 +36,9 @@ OracleLoader = Callable[[Path, float], Oracle]
 def runs_matplotlib(notebooks) -> bool:
     """Whether a cell the grader runs in one of these notebooks names matplotlib: then the template
     imports it once for every run (0.3 s), else no run pays for it. Only a matter of speed: a cell
-    imports what it needs either way, so a notebook that cannot be read here (or not within the budget of
-    safeio.notebook_budget) counts as yes."""
+    imports what it needs either way, so a notebook that cannot be read here counts as yes."""
     for path in notebooks:
         try:
-            if notebook_budget(path):
-                return True
             for cell in json.loads(path.read_bytes()).get("cells", []):
                 if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                     continue
@@ -130,8 +127,7 @@ def grade_submission(
         result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
-        runs = sum(n * (len(visibilities) if p.id in PER_CASE_SET else 1)
-                   for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
+        runs = sum(n for name, n in (RUNS[p.id] for p in selected if p.id in RUNS) if (files / name).is_file())
         # One template process, forked once per run; for a single run a fresh interpreter costs less.
         with sandbox.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
@@ -155,11 +151,18 @@ def _grade_problems(selected, files, case_root, visibilities, limits, workdir, o
         except Exception as exc:  # a grader bug must not cost the student a results file
             # The traceback is for the staff (the worker's log), not for the student's feedback.
             print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
-            why = quote(f"{type(exc).__name__}: {exc}", 300)
-            tests = all_zero(p, visibilities, f"internal grader error ({why}); please tell the course staff.")
+            why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+            tests = all_zero(p, visibilities, f"not graded: internal grader error ({why}); this is no grade: the "
+                                              "course staff will regrade it.")
+            ctx.flags = {}
+            failed = why
+        else:
+            failed = ""
         result.tests += tests
         result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
         result.notes += result.problem_notes[p.id]
         result.problem_flags[p.id] = list(ctx.flags)
         result.flags.update(ctx.flags)
+        if failed:
+            result.mark_not_graded(p.id, f"internal grader error: {failed}")
         result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)
