@@ -69,8 +69,12 @@ def cases() -> list[dict]:
     return out
 
 
+STABILITY_EDGES = {"large_scores"}  # where a NaN is the edge's own failure, whatever else fails
+
+
 def judge(Attention) -> list[dict]:
-    """Per case, quantity -> right by the oracle and the rubric's tolerance (a raise: not right)."""
+    """Per case, quantity -> how it fails by the oracle and the rubric's tolerance: '' (right), 'raise' (not
+    produced), 'nan', 'non-finite' (inf) or 'wrong' (finite but wrong, or of the wrong shape or dtype)."""
     judged = []
     for case in cases():
         t = {k: torch.from_numpy(v) for k, v in case["inputs"].items()}
@@ -81,7 +85,8 @@ def judge(Attention) -> list[dict]:
         except Exception:  # noqa: BLE001 (a variant's failure is a verdict, not an error of the test)
             pass
         got.update({q: getattr(att, q, None) for q in ("Q", "K", "V", "A_w", "A_sig")})
-        if "X_new" in got:  # after a failed forward, nothing backward returns can be judged
+        # Backward is judged when forward stored what it reads, even if forward raised after that.
+        if all(isinstance(got[q], torch.Tensor) for q in ("Q", "K", "V", "A_sig")):
             try:
                 got["dLdX"] = att.backward(t["dLdXnew"])
             except Exception:  # noqa: BLE001
@@ -89,22 +94,33 @@ def judge(Attention) -> list[dict]:
             got.update({q: getattr(att, q, None) for q in QUANTITIES if q.startswith("dLd") and q != "dLdX"})
         expected = oracle(case["inputs"])
         tol = PROBLEM.tolerance[case["dtype"]]
-        right = {}
+        fails = {}
         for q in QUANTITIES:
             value = got.get(q)
-            if not isinstance(value, torch.Tensor) or value.dtype != t["X"].dtype or value.shape != expected[q].shape:
-                right[q] = False
+            if not isinstance(value, torch.Tensor):
+                fails[q] = "raise"
+                continue
+            if value.dtype != t["X"].dtype or value.shape != expected[q].shape:
+                fails[q] = "wrong"
                 continue
             g, e = value.detach().double().numpy(), expected[q]
-            right[q] = bool(np.all(np.abs(g - e) <= tol["atol"] * max(1.0, np.abs(e).max()) + tol["rtol"] * np.abs(e)))
-        judged.append({**case, "right": right})
+            if np.isnan(g).any():
+                fails[q] = "nan"
+                continue
+            if not np.isfinite(g).all():
+                fails[q] = "non-finite"
+                continue
+            ok = np.all(np.abs(g - e) <= tol["atol"] * max(1.0, np.abs(e).max()) + tol["rtol"] * np.abs(e))
+            fails[q] = "" if ok else "wrong"
+        judged.append({**case, "fails": fails, "right": {q: not k for q, k in fails.items()}})
     return judged
 
 
 def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
     """The README's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities wrong.
-    An edge line fails when, on one of its cases, a quantity is wrong that every ordinary case of the set gets
-    right; and, unless an ordinary line made of its quantities passes on the set, for any wrong quantity there."""
+    An edge line fails for a quantity wrong on one of its cases unless the same kind of failure shows for it on an
+    ordinary case of the same dtype (never a NaN on the stability line); and when all it has is such
+    forgiven failures, for having no case on which most quantities were produced and one of them right."""
     taken = {g.edge for g in PROBLEM.groups if g.edge}
     failing = set()
     for g in PROBLEM.groups:
@@ -114,12 +130,20 @@ def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
                 if any(not c["right"][q] for c in ordinary for q in g.quantities):
                     failing.add((g.id, vis))
                 continue
-            vouched = any(all(o["right"][q] for o in ordinary for q in line.quantities) for line in PROBLEM.groups
-                          if not line.edge and set(line.quantities) <= set(g.quantities))
-            for c in (c for c in judged if c["vis"] == vis and c["edge"] == g.edge):
-                for q in (q for q in g.quantities if not c["right"][q]):
-                    if all(o["right"][q] for o in ordinary) or not vouched:
+            mine = [c for c in judged if c["vis"] == vis and c["edge"] == g.edge]
+            forgiven = False
+            for c in mine:
+                for q in (q for q in g.quantities if c["fails"][q]):
+                    kind = c["fails"][q]
+                    same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
+                    if (kind == "nan" and g.edge in STABILITY_EDGES) or not any(
+                            o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
                         failing.add((g.id, vis))
+                    forgiven = True
+            produced = [[q for q in g.quantities if c["fails"][q] != "raise"] for c in mine]
+            if forgiven and not any(2 * len(p) >= len(g.quantities) and any(c["right"][q] for q in p)
+                                    for c, p in zip(mine, produced)):
+                failing.add((g.id, vis))
     return failing
 
 
@@ -187,11 +211,11 @@ def test_a_float32_only_helper_says_forward_raised_on_the_backward_lines_once(tm
     text = source("float32_helper")
     assert autograd_uses(text) == []  # q_proj.backward(...) and friends are the file's own
     expected = failing_lines(judge(attention_class(text, "f32helper")))
-    # Every set has a float64 ordinary case, so no ordinary line passes, and every hidden edge has a float64 case
-    # where nothing runs; the public large-scores case is float32, right throughout.
+    # Every set has a float64 ordinary case, so no ordinary line passes. An edge's float64 case raises as the
+    # ordinary float64 cases do (charged there); T = 1 and Dk != Dv are verified on their float32 cases, right
+    # throughout, and keep their points; the hidden large-scores case is float64 alone, so nothing verified it.
     ordinary = {g.id for g in PROBLEM.groups if not g.edge}
-    hidden_edges = {(g.id, "hidden") for g in PROBLEM.groups if g.edge}
-    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | hidden_edges
+    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | {("numerical_stability", "hidden")}
     result, failing = graded(tmp_path, text)
     assert failing == expected
     assert result.score == pytest.approx(points_without(expected))
