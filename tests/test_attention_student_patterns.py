@@ -178,7 +178,7 @@ def test_a_helper_class_with_its_own_backward_keeps_every_point(tmp_path):
     assert failing_lines(judge(attention_class(text, "helper"))) == set()  # right by the oracle on every case
     result, failing = graded(tmp_path, text)
     assert failing == set(), [t.output for t in result.tests if not t.passed]
-    assert result.score == pytest.approx(30.0)
+    assert result.score == pytest.approx(PROBLEM.points)
     tensor_held = text.replace("self.softmax = CausalSoftmax()", "self.softmax = torch.zeros(1)")
     at, call = next((n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if "= self.softmax.backward(" in ln)
     assert autograd_uses(tensor_held) == [f"line {at}: {call}"]
