@@ -36,6 +36,9 @@ BUGS = [
     pytest.param(
         NB1, "causal_mask", "np.full((T, T), -np.inf), k=1)", "np.full((T, T), -np.inf), k=0)",
         lines("causal_mask"), "got -inf, expected 0", id="minus_inf_on_the_diagonal"),
+    pytest.param(
+        NB1, "causal_mask", "np.triu(np.full((T, T), -np.inf), k=1)", "np.tril(np.full((T, T), -np.inf), k=-1)",
+        lines("causal_mask"), "wrong side of the diagonal", id="mask_on_the_wrong_side_of_the_diagonal"),
     # Without max-subtraction only the cases with huge logits overflow (one public, one hidden),
     # in softmax and in both attention lines that use it: the stability line alone pays for it.
     pytest.param(
@@ -48,6 +51,10 @@ BUGS = [
     pytest.param(
         NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll.mean()",
         lines("masked_mean_loss", "perplexity"), "not pad_id", id="mean_over_padded_positions"),
+    pytest.param(
+        NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll[valid].sum() / nll.numel()",
+        lines("masked_mean_loss", "perplexity"), "the valid targets over all positions",
+        id="sum_over_valid_divided_by_every_position"),
     pytest.param(
         NB2, "perplexity", "torch.exp(masked_mean_loss(logits, targets, pad_id))",
         "torch.exp(masked_mean_loss(logits, targets, pad_id) * (targets != pad_id).sum())",
