@@ -140,8 +140,10 @@ class SubmissionResult:
         lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
         failed = [t for t in self.tests if not t.passed and t.output
                   and (t.visibility != "hidden" or show_hidden_output)]
+        # A line that measures the handed-in outputs (a figure: notebook 3's NLL) after the code lines whose bug
+        # it may follow from (the attention line before predictions.npy's).
         failed.sort(key=lambda t: (self.problems.index(t.problem) if t.problem in self.problems else 0,
-                                   knock_on(t.output)))
+                                   knock_on(t.output), bool(t.figures)))
         if failed:
             lines += ["", "Why points were lost:"]
             lines += [ln for line in why_lost([(t.name, t.output, t.max_score) for t in failed]) for ln in wrap(line)]
