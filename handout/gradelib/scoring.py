@@ -233,11 +233,12 @@ def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
 
 
 def _not_verified(cases: list[CaseOutcome], group: Group, vis: str) -> str:
-    first = cases[0]
-    shown = next(c for q in group.quantities if (c := first.checks.get(q)) is not None and not c.passed)
-    return (f"not verified on any of the {len(cases)} {vis} cases: on each, under a third of the line's quantities "
-            "were produced or none was right (as on the ordinary cases, where it is charged), so nothing of this edge "
-            f"was checked. Case '{first.name}' ({first.description}): {shown.message}")
+    """Each case's first failure, then why failures the ordinary cases share still cost this line."""
+    failed = [(o, next(c for q in group.quantities if (c := o.checks.get(q)) is not None and not c.passed))
+              for o in cases]
+    return (_failure_text(failed, len(cases), vis) + "\nnot verified: on no case were a third of the line's "
+            "quantities produced with one of them right, so nothing of this edge was checked (the same failure on "
+            "the ordinary cases is charged there too)")
 
 
 def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) -> None:
