@@ -192,7 +192,7 @@ def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
     """The rubric file's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities
     wrong. An edge line fails for a quantity wrong on one of its cases unless the same kind of failure shows for
     it on an ordinary case of the same dtype (never a NaN on the stability line); and when all it has is such
-    forgiven failures, for having no case on which a third of its quantities were produced, one of them right."""
+    forgiven failures, for having no case on which over a quarter of its quantities were produced, one of them right."""
     taken = {g.edge for g in problem.groups if g.edge}
     failing = set()
     for g in problem.groups:
@@ -213,7 +213,7 @@ def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
                         failing.add((g.id, vis))
                     forgiven = True
             produced = [[q for q in g.quantities if c["fails"][q] != "raise"] for c in mine]
-            if forgiven and not any(3 * len(p) >= len(g.quantities) and any(not c["fails"][q] for q in p)
+            if forgiven and not any(4 * len(p) > len(g.quantities) and any(not c["fails"][q] for q in p)
                                     for c, p in zip(mine, produced)):
                 failing.add((g.id, vis))
     return failing

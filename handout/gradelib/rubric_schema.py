@@ -71,7 +71,7 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
         "An edge case the line is graded on alone (the `edge` its cases carry in cases.json, one the problem "
         "declares, e.g. large_scores); every other line then skips those cases. A failure there is forgiven only "
         "when the same kind (raise, non-finite, finite but wrong) shows for that quantity on an ordinary case of "
-        "the same dtype, never a NaN on a stability edge, and only on a line one of whose cases produced a third "
+        "the same dtype, never a NaN on a stability edge, and only on a line one of whose cases produced over a quarter "
         "of its quantities, one right (gradelib/scoring.py). '' (the default): the ordinary cases.",
     ),
     "visibilities": (

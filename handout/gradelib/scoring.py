@@ -8,7 +8,7 @@ rubric) takes those cases, every other line skips them. An edge line passes when
 its quantities are right on its cases; a failure there is forgiven (left to the
 ordinary lines) only when the same kind of failure (raise, non-finite, finite but
 wrong) shows for that quantity on an ordinary case of the same dtype, and only on a
-line that produced a third of its quantities on one of its cases. A NaN never passes
+line that produced over a quarter of its quantities on one of its cases. A NaN never passes
 a stability line (STABILITY_EDGES).
 """
 
@@ -225,18 +225,18 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
 
 
 def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
-    """Whether the code produced a third of the line's quantities or more on this case (right or wrong), one of
+    """Whether the code produced over a quarter of the line's quantities on this case (right or wrong), one of
     them right: a line whose every case raised early (a blank handout, projections alone) verified nothing of its
     edge, so forgiving the raises would pay it for code not checked; forward alone reaches its edge."""
     produced = [q for q in group.quantities if q in outcome.checks and failure_kind(outcome.checks[q]) != "raise"]
-    return 3 * len(produced) >= len(group.quantities) and any(outcome.checks[q].passed for q in produced)
+    return 4 * len(produced) > len(group.quantities) and any(outcome.checks[q].passed for q in produced)
 
 
 def _not_verified(cases: list[CaseOutcome], group: Group, vis: str) -> str:
     """Each case's first failure, then why failures the ordinary cases share still cost this line."""
     failed = [(o, next(c for q in group.quantities if (c := o.checks.get(q)) is not None and not c.passed))
               for o in cases]
-    return (_failure_text(failed, len(cases), vis) + "\nnot verified: on no case were a third of the line's "
+    return (_failure_text(failed, len(cases), vis) + "\nnot verified: on no case were over a quarter of the line's "
             "quantities produced with one of them right, so nothing of this edge was checked (the same failure on "
             "the ordinary cases is charged there too)")
 
