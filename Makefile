@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help docs setup sandbox-tools pythons test demo bench handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help docs setup sandbox-tools pythons test demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ docs: setup ## build the manual (docs/) into build/docs/ with MkDocs, strictly: 
 
 bench: setup ## print speed figures (local and hidden grading times, ratios to otter)
 	$(PY) -m autograder.build.bench
+
+mutants: setup ## grade every single-point mutant of the reference attention.py against an autograd oracle (minutes) -> build/mutants.json
+	$(PY) -m autograder.build.mutants
 
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout

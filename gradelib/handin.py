@@ -92,6 +92,24 @@ def runs_text(root: Path) -> str:
     return "experiments/ holds: " + "; ".join(said(r, e) for r, e in found.items())
 
 
+def best_full_run(root: Path) -> tuple[str, str, float] | None:
+    """(runid, epoch, its validation NLL) of the newest full (not short) run whose metrics.json names the
+    validation NLL of an epoch it has a checkpoint for: the epoch where that NLL is lowest. None when there is none."""
+    for runid, epochs in runs(root).items():
+        if short_run(runid) is not None:
+            continue
+        try:
+            history = json.loads((root / "experiments" / runid / "metrics.json").read_text())
+            scored = {int(e): float(v) for e, v in zip(history["epoch"], history["val_nll"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        scored = {e: v for e, v in scored.items() if e in epochs and v == v}  # (v == v: not NaN)
+        if scored:
+            best = min(scored, key=lambda e: (scored[e], -e))
+            return runid, str(best), scored[best]
+    return None
+
+
 TODO_RAISE = re.compile(r"""raise\s+NotImplementedError\(\s*(?:f?["'])(TODO[^"'\n]*)""")
 
 
@@ -286,6 +304,13 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
     refused: dict[str, Path] = {}
     problems: list[str] = []
     notes: list[str] = []
+    if not runid and not epoch and not partial:
+        chosen = best_full_run(root)
+        if chosen is not None:
+            runid, epoch, val_nll = chosen
+            notes.append(f"no runid/epoch given: handing in the newest full run, runid={runid}, at its best "
+                         f"validation epoch, epoch={epoch} (validation NLL {val_nll:.4f}); name others with "
+                         "`make handin runid=<id> epoch=<n>`")
     have_run = bool(runid and epoch)
     if not have_run and not partial:
         problems.append(

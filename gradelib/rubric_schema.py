@@ -69,10 +69,10 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
         str,
         "",
         "An edge case the line is graded on alone (the `edge` its cases carry in cases.json, one the problem "
-        "declares, e.g. large_scores); every other line then skips those cases. Once an ordinary line of its "
-        "quantities passes on the set, the line loses its points only for a failure particular to the edge (a "
-        "quantity that also fails on an ordinary case is the ordinary lines' mistake); until then every quantity "
-        "must be right on its cases. '' (the default): the ordinary cases.",
+        "declares, e.g. large_scores); every other line then skips those cases. A failure there is forgiven only "
+        "when the same kind (raise, non-finite, finite but wrong) shows for that quantity on an ordinary case of "
+        "the same dtype, never a NaN on a stability edge, and only on a line one of whose cases produced over a quarter "
+        "of its quantities, one right (gradelib/scoring.py). '' (the default): the ordinary cases.",
     ),
     "visibilities": (
         list,

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from gradelib import rubric
+
 from support import SOLUTIONS, grade_files
 
 
@@ -91,7 +93,7 @@ def test_reference_gets_full_marks_on_public_and_hidden(tmp_path, reference_atte
     result = grade_files(tmp_path, {"attention.py": reference_attention}, only=["attention"])
     failed = [t.name + ": " + t.output for t in result.tests if not t.passed]
     assert not failed, failed
-    assert result.score == result.max_score == 30.0
+    assert result.score == result.max_score == rubric.load()["attention"].points
     assert {t.visibility for t in result.tests} == {"public", "hidden"}
     # Half of each ordinary line is hidden, and the T = 1 and Dk != Dv lines are hidden only.
     assert np.isclose(sum(t.max_score for t in result.tests if t.visibility == "hidden"), 16.5)

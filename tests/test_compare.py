@@ -149,7 +149,7 @@ def test_a_float64_value_right_to_float32_precision_only_is_put_down_to_a_float3
     outcomes = [CaseOutcome("f64", "hidden", "f64", {"X_new": near}), CaseOutcome("f32", "hidden", "f32", {"X_new": float32_case})]
     name_float32(outcomes)
     said = outcomes[0].checks["X_new"].message
-    assert said.startswith("'X_new' is right to float32 precision only on this float64 case (its float32 cases pass): "), said
+    assert said.startswith("'X_new' is right to float32 precision only on this float64 case (its ordinary float32 cases pass): "), said
     assert "Hint: a float32 value entered this float64 computation" in said
     far = check("X_new", tensor(expected * 1.001), expected, rtol=1e-7, atol=1e-9)
     assert not far.float32_level

@@ -345,3 +345,22 @@ def test_handing_in_a_short_run_says_so_and_what_it_costs(student, capsys):
             f"{at_stake:g} of {course:g} points of the model-quality lines") in out, out
     rc, out, _ = pack(student, capsys, "--runid", "run1", "--epoch", "3")
     assert rc == 0 and "short run" not in out, out
+
+
+def test_without_runid_and_epoch_the_newest_full_runs_best_validation_epoch_is_handed_in(student, capsys):
+    """run1 keeps its metrics.json: epoch 3 has the lower validation NLL of its two checkpointed epochs; a newer
+    short run (-steps20) is passed over."""
+    run = student / "experiments" / "run1"
+    for name in ("predictions_test_3.npy", "generated_3.npy", "generated_3.txt", "model_3.pt"):
+        shutil.copyfile(run / name, run / name.replace("_3", "_4"))
+    (run / "metrics.json").write_text(json.dumps({"step": [], "train_loss": [], "epoch": [3, 4],
+                                                  "val_nll": [2.25, 2.5]}))
+    short = student / "experiments" / "run2-steps20"
+    shutil.copytree(run, short)
+    os.utime(short, (run.stat().st_mtime + 60,) * 2)
+    rc, out, err = pack(student, capsys)
+    assert rc == 0, err
+    said = " ".join((out + err).split())
+    assert "handing in the newest full run, runid=run1, at its best validation epoch, epoch=3" in said, said
+    with tarfile.open(student / "handin.tar") as tar:
+        assert tar.extractfile("generated.npy").read() == (run / "generated_3.npy").read_bytes()

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from autograder.build.handout import BEGIN, END, build
+from gradelib import rubric
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
 
@@ -510,7 +511,7 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     assert {r["vis"] for r in rows} == {"public"}
     assert all(r["got"] == r["max"] for r in rows), proc.stdout
     # Half of each ordinary line (12.5) and of the stability line (1): T = 1 and Dk != Dv are hidden only.
-    assert sum(float(r["max"]) for r in rows) == pytest.approx(13.5)
+    assert sum(float(r["max"]) for r in rows) == pytest.approx(rubric.load()["attention"].max_points(("public",)))
     assert "[hidden]" not in proc.stdout
 
 

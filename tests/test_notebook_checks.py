@@ -241,3 +241,18 @@ def test_grader_check_in_a_plain_python_script(folder):
     out = said["inside_a_function"]
     assert "KeyError" not in out and "`softmax` is not defined where grader.check looked" in out, out
     assert "define it at the top level" in out, out
+
+
+def test_a_check_message_ending_in_a_case_name_keeps_its_closing_quote(monkeypatch):
+    """otter shows a failed check as str(exception).strip("'") (otter/test_files/exception_test.py): the grader's
+    message, whose last line may be "the same failure on 'padded_words'", must reach the student whole."""
+    from gradelib import notebook_check
+    from gradelib.results import TestResult
+
+    said = "failed on 2 of 2 public cases:\ncase 'small_batch' (...): wrong.\nthe same failure on 'padded_words'"
+    failed = TestResult("masks", "masks: padding_mask [public]", 0.0, 2.0, "public", said)
+    monkeypatch.setattr(notebook_check, "grade_line", lambda *_a, **_k: failed)
+    with pytest.raises(AssertionError) as caught:
+        notebook_check.check("masks", "padding_mask", padding_mask=lambda *a: None)
+    shown = str(caught.value).strip("'").strip()  # what otter prints, then strips the whitespace around it
+    assert shown.endswith("the same failure on 'padded_words'"), shown

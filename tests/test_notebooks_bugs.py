@@ -25,12 +25,20 @@ BUGS = [
     pytest.param(
         NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum() / len(target_ids)",
         lines("cross_entropy_loss"), "not by N", id="loss_averaged_over_ignored_positions"),
+    # ignore_index = 3 inside the real ids (public ignore_index_inside, hidden custom_ignore_index): a comparison
+    # that only works for -100 fails on both sets, not on a hidden case alone.
+    pytest.param(
+        NB1, "cross_entropy_loss", "scored = target_ids != ignore_index", "scored = target_ids > ignore_index",
+        lines("cross_entropy_loss"), "ignore_index", id="ignored_by_a_comparison_that_fits_minus_100"),
     pytest.param(
         NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum()",
         lines("cross_entropy_loss"), "do not sum", id="loss_summed_not_averaged"),
     pytest.param(
         NB1, "causal_mask", "np.full((T, T), -np.inf), k=1)", "np.full((T, T), -np.inf), k=0)",
         lines("causal_mask"), "got -inf, expected 0", id="minus_inf_on_the_diagonal"),
+    pytest.param(
+        NB1, "causal_mask", "np.triu(np.full((T, T), -np.inf), k=1)", "np.tril(np.full((T, T), -np.inf), k=-1)",
+        lines("causal_mask"), "wrong side of the diagonal", id="mask_on_the_wrong_side_of_the_diagonal"),
     # Without max-subtraction only the cases with huge logits overflow (one public, one hidden),
     # in softmax and in both attention lines that use it: the stability line alone pays for it.
     pytest.param(
@@ -43,6 +51,10 @@ BUGS = [
     pytest.param(
         NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll.mean()",
         lines("masked_mean_loss", "perplexity"), "not pad_id", id="mean_over_padded_positions"),
+    pytest.param(
+        NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll[valid].sum() / nll.numel()",
+        lines("masked_mean_loss", "perplexity"), "the valid targets over all positions",
+        id="sum_over_valid_divided_by_every_position"),
     pytest.param(
         NB2, "perplexity", "torch.exp(masked_mean_loss(logits, targets, pad_id))",
         "torch.exp(masked_mean_loss(logits, targets, pad_id) * (targets != pad_id).sum())",

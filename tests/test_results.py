@@ -238,3 +238,35 @@ def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
     back = from_gradescope(data, "alice", ["attention"])
     assert [t.to_gradescope("1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
     assert [t.visibility for t in back.tests] == ["public", "hidden", "hidden"]
+
+
+def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_columns():
+    """A knock-on line (its value follows from another's) and a measured-output line (notebook 3's NLL) come after
+    the line they follow from; an exception raised at one place is quoted once; no line is over 100 columns."""
+    from gradelib.results import SubmissionResult, TestResult
+
+    error = "forward raised RuntimeError: expected scalar type Double but found Float (in attention.py, line 32: " \
+            "return self.A_sig @ self.V)"
+    knock = ("failed on 1 of 1 public cases:\ncase 'a' (B=1): 'X_new' is wrong, which probably follows from the "
+             "'A_sig' failure (it is computed from 'A_sig'). Hint: fix 'A_sig' first.")
+    root = f"failed on 1 of 1 public cases:\ncase 'a' (B=1): 'A_sig' was not produced ({error}). " + "x" * 120
+    again = f"failed on 1 of 1 hidden cases:\ncase 'b' (B=2): 'V' was not produced ({error})."
+    result = SubmissionResult("s", problems=("attention", "prediction"), max_points={"attention": 6, "prediction": 14})
+    result.tests = [
+        TestResult("attention", "attention: forward: context X_new [public]", 0, 1.5, "public", knock, line="out"),
+        TestResult("attention", "attention: forward: causal softmax A_sig [public]", 0, 2, "public", root, line="s"),
+        TestResult("attention", "attention: forward: projections [hidden]", 0, 2.5, "hidden", again, line="p"),
+        TestResult("prediction", "prediction: nll [hidden]", 0, 12, "hidden", "too high", line="nll",
+                   figures={"prediction_nll": 3.2}),
+        TestResult("prediction", "prediction: causal_attention [public]", 0, 2, "public", "leaks", line="att"),
+    ]
+    table = result.table()
+    said = table[table.index("Why points were lost:"):]
+    heads = [ln for ln in said.splitlines() if ln.startswith("- ")]
+    assert [h.split(" [")[0] for h in heads] == [
+        "- attention: forward: causal softmax A_sig", "- attention: forward: projections",
+        "- attention: forward: context X_new", "- prediction: causal_attention", "- prediction: nll"], said
+    assert " ".join(said.split()).count("expected scalar type") == 1, said
+    assert "raised the RuntimeError quoted above (in attention.py, line 32)" in " ".join(said.split()), said
+    assert max(len(ln) for ln in said.splitlines()) <= 100, said
+    assert "attention 0.00 / 6.00: 0 of 3 lines pass" in table.splitlines(), table

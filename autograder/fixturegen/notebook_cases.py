@@ -66,8 +66,10 @@ LOSSES_CASES = (
     LossesCase("huge_logits", "public", 306, 4, 3, 2, 5, 8, 1, IGNORE_INDEX, 1000.0, None,
                "logits and scores so large that exp() without max-subtraction overflows and "
                "np.log(softmax(...)) of an unlikely target is log(0) = -inf", "large_logits"),
-    LossesCase("ignore_index_zero", "public", 307, 5, 2, 2, 6, 7, 2, 0, 1.0, None,
-               "ignore_index = 0, a real id, instead of -100"),
+    # ignore_index inside the range of real ids, valid ids on both sides: `targets > ignore_index` or
+    # `targets >= 0` fails here, as on the hidden custom_ignore_index, not on a hidden case alone.
+    LossesCase("ignore_index_inside", "public", 307, 5, 2, 2, 6, 7, 2, 3, 1.0, None,
+               "ignore_index = 3, a real id with valid ids on both sides, instead of -100"),
 )
 # A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
 LOG_UNDERFLOW_FLOAT64 = -745.2
@@ -139,6 +141,12 @@ def losses_inputs(c: LossesCase) -> dict[str, np.ndarray]:
         keep = torch.ones(c.N, dtype=torch.bool)
         keep[ignored] = False
         targets[keep & (targets == c.ignore_index)] = (c.ignore_index + 1) % c.V
+        kept = torch.nonzero(keep).flatten()
+        # Valid ids below and above ignore_index, so that no comparison with it can stand in for `!=`.
+        if c.ignore_index > 0 and not (targets[kept] < c.ignore_index).any():
+            targets[kept[0]] = 0
+        if c.ignore_index < c.V - 1 and not (targets[kept] > c.ignore_index).any():
+            targets[kept[-1]] = c.V - 1
     arrays = {"Q": Q, "K": K, "V": V, "mask": mask, "logits": logits, "z": z,
               "nll_targets": nll_targets, "targets": targets}
     out = {k: v.numpy() for k, v in arrays.items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,6 +57,14 @@ HINTS = {
     "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
     "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T.",
 }
+
+# A float32 tensor made inside the code (a constant, a mask, a helper's weights) meeting float64 input.
+DTYPE_CLASH = re.compile(r"same dtype|expected scalar type|found dtype|dtype \w+ but expected|"
+                         r"(double|float) != (double|float)|result type Float can't be cast", re.IGNORECASE)
+DTYPE_CLASH_HINT = ("a float32 tensor made inside your code met float64 input: build tensors with dtype=X.dtype "
+                    "(torch.ones(T, T, dtype=X.dtype)) or use Python numbers for constants.")
+# What backward reads of what forward stored: when forward raised after storing these, backward is judged.
+BACKWARD_READS = ("Q", "K", "V", "A_sig")
 
 # What each quantity is computed from: when one of these is wrong, so is it.
 UPSTREAM = {
@@ -268,7 +277,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
-            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run),
+            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run, stored_at(source)),
             limits=next_limits(ctx.limits, used),
         )
         used += run.wall_s
@@ -344,7 +353,22 @@ def said_record(label: object) -> str:
     return "an autograd call the grader's harness recorded"
 
 
-def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun):
+def stored_at(source: str) -> dict[int, str]:
+    """Line number -> the quantity a statement of attention.py stores there (`self.dLdWk = ...`, `return ...` in
+    backward for dLdX): a crash on that line is that quantity's."""
+    found: dict[int, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        names = [t.attr for target in targets for t in ast.walk(target)
+                 if isinstance(t, ast.Attribute) and t.attr in QUANTITIES]
+        if len(names) == 1:
+            found.update({n: names[0] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)})
+    return found
+
+
+def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun,
+             stored: dict[int, str] | None = None):
     outcomes = []
     # Events reached the grader as they happened; meta.json is the child's own (editable) record.
     runtime_hits: set[str] = {said_record(label) for label in run.event_args("autograd")}
@@ -355,13 +379,17 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
-        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits))
+        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits,
+                                 stored or {}))
     return outcomes, runtime_hits
 
 
 def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case_dir: Path, meta: dict | None,
-             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str]) -> CaseOutcome:
-    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`."""
+             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str],
+             stored: dict[int, str]) -> CaseOutcome:
+    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`.
+    A crash on a line that stores one quantity (`stored`) is said on that quantity; the quantities left unstored
+    after it point there. Backward is judged after a failed forward when forward stored all it reads."""
     outcome = CaseOutcome.of(case)
     tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
     if meta is None:
@@ -378,12 +406,23 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
     if flags.get("grad_tracking") is True:
         runtime_hits.add("requires_grad tensors in forward")
     quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
+    fed = all(isinstance(quantities.get(q), dict) and quantities[q].get("present") for q in BACKWARD_READS)
+    crashed = {step: stored.get(int(m.group(1))) for step in ("forward", "backward")
+               if (m := re.search(r"\(in attention\.py, line (\d+)", str(errors.get(step, ""))))}
     for q in QUANTITIES:
         stage = "backward" if q.startswith("dLd") else "forward"
         note = ""
+        hint = HINTS[q]
         for step in ("import", "init", stage):
             if step in errors:
-                note = f"{step} raised {quote(errors[step], 600)}"
+                said = quote(errors[step], 600)
+                if DTYPE_CLASH.search(said):
+                    hint = DTYPE_CLASH_HINT
+                culprit = crashed.get(step) if step == stage else None
+                if culprit and culprit != q:
+                    note = f"{step} stopped before storing it: it raised while computing '{culprit}' (see that line)"
+                else:
+                    note = f"{step} raised {said}"
                 if step == "backward" and "forward" in errors:
                     note += "; forward had failed first"
                 break
@@ -393,10 +432,9 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
             note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
         # A wrong shape is reported as such; one far larger than expected is not even read.
         obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
-        if stage == "backward" and "forward" in errors and not _not_written(errors.get("backward")):
-            # Backward ran on what a failed forward left: nothing it returned can be judged.
+        if stage == "backward" and "forward" in errors and not fed and not _not_written(errors.get("backward")):
+            # Backward ran on what a failed forward left unstored: nothing it returned can be judged.
             obs = replace(obs, unchecked=f"forward raised {quote(errors['forward'], 600)} (see the forward lines)")
-        hint = HINTS[q]
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
                     or hint)
@@ -449,10 +487,18 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
         return ""
     T = a.shape[-1]
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
+    below = np.tril(np.ones((T, T), dtype=bool), k=-1)
+    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
+    if a.min() < -1e-6 or a.max() > 1 + 1e-6:  # not probabilities at all: the normalisation, not the mask
+        return (f"A_sig has entries outside [0, 1] (from {a.min():.4g} to {a.max():.4g}), so its rows are not "
+                "probabilities: divide each row's exponentials by their sum (e / e.sum(dim=-1, keepdim=True)).")
     if T > 1 and np.abs(a[:, above]).max() > 1e-6:
+        if np.abs(a[:, below]).max() <= 1e-6:
+            return ("A_sig is zero below the diagonal and nonzero above it: the mask is on the wrong side of the "
+                    "diagonal. Position i may attend to j <= i: set the scores with j > i (torch.triu(..., "
+                    "diagonal=1)) to -inf.")
         return ("A_sig is nonzero above the diagonal, so position i attends to later positions j > i: "
                 "set scores above the diagonal to -inf before the softmax (the causal mask).")
-    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
     if not np.allclose(rows, 1.0, atol=1e-4) and np.allclose(cols, 1.0, atol=1e-4):
         return "A_sig's columns sum to 1, not its rows: take the softmax over the last axis (dim=-1)."
     if not np.allclose(rows, 1.0, atol=1e-4):

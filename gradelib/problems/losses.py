@@ -64,7 +64,8 @@ SPEC = NotebookSpec(
             diagnose=D.cross_entropy_reduction, upstream=("token_nll",),
         ),
         "causal_mask": Quantity(
-            ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.", additive_mask=True
+            ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.", additive_mask=True,
+            diagnose=D.wrong_side(additive=True),
         ),
     },
 )

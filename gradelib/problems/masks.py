@@ -41,7 +41,8 @@ SPEC = NotebookSpec(
         ),
         "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector.",
                              upstream=("A_masked",)),
-        "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included)."),
+        "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included).",
+                                diagnose=D.wrong_side(additive=False)),
         "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
         "combined_mask": Quantity(
             TENSOR, "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id (padding on the key axis, the last).",

@@ -132,9 +132,18 @@ def _form(name: str, got: Observed, expected: np.ndarray, expected_type: str, ta
         return Check(name, False, "shape", f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
                                            f"expected {_fmt_shape(expected.shape)}.{tail}")
     if arr.dtype != expected.dtype:
+        # NaN or inf said too: the wrong dtype must not hide an overflow (a float32 softmax on large scores).
+        bad = _non_finite(arr) if arr.dtype.kind == "f" and np.isfinite(expected).all() else ""
         return Check(name, False, "dtype", f"'{name}' has the wrong dtype: got {arr.dtype}, expected {expected.dtype} "
-                                           f"(outputs keep the dtype of the inputs).{tail}")
+                                           f"(outputs keep the dtype of the inputs){bad}.{tail}",
+                     float("inf") if bad else None)
     return None
+
+
+def _non_finite(arr: np.ndarray) -> str:
+    """', and 3 NaN entries of 98' when `arr` has NaN or inf entries, else ''."""
+    kinds = [f"{n} {what}" for n, what in ((int(np.isnan(arr).sum()), "NaN"), (int(np.isinf(arr).sum()), "inf")) if n]
+    return f", and {' and '.join(kinds)} entries of {arr.size}" if kinds else ""
 
 
 def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +63,6 @@ class TestResult:
         }
 
 
-NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
-
-
 @dataclass
 class SubmissionResult:
     submission: str
@@ -80,16 +78,6 @@ class SubmissionResult:
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)
-
-    def mark_not_graded(self, problem_id: str, why: str) -> None:
-        """The grader itself failed on this problem: a flag for the staff; its zeros are no grade (regrade it)."""
-        key = NOT_GRADED + problem_id
-        self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
-        self.problem_flags.setdefault(problem_id, []).append(key)
-
-    def not_graded(self) -> list[str]:
-        """The problems the grader failed on (mark_not_graded)."""
-        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
@@ -134,30 +122,54 @@ class SubmissionResult:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
 
     def table(self, show_hidden_output: bool = True) -> str:
-        """A readable score table: one line per test, then messages of failed ones; a hidden test's only with
-        `show_hidden_output` or where the rubric shows hidden tests at once (hidden_tests = "visible")."""
+        """A readable score table: per problem its score, how many lines pass and one row per test; then the
+        messages of failed ones, root causes before the lines that fail because of them, wrapped at WIDTH."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
         lines += [f"  note: {n}" for n in self.notes]
-        width = max([len(t.name) for t in self.tests] + [20])
+        width = min(max([len(t.name) for t in self.tests] + [20]), WIDTH - 24)
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
-            lines.append(f"{pid:<{width + 6}} {got:6.2f} / {self.max_points.get(pid, 0):6.2f}")
+            passing = sum(t.passed for t in mine)
+            lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {passing} of {len(mine)} lines pass")
             for t in mine:
                 mark = "PASS" if t.passed else "FAIL"
                 lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
         lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
-        failed = [t for t in self.tests if not t.passed and t.output]
-        shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
-        if shown:
+        failed = [t for t in self.tests if not t.passed and t.output
+                  and (t.visibility != "hidden" or show_hidden_output)]
+        # A line that measures the handed-in outputs (a figure: notebook 3's NLL) after the code lines whose bug
+        # it may follow from (the attention line before predictions.npy's).
+        failed.sort(key=lambda t: (self.problems.index(t.problem) if t.problem in self.problems else 0,
+                                   knock_on(t.output), bool(t.figures)))
+        if failed:
             lines += ["", "Why points were lost:"]
-            lines += why_lost([(t.name, t.output, t.max_score) for t in shown])
-        if len(shown) < len(failed):
-            lines += ["", f"The messages of the {len(failed) - len(shown)} failed hidden tests are not shown here "
-                          "(they name hidden cases); the course staff publish them with the grades."]
+            lines += [ln for line in why_lost([(t.name, t.output, t.max_score) for t in failed]) for ln in wrap(line)]
         return clean_text("\n".join(lines))
+
+
+WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
+
+
+def wrap(line: str, width: int = WIDTH) -> list[str]:
+    """`line` cut at spaces into lines of at most `width` columns, the continuations indented 4 more."""
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
+
+
+# How a failure text says it follows from another quantity's failure, said on its own line.
+_KNOCK_ON = ("which probably follows from", "(see the forward lines)", "stopped before storing it",
+             "(see that line)")
+
+
+def knock_on(output: str) -> bool:
+    """Whether a failed line's first case fails because of another line's failure (it is shown after the root)."""
+    first = next((ln for ln in output.splitlines() if ln.startswith(("case ", "not checked"))), output)
+    return any(k in first for k in _KNOCK_ON)
 
 
 # How a line's failure text says the code it grades is still the handout's TODO (the children's words).
@@ -192,9 +204,10 @@ def not_attempted(output: str) -> str:
     return " and ".join(sorted(found))
 
 
-def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
+def why_lost(failed: list[tuple[str, str, float]], problem: str | None = None) -> list[str]:
     """The lines of 'Why points were lost' for (test name, its output, its points): one block per test,
-    except that tests lost only to code not written yet are named in one short list at the end."""
+    except that tests lost only to code not written yet are named in one short list at the end (`problem`:
+    the one problem they all belong to, said above them; else read from each name)."""
     lines: list[str] = []
     todo: dict[str, list[float]] = {}
     previous = None
@@ -202,9 +215,9 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
     for name, output, points in failed:
         what = not_attempted(output)
         if what:
-            problem = name.split(":", 1)[0] if ":" in name else ""
+            pid = "" if problem is not None else name.split(":", 1)[0] if ":" in name else ""
             shown = what if "(" in what else f"`{what}`"  # a function's name, or a stage with its file and line
-            todo.setdefault(f"{problem}: {shown}" if problem else shown, []).append(points)
+            todo.setdefault(f"{pid}: {shown}" if pid else shown, []).append(points)
             continue
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")
@@ -240,10 +253,37 @@ def failure_gist(output: str) -> str:
     return gist("\n".join(shown))
 
 
+_RAISED = re.compile(r"raised (?P<type>[A-Za-z_][\w.]*): ")
+
+
+def _errors_once(line: str, said: set[str]) -> str:
+    """`line` with each exception already quoted above (the same type at the same line of the same file, kept in
+    `said`) replaced by a pointer to it: a dtype clash raised on every float64 case is quoted once."""
+    out, at = [], 0
+    for m in _RAISED.finditer(line):
+        where = line.find("(in ", m.end())
+        if where < 0 or m.start() < at:
+            continue
+        depth, end = 0, where
+        for end in range(where, len(line)):  # the closing parenthesis of "(in file, line N: code)"
+            depth += {"(": 1, ")": -1}.get(line[end], 0)
+            if depth == 0:
+                break
+        place = line[where:end + 1]
+        key = f"{m['type']} {place.split(':', 1)[0]}"
+        if key in said:
+            out.append(line[at:m.start()] + f"raised the {m['type']} quoted above {place.split(':', 1)[0]})")
+            at = end + 1
+        else:
+            said.add(key)
+    return "".join(out) + line[at:]
+
+
 def _hints_once(output: str, said: set[str]) -> str:
-    """`output` with each hint already said above (in `said`) replaced by a pointer to it."""
+    """`output` with each hint and each exception already said above (in `said`) replaced by a pointer to it."""
     out = []
     for line in output.splitlines():
+        line = _errors_once(line, said)
         head, mark, hint = line.partition("Hint: ")
         if mark and hint in said:
             line = f"{head}Hint: as above."
@@ -307,8 +347,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_submission(result: SubmissionResult, folder: Path) -> None:
     """results.json (Gradescope's format) and feedback.txt (the score table) for one submission.
 
-    feedback.txt is written first: a folder with results.json counts as graded. It is what Autolab shows the
-    student at once, so it holds a hidden test's message only where the rubric shows hidden tests at once.
+    feedback.txt is written first: a folder with results.json counts as graded.
     """
-    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
+    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
     write_json_atomic(folder / "results.json", result.to_gradescope())

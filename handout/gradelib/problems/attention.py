@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema
-from ..safeio import SafeReadError, clean_text, quote
+from ..safeio import SafeReadError, clean_text
 from ..scoring import (
     Case,
     CaseOutcome,
@@ -32,7 +33,7 @@ from ..scoring import (
     name_float32,
     observed_from_child,
 )
-from .handin_runs import by_visibility, next_limits, run_child
+from .handin_runs import run_child
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
@@ -56,6 +57,14 @@ HINTS = {
     "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
     "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T.",
 }
+
+# A float32 tensor made inside the code (a constant, a mask, a helper's weights) meeting float64 input.
+DTYPE_CLASH = re.compile(r"same dtype|expected scalar type|found dtype|dtype \w+ but expected|"
+                         r"(double|float) != (double|float)|result type Float can't be cast", re.IGNORECASE)
+DTYPE_CLASH_HINT = ("a float32 tensor made inside your code met float64 input: build tensors with dtype=X.dtype "
+                    "(torch.ones(T, T, dtype=X.dtype)) or use Python numbers for constants.")
+# What backward reads of what forward stored: when forward raised after storing these, backward is judged.
+BACKWARD_READS = ("Q", "K", "V", "A_sig")
 
 # What each quantity is computed from: when one of these is wrong, so is it.
 UPSTREAM = {
@@ -249,34 +258,17 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    # The public cases and the hidden ones run in two processes: the public run never has a hidden input at hand,
-    # so its words (messages, type names, values, what it printed) can be shown; the hidden run's reach the
-    # hidden lines only, and the notes say of it what the grader can say itself (how the process ended).
-    outcomes: list[CaseOutcome] = []
-    runtime_hits: set[str] = set()
-    tampered: list[str] = []
-    used = 0.0
-    for mine in by_visibility(cases):
-        (found, hits), run = run_child(
-            ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
-            child="attention_child.py", harness=HARNESS, task={"module": "attention"},
-            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run),
-            limits=next_limits(ctx.limits, used),
-        )
-        used += run.wall_s
-        outcomes += found
-        runtime_hits |= hits
-        if run.events_tampered:
-            tampered.append(run.events_tampered)
-        _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
-    name_float32(outcomes)
-    for outcome in outcomes:
-        follow_upstream(outcome, UPSTREAM)
+    collected, run = run_child(
+        ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in cases], child="attention_child.py",
+        harness=HARNESS, task={"module": "attention"},
+        collect=lambda scratch, run: _collect(problem, cases, scratch, run, stored_at(source)),
+    )
+    outcomes, runtime_hits = collected
 
     withheld = {}
     reasons = []
-    if tampered:  # the pipe that carries the record of autograd calls cannot be trusted
-        reasons.append(f"tampered with the grader's record of autograd calls ({tampered[0]})")
+    if run.events_tampered:  # the pipe that carries the record of autograd calls cannot be trusted
+        reasons.append(f"tampered with the grader's record of autograd calls ({run.events_tampered})")
     if static_hits:
         reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
     if runtime_hits:
@@ -289,56 +281,51 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             "remove torch.autograd, .backward(), requires_grad and scaled_dot_product_attention."
         )
         withheld = {g.id: msg for g in problem.groups if g.backward}
-    return group_results(problem, outcomes, vis, withheld)
+    tests = group_results(problem, outcomes, vis, withheld)
+    if run.timed_out or run.returncode not in (0, None):
+        log = clean_text(run.log_tail).strip().splitlines()[-8:]
+        ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
+    return tests
 
 
-def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
-    """Say how a run that did not end well ended. What it printed is shown only for a run that had no hidden
-    input at hand (it could print one), each line quoted: indented under the grader's words."""
-    if not (run.timed_out or run.returncode not in (0, None)):
-        return
-    which = "on the hidden cases " if hidden else ""
-    log = [] if hidden else [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
-    ctx.note(f"attention: the submission's process {which}{run.describe()}."
-             + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
+def stored_at(source: str) -> dict[int, str]:
+    """Line number -> the quantity a statement of attention.py stores there (`self.dLdWk = ...`, `return ...` in
+    backward for dLdX): a crash on that line is that quantity's."""
+    found: dict[int, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        names = [t.attr for target in targets for t in ast.walk(target)
+                 if isinstance(t, ast.Attribute) and t.attr in QUANTITIES]
+        if len(names) == 1:
+            found.update({n: names[0] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)})
+    return found
 
 
-# The records attention_child.py's tripwires write; any other text on the audit pipe or in meta.json is the
-# submission's own (it could carry a hidden input) and is named, not quoted.
-KNOWN_RECORDS = frozenset({
-    "a call removing the grader's saved-tensors hook", "torch.autograd.backward", "torch.autograd.grad",
-    "Tensor.backward", "scaled_dot_product_attention", "an autograd graph (tensors that require grad)",
-    *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
-    *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
-})
-
-
-def said_record(label: object) -> str:
-    """A record of an autograd call as the grader may repeat it: a known label, or what kind of record it is."""
-    text = str(label)
-    if text in KNOWN_RECORDS:
-        return text
-    if text.startswith("the autograd engine ("):
-        return "the autograd engine"
-    return "an autograd call the grader's harness recorded"
-
-
-def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun):
+def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun,
+             stored: dict[int, str] | None = None):
     outcomes = []
     # Events reached the grader as they happened; meta.json is the child's own (editable) record.
-    runtime_hits: set[str] = {said_record(label) for label in run.event_args("autograd")}
+    runtime_hits: set[str] = {label[:80] for label in run.event_args("autograd")}
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
-        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits))
+        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits,
+                                 stored or {}))
+    name_float32(outcomes)
+    for outcome in outcomes:
+        follow_upstream(outcome, UPSTREAM)
     return outcomes, runtime_hits
 
 
 def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case_dir: Path, meta: dict | None,
-             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str]) -> CaseOutcome:
-    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`."""
+             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str],
+             stored: dict[int, str]) -> CaseOutcome:
+    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`.
+    A crash on a line that stores one quantity (`stored`) is said on that quantity; the quantities left unstored
+    after it point there. Backward is judged after a failed forward when forward stored all it reads."""
     outcome = CaseOutcome.of(case)
     tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
     if meta is None:
@@ -351,16 +338,27 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
     flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
     calls = flags.get("autograd_calls", [])
     if isinstance(calls, list):
-        runtime_hits.update(said_record(c) for c in calls)
+        runtime_hits.update(clean_text(c)[:80] for c in calls)
     if flags.get("grad_tracking") is True:
         runtime_hits.add("requires_grad tensors in forward")
     quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
+    fed = all(isinstance(quantities.get(q), dict) and quantities[q].get("present") for q in BACKWARD_READS)
+    crashed = {step: stored.get(int(m.group(1))) for step in ("forward", "backward")
+               if (m := re.search(r"\(in attention\.py, line (\d+)", str(errors.get(step, ""))))}
     for q in QUANTITIES:
         stage = "backward" if q.startswith("dLd") else "forward"
         note = ""
+        hint = HINTS[q]
         for step in ("import", "init", stage):
             if step in errors:
-                note = f"{step} raised {quote(errors[step], 600)}"
+                said = str(errors[step])[:600]
+                if DTYPE_CLASH.search(said):
+                    hint = DTYPE_CLASH_HINT
+                culprit = crashed.get(step) if step == stage else None
+                if culprit and culprit != q:
+                    note = f"{step} stopped before storing it: it raised while computing '{culprit}' (see that line)"
+                else:
+                    note = f"{step} raised {said}"
                 if step == "backward" and "forward" in errors:
                     note += "; forward had failed first"
                 break
@@ -370,10 +368,9 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
             note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
         # A wrong shape is reported as such; one far larger than expected is not even read.
         obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
-        if stage == "backward" and "forward" in errors and not _not_written(errors.get("backward")):
-            # Backward ran on what a failed forward left: nothing it returned can be judged.
-            obs = replace(obs, unchecked=f"forward raised {quote(errors['forward'], 600)} (see the forward lines)")
-        hint = HINTS[q]
+        if stage == "backward" and "forward" in errors and not fed and not _not_written(errors.get("backward")):
+            # Backward ran on what a failed forward left unstored: nothing it returned can be judged.
+            obs = replace(obs, unchecked=f"forward raised {str(errors['forward'])[:600]} (see the forward lines)")
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
                     or hint)
@@ -426,10 +423,18 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
         return ""
     T = a.shape[-1]
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
+    below = np.tril(np.ones((T, T), dtype=bool), k=-1)
+    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
+    if a.min() < -1e-6 or a.max() > 1 + 1e-6:  # not probabilities at all: the normalisation, not the mask
+        return (f"A_sig has entries outside [0, 1] (from {a.min():.4g} to {a.max():.4g}), so its rows are not "
+                "probabilities: divide each row's exponentials by their sum (e / e.sum(dim=-1, keepdim=True)).")
     if T > 1 and np.abs(a[:, above]).max() > 1e-6:
+        if np.abs(a[:, below]).max() <= 1e-6:
+            return ("A_sig is zero below the diagonal and nonzero above it: the mask is on the wrong side of the "
+                    "diagonal. Position i may attend to j <= i: set the scores with j > i (torch.triu(..., "
+                    "diagonal=1)) to -inf.")
         return ("A_sig is nonzero above the diagonal, so position i attends to later positions j > i: "
                 "set scores above the diagonal to -inf before the softmax (the causal mask).")
-    rows, cols = a.sum(axis=-1), a.sum(axis=-2)
     if not np.allclose(rows, 1.0, atol=1e-4) and np.allclose(cols, 1.0, atol=1e-4):
         return "A_sig's columns sum to 1, not its rows: take the softmax over the last axis (dim=-1)."
     if not np.allclose(rows, 1.0, atol=1e-4):

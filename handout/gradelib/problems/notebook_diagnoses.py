@@ -125,6 +125,20 @@ def combined_mask_axis(got: np.ndarray, case: dict, edge: str) -> str:
     return ""
 
 
+def wrong_side(additive: bool):
+    """A causal mask that blocks the past (j < i) where it must block the future (j > i)."""
+    def diagnose(got: np.ndarray, case: dict, edge: str) -> str:
+        if got.ndim != 2 or got.shape[0] != got.shape[1] or got.shape[0] < 2:
+            return ""
+        blocked = np.isneginf(got.astype(np.float64)) if additive else ~got.astype(bool)
+        i, j = np.indices(got.shape)
+        if blocked[j < i].any() and not blocked[j > i].any():
+            return ("the mask is on the wrong side of the diagonal: it blocks earlier positions (j < i) and lets "
+                    "position i see later ones (j > i); block j > i, the part above the diagonal.")
+        return ""
+    return diagnose
+
+
 def _nb2_nll(case: dict) -> tuple[np.ndarray, np.ndarray]:
     """Notebook 2: -log p(target) at every position, and which positions are not padding."""
     logits, targets = case["logits"].astype(np.float64), case["targets"]
@@ -138,6 +152,10 @@ def masked_mean(got: np.ndarray, case: dict, edge: str) -> str:
     if not valid.all() and _same(got, np.asarray(nll.mean())):
         return ("the mean includes the padded positions: average only over the targets that are not pad_id "
                 f"({int(valid.sum())} of {valid.size} here).")
+    if not valid.all() and _same(got, np.asarray(nll[valid].sum() / valid.size)):
+        return (f"got/expected = {int(valid.sum())}/{valid.size}, the valid targets over all positions: the sum over "
+                "the valid targets is divided by every position, padded ones included; divide by the number of "
+                "targets that are not pad_id.")
     return ""
 
 
