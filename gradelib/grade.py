@@ -17,8 +17,10 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from autograder import isolation as sandbox
+from autograder.isolation import Limits, isolation_level
+
 from . import rubric as rubric_mod
-from . import sandbox
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
@@ -27,7 +29,6 @@ from .problems import GRADERS, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text
-from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
 OracleLoader = Callable[[Path, float], Oracle]

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder.isolation import Limits
+
 from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
 from .intake import HandinError, open_handin
@@ -25,7 +27,6 @@ from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
 from .safeio import clean_text
-from .sandbox import Limits
 
 # What students call the parts of the handout -> problem ids.
 ALIASES = {

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric, sandbox
+from autograder import isolation as sandbox
+from gradelib import rubric
 
 from attack_tools import (
     POINTS,
@@ -242,7 +243,7 @@ def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothin
 
 
 def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path):
-    from gradelib.sandbox import remove_tree
+    from autograder.isolation import remove_tree
 
     top = tmp_path / "scratch"
     top.mkdir()

@@ -76,7 +76,7 @@ SESSION_RUNS = r"""
 import json, os, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from gradelib import sandbox
+from autograder import isolation as sandbox
 root = Path(tempfile.mkdtemp(prefix="session-"))
 os.chmod(root, 0o711)
 limits = sandbox.Limits(timeout_s=60, isolation="portable")

@@ -53,7 +53,7 @@ def test_the_reference_scores_full_marks_and_the_blank_handout_zero_through_run_
 
 def _lock_folder_sharing_the_block(base: Path) -> Path:
     """A lock folder whose block of sandbox uids is the default folder's: the worst case for two graders."""
-    from gradelib.sandbox import slots
+    from autograder.isolation import slots
 
     wanted = slots.block()
     for i in range(2000):  # each kept, so each is a new inode: a folder's block comes from its device and inode

@@ -166,7 +166,7 @@ def test_notebook_1_its_checks_and_make_handin_run_under_python(tmp_path, versio
 
 # ---------------------------------------------------------------- read as source
 
-STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "gradelib.sandbox.boot")
+STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "autograder.isolation.boot")
 LINUX_MODULES = {"fcntl", "pwd", "grp", "resource", "termios"}
 LINUX_ATTRS = {
     "os": {"O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "setsid", "killpg", "getuid",
@@ -296,8 +296,8 @@ def test_the_source_check_finds_what_it_looks_for(tmp_path):
 def test_no_child_runs_python_without_the_users_packages(tmp_path, monkeypatch):
     """A package the student's interpreter finds only through its user site (pip install --user) or PYTHONPATH
     is found by the graded run too (python -I leaves both off sys.path; boot.py puts them back)."""
-    from gradelib import sandbox
-    from gradelib.sandbox import interpreter
+    from autograder import isolation as sandbox
+    from autograder.isolation import interpreter
 
     extra = tmp_path / "user-site"
     (extra / "only_here").mkdir(parents=True)
@@ -320,7 +320,7 @@ def test_the_local_grader_gives_full_public_marks_to_a_linux_user_who_is_not_roo
     student's own uid under Landlock (the portable level where the kernel lacks it), and grades the same."""
     from container import available, linux_user
 
-    from gradelib.sandbox.kernel import landlock_abi
+    from autograder.isolation.kernel import landlock_abi
 
     if available():
         pytest.skip(f"a user who is not root cannot be reproduced here: {available()}")

@@ -24,12 +24,12 @@ import signal
 import sys
 from pathlib import Path
 
+from autograder import isolation as sandbox
+from autograder.isolation import kernel
 from gradelib import rubric as rubric_mod
-from gradelib import sandbox
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
-from gradelib.sandbox import kernel
-from gradelib.sandbox.limits import ISOLATION_CHOICES
+from gradelib.runner.limits import ISOLATION_CHOICES
 
 from ..oracle.oracles import load_oracle
 from .regrade import current_records, write_merged

@@ -282,7 +282,7 @@ def print_box_figures(runs: int) -> None:
     limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
     made below the grader's). Prints the wall time and the peak memory of each run.
     """
-    from gradelib.sandbox.cgroups import CPU_PERIOD_US, kill, own, remove
+    from autograder.isolation.cgroups import CPU_PERIOD_US, kill, own, remove
 
     cpu, memory = own("cpu"), own("memory")
     if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
@@ -332,7 +332,8 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
     hidden grader makes it (every step the child timed), pinned to one core. With `complete_s`, the
     complete handin's one-core time of the same bench run, also the grader's own share of it: that
     time less the model's forward passes."""
-    from gradelib import rubric, sandbox
+    from autograder import isolation as sandbox
+    from gradelib import rubric
     from gradelib.context import GradeContext
     from gradelib.grade import runs_matplotlib
     from gradelib.problems import lm_model

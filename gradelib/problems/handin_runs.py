@@ -19,7 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import sandbox
+from autograder import isolation as sandbox
+
 from ..compare import Observed
 from ..context import GradeContext
 from ..rubric_schema import Problem

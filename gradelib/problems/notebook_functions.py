@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import sandbox
+from autograder import isolation as sandbox
+
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult

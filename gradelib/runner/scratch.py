@@ -7,7 +7,7 @@ import re
 import stat
 from pathlib import Path
 
-from .kernel import is_linux, libc
+from autograder.isolation.kernel import is_linux, libc
 
 SCRATCH_MB = 512  # everything one submission's runs may write, its own files included
 SCRATCH_FILES = 20_000  # files and folders (inodes) of one submission

@@ -24,11 +24,12 @@ and aborting), leftovers (what a run left in the host's shared folders), interpr
 starts from), scratch (the submission's capped folder).
 """
 
+from gradelib.runner.limits import ChildRun, Limits
+from gradelib.runner.scratch import cap_folder, remove_tree, uncap_folder
+
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
-from .limits import ChildRun, Limits
 from .processes import abort_active
 from .runner import run
-from .scratch import cap_folder, remove_tree, uncap_folder
 from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
 
 __all__ = [

@@ -17,9 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths
+from autograder.isolation.interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths
+from autograder.isolation.memory import MemoryWatch
+
 from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds
-from .memory import MemoryWatch
 from .streams import new_sinks, over_cap, stream_fields
 
 BOOT_FOLDER = "_boot"

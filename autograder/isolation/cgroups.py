@@ -7,8 +7,9 @@ import signal
 import time
 from pathlib import Path
 
+from gradelib.runner.limits import Limits
+
 from .kernel import process_alive
-from .limits import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000

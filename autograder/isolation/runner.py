@@ -8,13 +8,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import cgroups, launch, leftovers, portable, template
+from gradelib.runner import portable
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
+from gradelib.runner.streams import drain, new_sinks, over_cap, pump, stream_fields, watch
+
+from . import cgroups, launch, leftovers, template
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
-from .limits import LOG_CAP, ChildRun, Limits
 from .memory import MemoryWatch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
-from .streams import drain, new_sinks, over_cap, pump, stream_fields, watch
 
 
 def run(
