@@ -18,14 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.isolation import Limits
-
 from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
 from .intake import HandinError, open_handin
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
+from .runner.limits import Limits
 from .safeio import clean_text
 
 # What students call the parts of the handout -> problem ids.

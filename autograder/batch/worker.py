@@ -40,7 +40,8 @@ CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     """Grade as the course grader does: public and hidden cases, generations scored by the oracle."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
-    return grade_submission(path, case_root=case_root, oracle_loader=load_oracle, **kwargs)
+    with sandbox.installed():  # the problems' runs go through the isolation levels
+        return grade_submission(path, case_root=case_root, oracle_loader=load_oracle, **kwargs)
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

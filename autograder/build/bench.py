@@ -350,7 +350,8 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                 handin = reference_handin(work / "files")
                 ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
                 plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
-                with sandbox.session(work, ctx.limits, sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
+                with sandbox.installed(), sandbox.session(work, ctx.limits,
+                                                         sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
                     run = lm_model.model_run(ctx, settings)
             if run.problem:
                 raise BenchError(f"the reference model did not run: {run.problem}")

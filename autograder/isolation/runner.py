@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from gradelib.runner import portable
+from gradelib.runner import KIT
 from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
 from gradelib.runner.streams import drain, new_sinks, over_cap, pump, stream_fields, watch
 
@@ -38,7 +38,7 @@ def run(
     if why:
         return ChildRun(None, False, 0.0, why, [], 0, level)
     if level == "portable" and not is_linux():
-        return portable.run(argv, workdir, limits, env_extra)
+        return KIT.run(argv, workdir, limits, env_extra)  # the kit's runner (warm within a session)
     become_subreaper()
     current = template.current()
     if current is not None and current.compatible(workdir, limits):

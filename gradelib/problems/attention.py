@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder import isolation as sandbox
-
+from .. import runner as sandbox
 from .. import safeio
 from ..compare import Observed, check
 from ..context import GradeContext

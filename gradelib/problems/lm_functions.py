@@ -49,8 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder import isolation as sandbox
-
+from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models

@@ -18,8 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from autograder import isolation as sandbox
-
+from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
