@@ -140,7 +140,7 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     assert files > 0  # the attack ran; the files went with its scratch folder
     if os.geteuid() == 0 and batch_level(attack_batch) == "namespaces":  # its tmpfs holds SCRATCH_FILES inodes
         # (not at the fallback: a root container with Docker's default capabilities may not mount one)
-        from gradelib.runner.scratch import SCRATCH_FILES
+        from autograder.isolation.tmpfs import SCRATCH_FILES
 
         assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
     assert attack_batch["left"]["scratch"] == []
@@ -196,7 +196,7 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
     from autograder.isolation.processes import become_subreaper
-    from gradelib.runner.scratch import mounts_under
+    from autograder.isolation.tmpfs import mounts_under
 
     # This process as a long-lived subreaper above the batch (as a supervisor would be): the killed
     # batch's worker is re-parented here and stays a zombie, never reaped. The next batch must count it gone.

@@ -24,8 +24,8 @@ from .intake import HandinError, open_handin
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
+from .runner.limits import Limits
 from .safeio import clean_text
-from .sandbox import Limits
 
 # What students call the parts of the handout -> problem ids.
 ALIASES = {

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import sandbox
+from .. import runner as sandbox
 from ..compare import Observed
 from ..context import GradeContext
 from ..rubric_schema import Problem
