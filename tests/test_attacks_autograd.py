@@ -2,7 +2,7 @@
 differentiation and hidden from the grader, by clearing the harness's record, calling the engine directly,
 hiding under a forged main guard, taking the saved-tensors hook off, or by what the submission sends on the
 audit pipe (padding events, junk, a record-shaped prefix, a flood) (gradelib/problems/attention.py,
-gradelib/sandbox/streams).
+gradelib/runner/streams).
 
 What must hold: each loses the backward points and is reported for what it used, while the forward it
 computed honestly keeps its points; every record on the audit pipe is read, whatever precedes it, bytes

@@ -1,7 +1,7 @@
 """Attacks on the host around the sandbox: the hidden fixtures and the grader's /proc entries, files only
 root may read, the host's processes, its network listeners, shared memory, kernel keyrings and user
 namespaces; and the isolation itself: the paths a run is granted, the mounts of the namespace level, and
---isolation strict on a machine without namespaces (gradelib/sandbox/levels, namespaces, fallback,
+--isolation strict on a machine without namespaces (autograder/isolation/levels, namespaces, fallback,
 interpreter, kernel).
 
 What must hold: a run reads no hidden answer and no file or process of the host, reaches no listener,

@@ -1,7 +1,7 @@
 """Attacks on time, memory and the process table: a process that exits at import or spins for ever, memory
 taken at once, bit by bit or spread over processes, daemons and setsid chains that try to outlive their
 run, fork, thread and file counts, a worker killed at its deadline and a batch killed outright, and the
-run's cgroup (gradelib/sandbox/limits, processes, cgroups, scratch).
+run's cgroup (gradelib/runner/limits, autograder/isolation/processes, cgroups, tmpfs).
 
 What must hold: each is stopped at its cap or limit and reported for what it is, the grader finishes in
 time, and nothing of the attack (process, scratch folder, cgroup, file in /tmp) outlives the grading.

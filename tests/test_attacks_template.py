@@ -1,4 +1,4 @@
-"""Attacks on the per-submission template process (gradelib/sandbox/template.py): runs of one submission
+"""Attacks on the per-submission template process (autograder/isolation/template.py): runs of one submission
 are forked from one template, so a run may kill or stop the template, leave a daemon behind for the next
 run, or leave files in /dev/shm and System V segments for it.
 
