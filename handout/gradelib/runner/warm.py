@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from . import portable
@@ -57,8 +58,6 @@ class Warm:
         threading.Thread(target=_lines, args=(self.proc.stdout, self.answers), daemon=True).start()
 
     def compatible(self, workdir: Path, limits: Limits) -> bool:
-        from dataclasses import replace
-
         if replace(limits, timeout_s=self.limits.timeout_s) != self.limits:  # every limit but the run's own time
             return False
         try:
