@@ -5,8 +5,7 @@ A problem's grader never imports submitted code: it writes inputs into a scratch
 ended (a ChildRun). The kit's runner (portable.py, warm.py) is a plain child process of the same
 interpreter with time, CPU, output and memory limits, the same on Linux, macOS and Windows; it
 isolates nothing (a student grades their own code on their own machine). The course grader installs
-its isolating runner here (`install`, autograder/isolation/), so every problem runs unchanged through
-either.
+its isolating runner here (`install`), so every problem runs unchanged through either.
 """
 
 from __future__ import annotations
