@@ -11,7 +11,6 @@ import pytest
 
 from autograder.fixturegen import lm_fixtures
 from autograder.fixturegen.checksums import NAME as MANIFEST
-from autograder.isolation import Limits
 from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource
@@ -20,6 +19,7 @@ from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
 from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
+from gradelib.runner.limits import Limits
 
 from support import FIXTURES, toy_english_only
 

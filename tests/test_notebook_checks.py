@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_notebooks_bugs import BUGS
 
-from autograder.isolation import Limits
 from gradelib.grade import grade_submission
 from gradelib.problems.handin_runs import OTTER_CELL
+from gradelib.runner.limits import Limits
 
 from notebook_tools import NB1, NB2, NB3, PROBLEM_OF, edited, load, source
 from support import HANDOUT
