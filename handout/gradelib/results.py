@@ -15,7 +15,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runner import RAN_AS
 from .safeio import clean_text
 
 VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
@@ -72,7 +71,7 @@ class SubmissionResult:
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
-    isolation: str = ""  # sandbox level the submission's code ran under (portable: the kit's; namespaces, fallback: the course grader's)
+    isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
     # Per problem id: the notes and flag keys its grading added, and the seconds it took (notes and
     # flags hold them too); a regrade of some problems keeps the others' with these.
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
@@ -124,9 +123,7 @@ class SubmissionResult:
     def table(self, show_hidden_output: bool = True) -> str:
         """A readable score table: one line per test, then messages of failed ones."""
         lines = [f"Submission: {self.submission}"]
-        if self.isolation == "portable":  # the student kit's runner (or the course grader's, asked for)
-            lines.append(f"{RAN_AS[0].upper()}{RAN_AS[1:]}.")
-        elif self.isolation:
+        if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
         lines += [f"  note: {n}" for n in self.notes]
         width = max([len(t.name) for t in self.tests] + [20])
