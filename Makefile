@@ -12,7 +12,7 @@ help: ## list the targets
 
 setup: $(STAMP) sandbox-tools ## create .venv, install the pinned requirements and bubblewrap (when root)
 
-# Namespaces need bubblewrap and setpriv (util-linux) and root; elsewhere gradelib/sandbox.py
+# Namespaces need bubblewrap and setpriv (util-linux) and root; elsewhere autograder/isolation/
 # falls back to rlimits + Landlock, and results record which level graded them.
 sandbox-tools:
 	@if [ "$$(id -u)" != 0 ]; then \

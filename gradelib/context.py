@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .sandbox import Limits
+from .runner.limits import Limits
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import rubric as rubric_mod
-from . import sandbox
+from . import runner
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
@@ -26,8 +26,8 @@ from .lm.metrics import Oracle
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
+from .runner.limits import Limits
 from .safeio import clean_text, notebook_budget, quote
-from .sandbox import Limits, isolation_level
 from .scoring import all_zero
 
 OracleLoader = Callable[[Path, float], Oracle]
@@ -103,12 +103,12 @@ def grade_submission(
         max_points={
             p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities) for p in selected
         },
-        isolation=isolation_level(),
+        isolation=runner.current().level(),
     )
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
-    # Traversable (not listable) so a child running as `nobody` reaches its own scratch.
+    # Traversable (not listable) so a child running as another uid (the course grader's) reaches its own scratch.
     workdir.chmod(0o711)
-    sandbox.cap_folder(workdir)  # as root: all of it in a size- and file-count-capped tmpfs
+    runner.current().hold(workdir)  # the course grader, as root: all of it in a size- and file-count-capped tmpfs
     try:
         files = workdir / "files"
         files.mkdir(mode=0o700)
@@ -129,16 +129,15 @@ def grade_submission(
         # With --only the other problems' files are not wanted; a note about them would mislead.
         result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
-        preload = sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
+        preload = runner.PRELOAD + (runner.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
         runs = sum(n * (len(visibilities) if p.id in PER_CASE_SET else 1)
                    for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
-        # One template process, forked once per run; for a single run a fresh interpreter costs less.
-        with sandbox.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
+        # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
+        with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
                             run_expected)
     finally:
-        sandbox.uncap_folder(workdir)  # its tmpfs, with everything in it, then the folder
-        sandbox.remove_tree(workdir)
+        runner.current().release(workdir)  # everything in it, then the folder
         result.wall_s = time.monotonic() - start
     return result
 

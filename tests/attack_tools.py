@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from autograder.isolation import isolation_level, isolation_report
+from autograder.isolation.kernel import landlock_abi
+from autograder.isolation.slots import block
 from gradelib import rubric
-from gradelib.sandbox import isolation_level, isolation_report
-from gradelib.sandbox.kernel import landlock_abi
-from gradelib.sandbox.slots import block
 
 from support import REPO, SOLUTIONS
 
@@ -90,7 +90,7 @@ def outputs(result: dict) -> str:
 
 def batch_level(batch: dict) -> str:
     """The level a batch was graded at: the machine's own, or the one it was run at (run_cli)."""
-    from gradelib.sandbox import isolation_level
+    from autograder.isolation import isolation_level
 
     return batch["level"] or isolation_level()
 
@@ -137,7 +137,7 @@ def sandbox_uid_processes() -> list[int]:
     """
     import fcntl
 
-    from gradelib.sandbox.slots import lock_path
+    from autograder.isolation.slots import lock_path
 
     uids = block()
     by_uid: dict[int, list[int]] = {}

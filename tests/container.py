@@ -72,7 +72,7 @@ def linux_user(cmd: list[str], uid: int = 65534, env: dict[str, str] | None = No
 def _reproduced(cmd: list[str], env: dict[str, str] | None, setpriv: str, shm_mb: int = 0):
     """`cmd` in a private mount namespace where the interpreter is readable by every user and the cgroup file
     systems are read-only, started through `setpriv` (what the process may keep of root)."""
-    from gradelib.sandbox.interpreter import python_paths
+    from autograder.isolation.interpreter import python_paths
 
     views = []
     script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=64m,mode=1777,nosuid,nodev tmpfs /dev/shm"]

@@ -145,7 +145,7 @@ def apply(target: str, preload: tuple[str, ...] = PRELOAD) -> None:
 
 def _simulate_children(target: str) -> None:
     """The portable level's children run through this file too, under the same simulation."""
-    from gradelib.sandbox import portable
+    from gradelib.runner import portable
 
     portable.child_prefix = lambda boot: [sys.executable, "-I", "-B", HERE, target, "-", "--", str(boot)]
 

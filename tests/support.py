@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from autograder.batch.worker import grade_hidden
+from autograder.isolation import Limits
 from gradelib.results import SubmissionResult
-from gradelib.sandbox import Limits
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

@@ -2,7 +2,7 @@
 differentiation and hidden from the grader, by clearing the harness's record, calling the engine directly,
 hiding under a forged main guard, taking the saved-tensors hook off, or by what the submission sends on the
 audit pipe (padding events, junk, a record-shaped prefix, a flood) (gradelib/problems/attention.py,
-gradelib/sandbox/streams).
+gradelib/runner/streams).
 
 What must hold: each loses the backward points and is reported for what it used, while the forward it
 computed honestly keeps its points; every record on the audit pipe is read, whatever precedes it, bytes
@@ -175,8 +175,8 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
     """The grader's reader of the audit pipe: a record split across reads is one record; harmless
     events in any number do not hide a harness event; a byte that is not part of a hook record marks
     the channel, even glued to the front of a real record."""
-    from gradelib.sandbox.limits import EVENTS_KEPT
-    from gradelib.sandbox.streams import Events
+    from gradelib.runner.limits import EVENTS_KEPT
+    from gradelib.runner.streams import Events
 
     stream = b"gradelib.boot ok\n" + b"gradelib.pad " + b"x" * 190 + b"\n"
     stream = stream[:17] + stream[17:] * 600 + b"gradelib.autograd torch.autograd.grad\n"

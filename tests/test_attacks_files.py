@@ -1,7 +1,7 @@
 """Attacks through files and streams: results files forged wherever a grader might read one, forged score
 lines on stdout, a flood of output, log.txt swapped for a link or a FIFO, links, FIFOs and devices planted
 in a child's outputs, control characters in what it reports, .npy outputs padded with holes, folders nested
-past the recursion limit (gradelib/safeio.py, gradelib/sandbox/streams, scratch).
+past the recursion limit (gradelib/safeio.py, gradelib/runner/streams, scratch).
 
 What must hold: a child writes nowhere but its own scratch; the grader reads what it left only as plain
 files of bounded size, never following a link or blocking on a FIFO, and reads the child's output from its
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import rubric, sandbox
+from autograder import isolation as sandbox
+from gradelib import rubric
 
 from attack_tools import (
     POINTS,
@@ -242,7 +243,7 @@ def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothin
 
 
 def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path):
-    from gradelib.sandbox import remove_tree
+    from autograder.isolation import remove_tree
 
     top = tmp_path / "scratch"
     top.mkdir()

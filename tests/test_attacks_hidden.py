@@ -66,7 +66,7 @@ import resource, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from gradelib.grade import grade_submission
-from gradelib.sandbox import Limits
+from gradelib.runner import Limits
 result = grade_submission(Path({handin!r}), case_root=Path({fixtures!r}), only=["losses"],
                           limits=Limits(timeout_s=30, memory_mb=1024))
 print("PEAK_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)

@@ -1,7 +1,7 @@
 """Attacks on the host around the sandbox: the hidden fixtures and the grader's /proc entries, files only
 root may read, the host's processes, its network listeners, shared memory, kernel keyrings and user
 namespaces; and the isolation itself: the paths a run is granted, the mounts of the namespace level, and
---isolation strict on a machine without namespaces (gradelib/sandbox/levels, namespaces, fallback,
+--isolation strict on a machine without namespaces (autograder/isolation/levels, namespaces, fallback,
 interpreter, kernel).
 
 What must hold: a run reads no hidden answer and no file or process of the host, reaches no listener,
@@ -16,8 +16,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from gradelib import sandbox
-from gradelib.sandbox.slots import UID_BASE, block
+from autograder import isolation as sandbox
+from autograder.isolation.slots import UID_BASE, block
 
 from attack_tools import CLI, PYTHON, attack_text, batch_level, needs_landlock, needs_root, only_at, outputs
 from support import FIXTURES, REPO, SOLUTIONS
@@ -44,8 +44,8 @@ def test_search_for_answers_finds_nothing(attack_batch):
 
 def test_fixtures_are_outside_every_sandbox_path():
     """Landlock grants the child the interpreter's folders; none may hold the fixtures."""
-    from gradelib.sandbox.fallback import READ_ONLY_SYSTEM_PATHS
-    from gradelib.sandbox.interpreter import python_mounts, python_paths
+    from autograder.isolation.fallback import READ_ONLY_SYSTEM_PATHS
+    from autograder.isolation.interpreter import python_mounts, python_paths
 
     hidden = (FIXTURES / "attention" / "hidden").resolve()
     for granted in (*READ_ONLY_SYSTEM_PATHS, *python_paths(), *python_mounts()[0]):
@@ -142,7 +142,7 @@ def test_strict_isolation_refuses_to_grade_without_namespaces(tmp_path):
 
 def test_an_interpreter_under_tmp_is_mounted_over_the_private_tmp(monkeypatch, tmp_path):
     """A checkout (and its .venv) under /tmp must stay visible inside the namespace: /tmp is mounted first."""
-    from gradelib.sandbox import namespaces
+    from autograder.isolation import namespaces
 
     venv = "/tmp/some-checkout/.venv"
     monkeypatch.setattr(namespaces, "python_mounts", lambda: ([venv], f"{venv}/bin/python"))

@@ -1,7 +1,7 @@
 """Attacks on time, memory and the process table: a process that exits at import or spins for ever, memory
 taken at once, bit by bit or spread over processes, daemons and setsid chains that try to outlive their
 run, fork, thread and file counts, a worker killed at its deadline and a batch killed outright, and the
-run's cgroup (gradelib/sandbox/limits, processes, cgroups, scratch).
+run's cgroup (gradelib/runner/limits, autograder/isolation/processes, cgroups, tmpfs).
 
 What must hold: each is stopped at its cap or limit and reported for what it is, the grader finishes in
 time, and nothing of the attack (process, scratch folder, cgroup, file in /tmp) outlives the grading.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gradelib import sandbox
-from gradelib.sandbox import cgroups
+from autograder import isolation as sandbox
+from autograder.isolation import cgroups
 
 from attack_batch import BATCH_TIMEOUT_S
 from attack_tools import (
@@ -204,7 +204,7 @@ def test_setsid_chain_dies_with_the_run(attack_batch):
 @needs_root
 def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     only_at(attack_batch, "namespaces", "fallback", attack="resource_counts")
-    from gradelib.sandbox import Limits
+    from autograder.isolation import Limits
 
     text = attack_text(attack_batch, "resource_counts")
     found = re.search(r"counts forks=(\d+) threads=(\d+) files=(\d+)", text)
@@ -216,7 +216,7 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     assert files > 0  # the attack ran; the files went with its scratch folder
     if os.geteuid() == 0 and batch_level(attack_batch) == "namespaces":  # its tmpfs holds SCRATCH_FILES inodes
         # (not at the fallback: a root container with Docker's default capabilities may not mount one)
-        from gradelib.sandbox.scratch import SCRATCH_FILES
+        from autograder.isolation.tmpfs import SCRATCH_FILES
 
         assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
     assert attack_batch["left"]["scratch"] == []
@@ -271,8 +271,8 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
 
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
-    from gradelib.sandbox.processes import become_subreaper
-    from gradelib.sandbox.scratch import mounts_under
+    from autograder.isolation.processes import become_subreaper
+    from autograder.isolation.tmpfs import mounts_under
 
     # This process as a long-lived subreaper above the batch (as a supervisor would be): the killed
     # batch's worker is re-parented here and stays a zombie, never reaped. The next batch must count it gone.

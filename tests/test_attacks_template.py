@@ -1,4 +1,4 @@
-"""Attacks on the per-submission template process (gradelib/sandbox/template.py): runs of one submission
+"""Attacks on the per-submission template process (autograder/isolation/template.py): runs of one submission
 are forked from one template, so a run may kill or stop the template, leave a daemon behind for the next
 run, or leave files in /dev/shm and System V segments for it.
 
@@ -76,7 +76,7 @@ SESSION_RUNS = r"""
 import json, os, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from gradelib import sandbox
+from autograder import isolation as sandbox
 root = Path(tempfile.mkdtemp(prefix="session-"))
 os.chmod(root, 0o711)
 limits = sandbox.Limits(timeout_s=60, isolation="portable")

@@ -274,7 +274,7 @@ def small_class(tmp_path_factory) -> Path:
 
 
 def test_every_results_json_says_at_the_top_what_happened_to_a_handin_not_graded_normally(small_class):
-    from gradelib.sandbox import isolation_level
+    from autograder.isolation import isolation_level
 
     said = {name: json.loads((small_class / name / "results.json").read_text())["output"].splitlines()
             for name in ("good1", "no_parse", "no_scaling", "corrupt_notebook")}

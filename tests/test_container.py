@@ -203,14 +203,14 @@ def _in_own_pid_namespace(cmd: list[str], env: dict[str, str], pid: int = 1) -> 
 def test_a_sandbox_uid_busy_in_a_container_we_cannot_see_is_never_given_to_a_run(tmp_path):
     """Another "container" holds processes of the uid this grader would try first; the grader, in a PID namespace
     of its own, sees none of them in its /proc, yet never takes that uid, and grades the handin in full."""
-    from gradelib.sandbox import slots
+    from autograder.isolation import slots
 
     uid = slots.UID_BASE + 7
     holders = [subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"])
                for _ in range(70)]  # over a run's process limit (64): a run as this uid could not even start
     try:
         env = {"GRADELIB_SLOT_START": str(uid), "GRADELIB_SLOT_DIR": str(tmp_path / "locks"), "TMPDIR": str(tmp_path)}
-        seen_and_given = ("import os; from gradelib.sandbox import slots; uid = int(os.environ['GRADELIB_SLOT_START']); "
+        seen_and_given = ("import os; from autograder.isolation import slots; uid = int(os.environ['GRADELIB_SLOT_START']); "
                           "print(sum(os.stat(f'/proc/{p}').st_uid == uid for p in os.listdir('/proc') if p.isdigit()), "
                           "slots.Slot().uid)")
         probe = subprocess.run(_in_own_pid_namespace([sys.executable, "-c", seen_and_given], env), capture_output=True,
@@ -218,7 +218,7 @@ def test_a_sandbox_uid_busy_in_a_container_we_cannot_see_is_never_given_to_a_run
         seen, given = map(int, probe.stdout.split())
         assert seen == 0 and given != uid, probe.stdout + probe.stderr[-2000:]
         # The same grader with the probe blinded: the run meets the busy uid at its start and goes on to another.
-        blind = ("import sys; from gradelib.sandbox import slots; slots.in_use_anywhere = lambda uid: False; "
+        blind = ("import sys; from autograder.isolation import slots; slots.in_use_anywhere = lambda uid: False; "
                  "from autograder.batch import cli; sys.exit(cli.main(sys.argv[1:]))")
         handin = reference_handin(tmp_path / "reference")
         proc = subprocess.run(_in_own_pid_namespace(

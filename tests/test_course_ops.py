@@ -350,7 +350,7 @@ def _files(root: Path, folder: str, vis: str) -> dict[str, bytes]:
 def test_a_term_seed_rotates_the_hidden_cases_only_and_the_reference_still_scores_full_marks(tmp_path):
     from autograder.batch.worker import grade_hidden
     from autograder.fixturegen import attention_cases, lm_function_cases, notebook_cases
-    from gradelib.sandbox import Limits
+    from autograder.isolation import Limits
 
     terms = {}
     for label, seed, public_too in (("a", 1, False), ("b", 2, False), ("c", 2, True)):

@@ -19,7 +19,7 @@ from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
 from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
-from gradelib.sandbox import Limits
+from gradelib.runner.limits import Limits
 
 from support import FIXTURES, toy_english_only
 

@@ -19,7 +19,7 @@ from test_notebooks_bugs import BUGS
 
 from gradelib.grade import grade_submission
 from gradelib.problems.handin_runs import OTTER_CELL
-from gradelib.sandbox import Limits
+from gradelib.runner.limits import Limits
 
 from notebook_tools import NB1, NB2, NB3, PROBLEM_OF, edited, load, source
 from support import HANDOUT

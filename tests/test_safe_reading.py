@@ -328,10 +328,10 @@ def test_float128_predictions_score_zero_with_a_clear_message(tmp_path):
 
 def test_a_models_extreme_logits_score_zero_and_results_stay_strict_json(tmp_path):
     """Logits as far apart as float32 allows, a confident wrong pick at every step: a finite, huge NLL, 0 points."""
+    from autograder.isolation import Limits
     from gradelib import rubric
     from gradelib.context import GradeContext
     from gradelib.problems import lm_model, prediction
-    from gradelib.sandbox import Limits
     from gradelib.scoring import lines
 
     targets = np.load(REPO / "fixtures" / "lm" / "hidden" / "prediction_test_out.npz")["out"]

@@ -60,7 +60,7 @@ def full_public_marks(proc: subprocess.CompletedProcess) -> list[dict]:
 
 # ---------------------------------------------------------------- macOS and Windows, simulated
 
-# Each platform grades once (a full grading starts a fresh interpreter per run there): macOS the folder as
+# Each platform grades once (one warm process per grading, as on Linux): macOS the folder as
 # `python autograder.py` reads it, Windows the handin.tar `make handin`'s entry point packs; both pack it.
 @pytest.mark.parametrize("target", ["darwin", "win32"])
 def test_the_solved_handout_is_packed_and_gets_full_public_marks_at_the_portable_level(tmp_path, target):
@@ -71,7 +71,7 @@ def test_the_solved_handout_is_packed_and_gets_full_public_marks_at_the_portable
     proc = simulated(target, folder, "autograder.py", *(("--handin", "handin.tar") if target == "win32" else ()))
     rows = full_public_marks(proc)
     assert {r["problem"] for r in rows} == {"attention", "losses", "masks", "prediction", "generation"}
-    assert "Sandbox: portable" in proc.stdout, proc.stdout[-2000:]
+    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[-2000:]
 
 
 # The kernel's side of the notebooks' checks, on its own (no test helper of the course's): run the solved
@@ -166,7 +166,7 @@ def test_notebook_1_its_checks_and_make_handin_run_under_python(tmp_path, versio
 
 # ---------------------------------------------------------------- read as source
 
-STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "gradelib.sandbox.boot")
+STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "gradelib.runner.start")
 LINUX_MODULES = {"fcntl", "pwd", "grp", "resource", "termios"}
 LINUX_ATTRS = {
     "os": {"O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "setsid", "killpg", "getuid",
@@ -174,11 +174,9 @@ LINUX_ATTRS = {
     "signal": {"SIGALRM", "SIGPROF", "SIGKILL", "SIGXCPU", "SIGHUP", "setitimer", "ITIMER_REAL", "ITIMER_PROF", "alarm"},
     "socket": {"SO_PASSCRED", "SCM_CREDENTIALS", "SCM_RIGHTS", "send_fds", "recv_fds", "AF_UNIX"},
 }
-# Rooms that run only on Linux: the portable level, the only one off Linux, never enters them (the simulated
-# runs above hold that). Every other module of the student side may use a Linux-only name only behind a
-# check (an `if` on the platform or on the name being there, or a try that catches its absence).
-LINUX_ROOMS = {"gradelib.sandbox." + m for m in ("kernel", "namespaces", "fallback", "launch", "cgroups", "slots",
-                                                  "processes", "leftovers", "template", "levels", "runner", "scratch")}
+# The student kit has no Linux-only rooms (the course grader's isolation lives in autograder/isolation/): each
+# of its modules may use a Linux-only name only behind a check (an `if` on the platform or on the name being
+# there, or a try that catches its absence).
 GUARDS = re.compile(r"is_linux|sys\.platform|os\.name|hasattr|getattr|NOFOLLOW_OPEN|supports_dir_fd|timers|platform")
 
 
@@ -269,13 +267,11 @@ def guarded_lines(tree: ast.Module, source: list[str]) -> set[int]:
 
 def test_the_student_side_imports_nothing_linux_only_and_uses_it_only_behind_a_check():
     modules = closure()
-    assert {"gradelib.local", "gradelib.sandbox.portable", "gradelib.safeio"} <= set(modules)
+    assert {"gradelib.local", "gradelib.runner.portable", "gradelib.runner.warm", "gradelib.safeio"} <= set(modules)
     at_import = {name: uses for name, tree in modules.items() if (uses := linux_only_uses(tree, top_level_only=True))}
     assert at_import == {}, at_import
     unguarded = {}
     for name, tree in modules.items():
-        if name in LINUX_ROOMS:
-            continue
         source = module_file(name).read_text().splitlines()
         guarded = guarded_lines(tree, source)
         uses = [(line, what) for line, what in linux_only_uses(tree, top_level_only=False) if line not in guarded]
@@ -295,32 +291,29 @@ def test_the_source_check_finds_what_it_looks_for(tmp_path):
 
 def test_no_child_runs_python_without_the_users_packages(tmp_path, monkeypatch):
     """A package the student's interpreter finds only through its user site (pip install --user) or PYTHONPATH
-    is found by the graded run too (python -I leaves both off sys.path; boot.py puts them back)."""
-    from gradelib import sandbox
-    from gradelib.sandbox import interpreter
+    is found by the graded run too (python -I leaves both off sys.path; start.py puts them back)."""
+    from gradelib import runner
+    from gradelib.runner import paths
 
     extra = tmp_path / "user-site"
     (extra / "only_here").mkdir(parents=True)
     (extra / "only_here" / "__init__.py").write_text("WHERE = 'user site'\n")
     monkeypatch.syspath_prepend(str(extra))
-    assert str(extra) in interpreter.extra_paths()
+    assert str(extra) in paths.extra_paths()
     work = tmp_path / "run"
     work.mkdir()
     (work / "harness.py").write_text("import only_here\nprint('found in', only_here.WHERE)\n")
     os.chmod(tmp_path, 0o755)
     os.chmod(extra, 0o755)
-    done = sandbox.run(["harness.py"], work, sandbox.Limits(timeout_s=60, isolation="portable"))
+    done = runner.run(["harness.py"], work, runner.Limits(timeout_s=60, isolation="portable"))
     assert done.returncode == 0 and "found in user site" in done.log_tail, done
 
 
 # ---------------------------------------------------------------- Linux, not root
 
 def test_the_local_grader_gives_full_public_marks_to_a_linux_user_who_is_not_root():
-    """A student's Linux laptop: no root, so no namespaces and no sandbox uid; the fallback runs each run as the
-    student's own uid under Landlock (the portable level where the kernel lacks it), and grades the same."""
+    """A student's Linux laptop, no root: the kit's runner (a plain child with limits) grades the same."""
     from container import available, linux_user
-
-    from gradelib.sandbox.kernel import landlock_abi
 
     if available():
         pytest.skip(f"a user who is not root cannot be reproduced here: {available()}")
@@ -336,4 +329,4 @@ def test_the_local_grader_gives_full_public_marks_to_a_linux_user_who_is_not_roo
         shutil.rmtree(home, ignore_errors=True)
     rows = full_public_marks(proc)
     assert {r["problem"] for r in rows} == {"attention", "losses", "masks", "prediction", "generation"}
-    assert f"Sandbox: {'fallback' if landlock_abi() else 'portable'}" in proc.stdout, proc.stdout[-2000:]
+    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[-2000:]

@@ -19,12 +19,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from autograder import isolation as sandbox
+from autograder.isolation import levels
 from gradelib import rubric as rubric_mod
-from gradelib import safeio, sandbox
+from gradelib import safeio
 from gradelib.problems import GRADERS
+from gradelib.runner.limits import ISOLATION_CHOICES
 from gradelib.safeio import SafeReadError, clean_text
-from gradelib.sandbox import levels
-from gradelib.sandbox.limits import ISOLATION_CHOICES
 
 from . import gradebook, regrade
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files

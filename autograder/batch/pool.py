@@ -23,12 +23,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import isolation as sandbox
+from autograder.isolation import cgroups, kernel, processes, slots
+from autograder.isolation.kernel import PR_SET_PDEATHSIG
 from gradelib import rubric as rubric_mod
-from gradelib import sandbox
 from gradelib.problems import GRADERS
 from gradelib.results import SubmissionResult, remove_partial_writes
-from gradelib.sandbox import cgroups, kernel, processes, slots
-from gradelib.sandbox.kernel import PR_SET_PDEATHSIG
 from gradelib.scoring import all_zero
 
 from . import regrade

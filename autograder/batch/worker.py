@@ -24,12 +24,12 @@ import signal
 import sys
 from pathlib import Path
 
+from autograder import isolation as sandbox
+from autograder.isolation import kernel
 from gradelib import rubric as rubric_mod
-from gradelib import sandbox
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
-from gradelib.sandbox import kernel
-from gradelib.sandbox.limits import ISOLATION_CHOICES
+from gradelib.runner.limits import ISOLATION_CHOICES
 
 from ..oracle.oracles import load_oracle
 from .regrade import current_records, write_merged
@@ -40,7 +40,8 @@ CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     """Grade as the course grader does: public and hidden cases, generations scored by the oracle."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
-    return grade_submission(path, case_root=case_root, oracle_loader=load_oracle, **kwargs)
+    with sandbox.installed():  # the problems' runs go through the isolation levels
+        return grade_submission(path, case_root=case_root, oracle_loader=load_oracle, **kwargs)
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

@@ -11,9 +11,12 @@ take turns, so a change in load affects them alike:
   and hidden cases, every problem, pinned to one core -- and without the
   language-model problems, whose run of the handed-in model is most of it --
   and a batch of attention handins with --jobs 2 (time per handin);
-- each grading figure twice: with one template process per submission that
-  imports numpy and torch once and is forked per run (the default), and with
-  a fresh interpreter per run (GRADELIB_TEMPLATE=off), side by side;
+- local, every problem, again on a simulated macOS and Windows
+  (tests/platform_sim.py), beside Linux's figure: the kit runs the same way on each;
+- each grading figure twice: with one process per submission that imports
+  numpy and torch once (the course grader's template, forked per run; the
+  kit's warm process, which runs each harness in turn) and with a fresh
+  interpreter per run (GRADELIB_TEMPLATE=off), side by side;
 - otter: `otter run` on a one-question notebook, made here with `otter assign`
   from a tiny master notebook, answered correctly; it runs offline.
 
@@ -51,6 +54,8 @@ REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
 REFERENCE = REPO / "solutions" / "attention.py"
 CLI = REPO / "autograder" / "autograder.py"
+SIM = REPO / "tests" / "platform_sim.py"  # makes absent what macOS's or Windows' Python lacks
+SIM_ENV = {"PLATFORM_SIM_PRELOAD": "numpy,psutil"}
 PY = sys.executable
 # Files in a handout folder that a student's work adds; not part of the handout itself.
 STUDENT_WORK = ("__pycache__", ".ipynb_checkpoints", "experiments", "handin.tar")
@@ -199,9 +204,13 @@ def _figures(tmp: Path, batch: int) -> tuple[list[Figure], Figure, Figure]:
                           local, attention_full_marks(), "target < 3 s")),
         *both_ways(Figure("local: python autograder.py, every problem (complete reference handin)",
                           [PY, "autograder.py"], local, attention_full_marks(), "target < 3 s, <= 0.3 x otter")),
-        # The level of a student's Mac or Windows laptop; there it starts a fresh interpreter per run (no fork).
-        *both_ways(Figure("local: every problem, portable level (GRADELIB_SANDBOX=portable)", [PY, "autograder.py"],
-                          local, attention_full_marks(), "<= 0.3 x otter", env={"GRADELIB_SANDBOX": "portable"})),
+        # A student's Mac or Windows laptop (no fork), simulated on this machine: the same kit, the same handin.
+        # The simulation first imports only what the local grader itself imports (the tests' simulation
+        # imports every package a student tool uses, seconds that a real Mac does not spend).
+        *both_ways(Figure("local: every problem, simulated macOS", [PY, str(SIM), "darwin", str(local), "--",
+                          "autograder.py"], local, attention_full_marks(), "<= 1.5 x Linux", env=SIM_ENV)),
+        *both_ways(Figure("local: every problem, simulated Windows", [PY, str(SIM), "win32", str(local), "--",
+                          "autograder.py"], local, attention_full_marks(), "<= 1.5 x Linux", env=SIM_ENV)),
     ]
     one = [PY, str(CLI), str(handin), "--out", str(tmp / "grades"), "--force"]
     many = []
@@ -259,6 +268,10 @@ def main(argv: list[str] | None = None) -> None:
         mine, fresh = statistics.median(f.times), statistics.median(off.times)
         print(f"  {f.label:<{width}}  {mine / statistics.median(otter.times):6.2f} x otter   "
               f"{mine / fresh:5.2f} x fresh interpreters ({fresh:.2f} s)")
+    linux = statistics.median(figures[2].times)
+    print("local, every problem, the same handin: Linux " + f"{linux:.2f} s; " + "; ".join(
+        f"{f.label.split(', ')[-1]} {statistics.median(f.times):.2f} s ({statistics.median(f.times) / linux:.2f} x Linux)"
+        for f in (figures[4], figures[6])) + " (target <= 1.5 x)")
     print()
     print_class_figures(min(args.runs, 3))
     print()
@@ -282,7 +295,7 @@ def print_box_figures(runs: int) -> None:
     limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
     made below the grader's). Prints the wall time and the peak memory of each run.
     """
-    from gradelib.sandbox.cgroups import CPU_PERIOD_US, kill, own, remove
+    from autograder.isolation.cgroups import CPU_PERIOD_US, kill, own, remove
 
     cpu, memory = own("cpu"), own("memory")
     if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
@@ -332,7 +345,8 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
     hidden grader makes it (every step the child timed), pinned to one core. With `complete_s`, the
     complete handin's one-core time of the same bench run, also the grader's own share of it: that
     time less the model's forward passes."""
-    from gradelib import rubric, sandbox
+    from autograder import isolation as sandbox
+    from gradelib import rubric
     from gradelib.context import GradeContext
     from gradelib.grade import runs_matplotlib
     from gradelib.problems import lm_model
@@ -349,7 +363,8 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                 handin = reference_handin(work / "files")
                 ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
                 plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
-                with sandbox.session(work, ctx.limits, sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
+                with sandbox.installed(), sandbox.session(work, ctx.limits,
+                                                         sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
                     run = lm_model.model_run(ctx, settings)
             if run.problem:
                 raise BenchError(f"the reference model did not run: {run.problem}")

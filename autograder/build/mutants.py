@@ -223,7 +223,7 @@ def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
 
 def grade(mutant: Mutant, fixtures: Path, timeout_s: float = 30.0) -> None:
     from autograder.batch.worker import grade_hidden
-    from gradelib.sandbox import Limits
+    from gradelib.runner import Limits
 
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         sub = Path(tmp) / "handin"

@@ -20,7 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import safeio, sandbox
+from .. import runner as sandbox
+from .. import safeio
 from ..compare import Observed
 from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES

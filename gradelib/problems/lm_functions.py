@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models

@@ -24,8 +24,9 @@ from .intake import HandinError, open_handin
 from .problems import GRADERS
 from .results import SubmissionResult
 from .rubric import Problem, RubricError, load
+from .runner import RAN_AS
+from .runner.limits import Limits
 from .safeio import clean_text
-from .sandbox import Limits
 
 # What students call the parts of the handout -> problem ids.
 ALIASES = {
@@ -154,6 +155,8 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             name=str(args.handin) if args.handin else "this folder",
             run_expected=bool(args.handin or runid),
         )
+    result.isolation = ""  # a level's name means nothing to a student: said in words instead
+    print(f"{RAN_AS[0].upper()}{RAN_AS[1:]}.")
     print(result.table())
     print(stakes(result, problems))
     return 0

@@ -72,7 +72,7 @@ class SubmissionResult:
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
-    isolation: str = ""  # sandbox level the submission's code ran under (gradelib.sandbox.LEVELS)
+    isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
     # Per problem id: the notes and flag keys its grading added, and the seconds it took (notes and
     # flags hold them too); a regrade of some problems keeps the others' with these.
     problem_notes: dict[str, list[str]] = field(default_factory=dict)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import safeio, sandbox
+from .. import runner as sandbox
+from .. import safeio
 from ..compare import Observed, check
 from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models
@@ -56,7 +57,7 @@ from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
-from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
+from .handin_runs import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -194,14 +195,14 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
 
-    outcomes, unread = run_notebook_sets(
-        ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
-        lambda case, scratch, run, report: _outcome(problem, case, scratch, run, report),
-        child="lm_child.py", harness=HARNESS,
+    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None) -> list[CaseOutcome]:
+        return [_outcome(problem, case, scratch, run, report) for case in cases]
+
+    outcomes, run, report = run_notebook(
+        ctx, problem.id, src, NOTEBOOK, [(c.name, c.path) for c in cases], calls, problem.settings,
+        collect, child="lm_child.py", harness=HARNESS,
     )
-    if unread:
-        return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
-                                      "submit the .ipynb file saved by Jupyter.")
+    note_cells(ctx, problem, NOTEBOOK, run, report)
     return group_results(problem, outcomes, vis)
 
 

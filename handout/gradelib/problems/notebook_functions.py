@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import sandbox
+from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult

@@ -17,8 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gradelib.runner.limits import Limits
+
 from .kernel import is_linux, landlock_abi
-from .limits import Limits
 from .memory import sampler
 from .namespaces import BOOT_INSIDE, bwrap_argv
 from .slots import Slot, block

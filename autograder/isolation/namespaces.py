@@ -16,9 +16,10 @@ import os
 import shutil
 from pathlib import Path
 
+from gradelib.runner.limits import Limits, child_env, rlimit_values
+
 from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths, python_mounts
 from .kernel import landlock_abi, rlimits
-from .limits import Limits, child_env, rlimit_values
 from .slots import Slot
 
 SHM_MB = 64  # private /dev/shm of a namespaced child

@@ -14,9 +14,10 @@ import signal
 import sys
 from pathlib import Path
 
+from gradelib.runner.limits import Limits, child_env, rlimit_values
+
 from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths, python_paths, readable_by
 from .kernel import PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, apply_landlock, landlock_abi, prctl, rlimits
-from .limits import Limits, child_env, rlimit_values
 from .slots import Slot
 
 READ_ONLY_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/sys", "/opt/conda")

@@ -28,17 +28,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gradelib.runner import PRELOAD, PRELOAD_NOTEBOOKS  # noqa: F401 (the package's names)
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, child_env
+from gradelib.runner.streams import Tail, drain, new_sinks, over_cap, pump, stream_fields, watch
+
 from . import cgroups, fallback, launch, leftovers
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
-from .limits import LOG_CAP, ChildRun, Limits, child_env
 from .memory import MemoryWatch
 from .namespaces import SCRATCH_INSIDE
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
-from .streams import Tail, drain, new_sinks, over_cap, pump, stream_fields, watch
 
-PRELOAD = ("numpy", "torch")  # imported once by the template, never by a run
-PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
 TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
 TEMPLATE_ENV = "GRADELIB_TEMPLATE"  # "off": no template, a fresh interpreter per run

@@ -9,13 +9,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import cgroups, launch, leftovers, portable, slots, template
+from gradelib.runner import KIT
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
+from gradelib.runner.streams import drain, new_sinks, over_cap, pump, stream_fields, watch
+
+from . import cgroups, launch, leftovers, slots, template
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
-from .limits import LOG_CAP, ChildRun, Limits
 from .memory import MemoryWatch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
-from .streams import drain, new_sinks, over_cap, pump, stream_fields, watch
 
 SETPRIV_EXEC_FAILED = 126  # setpriv's exit status when it cannot exec its command
 START_TRIES = 4  # uids tried for one run whose start another grader's processes refuse
@@ -45,7 +47,7 @@ def run(
     if why:
         return ChildRun(None, False, 0.0, why, [], 0, level)
     if level == "portable" and not is_linux():
-        return portable.run(argv, workdir, limits, env_extra)
+        return KIT.run(argv, workdir, limits, env_extra)  # the kit's runner (warm within a session)
     become_subreaper()
     current = template.current()
     if current is not None and current.compatible(workdir, limits):

@@ -7,7 +7,9 @@ import signal
 import time
 from pathlib import Path
 
-from .limits import Limits
+from gradelib.runner.limits import Limits
+
+from .kernel import process_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000

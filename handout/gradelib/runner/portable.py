@@ -1,6 +1,6 @@
-"""The portable level off Linux (macOS, Windows): a plain child of the same interpreter, for students' own
-machines, where the Linux sandbox cannot be made. It isolates nothing; it keeps the grading the same:
-the same boot file and harnesses, a wall-clock limit, a CPU-time limit where the system has one, an output
+"""The kit's runner (the "portable" level, on Linux, macOS and Windows alike): a plain child of the same
+interpreter, for students' own machines. It isolates nothing; it keeps the grading the same:
+the same harnesses, a wall-clock limit, a CPU-time limit where the system has one, an output
 cap, a memory limit on what the run's processes hold (psutil), a scratch folder, and the whole process tree
 ended afterwards. Everything here exists on every system Python runs on: pipes are read by threads,
 processes found and ended through psutil (or the process group, without it)."""
@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths
 from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds
-from .memory import MemoryWatch
+from .paths import BOOT_ENV, START, extra_paths
+from .resident import MemoryWatch
 from .streams import new_sinks, over_cap, stream_fields
 
 BOOT_FOLDER = "_boot"
@@ -34,9 +34,8 @@ def child_prefix(boot: Path) -> list[str]:
 def _copy_boot(workdir: Path) -> Path:
     folder = workdir / BOOT_FOLDER
     folder.mkdir(exist_ok=True)
-    for name in BOOT_FILES:
-        shutil.copyfile(BOOT_DIR / name, folder / name)
-    return folder / "boot.py"
+    shutil.copyfile(START, folder / START.name)
+    return folder / START.name
 
 
 def _reader(fd: int, sink, done: threading.Event) -> threading.Thread:
@@ -129,7 +128,7 @@ def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str
     rep_r, rep_w = os.pipe()
     options, channel = _popen_options(rep_w)
     env = child_env(str(workdir), str(workdir / "tmp"), env_extra)
-    env[BOOT_ENV] = json.dumps({"landlock": None, "seccomp": False, "template": None, "paths": extra_paths(),
+    env[BOOT_ENV] = json.dumps({"paths": extra_paths(),
                                 "cpu_s": cpu_seconds(limits), **channel})
     start = time.monotonic()
     try:

@@ -8,7 +8,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-BOOT_ENV = "GRADER_BOOT"  # boot.py reads its configuration from here (and removes it)
+from gradelib.runner.paths import BOOT_ENV, extra_paths  # noqa: F401 (the kit's: the same for every level)
+
 BOOT_DIR = Path(__file__).resolve().parent
 BOOT_FILES = ("boot.py", "kernel.py", "forkserver.py")  # the child's entry point and what it loads from beside it
 
@@ -59,38 +60,3 @@ def readable_by(uid: int, gid: int, path: str) -> bool:
         if not bits & need:
             return False
     return True
-
-
-def extra_paths() -> list[str]:
-    """Folders on this interpreter's sys.path that `python -I` leaves off its own (the user site of a
-    `pip install --user`, PYTHONPATH, a conda or venv .pth addition): the child adds them back, so it sees
-    the packages the grader sees. The grader's own folder (the handout, the course repository) is not one."""
-    isolated = set(_isolated_path())
-    own = Path(__file__).resolve().parents[2]  # the folder gradelib/ lies in
-    out = []
-    for entry in sys.path:
-        if not entry or entry in isolated or not os.path.isdir(entry):
-            continue
-        resolved = Path(entry).resolve()
-        if resolved == own or own in resolved.parents or resolved == Path.cwd().resolve():
-            continue
-        out.append(entry)
-    return out
-
-
-_isolated_cache: list[str] | None = None
-
-
-def _isolated_path() -> list[str]:
-    """sys.path of `python -I` with this interpreter (asked once)."""
-    global _isolated_cache
-    if _isolated_cache is None:
-        import subprocess
-
-        try:
-            out = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys, site; site.main(); print(repr(sys.path))"],
-                                 capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL).stdout
-            _isolated_cache = [str(p) for p in __import__("ast").literal_eval(out.strip() or "[]")]
-        except (OSError, ValueError, SyntaxError, subprocess.SubprocessError):
-            _isolated_cache = []
-    return _isolated_cache

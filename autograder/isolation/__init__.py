@@ -1,4 +1,4 @@
-"""Run a submission's code in a separate, confined process.
+"""The course grader's isolation: run a submission's code in a separate, confined process (never shipped).
 
 The grader never imports student code. It writes inputs into a scratch folder,
 starts `python -I boot.py harness.py` there, and reads back plain arrays once
@@ -7,7 +7,8 @@ machine allows runs (levels.py; `Limits.isolation` says which a caller
 accepts): "namespaces" (bubblewrap as root), "fallback" (a root container
 without namespaces, or a Linux user with Landlock: Landlock, seccomp, a
 sandbox uid) or "portable" (students' own machines: a plain child with limits,
-no isolation; the course grader uses it only when asked).
+no isolation; the course grader uses it only when asked, and off Linux it is the student kit's runner,
+gradelib/runner/). `installed()` puts these levels behind the kit's run interface (install.py).
 
 At every level the child's stdout/stderr and its audit events come back over
 pipes the grader opened before it started (never a path the child can
@@ -24,14 +25,17 @@ and aborting), leftovers (what a run left in the host's shared folders), interpr
 starts from), scratch (the submission's capped folder).
 """
 
+from gradelib.runner.limits import ChildRun, Limits
+from gradelib.runner.scratch import remove_tree
+
+from .install import ISOLATING, installed
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
-from .limits import ChildRun, Limits
 from .processes import abort_active
 from .runner import run
-from .scratch import cap_folder, remove_tree, uncap_folder
 from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
+from .tmpfs import cap_folder, uncap_folder
 
 __all__ = [
-    "LEVELS", "PRELOAD", "PRELOAD_NOTEBOOKS", "ChildRun", "Limits", "abort_active", "cap_folder", "isolation_level",
-    "isolation_reason", "isolation_report", "remove_tree", "run", "session", "uncap_folder",
+    "ISOLATING", "LEVELS", "PRELOAD", "PRELOAD_NOTEBOOKS", "ChildRun", "Limits", "abort_active", "cap_folder", "isolation_level",
+    "installed", "isolation_reason", "isolation_report", "remove_tree", "run", "session", "uncap_folder",
 ]

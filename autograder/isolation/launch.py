@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from gradelib.runner.limits import Limits, child_env, rlimit_values
+
 from . import cgroups, fallback, namespaces
 from .interpreter import BOOT_ENV, extra_paths
 from .kernel import PR_SET_PDEATHSIG, prctl, rlimits
-from .limits import Limits, child_env, rlimit_values
 from .slots import Slot
 
 

@@ -1,0 +1,83 @@
+"""The student kit's one way to run code, and the narrow interface every problem runs it through.
+
+A problem's grader never imports submitted code: it writes inputs into a scratch folder and calls
+`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it
+ended (a ChildRun). The kit's runner (portable.py, warm.py) is a plain child process of the same
+interpreter with time, CPU, output and memory limits, the same on Linux, macOS and Windows; it
+isolates nothing (a student grades their own code on their own machine). The course grader installs
+its isolating runner here (`install`), so every problem runs unchanged through either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Protocol
+
+from . import portable, warm
+from .limits import ChildRun, Limits
+from .scratch import remove_tree
+
+PRELOAD = ("numpy", "torch")  # imported once per grading by a warm process, never by each run
+PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
+RAN_AS = "your code ran in a separate process with time, CPU, output and memory limits"
+
+
+class Runner(Protocol):
+    """What a problem's code runs through: the kit's runner, or the course grader's isolating one."""
+
+    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun: ...
+
+    def session(self, root: Path, limits: Limits, preload: tuple[str, ...]) -> contextlib.AbstractContextManager: ...
+
+    def level(self) -> str: ...
+
+    def hold(self, folder: Path) -> None: ...  # a submission's scratch folder before anything is written to it
+
+    def release(self, folder: Path) -> None: ...  # and after its last run
+
+
+class KitRunner:
+    """The kit's own: a plain child process with limits; within a session, one warm process per grading."""
+
+    def run(self, argv, workdir, limits, env_extra=None):
+        return warm.run(argv, workdir, limits, env_extra) or portable.run(argv, workdir, limits, env_extra)
+
+    def session(self, root, limits, preload):
+        return warm.session(root, limits, preload)
+
+    def level(self) -> str:
+        return "portable"
+
+    def hold(self, folder) -> None:
+        pass
+
+    def release(self, folder) -> None:
+        remove_tree(folder)
+
+
+KIT = KitRunner()
+_installed: list[Runner] = []
+
+
+def install(runner: Runner | None) -> None:
+    """Run every later grading through `runner` (None: the kit's own again)."""
+    _installed[:] = [runner] if runner is not None else []
+
+
+def current() -> Runner:
+    return _installed[0] if _installed else KIT
+
+
+def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None = None) -> ChildRun:
+    """Run `python -I <start> argv...` in `workdir` under `limits` through the runner in force."""
+    return current().run(argv, Path(workdir), limits, env_extra)
+
+
+def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
+    """Runs under `root` share the modules `preload` names, imported once (a speed matter only)."""
+    return current().session(Path(root), limits, preload)
+
+
+__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",
+           "install", "remove_tree", "run", "session"]

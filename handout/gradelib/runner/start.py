@@ -1,0 +1,169 @@
+"""First code of every child the student kit starts: forward the harness's events, limit CPU, run it.
+
+    python -I -B start.py HARNESS.py [ARGS...]   one run (its configuration in $GRADER_BOOT)
+    python -I -B start.py                         a warm process (warm.py): imports numpy and torch once,
+                                                  then runs the harnesses it is sent, one after another
+
+Standard library only, copied beside the run (not imported from the kit: `-I` leaves the kit off
+sys.path). An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being
+called) to the grader as they happen, so clearing Python state afterwards cannot take them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+
+BOOT_ENV = "GRADER_BOOT"
+EVENT_PREFIX = "gradelib."
+MAX_EVENT = 200
+
+
+def install_reporter(fd: int) -> None:
+    os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
+    write = os.write  # bound now: rebinding os.write later changes nothing here
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith(EVENT_PREFIX):
+            line = " ".join([event, *(str(a) for a in args)])[:MAX_EVENT].replace("\n", " ")
+            try:  # one write that starts with an end of line, so a stray partial line cannot swallow it
+                write(fd, ("\n" + line + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+
+    sys.addaudithook(hook)
+
+
+def exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_harness(argv: list[str]) -> None:
+    sys.audit("gradelib.boot", "ok")
+    if len(argv) < 1:
+        sys.exit("start.py: no harness given")
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def add_paths(paths: list[str]) -> None:
+    """Put back the folders the grader's interpreter has on sys.path and `-I` leaves off (a user site, a
+    PYTHONPATH entry), so the run imports what the grader's interpreter imports."""
+    for path in paths:
+        if path not in sys.path and os.access(path, os.R_OK | os.X_OK):
+            sys.path.append(path)
+
+
+def report_fd(config: dict):
+    """The descriptor of the grader's event pipe: passed as a descriptor, or on Windows as a handle."""
+    if config.get("report_handle") is not None:
+        import msvcrt
+
+        return msvcrt.open_osfhandle(int(config["report_handle"]), os.O_WRONLY)
+    return config.get("report_fd")
+
+
+def limit_cpu(seconds: float) -> None:
+    """CPU time from now on: `seconds` more than used so far (no limit where the system has none: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return
+    used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(used + seconds) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+
+
+def serve(config: dict) -> None:
+    """The warm process: import `preload` once, then take one run at a time from stdin (a JSON line: argv,
+    cwd, env, cpu_s, out, events) and answer each with its exit code on the original stdout. Each run gets
+    its own output and event files, environment and CPU time, and the modules it imported from its folder
+    (the harness's, the submission's) or made without a file are forgotten after it."""
+    import traceback
+
+    requests, answers = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
+    quiet_r, quiet_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet_r, 0)
+    for name in config.get("preload") or []:
+        try:
+            __import__(name)
+        except Exception:
+            pass  # the run imports it itself, and reports what fails
+    events = os.dup(quiet_w)
+    install_reporter(events)
+    home, kept_path = os.getcwd(), list(sys.path)
+    for line in requests:
+        task = json.loads(line)
+        before = set(sys.modules)
+        out, ev = os.open(task["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), os.open(task["events"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for fd, onto in ((out, 1), (out, 2), (ev, events)):
+            os.dup2(fd, onto)
+        os.close(out), os.close(ev)
+        os.chdir(task["cwd"])
+        os.environ.clear()
+        os.environ.update(task["env"])
+        limit_cpu(task["cpu_s"])
+        code = 0
+        try:
+            run_harness(task["argv"])
+        except SystemExit as exc:
+            code = exit_code(exc.code)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            for fd in (1, 2, events):
+                os.dup2(quiet_w, fd)
+            os.chdir(home)
+            sys.path[:] = kept_path
+            here = os.path.join(os.path.realpath(task["cwd"]), "")
+            for name in set(sys.modules) - before:  # the run's own modules: the harness's, the submission's
+                path = getattr(sys.modules.get(name), "__file__", None) or ""
+                if not path or os.path.realpath(path).startswith(here):
+                    sys.modules.pop(name, None)
+            _reset_torch()
+        answers.write(json.dumps({"code": code}) + "\n")
+        answers.flush()
+
+
+def _reset_torch() -> None:
+    """torch's global switches a run may have turned, back to where a fresh interpreter starts."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.set_default_dtype(torch.float32)
+            torch.set_grad_enabled(True)
+        except Exception:
+            pass
+
+
+def main() -> None:
+    config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
+    add_paths(config.get("paths") or [])
+    if config.get("warm"):
+        serve(config)
+        return
+    if config.get("cpu_s"):
+        limit_cpu(config["cpu_s"])
+    fd = report_fd(config)
+    if fd is not None:
+        install_reporter(int(fd))
+    run_harness(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
