@@ -9,8 +9,6 @@ from pathlib import Path
 
 from gradelib.runner.limits import Limits
 
-from .kernel import process_alive
-
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000
 _run_counter = iter(range(1, 1 << 62))

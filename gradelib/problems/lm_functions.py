@@ -49,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models

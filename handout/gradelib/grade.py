@@ -23,11 +23,11 @@ from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
 from .lm.metrics import Oracle
-from .problems import GRADERS, RUNS
+from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .runner.limits import Limits
-from .safeio import clean_text
+from .safeio import clean_text, notebook_budget, quote
 from .scoring import all_zero
 
 OracleLoader = Callable[[Path, float], Oracle]
@@ -36,9 +36,12 @@ OracleLoader = Callable[[Path, float], Oracle]
 def runs_matplotlib(notebooks) -> bool:
     """Whether a cell the grader runs in one of these notebooks names matplotlib: then the template
     imports it once for every run (0.3 s), else no run pays for it. Only a matter of speed: a cell
-    imports what it needs either way, so a notebook that cannot be read here counts as yes."""
+    imports what it needs either way, so a notebook that cannot be read here (or not within the budget of
+    safeio.notebook_budget) counts as yes."""
     for path in notebooks:
         try:
+            if notebook_budget(path):
+                return True
             for cell in json.loads(path.read_bytes()).get("cells", []):
                 if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                     continue
@@ -127,7 +130,8 @@ def grade_submission(
         result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         preload = runner.PRELOAD + (runner.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
-        runs = sum(n for name, n in (RUNS[p.id] for p in selected if p.id in RUNS) if (files / name).is_file())
+        runs = sum(n * (len(visibilities) if p.id in PER_CASE_SET else 1)
+                   for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
         # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
@@ -150,7 +154,7 @@ def _grade_problems(selected, files, case_root, visibilities, limits, workdir, o
         except Exception as exc:  # a grader bug must not cost the student a results file
             # The traceback is for the staff (the worker's log), not for the student's feedback.
             print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
-            why = clean_text(f"{type(exc).__name__}: {exc}")[:300]
+            why = quote(f"{type(exc).__name__}: {exc}", 300)
             tests = all_zero(p, visibilities, f"not graded: internal grader error ({why}); this is no grade: the "
                                               "course staff will regrade it.")
             ctx.flags = {}

@@ -63,6 +63,9 @@ class TestResult:
         }
 
 
+NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
 @dataclass
 class SubmissionResult:
     submission: str
@@ -78,6 +81,16 @@ class SubmissionResult:
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)
+
+    def mark_not_graded(self, problem_id: str, why: str) -> None:
+        """The grader itself failed on this problem: a flag for the staff; its zeros are no grade (regrade it)."""
+        key = NOT_GRADED + problem_id
+        self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
+        self.problem_flags.setdefault(problem_id, []).append(key)
+
+    def not_graded(self) -> list[str]:
+        """The problems the grader failed on (mark_not_graded)."""
+        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
     def problem_scores(self) -> dict[str, float]:
         scores = {pid: 0.0 for pid in self.problems}
@@ -123,7 +136,8 @@ class SubmissionResult:
 
     def table(self, show_hidden_output: bool = True) -> str:
         """A readable score table: per problem its score, how many lines pass and one row per test; then the
-        messages of failed ones, root causes before the lines that fail because of them, wrapped at WIDTH."""
+        messages of failed ones, root causes before the lines that fail because of them, wrapped at WIDTH; a hidden
+        test's only with `show_hidden_output` or where the rubric shows hidden tests at once (hidden_tests = "visible")."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
@@ -138,15 +152,18 @@ class SubmissionResult:
                 mark = "PASS" if t.passed else "FAIL"
                 lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
         lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
-        failed = [t for t in self.tests if not t.passed and t.output
-                  and (t.visibility != "hidden" or show_hidden_output)]
+        failed = [t for t in self.tests if not t.passed and t.output]
+        shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
         # A line that measures the handed-in outputs (a figure: notebook 3's NLL) after the code lines whose bug
         # it may follow from (the attention line before predictions.npy's).
-        failed.sort(key=lambda t: (self.problems.index(t.problem) if t.problem in self.problems else 0,
-                                   knock_on(t.output), bool(t.figures)))
-        if failed:
+        shown.sort(key=lambda t: (self.problems.index(t.problem) if t.problem in self.problems else 0,
+                                  knock_on(t.output), bool(t.figures)))
+        if shown:
             lines += ["", "Why points were lost:"]
-            lines += [ln for line in why_lost([(t.name, t.output, t.max_score) for t in failed]) for ln in wrap(line)]
+            lines += [ln for line in why_lost([(t.name, t.output, t.max_score) for t in shown]) for ln in wrap(line)]
+        if len(shown) < len(failed):
+            lines += ["", f"The messages of the {len(failed) - len(shown)} failed hidden tests are not shown here "
+                          "(they name hidden cases); the course staff publish them with the grades."]
         return clean_text("\n".join(lines))
 
 
@@ -347,7 +364,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_submission(result: SubmissionResult, folder: Path) -> None:
     """results.json (Gradescope's format) and feedback.txt (the score table) for one submission.
 
-    feedback.txt is written first: a folder with results.json counts as graded.
+    feedback.txt is written first: a folder with results.json counts as graded. It is what Autolab shows the
+    student at once, so it holds a hidden test's message only where the rubric shows hidden tests at once.
     """
-    write_text_atomic(folder / "feedback.txt", result.table() + "\n")
+    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
     write_json_atomic(folder / "results.json", result.to_gradescope())

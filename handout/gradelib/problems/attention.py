@@ -22,7 +22,7 @@ from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema
-from ..safeio import SafeReadError, clean_text
+from ..safeio import SafeReadError, clean_text, quote
 from ..scoring import (
     Case,
     CaseOutcome,
@@ -34,7 +34,7 @@ from ..scoring import (
     name_float32,
     observed_from_child,
 )
-from .handin_runs import run_child
+from .handin_runs import by_visibility, next_limits, run_child
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
@@ -164,6 +164,14 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
 
     bound: dict[tuple[str, str], list[bool]] = {}
     for node in ast.walk(tree):
+        # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
+        # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
+        others = ([a.asname or a.name.split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
+                  else [node.arg] if isinstance(node, ast.arg)
+                  else [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  or (isinstance(node, ast.ExceptHandler) and node.name) else [])
+        for name in others:
+            bound.setdefault(("name", name), []).append(False)
         if isinstance(node, ast.Assign):
             pairs = [(t, node.value) for t in node.targets]
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
@@ -231,8 +239,8 @@ def autograd_uses(source: str) -> list[str]:
         elif isinstance(node, ast.Name):
             bad = node.id in AUTOGRAD_NAMES
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in names for part in (n, *n.split(".")))
+            imported = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in imported for part in (n, *n.split(".")))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             bad = node.value in AUTOGRAD_NAMES
         if bad and hasattr(node, "lineno"):
@@ -259,17 +267,34 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    collected, run = run_child(
-        ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in cases], child="attention_child.py",
-        harness=HARNESS, task={"module": "attention"},
-        collect=lambda scratch, run: _collect(problem, cases, scratch, run, stored_at(source)),
-    )
-    outcomes, runtime_hits = collected
+    # The public cases and the hidden ones run in two processes: the public run never has a hidden input at hand,
+    # so its words (messages, type names, values, what it printed) can be shown; the hidden run's reach the
+    # hidden lines only, and the notes say of it what the grader can say itself (how the process ended).
+    outcomes: list[CaseOutcome] = []
+    runtime_hits: set[str] = set()
+    tampered: list[str] = []
+    used = 0.0
+    for mine in by_visibility(cases):
+        (found, hits), run = run_child(
+            ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
+            child="attention_child.py", harness=HARNESS, task={"module": "attention"},
+            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run, stored_at(source)),
+            limits=next_limits(ctx.limits, used),
+        )
+        used += run.wall_s
+        outcomes += found
+        runtime_hits |= hits
+        if run.events_tampered:
+            tampered.append(run.events_tampered)
+        _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
+    name_float32(outcomes)
+    for outcome in outcomes:
+        follow_upstream(outcome, UPSTREAM)
 
     withheld = {}
     reasons = []
-    if run.events_tampered:  # the pipe that carries the record of autograd calls cannot be trusted
-        reasons.append(f"tampered with the grader's record of autograd calls ({run.events_tampered})")
+    if tampered:  # the pipe that carries the record of autograd calls cannot be trusted
+        reasons.append(f"tampered with the grader's record of autograd calls ({tampered[0]})")
     if static_hits:
         reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
     if runtime_hits:
@@ -282,11 +307,51 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             "remove torch.autograd, .backward(), requires_grad and scaled_dot_product_attention."
         )
         withheld = {g.id: msg for g in problem.groups if g.backward}
-    tests = group_results(problem, outcomes, vis, withheld)
-    if run.timed_out or run.returncode not in (0, None):
-        log = clean_text(run.log_tail).strip().splitlines()[-8:]
-        ctx.note(f"attention: the submission's process {run.describe()}." + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
-    return tests
+        ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
+    return group_results(problem, outcomes, vis, withheld)
+
+
+def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
+    """Say how a run that did not end well ended. What it printed is shown only for a run that had no hidden
+    input at hand (it could print one), each line quoted: indented under the grader's words."""
+    if not (run.timed_out or run.returncode not in (0, None)):
+        return
+    which = "on the hidden cases " if hidden else ""
+    log = [] if hidden else [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
+    ctx.note(f"attention: the submission's process {which}{run.describe()}."
+             + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
+
+
+# The records attention_child.py's tripwires write; any other text on the audit pipe or in meta.json is the
+# submission's own (it could carry a hidden input) and is named, not quoted.
+KNOWN_RECORDS = frozenset({
+    "a call removing the grader's saved-tensors hook", "a saved-tensors hook pushed over the grader's",
+    "a new autograd engine", "a call switching the grader's anomaly mode",
+    "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)", "torch.autograd.backward", "torch.autograd.grad",
+    "Tensor.backward", "scaled_dot_product_attention", "an autograd graph (tensors that require grad)",
+    *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
+    *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
+})
+
+
+# The audit events of the child's boot file that start another program (boot.py's PROGRAM_EVENTS).
+PROGRAM_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
+                            "_winapi.CreateProcess"})
+
+
+def said_program(label: object) -> str:
+    """An attempt to start another program as the grader may repeat it: a known event, or that it was one."""
+    return str(label) if str(label) in PROGRAM_EVENTS else "an attempt the grader's harness recorded"
+
+
+def said_record(label: object) -> str:
+    """A record of an autograd call as the grader may repeat it: a known label, or what kind of record it is."""
+    text = str(label)
+    if text in KNOWN_RECORDS:
+        return text
+    if text.startswith("the autograd engine ("):
+        return "the autograd engine"
+    return "an autograd call the grader's harness recorded"
 
 
 def stored_at(source: str) -> dict[int, str]:
@@ -307,7 +372,9 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
              stored: dict[int, str] | None = None):
     outcomes = []
     # Events reached the grader as they happened; meta.json is the child's own (editable) record.
-    runtime_hits: set[str] = {label[:80] for label in run.event_args("autograd")}
+    runtime_hits: set[str] = {said_record(label) for label in run.event_args("autograd")}
+    # Another program (a fresh interpreter, free of every tripwire) is refused; trying is reported with the rest.
+    runtime_hits |= {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = load_meta(case_dir / "meta.json", root=scratch)
@@ -315,9 +382,6 @@ def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.Ch
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
         outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits,
                                  stored or {}))
-    name_float32(outcomes)
-    for outcome in outcomes:
-        follow_upstream(outcome, UPSTREAM)
     return outcomes, runtime_hits
 
 
@@ -339,7 +403,7 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
     flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
     calls = flags.get("autograd_calls", [])
     if isinstance(calls, list):
-        runtime_hits.update(clean_text(c)[:80] for c in calls)
+        runtime_hits.update(said_record(c) for c in calls)
     if flags.get("grad_tracking") is True:
         runtime_hits.add("requires_grad tensors in forward")
     quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
@@ -352,7 +416,7 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
         hint = HINTS[q]
         for step in ("import", "init", stage):
             if step in errors:
-                said = str(errors[step])[:600]
+                said = quote(errors[step], 600)
                 if DTYPE_CLASH.search(said):
                     hint = DTYPE_CLASH_HINT
                 culprit = crashed.get(step) if step == stage else None
@@ -371,7 +435,7 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
         obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
         if stage == "backward" and "forward" in errors and not fed and not _not_written(errors.get("backward")):
             # Backward ran on what a failed forward left unstored: nothing it returned can be judged.
-            obs = replace(obs, unchecked=f"forward raised {str(errors['forward'])[:600]} (see the forward lines)")
+            obs = replace(obs, unchecked=f"forward raised {quote(errors['forward'], 600)} (see the forward lines)")
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
                     or hint)

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .. import runner as sandbox
+from .. import safeio
 from ..compare import Observed
 from ..context import GradeContext
+from ..handin_contract import MAX_FILE_BYTES
 from ..rubric_schema import Problem
-from ..safeio import clean_text
+from ..safeio import SafeReadError, quote
 from ..scoring import observed_from_child, read_meta
 
 CHILD = Path(__file__).resolve().parent.parent / "child"
@@ -39,6 +42,21 @@ OTTER_CELL = (
     r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
 )
 MAX_CELL_NOTES = 6
+
+
+def by_visibility(cases: list) -> list[list]:
+    """Cases (anything with a .visibility) split into one run's worth per case set, the public set first: a run
+    that has a hidden input at hand may write it into anything it says, so no run mixes the two."""
+    sets = {}
+    for case in cases:
+        sets.setdefault(case.visibility, []).append(case)
+    return [sets[v] for v in sorted(sets, key=lambda v: v != "public")]
+
+
+def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
+    """The limits of a problem's run on its next case set: its runs share the problem's time limit, the hidden
+    run getting what the public one left, and at least half of it (an honest run takes a few seconds)."""
+    return replace(limits, timeout_s=max(limits.timeout_s - used_s, limits.timeout_s / 2))
 
 
 def case_inputs(path: Path) -> dict[str, np.ndarray]:
@@ -159,24 +177,62 @@ def observed(
         stage = "running the notebook" if report is None else "calling its functions"
         return Observed(False, note=f"no result: the notebook's process {run.describe()} while {stage}")
     errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    return observed_from_child(case_dir, meta, q, str(errors.get(q, "not produced"))[:800], root=root)
+    return observed_from_child(case_dir, meta, q, quote(errors.get(q, "not produced"), 800), root=root)
 
 
-def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None) -> None:
-    """Tell the student which cells of `notebook` failed to run, once per problem."""
+def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: str, cases: list, calls, settings: dict,
+                      judge: Callable, **kwargs) -> tuple[list, str]:
+    """Run the notebook once per case set (by_visibility) and judge(case, scratch, run, report) each case; the
+    cells that failed are noted from the public run. Returns (the outcomes, '') or ([], why the notebook could not
+    be read). `kwargs` go to run_notebook."""
+    too_large = notebook_too_large(src)
+    if too_large:
+        return [], too_large
+    outcomes = []
+    limits, used = kwargs.pop("limits", None) or ctx.limits, 0.0
+    for mine in by_visibility(cases):
+        def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
+            if report is not None and report.get("read_error"):
+                return None
+            return [judge(case, scratch, run, report) for case in mine]
+
+        found, run, report = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls,
+                                          settings, collect, limits=next_limits(limits, used), **kwargs)
+        used += run.wall_s
+        if found is None:
+            return [], quote(report["read_error"], 300)
+        note_cells(ctx, problem, notebook, run, report, hidden=any(c.visibility != "public" for c in mine))
+        outcomes += found
+    return outcomes, ""
+
+
+def notebook_too_large(src: Path) -> str:
+    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within
+    its fixed budget (safeio.notebook_budget), and neither could a run, which would spend its limits on it.
+    `make handin` refuses such a notebook with the same words."""
+    try:
+        return safeio.notebook_budget(src) if safeio.stat_regular(src).st_size <= MAX_FILE_BYTES else ""
+    except (SafeReadError, OSError):  # the run reports it
+        return ""
+
+
+def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
+               hidden: bool = False) -> None:
+    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden
+    inputs at hand (`hidden`), only how its process ended: its own words could carry a hidden input, and the
+    public run said which cells failed."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
-    else:
+    elif not hidden:
         for cell in report.get("cells", []):
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
-            lines.append(clean_text(
-                f"{str(cell.get('label') or 'code cell ' + str(cell.get('cell')))[:60]} (`{str(cell.get('first_line'))[:60]}`) {cell.get('status')}: "
-                f"{str(cell.get('message'))[:300]}"
-            ))
-        if run.timed_out:
-            lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
+            lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
+                         f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}")
+    if report is not None and run.timed_out:
+        lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         shown = lines[:MAX_CELL_NOTES] + ([f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else [])
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join(["when the grader ran your notebook:", *shown]))
+        which = " on the hidden cases" if hidden else ""
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:", *shown]))

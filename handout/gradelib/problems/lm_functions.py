@@ -49,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..lm import fixed_models
@@ -57,7 +56,7 @@ from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
-from .handin_runs import NOTEBOOK_HARNESS, note_cells, observed, run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -195,14 +194,14 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
 
-    def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None) -> list[CaseOutcome]:
-        return [_outcome(problem, case, scratch, run, report) for case in cases]
-
-    outcomes, run, report = run_notebook(
-        ctx, problem.id, src, NOTEBOOK, [(c.name, c.path) for c in cases], calls, problem.settings,
-        collect, child="lm_child.py", harness=HARNESS,
+    outcomes, unread = run_notebook_sets(
+        ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
+        lambda case, scratch, run, report: _outcome(problem, case, scratch, run, report),
+        child="lm_child.py", harness=HARNESS,
     )
-    note_cells(ctx, problem, NOTEBOOK, run, report)
+    if unread:
+        return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
+                                      "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
 
 
