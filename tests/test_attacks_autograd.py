@@ -67,7 +67,7 @@ def test_the_static_check_reads_imported_names_and_local_holders():
     """The import names once took the place of the holders of the file's own instances: a helper held in a local
     variable (`sm = self.softmax; sm.backward(...)`) was taken for autograd (17 / 30), and `from torch import
     Tensor; Tensor.backward(out, g)` for the file's own method."""
-    from gradelib.problems.attention import autograd_uses
+    from gradelib.problems.autograd_source import autograd_uses
 
     helper = (Path(__file__).resolve().parent / "attention_variants" / "helper_class_backward.py").read_text()
     local = helper.replace("        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward(")
@@ -81,7 +81,7 @@ def test_the_static_check_reads_imported_names_and_local_holders():
 
 def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
     """The benefit of the doubt stays for honest files: only a module that could rebind __name__ loses it."""
-    from gradelib.problems.attention import autograd_uses
+    from gradelib.problems.autograd_source import autograd_uses
 
     honest = SOLUTIONS.joinpath("attention.py").read_text() + (
         "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n    x.sum().backward()\n")

@@ -431,7 +431,7 @@ def test_self_test_under_main_guard_is_not_mistaken_for_autograd(tmp_path):
 
 
 def test_autograd_outside_the_main_guard_is_still_found():
-    from gradelib.problems.attention import autograd_uses
+    from gradelib.problems.autograd_source import autograd_uses
 
     source = ("import torch\n"
               "if __name__ == '__main__':\n    x.backward()\n"
@@ -442,7 +442,7 @@ def test_autograd_outside_the_main_guard_is_still_found():
 
 
 def test_requires_grad_keyword_is_found():
-    from gradelib.problems.attention import autograd_uses
+    from gradelib.problems.autograd_source import autograd_uses
 
     source = "import torch\nw = torch.zeros(3, requires_grad=True)\n"
     assert autograd_uses(source) == ["line 2: w = torch.zeros(3, requires_grad=True)"]

@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from gradelib import rubric
-from gradelib.problems.attention import QUANTITIES, autograd_uses
+from gradelib.problems.attention import QUANTITIES
+from gradelib.problems.autograd_source import autograd_uses
 
 from support import FIXTURES, SOLUTIONS, grade_files
 

@@ -1,0 +1,182 @@
+"""The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation.
+
+The run-time half is the child's tripwires (child/attention_child.py); together they decide whether the backward
+lines may pay. Read from the source alone, so nothing of the submission runs here.
+"""
+
+from __future__ import annotations
+
+import ast
+
+# Names whose use means gradients came from automatic differentiation.
+AUTOGRAD_NAMES = {
+    "autograd",
+    "requires_grad",
+    "requires_grad_",
+    "enable_grad",
+    "grad_fn",
+    "scaled_dot_product_attention",
+    "vjp",
+    "jacrev",
+    "jacfwd",
+    "functorch",
+}
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` (either order)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+        return False
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, *test.comparators]
+    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
+        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides
+    )
+
+
+# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
+# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
+META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
+              "__dict__", "__builtins__", "modules", "import_module"}
+
+
+def _main_guards_never_run(tree: ast.Module) -> bool:
+    """Whether the module's `if __name__ == "__main__":` blocks surely do not run when it is imported:
+    it never binds __name__ itself (`__name__ = "__main__"` first would run them) nor uses META_NAMES."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
+                                           or node.id in META_NAMES):
+            return False
+        if isinstance(node, ast.Attribute) and node.attr in META_NAMES:
+            return False
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names:
+            return False
+        if isinstance(node, ast.Constant) and node.value == "__name__":
+            return False
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names):
+            return False
+    return True
+
+
+def _own_backward_classes(tree: ast.Module) -> set[str]:
+    """Classes of the file with a `backward` of their own (defined in the class or in a base of the file's that
+    has one): calling it runs the file's code, not autograd."""
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    own = {name for name, node in classes.items()
+           if any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "backward" for f in node.body)}
+    grew = True
+    while grew:
+        grew = False
+        for name, node in classes.items():
+            if name not in own and any(isinstance(b, ast.Name) and b.id in own for b in node.bases):
+                own.add(name)
+                grew = True
+    return own
+
+
+def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
+    """(variable names, attribute names) that the file only ever binds to an instance of one of the `own`
+    classes (or None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`,
+    `sm = self.softmax`."""
+    names: set[str] = set()
+    attrs: set[str] = set()
+    while True:  # a holder may be bound from another holder: grow the sets until they stop changing
+        found = _holders_once(tree, own, names, attrs)
+        if found == (names, attrs):
+            return names, attrs
+        names, attrs = found
+
+
+def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[str]) -> tuple[set[str], set[str]]:
+    def is_own(value) -> bool:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return value.func.id in own
+        return (isinstance(value, ast.Name) and value.id in names) or (isinstance(value, ast.Attribute)
+                                                                       and value.attr in attrs)
+
+    bound: dict[tuple[str, str], list[bool]] = {}
+    for node in ast.walk(tree):
+        # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
+        # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
+        others = ([a.asname or a.name.split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
+                  else [node.arg] if isinstance(node, ast.arg)
+                  else [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  or (isinstance(node, ast.ExceptHandler) and node.name) else [])
+        for name in others:
+            bound.setdefault(("name", name), []).append(False)
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            pairs = [(node.target, node.value if not isinstance(node, ast.AugAssign) else None)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            targets = ([node.target] if not isinstance(node, (ast.With, ast.AsyncWith))
+                       else [i.optional_vars for i in node.items if i.optional_vars is not None])
+            pairs = [(t, None) for t in targets]
+        else:
+            continue
+        for target, value in [(t, v) for target, value in pairs for t, v in _element_pairs(target, value)]:
+            for t in ast.walk(target):
+                key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr) if isinstance(t, ast.Attribute) else None
+                if key is None:
+                    continue
+                direct = t is target  # an element of a tuple target gets one part of the value
+                none = isinstance(value, ast.Constant) and value.value is None
+                bound.setdefault(key, []).append(direct and (is_own(value) or none))
+    return ({k[1] for k, ok in bound.items() if k[0] == "name" and all(ok)},
+            {k[1] for k, ok in bound.items() if k[0] == "attr" and all(ok)})
+
+
+def _element_pairs(target, value) -> list[tuple]:
+    """`a, b = A(), B()` binds a to A() and b to B(): a tuple target and a tuple value of its length pair up."""
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in target.elts):
+        return [p for t, v in zip(target.elts, value.elts) for p in _element_pairs(t, v)]
+    return [(target, value)]
+
+
+def _calls_own_backward(node: ast.Attribute, own: set[str], names: set[str], attrs: set[str]) -> bool:
+    """Whether `<value>.backward` is the file's own method: on self, on one of its classes or on an instance of
+    one (made right there, or held by a variable or an attribute only ever bound to one)."""
+    value = node.value
+    if isinstance(value, ast.Name):
+        return value.id == "self" or value.id in own or value.id in names
+    if isinstance(value, ast.Attribute):
+        return value.attr in attrs
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in own
+
+
+def autograd_uses(source: str) -> list[str]:
+    """Lines of `source` that reach for automatic differentiation, as 'line N: code'. A `.backward` call is
+    autograd's unless it is the file's own method (a helper class with a hand-written backward, held on self)."""
+    tree = ast.parse(source)
+    # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
+    # autograd) never runs when the grader imports the file; its `else` branch does. Unless
+    # the file rebinds __name__ or could: then every line counts.
+    if _main_guards_never_run(tree):
+        tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
+    lines = source.splitlines()
+    own = _own_backward_classes(tree)
+    names, attrs = _holders_of_own_instances(tree, own)
+    hits = []
+    for node in ast.walk(tree):
+        bad = False
+        if isinstance(node, ast.Attribute):
+            bad = node.attr in AUTOGRAD_NAMES or (
+                node.attr == "func" and isinstance(node.value, ast.Name) and node.value.id == "torch"
+            )
+            if node.attr == "backward" and not _calls_own_backward(node, own, names, attrs):
+                bad = True
+        elif isinstance(node, ast.keyword):
+            bad = node.arg in AUTOGRAD_NAMES
+        elif isinstance(node, ast.Name):
+            bad = node.id in AUTOGRAD_NAMES
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in imported for part in (n, *n.split(".")))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            bad = node.value in AUTOGRAD_NAMES
+        if bad and hasattr(node, "lineno"):
+            hits.append(f"line {node.lineno}: {lines[node.lineno - 1].strip()}")
+    return sorted(set(hits), key=lambda h: int(h.split(":")[0].split()[1]))
