@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.build import handout_facts
+from autograder.fixturegen import __main__ as fixturegen_main
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
 from autograder.reference import calibrate, course, provenance, train
@@ -76,6 +77,9 @@ def built(tmp_path_factory):
     shutil.copyfile(PROSE, corpus)
     rubric = root / "rubric.toml"
     shutil.copyfile(REPO / "gradelib" / "rubric.toml", rubric)
+    # As in an instructor's checkout, the case sets that do not depend on the corpus exist and are kept.
+    for name in fixturegen_main.CORPUS_FREE:
+        shutil.copytree(REPO / "fixtures" / name, root / "fixtures" / name)
     args = make_command(CORPUS=corpus, FIXTURES=root / "fixtures", RUBRIC=rubric)
     out, err = io.StringIO(), io.StringIO()  # capsys is per test; this fixture is per module
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -202,17 +206,23 @@ def test_an_unchanged_course_reuses_its_reference(built, capsys):
     assert not course.reusable(lm, {**ref["inputs"], "corpus_sha256": "0" * 64})
 
 
-@toy_english_only  # another corpus' reference may have been trained with other settings (--epochs ...)
+@toy_english_only  # another corpus' reference may have been trained with other settings (STEPS=...)
 def test_the_shipped_reference_is_reused_by_the_default_course(monkeypatch):
     """`make course` without CORPUS trains nothing: the committed reference's recorded inputs (written
-    before warm starts existed, so without init_sha256) are what the default course would train with."""
+    before warm starts and steps existed: no init_sha256, 6 epochs) are what the default course would
+    train with: 6 epochs of 613 batches are its STEPS, and its validation NLL fell at every epoch, so
+    stopping early would have changed nothing. Had it risen once, the record would not be reused."""
     monkeypatch.setattr(train, "THREADS", RECIPE_THREADS)  # the recipe's, whatever the module's course used
     lm = REPO / "fixtures" / "lm"
     args = course.parse_args([])
     config = train.initial_config(args.init, train.parse_config(args.config))
-    inputs = train.training_inputs(lm, config, args.epochs, args.seed, args.max_steps, init=args.init)
+    inputs = train.training_inputs(lm, config, args.steps, args.seed, init=args.init)
     assert course.reusable(lm, inputs)
     assert not course.reusable(lm, {**inputs, "init_sha256": "0" * 64})
+    record = json.loads((lm / "reference_model.json").read_text())
+    assert train.recorded_inputs(lm, record) == {**inputs, "init_sha256": None}
+    record["epochs"][3]["val_prediction_nll"] = record["epochs"][2]["val_prediction_nll"] + 0.01
+    assert train.recorded_inputs(lm, record) != inputs
 
 
 def test_handout_facts_come_from_the_fixtures(built):
