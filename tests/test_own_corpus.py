@@ -221,8 +221,11 @@ def test_the_shipped_reference_is_reused_by_the_default_course(monkeypatch):
     assert not course.reusable(lm, {**inputs, "init_sha256": "0" * 64})
     record = json.loads((lm / "reference_model.json").read_text())
     assert train.recorded_inputs(lm, record) == {**inputs, "init_sha256": None}
-    record["epochs"][3]["val_prediction_nll"] = record["epochs"][2]["val_prediction_nll"] + 0.01
-    assert train.recorded_inputs(lm, record) != inputs
+    rows = record["epochs"]
+    rows[3]["val_prediction_nll"] = rows[2]["val_prediction_nll"] + 0.01  # one record without a gain: no stop
+    assert train.recorded_inputs(lm, record) == {**inputs, "init_sha256": None}
+    rows[4]["val_prediction_nll"] = rows[2]["val_prediction_nll"] - 0.01  # two in a row: today's rule stops there
+    assert train.recorded_inputs(lm, record) != {**inputs, "init_sha256": None}
 
 
 def test_handout_facts_come_from_the_fixtures(built):
