@@ -70,8 +70,11 @@ handout: setup ## regenerate handout/ from solutions/ and public fixtures
 fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text, ORACLE=model:path; SEED=N rotates hidden cases) and their manifest
 	$(PY) -m autograder.fixturegen --out fixtures $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE)) $(if $(SEED),--seed $(SEED))
 
-course: setup ## the whole LM course for a corpus: fixtures, reference model (reused when unchanged), thresholds; CORPUS=path [ORACLE=model:path]
-	$(PY) -m autograder.reference.course $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE))
+course: setup ## the whole LM course for a corpus: fixtures, reference model (reused when unchanged), thresholds; CORPUS=path [ORACLE=model:path STEPS=N TRAIN_SEED=N CONFIG=k=v,... INIT=ckpt RETRAIN=1 REPEATS=N FIXTURES=dir RUBRIC=path]
+	$(PY) -m autograder.reference.course $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE)) \
+		$(if $(STEPS),--steps $(STEPS)) $(if $(TRAIN_SEED),--seed $(TRAIN_SEED)) $(if $(CONFIG),--config $(CONFIG)) \
+		$(if $(INIT),--init $(INIT)) $(if $(RETRAIN),--retrain) $(if $(REPEATS),--repeats $(REPEATS)) \
+		$(if $(FIXTURES),--fixtures $(FIXTURES)) $(if $(RUBRIC),--rubric $(RUBRIC))
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
 	$(PY) -m autograder.build.notebooks --execute

@@ -1,13 +1,16 @@
 """An instructor's own corpus, end to end: `make course` in a temporary folder.
 
-One course is built per module from about 300 KB of plain text (another sample of toy
-English, written as a book would have it, so it goes through the plain-text reader and
-gets the n-gram oracle of an instructor's corpus). The reference training is cut to what
-fits a test: a warm start from the shipped reference, 20 steps. Then: the thresholds obey
-the stated rule against figures computed here (torch for the reference, n-grams refitted
-here), rubric.toml names the corpus hash computed here, a stale reference or rubric is
-refused with the command to run, an unchanged course reuses its reference, the handout's
-corpus facts come from these fixtures, and a corpus below the minimum ends with one line.
+One course is built per module, with the command `make course CORPUS=... FIXTURES=...
+RUBRIC=...` runs (read from `make -n`) and no other option, from tests/data/own_prose.txt:
+96 KB of plain English essays the project wrote for this test, the smallest text of its
+kind above the documented minimum (50,534 characters of training text; the default corpus
+has 1.9 million). The reference trains from scratch as it would for an instructor (one
+thread instead of two: see `built`). Then: the reference earns full credit and the trigram
+none, the thresholds obey the stated rule against figures computed here (torch for the
+reference, n-grams refitted here), rubric.toml names the corpus hash computed here, a
+stale reference or rubric is refused with the command to run, an unchanged course reuses
+its reference, the handout's corpus facts come from these fixtures, a corpus below the
+minimum ends with one line, and every option and message has its `make` form.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import hashlib
 import io
 import json
 import math
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -27,23 +32,17 @@ import torch
 import torch.nn.functional as F
 
 from autograder.build import handout_facts
+from autograder.fixturegen import __main__ as fixturegen_main
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
-from autograder.oracle.source import ToySource
 from autograder.reference import calibrate, course, provenance, train
 from gradelib.lm import metrics as M
 from gradelib.lm.vocab import encode
 
 from support import REPO, SOLUTIONS, toy_english_only
 
-STEPS = 20
 EPS = 1e-3
-
-
-def own_text(n: int, seed: int) -> str:
-    """Plain text as a book has it: capitalised sentences, full stops, paragraphs."""
-    sentences = ToySource(0).sample_sentences(n, np.random.default_rng(seed))
-    return "".join(s.capitalize() + (".\n\n" if i % 9 == 8 else ". ") for i, s in enumerate(sentences))
+PROSE = REPO / "tests" / "data" / "own_prose.txt"
 
 
 def run_course(args: list[str], capsys) -> tuple[int, str, str]:
@@ -56,6 +55,16 @@ def run_course(args: list[str], capsys) -> tuple[int, str, str]:
 RECIPE_THREADS = train.THREADS
 
 
+def make_command(**variables: str) -> list[str]:
+    """The argv that `make course VAR=value ...` runs, read from `make -n` (which runs nothing)."""
+    out = subprocess.run(["make", "-n", "--no-print-directory", "course", *(f"{k}={v}" for k, v in variables.items())],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    line = next(part for part in out.replace("\\\n", " ").splitlines() if "-m autograder.reference.course" in part)
+    argv = shlex.split(line)
+    assert argv[1:3] == ["-m", "autograder.reference.course"], line
+    return argv[3:]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     # One thread, not the reference recipe's two: every test worker already has a core's worth of work,
@@ -65,12 +74,13 @@ def built(tmp_path_factory):
     patch.setattr(train, "THREADS", 1)
     root = tmp_path_factory.mktemp("own_course")
     corpus = root / "my_corpus.txt"
-    corpus.write_text(own_text(8000, seed=7), encoding="utf-8")
+    shutil.copyfile(PROSE, corpus)
     rubric = root / "rubric.toml"
     shutil.copyfile(REPO / "gradelib" / "rubric.toml", rubric)
-    args = ["--corpus", str(corpus), "--fixtures", str(root / "fixtures"), "--rubric", str(rubric),
-            "--init", str(REPO / "fixtures" / "lm" / "reference_model.pt"), "--max-steps", str(STEPS), "--epochs", "1",
-            "--repeats", "1"]
+    # As in an instructor's checkout, the case sets that do not depend on the corpus exist and are kept.
+    for name in fixturegen_main.CORPUS_FREE:
+        shutil.copytree(REPO / "fixtures" / name, root / "fixtures" / name)
+    args = make_command(CORPUS=corpus, FIXTURES=root / "fixtures", RUBRIC=rubric)
     out, err = io.StringIO(), io.StringIO()  # capsys is per test; this fixture is per module
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = course.main(args)
@@ -132,6 +142,8 @@ def test_thresholds_follow_the_rule_against_figures_measured_here(built):
         assert M.generation_perplexity(oracle, gen_inp, ids, EPS) >= zero_g
         base_ppl = min(base_ppl, M.generation_perplexity(oracle, gen_inp, ids, EPS))
 
+    # What the course promises: the reference earns full credit on both lines, the trigram and below none.
+    assert ref_nll <= full and ref_ppl <= full_g, (ref_nll, full, ref_ppl, full_g)
     # The rule: full credit at R + 1/4 of the gap, none at B - 0.15 of it, rounding costing at most 0.05 of it.
     gap, lgap = base_nll - ref_nll, math.log(base_ppl / ref_ppl)
     assert gap > 0.05 and lgap > math.log(1.5), (ref_nll, base_nll, ref_ppl, base_ppl)
@@ -194,17 +206,26 @@ def test_an_unchanged_course_reuses_its_reference(built, capsys):
     assert not course.reusable(lm, {**ref["inputs"], "corpus_sha256": "0" * 64})
 
 
-@toy_english_only  # another corpus' reference may have been trained with other settings (--epochs ...)
+@toy_english_only  # another corpus' reference may have been trained with other settings (STEPS=...)
 def test_the_shipped_reference_is_reused_by_the_default_course(monkeypatch):
     """`make course` without CORPUS trains nothing: the committed reference's recorded inputs (written
-    before warm starts existed, so without init_sha256) are what the default course would train with."""
+    before warm starts and steps existed: no init_sha256, 6 epochs) are what the default course would
+    train with: 6 epochs of 613 batches are its STEPS, and its validation NLL fell at every epoch, so
+    stopping early would have changed nothing. Had it risen once, the record would not be reused."""
     monkeypatch.setattr(train, "THREADS", RECIPE_THREADS)  # the recipe's, whatever the module's course used
     lm = REPO / "fixtures" / "lm"
     args = course.parse_args([])
     config = train.initial_config(args.init, train.parse_config(args.config))
-    inputs = train.training_inputs(lm, config, args.epochs, args.seed, args.max_steps, init=args.init)
+    inputs = train.training_inputs(lm, config, args.steps, args.seed, init=args.init)
     assert course.reusable(lm, inputs)
     assert not course.reusable(lm, {**inputs, "init_sha256": "0" * 64})
+    record = json.loads((lm / "reference_model.json").read_text())
+    assert train.recorded_inputs(lm, record) == {**inputs, "init_sha256": None}
+    rows = record["epochs"]
+    rows[3]["val_prediction_nll"] = rows[2]["val_prediction_nll"] + 0.01  # one record without a gain: no stop
+    assert train.recorded_inputs(lm, record) == {**inputs, "init_sha256": None}
+    rows[4]["val_prediction_nll"] = rows[2]["val_prediction_nll"] - 0.01  # two in a row: today's rule stops there
+    assert train.recorded_inputs(lm, record) != {**inputs, "init_sha256": None}
 
 
 def test_handout_facts_come_from_the_fixtures(built):
@@ -229,7 +250,7 @@ def test_handout_facts_come_from_the_fixtures(built):
 
 def test_a_corpus_below_the_minimum_ends_in_one_line(tmp_path, capsys):
     small = tmp_path / "small.txt"
-    small.write_text(own_text(500, seed=3))  # about 20 KB
+    small.write_text(PROSE.read_text()[:20_000])
     assert 15_000 < small.stat().st_size < 25_000
     code, out, err = run_course(["--corpus", str(small), "--fixtures", str(tmp_path / "fx"),
                                  "--rubric", str(tmp_path / "rubric.toml")], capsys)
@@ -268,3 +289,76 @@ def test_a_checkpoint_oracle_is_a_command_line_choice(built, tmp_path, capsys):
     assert reported == pytest.approx(expected, rel=1e-4)
     settings = tomllib.loads(rubric.read_text())["problems"]["generation"]["settings"]
     assert settings["full_credit_perplexity"] >= reported  # the reference itself earns full credit
+
+
+def test_the_reference_trained_for_steps_and_records_them(built):
+    """The default course trained the reference from scratch for steps (not epochs), stopping at STEPS or
+    once its validation NLL stopped improving, and kept the weights of the record with the lowest."""
+    ref = json.loads((built["lm"] / "reference_model.json").read_text())
+    assert ref["inputs"]["steps"] == train.STEPS and ref["inputs"]["init_sha256"] is None
+    rows = ref["epochs"]
+    nll = [r["val_prediction_nll"] for r in rows]
+    assert ref["steps"] == rows[-1]["steps"] <= train.STEPS
+    assert all(b - a >= train.EVAL_EVERY for a, b in zip([0] + [r["steps"] for r in rows[:-2]], [r["steps"] for r in rows[:-1]]))
+    if ref["stopped_early"]:  # the last PATIENCE records each gained less than MIN_GAIN on the one before them
+        assert ref["steps"] < train.STEPS and all(v >= nll[-train.PATIENCE - 1] - train.MIN_GAIN for v in nll[-train.PATIENCE:])
+    else:
+        assert ref["steps"] == train.STEPS
+    best = rows[nll.index(min(nll))]
+    assert ref["kept"] == {"epoch": best["epoch"], "steps": best["steps"]}
+    record = json.loads((built["lm"] / course.CALIBRATION_JSON).read_text())["reference"]
+    assert (record["steps"], record["epochs"]) == (rows[-1]["steps"], rows[-1]["epoch"])
+    assert f"step {best['steps']}" in built["printed"] or not ref["stopped_early"]
+
+
+def test_every_option_of_the_course_has_its_make_variable():
+    options = set(vars(course.parse_args([])))
+    assert options == set(course.MAKE_VARS), options ^ set(course.MAKE_VARS)
+    values = {"corpus": "a b.txt", "oracle": "model:t.pt", "steps": "7", "seed": "3", "config": "d_model=32,n_layers=1",
+              "init": "w.pt", "retrain": "1", "repeats": "2", "fixtures": "fx", "rubric": "r.toml"}
+    argv = make_command(**{course.MAKE_VARS[k]: shlex.quote(v) for k, v in values.items()})
+    args = course.parse_args(argv)
+    assert (str(args.corpus), args.oracle, args.steps, args.seed, args.config) == ("a b.txt", "model:t.pt", 7, 3, "d_model=32,n_layers=1")
+    assert (str(args.init), args.retrain, args.repeats, str(args.fixtures), str(args.rubric)) == ("w.pt", True, 2, "fx", "r.toml")
+    assert course.parse_args(make_command()) == course.parse_args([])  # no variable, no option
+    line = course.make_form(args, steps=14)
+    assert line.startswith("make course CORPUS='a b.txt' ORACLE=model:t.pt STEPS=14 TRAIN_SEED=3 ") and "RETRAIN=1" in line
+
+
+def test_messages_name_the_make_form(tmp_path, capsys):
+    rubric = tmp_path / "rubric.toml"
+    code, out, err = run_course(["--corpus", str(tmp_path / "missing.txt"), "--fixtures", str(tmp_path / "fx"),
+                                 "--rubric", str(rubric)], capsys)
+    assert code == 2 and err.startswith("course not built: CORPUS=") and "--" not in err, err
+    code, out, err = run_course(["--corpus", str(PROSE), "--oracle", "bogus", "--fixtures", str(tmp_path / "fx")], capsys)
+    assert code == 2 and err.startswith("course not built: ORACLE='bogus'") and "--" not in err, err
+    args = course.parse_args(["--corpus", "mine.txt", "--fixtures", str(tmp_path / "fx")])
+    assert f"`make course CORPUS=mine.txt STEPS={2 * train.STEPS} FIXTURES={tmp_path / 'fx'}`" in course.remedy(args)
+
+
+def test_an_ngram_of_order_5_with_full_credit_is_said():
+    rows = [{"model": "character 8-gram", "prediction_credit": 1.0, "generation_credit": 1.0},
+            {"model": "character 5-gram", "prediction_credit": 1.0, "generation_credit": 0.9},
+            {"model": "trigram", "prediction_credit": 1.0, "generation_credit": 1.0},
+            {"model": "copy of the prompt", "generation_credit": 1.0}]
+    note = course.unseparated_note({"models": rows})
+    assert "full credit on both lines to the character 8-gram too" in note and "5-gram too" not in note
+    assert "more text" in note and "accepting it" in note
+    assert course.unseparated_note({"models": rows[1:]}) is None  # one line alone, or an order below 5
+
+
+def test_the_course_says_when_a_5_gram_earns_full_credit(built):
+    """Whether the printed note names the 5-gram follows the 5-gram's figures computed here."""
+    lm = built["lm"]
+    settings = tomllib.loads(built["rubric"].read_text())["problems"]
+    full, full_g = settings["prediction"]["settings"]["full_credit_nll"], settings["generation"]["settings"]["full_credit_perplexity"]
+    gram = NGramModel.fit((lm / "train.txt").read_text().splitlines(), 5)
+    test_inp, test_out = np.load(lm / "prediction_test.npz")["inp"], np.load(lm / "hidden" / "prediction_test_out.npz")["out"]
+    probs = gram.next_id_probs(np.concatenate([test_inp, test_out[:, :-1]], axis=1))[:, test_inp.shape[1] - 1:]
+    nll = float(-np.log(np.take_along_axis(probs, test_out[..., None], -1)).mean())
+    gen_inp = np.load(lm / "generation_test.npz")["inp"]
+    ids = M.greedy_generate(lambda x: gram.next_id_probs(x)[:, -1], gen_inp, 30)
+    ppl = M.generation_perplexity(load_oracle(lm, EPS), gen_inp, ids, EPS)
+    note = json.loads((lm / course.CALIBRATION_JSON).read_text())["unseparated_note"]
+    assert ("character 5-gram" in (note or "")) == (nll <= full and ppl <= full_g), (nll, full, ppl, full_g)
+    assert (note is not None) == (f"\n{note}\n" in built["printed"])

@@ -267,7 +267,7 @@ RULE_TEXT = (f"full credit at the reference's figure + {FULL_AT:g} of the gap to
 
 
 class ThresholdError(ValueError):
-    """The measured figures admit no thresholds under the rule; the message says why and what to do."""
+    """The measured figures admit no thresholds under the rule; the message says why (the caller, what to do)."""
 
 
 def _worst(row: dict) -> float:
@@ -302,8 +302,7 @@ def propose_thresholds(figures: dict) -> dict:
     if gap < MIN_GAP_NLL:
         raise ThresholdError(
             f"the reference model's prediction NLL ({r_nll:.3f}) is not at least {MIN_GAP_NLL} nats/char below the "
-            f"{base_p}'s ({b_nll:.3f}), so no threshold can give it full credit and the {base_p} none: "
-            "train it longer or on more text (--epochs), or check the corpus")
+            f"{base_p}'s ({b_nll:.3f}), so no threshold can give it full credit and the {base_p} none")
     full, zero = r_nll + FULL_AT * gap, b_nll - ZERO_AT * gap
     full = _floor_to(full, 0.05) if full - _floor_to(full, 0.05) <= ROUND_SLACK * gap else round(full, 3)
     zero = _floor_to(zero, 0.05) if _floor_to(zero, 0.05) > full else round(zero, 3)
@@ -317,8 +316,7 @@ def propose_thresholds(figures: dict) -> dict:
     if lgap < MIN_GAP_LOG_PPL:
         raise ThresholdError(
             f"the reference model's generation perplexity ({r_ppl:.2f}) is not at least x{math.exp(MIN_GAP_LOG_PPL):g} "
-            f"below the {base_g}'s ({b_ppl:.2f}), so no threshold can give it full credit and the {base_g} none: "
-            "train it longer or on more text (--epochs), or check the corpus")
+            f"below the {base_g}'s ({b_ppl:.2f}), so no threshold can give it full credit and the {base_g} none")
     full_g, zero_g = r_ppl * math.exp(FULL_AT * lgap), b_ppl * math.exp(-ZERO_AT * lgap)
     full_g = _floor_2_digits(full_g) if math.log(full_g / _floor_2_digits(full_g)) <= ROUND_SLACK * lgap else round(full_g, 3)
     zero_g = _floor_2_digits(zero_g) if _floor_2_digits(zero_g) > full_g else round(zero_g, 3)

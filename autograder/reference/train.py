@@ -1,11 +1,13 @@
 """Train the reference language model and write its checkpoint and handin arrays (`make reference-model`).
 
-    python -m autograder.reference.train [--lm-dir fixtures/lm] [--epochs 6] [--seed 0]
-                                         [--config d_model=32,n_layers=1] [--max-steps N]
+    python -m autograder.reference.train [--lm-dir fixtures/lm] [--steps 3678] [--seed 0]
+                                         [--config d_model=32,n_layers=1] [--init CKPT]
 
 Trains autograder/reference/model.py's CausalLanguageModel on <lm-dir>/train.txt with
-the settings notebook 3 uses, on 2 CPU threads, and after every epoch records the two
-graded figures exactly as the course grader computes them for a handed-in model:
+the settings notebook 3 uses, on 2 CPU threads, for a number of optimisation steps
+(STEPS: what the default corpus needs, whatever the size of this one), and records the
+two graded figures exactly as the course grader computes them for a handed-in model
+at the end of an epoch once EVAL_EVERY steps have passed since the last record:
 
 - prediction NLL: the teacher-forced mean NLL of the 20 true characters after each
   prompt of prediction.npz (validation), each predicted from the prompt and the true
@@ -15,20 +17,23 @@ graded figures exactly as the course grader computes them for a handed-in model:
 
 with whether they earn full credit under the rubric's thresholds -- when those were set
 for this corpus (rubric.toml's [calibration] corpus hash); otherwise it says so and
-`make course` decides once it has set them. It then writes, into <lm-dir>:
+`make course` decides once it has set them. Training stops early when PATIENCE records in
+a row do not improve the validation NLL by MIN_GAIN (`stalled`: a small corpus is learnt
+as well as it will be long before STEPS), and keeps the weights of the record with the
+lowest validation NLL. It then writes, into <lm-dir>:
 
     reference_model.pt          {"config": ModelConfig fields, "state_dict": float16 tensors}
     reference_predictions.npy   (128, 20, 30) float32: predict() on prediction_test.npz
     reference_generated.npy     (128, 30) int64: greedy generate() on generation_test.npz
     reference_generated.txt     the generations as text, one prompt per line
-    reference_model.json        its inputs (corpus hash, config, epochs, seed), parameters,
-                                tokens/s, wall times and the figures per epoch
+    reference_model.json        its inputs (corpus hash, config, steps, seed), parameters,
+                                tokens/s, wall times, the figures per record, the steps
+                                and epochs trained and the record whose weights it kept
 
 The arrays are computed from the float16-rounded weights, so loading the
 checkpoint reproduces them. Torch's CPU kernels are deterministic for a fixed
 thread count; a different machine may still differ in the last bits.
---config and --max-steps shrink the run; --init starts from a checkpoint's weights (a warm
-start: the tests fine-tune the shipped reference for a few steps on another corpus).
+--config and --steps shrink the run; --init starts from a checkpoint's weights (a warm start).
 """
 
 from __future__ import annotations
@@ -63,7 +68,16 @@ THREADS = 2
 
 # The settings notebook 3 ships with (its CONFIG cell); keep the two in step.
 CONFIG = ModelConfig(d_model=96, n_heads=4, n_layers=3, d_ff=384, dropout=0.05, emb_dropout=0.05)
-EPOCHS = 6
+# Optimisation steps: the default course's 6 epochs of 613 batches (full credit from step 3065).
+# Steps, not epochs: an epoch of a small corpus is a few dozen steps, and epochs would make the
+# reference's training depend on the corpus' size.
+STEPS = 3678
+EVAL_EVERY = 200  # steps between records of the graded figures at least (they end an epoch)
+PATIENCE = 2  # records in a row without a better validation NLL that stop the training
+# Nats/char a record must gain on the last that did, to count as better: at a slower pace the figure the
+# thresholds come from moves by less than their rounding (0.05) in PATIENCE records. The default corpus'
+# reference gains more at every record but the last (0.085, 0.031, 0.016, 0.004 nats).
+MIN_GAIN = 0.02
 BATCH_SIZE = 32
 SEQ_LEN = 96
 LR = 3e-3  # peak; linear warm-up over WARMUP steps, then cosine decay to 0
@@ -131,20 +145,53 @@ def parse_config(text: str | None) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def training_inputs(lm_dir: Path, config: ModelConfig, epochs: int, seed: int, max_steps: int | None,
+def training_inputs(lm_dir: Path, config: ModelConfig, steps: int, seed: int,
                     batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN, init: Path | None = None) -> dict:
     """Everything the trained weights depend on: equal inputs, equal model (on the same machine)."""
     return {
         "init_sha256": hashlib.sha256(Path(init).read_bytes()).hexdigest() if init else None,
         "corpus_sha256": provenance.corpus_hash(lm_dir),
         "config": asdict(config),
-        "epochs": epochs,
+        "steps": steps,
         "seed": seed,
-        "max_steps": max_steps,
         "batch_size": batch_size,
         "seq_len": seq_len,
         "lr": LR, "warmup": WARMUP, "weight_decay": WEIGHT_DECAY, "threads": THREADS,
+        "eval_every": EVAL_EVERY, "patience": PATIENCE, "min_gain": MIN_GAIN,
     }
+
+
+def stalled(nll: list[float]) -> bool:
+    """Whether the last PATIENCE of these validation NLLs (one per record) each failed to gain MIN_GAIN on the
+    last record that did: the rule that stops the training."""
+    bar, misses = math.inf, 0
+    for value in nll:
+        if value < bar - MIN_GAIN:
+            bar, misses = value, 0
+        else:
+            misses += 1
+    return misses >= PATIENCE
+
+
+def recorded_inputs(lm_dir: Path, figures: dict) -> dict | None:
+    """reference_model.json's inputs in today's form. A record of the epoch-counted training (epochs and a
+    step cap, before steps) becomes its number of steps; it trained every step of them and kept the last
+    weights, which today's rule also does when its records came as today's would, the rule would not have
+    stopped before the last and the last had the lowest NLL -- else it stays unequal."""
+    inputs = figures.get("inputs")
+    if not isinstance(inputs, dict) or "epochs" not in inputs:
+        return inputs
+    inputs = {"init_sha256": None, **inputs}
+    epochs, cap = inputs.pop("epochs"), inputs.pop("max_steps", None)
+    loader = LMDataLoader(stream((lm_dir / "train.txt").read_text().splitlines()), inputs["batch_size"],
+                          inputs["seq_len"], seed=inputs["seed"])
+    steps = epochs * len(loader) if cap is None else min(cap, epochs * len(loader))
+    nll = [row["val_prediction_nll"] for row in figures.get("epochs", [])]
+    steps_at = [row["steps"] for row in figures.get("epochs", [])]
+    kept = (bool(nll) and nll[-1] == min(nll) and not any(stalled(nll[:i]) for i in range(1, len(nll)))
+            and all(b - a >= EVAL_EVERY for a, b in zip([0, *steps_at], steps_at[:-1])))
+    return {**inputs, "steps": steps, **({"eval_every": EVAL_EVERY, "patience": PATIENCE, "min_gain": MIN_GAIN}
+                                         if kept else {"eval_every": None})}
 
 
 def thresholds_for(lm_dir: Path, rubric_path: Path | None = None) -> tuple[float, float] | None:
@@ -158,7 +205,7 @@ def thresholds_for(lm_dir: Path, rubric_path: Path | None = None) -> tuple[float
 
 
 def mark_full_credit(figures: dict, thresholds: tuple[float, float] | None) -> None:
-    """Per epoch, whether both figures earn full credit; and the wall time of the first epoch that does."""
+    """Per record, whether both figures earn full credit; and the wall time of the first record that does."""
     figures["full_credit"] = None if thresholds is None else {
         "val_prediction_nll": thresholds[0], "generation_perplexity": thresholds[1]}
     for row in figures["epochs"]:
@@ -172,10 +219,11 @@ def full_credit_text(figures: dict) -> str:
     """"full credit reached after N s", or why there is no such time (never a NaN)."""
     if figures.get("full_credit") is None:
         return "full credit: no thresholds set for this corpus yet (make course sets them)"
+    last = figures["epochs"][-1]
     if figures.get("wall_s_to_full_credit") is None:
-        return f"full credit not reached in {len(figures['epochs'])} epochs"
-    epoch = next(r["epoch"] for r in figures["epochs"] if r["passes_full_credit"])
-    return f"full credit reached after {figures['wall_s_to_full_credit']:.0f} s (epoch {epoch})"
+        return f"full credit not reached in {last['steps']} steps ({last['epoch']} epochs)"
+    row = next(r for r in figures["epochs"] if r["passes_full_credit"])
+    return f"full credit reached after {figures['wall_s_to_full_credit']:.0f} s (step {row['steps']}, epoch {row['epoch']})"
 
 
 def initial_config(init: Path | None, config: ModelConfig) -> ModelConfig:
@@ -185,7 +233,7 @@ def initial_config(init: Path | None, config: ModelConfig) -> ModelConfig:
     return load_model(init).cfg
 
 
-def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, max_steps: int | None = None,
+def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
           batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN, rubric_path: Path | None = None,
           quiet: bool = False, init: Path | None = None) -> tuple[CausalLanguageModel, dict]:
     """Train from scratch, or from the weights of checkpoint `init` (a warm start: its config wins)."""
@@ -203,15 +251,14 @@ def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, ma
         model.load_state_dict({k: v.float() for k, v in load_model(init).state_dict().items()})
     loader = LMDataLoader(train_stream, batch_size, seq_len, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, betas=(0.9, 0.98))
-    total = epochs * len(loader) if max_steps is None else min(max_steps, epochs * len(loader))
     say(
         f"reference model: {model.num_parameters():,} parameters, {len(train_stream):,} training tokens, "
-        f"{len(loader)} batches of {batch_size} x {seq_len} per epoch, {THREADS} threads"
-        + (f", cut to {total} steps" if max_steps is not None else ""),
+        f"{len(loader)} batches of {batch_size} x {seq_len} per epoch, {THREADS} threads; {steps:,} steps "
+        f"(about {steps / len(loader):.1f} epochs) unless the validation NLL stops improving",
         flush=True,
     )
     figures: dict = {
-        "inputs": training_inputs(lm_dir, config, epochs, seed, max_steps, batch_size, seq_len, init),
+        "inputs": training_inputs(lm_dir, config, steps, seed, batch_size, seq_len, init),
         "parameters": model.num_parameters(), "config": asdict(config), "epochs": [], "seed": seed,
         "corpus": provenance.corpus_label(lm_dir),
     }
@@ -219,14 +266,16 @@ def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, ma
     if thresholds is None:
         say("  (the rubric's thresholds were set for another corpus: full credit is decided once `make course` sets them)")
     step, tokens, train_s, cpu_s, start = 0, 0, 0.0, 0.0, time.perf_counter()
-    for epoch in range(1, epochs + 1):
+    best, best_state, epoch, recorded_at = math.inf, None, 0, 0
+    while step < steps and not stalled([r["val_prediction_nll"] for r in figures["epochs"]]):
+        epoch += 1
         model.train()
         t0, c0 = time.perf_counter(), time.process_time()
         for inputs, targets in loader:
-            if step >= total:
+            if step >= steps:
                 break
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, total)
+                group["lr"] = lr_at(step, steps)
             loss = F.cross_entropy(model(inputs).reshape(-1, config.vocab_size), targets.reshape(-1), ignore_index=PAD)
             opt.zero_grad()
             loss.backward()
@@ -235,21 +284,32 @@ def train(lm_dir: Path, epochs: int, seed: int, config: ModelConfig = CONFIG, ma
             step += 1
             tokens += int((targets != PAD).sum())
             if step % 500 == 0:
-                say(f"  step {step}/{total}: loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s", flush=True)
+                say(f"  step {step}/{steps}: loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s", flush=True)
         train_s += time.perf_counter() - t0
         cpu_s += time.process_time() - c0
+        if step - recorded_at < EVAL_EVERY and step < steps:
+            continue
+        recorded_at = step
         row = {"epoch": epoch, "steps": step, "train_loss": loss.item(), **evaluate(model, arrays, oracle, eps)}
         row["wall_s"] = time.perf_counter() - start
         figures["epochs"].append(row)
+        if row["val_prediction_nll"] < best:
+            best, best_state = row["val_prediction_nll"], {k: v.detach().clone() for k, v in model.state_dict().items()}
+            figures["kept"] = {"epoch": epoch, "steps": step}
         credit = "" if thresholds is None else f" (full credit <= {thresholds[0]:g})"
         credit_g = "" if thresholds is None else f" (full credit <= {thresholds[1]:g})"
         say(
-            f"epoch {epoch}: train loss {row['train_loss']:.3f}  validation prediction NLL {row['val_prediction_nll']:.3f}"
-            f"{credit}  generation perplexity {row['generation_perplexity']:.2f}{credit_g}  {row['wall_s']:.0f} s",
+            f"epoch {epoch}, step {step}: train loss {row['train_loss']:.3f}  validation prediction NLL "
+            f"{row['val_prediction_nll']:.3f}{credit}  generation perplexity {row['generation_perplexity']:.2f}{credit_g}  "
+            f"{row['wall_s']:.0f} s",
             flush=True,
         )
-        if step >= total:
-            break
+    stopped = stalled([r["val_prediction_nll"] for r in figures["epochs"]]) and step < steps
+    if stopped:
+        say(f"  stopped at step {step}: the validation NLL has not gained {MIN_GAIN} nats/char for {PATIENCE} records; "
+            f"keeping the weights of step {figures['kept']['steps']} (epoch {figures['kept']['epoch']})", flush=True)
+    model.load_state_dict(best_state)
+    figures["steps"], figures["stopped_early"] = step, stopped
     figures["train_tokens_per_s"] = tokens / max(train_s, 1e-9)
     figures["train_s"] = train_s
     # Process CPU seconds of the training steps: on a shared machine the wall time above
@@ -296,17 +356,23 @@ def write_outputs(model: CausalLanguageModel, figures: dict, lm_dir: Path, rubri
     )
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Train the reference language model on <lm-dir>/train.txt.")
     ap.add_argument("--lm-dir", type=Path, default=REPO / "fixtures" / "lm")
-    ap.add_argument("--epochs", type=int, default=EPOCHS)
+    ap.add_argument("--steps", type=positive, default=STEPS, help=f"optimisation steps (default {STEPS})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)")
-    ap.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps (for tests)")
     ap.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights and config (a warm start)")
     args = ap.parse_args(argv)
     try:
-        model, figures = train(args.lm_dir, args.epochs, args.seed, parse_config(args.config), args.max_steps, init=args.init)
+        model, figures = train(args.lm_dir, args.steps, args.seed, parse_config(args.config), init=args.init)
     except provenance.StaleCalibration as exc:
         raise SystemExit(f"reference model: {exc}") from None
     write_outputs(model, figures, args.lm_dir)
