@@ -58,7 +58,8 @@ def test_autograd_by_the_engine_or_under_a_forged_main_guard_loses_the_backward_
     assert backward and all(t.score == 0.0 for t in backward)
     text = backward[0].output
     assert "Backward points withheld" in text, text
-    assert "the autograd engine (run_backward)" in text and "an autograd graph (tensors that require grad)" in text, text
+    # The engine's method is not repeated: a record's text is the run's, and only the grader's own labels are shown.
+    assert "the autograd engine" in text and "an autograd graph (tensors that require grad)" in text, text
     if attack == "a forged main guard":
         assert "uses automatic differentiation" in text and "from torch.autograd.variable import Variable" in text, text
 

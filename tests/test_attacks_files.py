@@ -223,12 +223,15 @@ def test_control_characters_from_a_submission_reach_no_terminal_or_file(tmp_path
 
 
 @pytest.mark.parametrize("attack", ["padded outputs", "deep folders"])
-def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothing(tmp_path, attack):
+def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothing(tmp_path, attack, monkeypatch):
     """Padded .npy files are refused from their header (nothing after the data is read): the submission
     loses what it padded, quickly. A tree deeper than Python's recursion limit is removed all the same,
     and the honest code beside it keeps its points."""
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     source = attack_source("padded_outputs" if attack == "padded outputs" else "deep_folders") + reference
+    # A fresh interpreter per run, whose exit runs the attack's atexit padding (a run forked from the template
+    # ends without the submission's exit handlers, so there the outputs stay as the harness wrote them).
+    monkeypatch.setenv("GRADELIB_TEMPLATE", "off")
     start = time.monotonic()
     result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
     wall = time.monotonic() - start

@@ -272,8 +272,8 @@ def test_graders_in_other_pid_namespaces_sharing_the_temp_folder_never_sweep_eac
 
 @pytest.mark.skipif(bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}")
 def test_the_student_side_grades_in_a_root_container_without_bubblewrap(tmp_path):
-    """A Colab tab or a course's own container: root, no namespaces. The local grader picks the fallback there
-    and gives the solved handout full public marks."""
+    """A Colab tab or a course's own container: root, no namespaces. The student kit's one runner (a plain child
+    with limits, no isolation of its own) gives the solved handout full public marks there."""
     from test_student_platforms import full_public_marks, solved_handout
 
     folder = solved_handout(Path(tempfile.mkdtemp(dir=tmp_path)) / "handout")
@@ -281,4 +281,5 @@ def test_the_student_side_grades_in_a_root_container_without_bubblewrap(tmp_path
     with docker_default([sys.executable, "autograder.py"]) as cmd:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=folder)
     full_public_marks(proc)
-    assert "Sandbox: fallback" in proc.stdout, proc.stdout[-2000:]
+    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, \
+        proc.stdout[-2000:]
