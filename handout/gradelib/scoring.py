@@ -8,7 +8,8 @@ rubric) takes those cases, every other line skips them. An edge line passes when
 its quantities are right on its cases; a failure there is forgiven (left to the
 ordinary lines) only when the same kind of failure (raise, non-finite, finite but
 wrong) shows for that quantity on an ordinary case of the same dtype, and only on a
-line that produced over a quarter of its quantities on one of its cases. A NaN never passes
+line that produced over a quarter of its quantities on one of its cases, one of them right and not all
+zeros (what blank output gets right shows nothing of the code). A NaN never passes
 a stability line (STABILITY_EDGES).
 """
 
@@ -226,10 +227,12 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
 
 def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
     """Whether the code produced over a quarter of the line's quantities on this case (right or wrong), one of
-    them right: a line whose every case raised early (a blank handout, projections alone) verified nothing of its
-    edge, so forgiving the raises would pay it for code not checked; forward alone reaches its edge."""
+    them right and not all zeros: a line whose every case raised early (a blank handout, projections alone), or
+    that got right only what zeros get right (T = 1's score gradients), verified nothing of its edge, so forgiving
+    the rest would pay it for code not checked; forward alone reaches its edge."""
     produced = [q for q in group.quantities if q in outcome.checks and failure_kind(outcome.checks[q]) != "raise"]
-    return 4 * len(produced) > len(group.quantities) and any(outcome.checks[q].passed for q in produced)
+    return 4 * len(produced) > len(group.quantities) and any(
+        outcome.checks[q].passed and not outcome.checks[q].trivial for q in produced)
 
 
 def _not_verified(cases: list[CaseOutcome], group: Group, vis: str) -> str:

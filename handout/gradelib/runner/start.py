@@ -36,6 +36,29 @@ def install_reporter(fd: int) -> None:
     sys.addaudithook(hook)
 
 
+# Audit events of a process about to start another program. A fresh interpreter has none of the harness's
+# tripwires, so while a harness runs none may start (the course grader's boot.py refuses the same).
+PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
+                            "_winapi.CreateProcess"))
+
+
+def refuse_programs(fd) -> None:
+    """An audit hook that refuses every PROGRAM_EVENTS event, said first on the events descriptor `fd` (when
+    there is one) as a `gradelib.program` record."""
+    write = os.write
+
+    def hook(event: str, args: tuple) -> None:
+        if event in PROGRAM_EVENTS:
+            if fd is not None:
+                try:
+                    write(fd, f"\n{EVENT_PREFIX}program {event}\n".encode())
+                except OSError:
+                    pass
+            raise PermissionError(f"{event}: starting another program is not allowed while grading")
+
+    sys.addaudithook(hook)
+
+
 def exit_code(code) -> int:
     if code is None:
         return 0
@@ -99,6 +122,7 @@ def serve(config: dict) -> None:
             pass  # the run imports it itself, and reports what fails
     events = os.dup(quiet_w)
     install_reporter(events)
+    refuse_programs(events)  # each run's events file is dup2'd onto `events`
     home, kept_path = os.getcwd(), list(sys.path)
     for line in requests:
         task = json.loads(line)
@@ -147,6 +171,7 @@ def _reset_torch() -> None:
         try:
             torch.set_default_dtype(torch.float32)
             torch.set_grad_enabled(True)
+            torch.set_anomaly_enabled(False)  # the attention harness's tripwire turns it on
         except Exception:
             pass
 
@@ -162,6 +187,7 @@ def main() -> None:
     fd = report_fd(config)
     if fd is not None:
         install_reporter(int(fd))
+    refuse_programs(None if fd is None else int(fd))
     run_harness(sys.argv[1:])
 
 
