@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help docs setup sandbox-tools pythons test demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help check docs setup sandbox-tools pythons test demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ pythons: $(STAMP) ## environments for the tests under Python 3.10, 3.12 and 3.13
 test: setup pythons ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder --durations=30 tests
+
+# The fast lane for the edit-test loop: lint and the tests that need no container, attack batch, other Python,
+# class run or training (tests/conftest.py's FAST_LANE).
+check: setup ## lint (ruff), then the fast lane of the test suite (under 90 s; make test runs everything)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -n 2 -m fast -p no:cacheprovider tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.build.demo
