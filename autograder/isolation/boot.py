@@ -3,8 +3,10 @@
     python -I -B boot.py HARNESS.py [ARGS...]   (configuration in $GRADER_BOOT)
 
 Runs before any line of the submission, with nothing but the standard library
-and the two files beside it, kernel.py (the Linux interfaces) and forkserver.py
-(a template's loop), which the grader mounts or copies with it and nothing else:
+and the files beside it, kernel.py (the Linux interfaces), forkserver.py (a
+template's loop) and the student kit's start.py (the event reporter and the
+refusal of other programs, shared by both kits), which the grader mounts or
+copies with it and nothing else:
 
 - applies Landlock (when the grader asks: inside bubblewrap the mounts are made
   first, and a Landlock-confined process could no longer mount);
@@ -26,18 +28,15 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import sys
 
 BOOT_ENV = "GRADER_BOOT"  # the grader's launch.py sets it
-EVENT_PREFIX = "gradelib."
-MAX_EVENT = 200
 
 _siblings: dict = {}
 
 
 def sibling(name: str):
-    """kernel.py or forkserver.py from this file's own folder (not importable by name: -I leaves the folder
+    """kernel.py, forkserver.py or start.py from this file's own folder (not importable by name: -I leaves the folder
     off sys.path, and a submission's own module of that name must not be shadowed)."""
     if name not in _siblings:
         import importlib.util
@@ -55,62 +54,11 @@ def kernel():
     return sibling("kernel")
 
 
-def _install_reporter(fd: int) -> None:
-    os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
-    write = os.write  # bound now: rebinding os.write later changes nothing here
-
-    def hook(event: str, args: tuple) -> None:
-        if event.startswith(EVENT_PREFIX):
-            line = " ".join([event, *(str(a) for a in args)])[:MAX_EVENT].replace("\n", " ")
-            try:
-                # One write (atomic on a pipe) that starts with an end of line too: bytes a submission wrote
-                # to the pipe without one end there and cannot swallow this record into theirs.
-                write(fd, ("\n" + line + "\n").encode("utf-8", "replace"))
-            except OSError:
-                pass
-
-    sys.addaudithook(hook)
-
-
-# Audit events of a process about to start another program or to become one. A fresh interpreter has none of
-# the harness's tripwires and no audit hook, so once the harness runs none may start: each is refused here,
-# at every level (the seccomp filter refuses execve itself at the Linux levels, whatever calls it).
-PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-                            "_winapi.CreateProcess"))
-
-
-def _refuse_programs(fd) -> None:
-    """An audit hook that refuses every PROGRAM_EVENTS event, said first on the grader's audit pipe (`fd`,
-    when there is one) as a `gradelib.program` record."""
-    write = os.write
-
-    def hook(event: str, args: tuple) -> None:
-        if event in PROGRAM_EVENTS:
-            if fd is not None:
-                try:
-                    write(fd, f"\n{EVENT_PREFIX}program {event}\n".encode())
-                except OSError:
-                    pass
-            raise PermissionError(f"{event}: starting another program is not allowed while grading")
-
-    sys.addaudithook(hook)
-
-
-def _printed_exit(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _run_harness(argv: list[str]) -> None:
-    sys.audit("gradelib.boot", "ok")
-    if len(argv) < 1:
-        sys.exit("boot.py: no harness given")
-    sys.argv = list(argv)
-    runpy.run_path(argv[0], run_name="__main__")
+def start():
+    """The student kit's start.py, copied beside this file: its event reporter, its refusal of other programs
+    (PROGRAM_EVENTS, refused at every level; the seccomp filter refuses execve itself at the Linux levels,
+    whatever calls it) and its way of running a harness are the same for both kits."""
+    return sibling("start")
 
 
 def _add_paths(paths: list[str]) -> None:
@@ -124,15 +72,6 @@ def _add_paths(paths: list[str]) -> None:
         else:
             print(f"note: {path} (on the grader's Python path) cannot be read here, so packages installed there "
                   "cannot be imported", file=sys.stderr)
-
-
-def _report_fd(config: dict):
-    """The descriptor of the grader's audit pipe: passed as a descriptor, or on Windows as a handle."""
-    if config.get("report_handle") is not None:
-        import msvcrt
-
-        return msvcrt.open_osfhandle(int(config["report_handle"]), os.O_WRONLY)
-    return config.get("report_fd")
 
 
 def _limit_cpu(seconds) -> None:
@@ -153,18 +92,18 @@ def main() -> None:
         abi = kernel().landlock_abi()
         if abi:
             kernel().apply_landlock(abi, rules["read"], rules["write"])
-    report_fd = _report_fd(config)
+    report_fd = start().report_fd(config)
     if report_fd is not None:
-        _install_reporter(int(report_fd))
+        start().install_reporter(int(report_fd))
     if config.get("seccomp", True):
         why = kernel().apply_seccomp()
         sys.audit("gradelib.seccomp", why or "ok")
-    _refuse_programs(None if report_fd is None else int(report_fd))
+    start().refuse_programs(None if report_fd is None else int(report_fd))
     template = config.get("template")
     if template:  # Linux levels only
-        sibling("forkserver").serve(kernel(), template, int(report_fd), _run_harness, _printed_exit)
+        sibling("forkserver").serve(kernel(), template, int(report_fd), start().run_harness, start().exit_code)
         return
-    _run_harness(sys.argv[1:])
+    start().run_harness(sys.argv[1:])
 
 
 if __name__ == "__main__":

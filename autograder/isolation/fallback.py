@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gradelib.runner.limits import Limits, child_env, rlimit_values
 
-from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths, python_paths, readable_by
+from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_paths, readable_by
 from .kernel import PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, apply_landlock, landlock_abi, prctl, rlimits
 from .slots import Slot
 
@@ -47,8 +47,8 @@ def copy_boot(workdir: Path) -> Path:
     """The boot files, copied into the run's folder (the child cannot read the grader's own)."""
     folder = workdir / BOOT_FOLDER
     folder.mkdir(exist_ok=True)
-    for name in BOOT_FILES:
-        shutil.copyfile(BOOT_DIR / name, folder / name)
+    for name, source in BOOT_FILES.items():
+        shutil.copyfile(source, folder / name)
         os.chmod(folder / name, 0o644)
     os.chmod(folder, 0o755)
     return folder / "boot.py"

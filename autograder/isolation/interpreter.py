@@ -8,10 +8,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from gradelib.runner.paths import BOOT_ENV, extra_paths  # noqa: F401 (the kit's: the same for every level)
+from gradelib.runner.paths import BOOT_ENV, START, extra_paths  # noqa: F401 (the kit's: the same for every level)
 
 BOOT_DIR = Path(__file__).resolve().parent
-BOOT_FILES = ("boot.py", "kernel.py", "forkserver.py")  # the child's entry point and what it loads from beside it
+# The child's entry point and what it loads from beside it: name there -> this side's file. start.py is the
+# student kit's child entry; boot.py reuses its event reporter and its refusal of other programs.
+BOOT_FILES = {name: BOOT_DIR / name for name in ("boot.py", "kernel.py", "forkserver.py")}
+BOOT_FILES["start.py"] = START
 
 
 def python_paths() -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gradelib.runner.limits import Limits, child_env, rlimit_values
 
-from .interpreter import BOOT_DIR, BOOT_ENV, BOOT_FILES, extra_paths, python_mounts
+from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_mounts
 from .kernel import landlock_abi, rlimits
 from .slots import Slot
 
@@ -70,8 +70,8 @@ def bwrap_argv(workdir: Path, uid: int, limits: Limits) -> tuple[list[str], list
         "--bind", str(workdir), SCRATCH_INSIDE,
         *parents(BOOT_INSIDE),
     ]
-    for name in BOOT_FILES:
-        argv += ["--ro-bind", str(BOOT_DIR / name), f"{BOOT_INSIDE_DIR}/{name}"]
+    for name, source in BOOT_FILES.items():
+        argv += ["--ro-bind", str(source), f"{BOOT_INSIDE_DIR}/{name}"]
     argv += [
         "--remount-ro", "/",
         "--chdir", SCRATCH_INSIDE,
