@@ -37,7 +37,7 @@ def install_reporter(fd: int) -> None:
 
 
 # Audit events of a process about to start another program. A fresh interpreter has none of the harness's
-# tripwires, so while a harness runs none may start (the course grader's boot.py refuses the same).
+# tripwires, so while a harness runs none may start (the course grader's boot.py uses this file's hooks too).
 PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
                             "_winapi.CreateProcess"))
 
