@@ -70,9 +70,6 @@ def cases() -> list[dict]:
     return out
 
 
-STABILITY_EDGES = {"large_scores"}  # where a NaN is the edge's own failure, whatever else fails
-
-
 def judge(Attention) -> list[dict]:
     """Per case, quantity -> how it fails by the oracle and the rubric's tolerance: '' (right), 'raise' (not
     produced), 'nan', 'non-finite' (inf) or 'wrong' (finite but wrong, or of the wrong shape or dtype)."""
@@ -140,7 +137,7 @@ def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
                 for q in (q for q in g.quantities if c["fails"][q]):
                     kind = c["fails"][q]
                     same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
-                    if (kind == "nan" and g.edge in STABILITY_EDGES) or not any(
+                    if (kind == "nan" and g.stability) or not any(
                             o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
                         failing.add((g.id, vis))
                     forgiven = True
