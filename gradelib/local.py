@@ -151,7 +151,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             visibilities=("public",),
             problems=problems,
             only=only,
-            limits=Limits(timeout_s=args.timeout, isolation="portable"),  # the student side grades wherever it runs
+            limits=Limits(timeout_s=args.timeout, min_isolation="portable"),  # the student side grades wherever it runs
             name=str(args.handin) if args.handin else "this folder",
             run_expected=bool(args.handin or runid),
         )
