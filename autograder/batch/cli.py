@@ -79,9 +79,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     """The rubric's graded problem ids, and why nothing may be graded ("" when all is well): a rubric,
-    problem id, bookkeeping file, calibration or isolation level that cannot be used."""
+    problem id, bookkeeping file, calibration or isolation level that cannot be used. The rubric, loaded
+    here once, is args.problems for the rest of the run; the book inputs are args.book."""
     try:
-        known = [p for p in rubric_mod.load(args.rubric) if p in GRADERS]
+        args.problems = rubric_mod.load(args.rubric)
+        known = [p for p in args.problems if p in GRADERS]
     except rubric_mod.RubricError as exc:
         return [], f"The rubric cannot be used, so nothing was graded: {exc}"
     unknown = [p for p in args.only or [] if p not in known]
@@ -212,7 +214,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
 
     Returns the jobs and the lines saying so ("regrading 12 of 60: rubric changed (...)", "48 up to date").
     """
-    problems = rubric_mod.load(args.rubric)
+    problems = args.problems
     current = regrade.current_records(problems, problem_ids, args.fixtures)
     only = list(args.only) if args.only else None
     jobs, new, stale, up_to_date, graded_before = [], [], Counter(), 0, 0
