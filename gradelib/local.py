@@ -104,6 +104,7 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
+    """The local autograder of the folder `handout`: grade the public cases, print the table; the exit status."""
     try:
         problems = load()
     except RubricError as exc:

@@ -115,10 +115,12 @@ class RubricError(ValueError):
 
 
 def positive(value: float) -> str | None:
+    """A setting's check: None when `value` > 0, else the complaint."""
     return None if value > 0 else "must be > 0"
 
 
 def fraction(value: float) -> str | None:
+    """A setting's check: None when 0 < `value` < 1, else the complaint."""
     return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
 
 
@@ -173,6 +175,7 @@ class Problem:
 
     @property
     def points(self) -> float:
+        """The problem's points: the sum of its lines'."""
         return sum(g.points for g in self.groups)
 
     def share(self, group: Group, visibility: str) -> float:

@@ -74,6 +74,7 @@ class Line:
 
     @property
     def points(self) -> float:
+        """The points this line earns on its visibility's cases."""
         return self.problem.share(self.group, self.visibility)
 
     def result(self, fraction: float, output: str, figures: dict[str, float] | None = None) -> TestResult:
@@ -103,6 +104,7 @@ class CaseOutcome:
 
     @classmethod
     def of(cls, case: Case) -> CaseOutcome:
+        """An outcome for `case` with no checks yet."""
         return cls(case.name, case.visibility, case.description, edge=case.edge, dtype=case.dtype)
 
 

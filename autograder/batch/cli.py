@@ -36,6 +36,7 @@ from .worker import CASE_ROOT
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (sys.argv when `argv` is None), parsed."""
     ap = argparse.ArgumentParser(
         prog="autograder.py", description="Grade handins on public and hidden cases, each in an isolated process."
     )
@@ -124,6 +125,7 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Grade the submissions named, then write the class files; the exit status (0; 2 refused; 128 + signal)."""
     from tqdm import tqdm
 
     args = parse_args(argv)

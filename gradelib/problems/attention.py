@@ -75,6 +75,7 @@ UPSTREAM = {
 }
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade attention.py on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     vis = ctx.visibilities
     src = ctx.submission / FILENAME
     if not src.is_file():

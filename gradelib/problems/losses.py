@@ -75,4 +75,5 @@ SCHEMA = SPEC.schema(edge_lines=True)
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade notebook 1's functions on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     return grade_notebook(ctx, problem, SPEC)

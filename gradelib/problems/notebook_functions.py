@@ -74,6 +74,7 @@ class NotebookSpec:
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
+    """Run the functions `spec` names from its notebook on the cases; a TestResult per (line, visibility)."""
     vis = ctx.visibilities
     src = ctx.submission / spec.notebook
     if not src.is_file():

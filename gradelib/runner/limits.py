@@ -58,6 +58,7 @@ class ChildRun:
     memory_where: str = ""  # what the memory stop was for, when not resident memory alone (said after the limit)
 
     def describe(self) -> str:
+        """How the run ended, as the end of a sentence about the submission's process (e.g. "was stopped when ...")."""
         if self.output_capped_mb:
             return f"was stopped when its output passed {self.output_capped_mb} MB (print less: the grader keeps only the last lines)"
         if self.events_capped_mb:
