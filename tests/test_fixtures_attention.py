@@ -114,7 +114,7 @@ NEW_LINE = """
 [[problems.attention.groups]]
 id = "two_positions"
 title = "edge case T = 2: the first position attends to itself alone, the second to both"
-quantities = ["A_sig", "X_new", "dLdX"]
+quantities = ["Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX"]
 points = 1
 edge = "two_positions"
 visibilities = ["hidden"]
