@@ -13,6 +13,7 @@ under --out.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -90,6 +91,9 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     unknown = [p for p in args.only or [] if p not in known]
     if unknown:
         return known, f"unknown problem id(s) {unknown}; known: {known}"
+    missing = edges_without_cases(args.problems, [p for p in known if not args.only or p in args.only], args.fixtures)
+    if missing:
+        return known, f"nothing was graded: {missing}"
     try:
         args.book = read_book_inputs(args)
     except (gradebook.BookError, rubric_mod.RubricError) as exc:
@@ -122,6 +126,25 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
             "trusting the submissions."
         )
     return known, ""
+
+
+def edges_without_cases(problems: dict, ids: list[str], case_root: Path) -> str:
+    """The first edge line of the problems `ids` that no case under `case_root` carries on a case set it is
+    graded on, said in a sentence ('' when every edge line has its cases): it would score 0 for everyone."""
+    tagged = set()
+    for index in sorted(Path(case_root).glob("*/*/cases.json")):
+        try:
+            entries = json.loads(index.read_text())
+        except (OSError, ValueError):
+            continue
+        folder, vis = index.parent.parent.name, index.parent.name
+        tagged |= {(e.get("problem", folder), vis, e["edge"]) for e in entries if isinstance(e, dict) and e.get("edge")}
+    for pid in ids:
+        for g in problems[pid].groups:
+            for vis in (v for v in g.visibilities if g.edge and (pid, v, g.edge) not in tagged):
+                return (f"the rubric's line {pid}.{g.id} is graded on edge '{g.edge}', but no {vis} case under "
+                        f"{case_root} carries it. Expected: the fixtures made with this rubric (make fixtures).")
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
