@@ -104,6 +104,7 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
+    """The local autograder of the folder `handout`: grade the public cases, print the table; the exit status."""
     try:
         problems = load()
     except RubricError as exc:
@@ -151,7 +152,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             visibilities=("public",),
             problems=problems,
             only=only,
-            limits=Limits(timeout_s=args.timeout, isolation="portable"),  # the student side grades wherever it runs
+            limits=Limits(timeout_s=args.timeout, min_isolation="portable"),  # the student side grades wherever it runs
             name=str(args.handin) if args.handin else "this folder",
             run_expected=bool(args.handin or runid),
         )

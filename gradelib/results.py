@@ -106,31 +106,6 @@ class SubmissionResult:
     def max_score(self) -> float:
         return round(sum(_number(v) for v in self.max_points.values()), 4)
 
-    def to_gradescope(self) -> dict:
-        per_problem: dict[str, int] = {}
-        tests = []
-        for t in self.tests:
-            per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
-            number = f"{self.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in self.problems else ""
-            tests.append(t.to_gradescope(number))
-        out = {
-            "score": self.score,
-            "execution_time": round(_number(self.wall_s), 2),
-            "output": clean_text("\n".join(self.notes)),
-            "output_format": "text",
-            "visibility": "visible",
-            "stdout_visibility": "hidden",
-            "tests": tests,
-        }
-        extra: dict = {}  # Gradescope keeps extra_data and shows it to nobody
-        if self.flags:
-            extra["flags"] = dict(self.flags)
-        if self.isolation:
-            extra["isolation"] = self.isolation
-        if extra:
-            out["extra_data"] = extra
-        return out
-
     def autolab_line(self) -> str:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
 
@@ -360,12 +335,3 @@ def write_text_atomic(path: Path, text: str) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
 
-
-def write_submission(result: SubmissionResult, folder: Path) -> None:
-    """results.json (Gradescope's format) and feedback.txt (the score table) for one submission.
-
-    feedback.txt is written first: a folder with results.json counts as graded. It is what Autolab shows the
-    student at once, so it holds a hidden test's message only where the rubric shows hidden tests at once.
-    """
-    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
-    write_json_atomic(folder / "results.json", result.to_gradescope())

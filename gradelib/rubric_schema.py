@@ -14,6 +14,7 @@ graded problems' own.
 from __future__ import annotations
 
 import math
+import re
 
 try:
     import tomllib
@@ -68,11 +69,17 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "edge": (
         str,
         "",
-        "An edge case the line is graded on alone (the `edge` its cases carry in cases.json, one the problem "
-        "declares, e.g. large_scores); every other line then skips those cases. A failure there is forgiven only "
+        "An edge case the line is graded on alone (a name its cases carry in cases.json, e.g. large_scores; the "
+        "fixture generator tags them and refuses a line without cases or a case without a line); every other line "
+        "then skips those cases. A failure there is forgiven only "
         "when the same kind (raise, non-finite, finite but wrong) shows for that quantity on an ordinary case of "
-        "the same dtype, never a NaN on a stability edge, and only on a line one of whose cases produced over a quarter "
+        "the same dtype, never a NaN on a `stability` line, and only on a line one of whose cases produced over a quarter "
         "of its quantities, one right (gradelib/scoring.py). '' (the default): the ordinary cases.",
+    ),
+    "stability": (
+        bool,
+        False,
+        "An edge line whose cases make exp() overflow: a NaN there is the line's own failure, never forgiven.",
     ),
     "visibilities": (
         list,
@@ -108,10 +115,12 @@ class RubricError(ValueError):
 
 
 def positive(value: float) -> str | None:
+    """A setting's check: None when `value` > 0, else the complaint."""
     return None if value > 0 else "must be > 0"
 
 
 def fraction(value: float) -> str | None:
+    """A setting's check: None when 0 < `value` < 1, else the complaint."""
     return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
 
 
@@ -131,15 +140,15 @@ class ProblemSchema:
 
     line_ids: ids of lines graded without quantities (e.g. "nll"); quantities: names a line
     may list; settings: the keys of [problems.<id>].settings; relations: checks across
-    settings, each returning a complaint or None; edges: the edge cases its case files tag,
-    which a line may be graded on alone.
+    settings, each returning a complaint or None; edge_lines: its cases come from case files whose
+    tags a line may be graded on alone (`edge`, any name: the fixture generator checks both sides).
     """
 
     settings: dict[str, Setting] = field(default_factory=dict)
     line_ids: frozenset[str] = frozenset()
     quantities: frozenset[str] = frozenset()
     relations: tuple[Callable[[dict], str | None], ...] = ()
-    edges: frozenset[str] = frozenset()
+    edge_lines: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,7 @@ class Group:
     backward: bool = False
     visibilities: tuple[str, ...] = VISIBILITIES
     edge: str = ""  # graded on the cases of this edge alone ('' = the ordinary cases)
+    stability: bool = False  # a NaN on its edge's cases is never forgiven
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,7 @@ class Problem:
 
     @property
     def points(self) -> float:
+        """The problem's points: the sum of its lines'."""
         return sum(g.points for g in self.groups)
 
     def share(self, group: Group, visibility: str) -> float:
@@ -274,12 +285,16 @@ def _group(where: str, table: Any, schema: ProblemSchema | None) -> Group:
         if not quantities and spec["id"] not in schema.line_ids:
             known = sorted(schema.line_ids) or "none: every line of this problem lists quantities"
             raise RubricError(f"{where}: line id '{spec['id']}' lists no quantities and is not a line this problem grades ({known})")
-        if spec["edge"] and spec["edge"] not in schema.edges:
-            known = sorted(schema.edges) or "none"
-            raise RubricError(f"{where}: edge '{spec['edge']}' is not an edge case this problem's cases tag (known: {known})")
+        if spec["edge"] and not schema.edge_lines:
+            raise RubricError(f"{where}: edge '{spec['edge']}': this problem's cases carry no edge tags")
+    if spec["edge"] and not re.fullmatch(r"[a-z][a-z0-9_]*", spec["edge"]):
+        raise RubricError(f"{where}: edge must be a lower-case name (letters, digits, _), got {spec['edge']!r}")
     if spec["edge"] and not quantities:
         raise RubricError(f"{where}: a line graded on an edge case ('{spec['edge']}') must list the quantities it checks")
-    return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis), spec["edge"])
+    if spec["stability"] and not spec["edge"]:
+        raise RubricError(f"{where}: stability = true is for a line graded on an edge case (set its `edge`)")
+    return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis), spec["edge"],
+                 spec["stability"])
 
 
 def _settings(where: str, table: dict, schema: ProblemSchema | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ ordinary lines) only when the same kind of failure (raise, non-finite, finite bu
 wrong) shows for that quantity on an ordinary case of the same dtype, and only on a
 line that produced over a quarter of its quantities on one of its cases, one of them right and not all
 zeros (what blank output gets right shows nothing of the code). A NaN never passes
-a stability line (STABILITY_EDGES).
+a stability line (rubric `stability`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class Line:
 
     @property
     def points(self) -> float:
+        """The points this line earns on its visibility's cases."""
         return self.problem.share(self.group, self.visibility)
 
     def result(self, fraction: float, output: str, figures: dict[str, float] | None = None) -> TestResult:
@@ -103,6 +104,7 @@ class CaseOutcome:
 
     @classmethod
     def of(cls, case: Case) -> CaseOutcome:
+        """An outcome for `case` with no checks yet."""
         return cls(case.name, case.visibility, case.description, edge=case.edge, dtype=case.dtype)
 
 
@@ -187,10 +189,9 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
     return "\n".join(lines)
 
 
-# Edges whose cases exist to make exp() overflow: a NaN there is the edge's own failure, whatever the ordinary
-# cases show (attention's large scores, notebook 1's large logits). An inf the ordinary cases show too (A_w stored
-# with the mask's -inf) is forgiven like any other shared failure.
-STABILITY_EDGES = frozenset({"large_scores", "large_logits"})
+# A stability line's cases exist to make exp() overflow (rubric `stability`): a NaN there is the line's own
+# failure, whatever the ordinary cases show (attention's large scores, notebook 1's large logits). An inf the
+# ordinary cases show too (A_w stored with the mask's -inf) is forgiven like any other shared failure.
 _NAN_SAID = re.compile(r"\b\d+ NaN (and \d+ inf )?entries")  # how compare says a quantity has NaN entries
 
 
@@ -216,7 +217,7 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
         if check.passed:
             continue
         kind = failure_kind(check)
-        if group.edge and not (group.edge in STABILITY_EDGES and _NAN_SAID.search(check.message)) and any(
+        if group.edge and not (group.stability and _NAN_SAID.search(check.message)) and any(
                 o.dtype == outcome.dtype and q in o.checks and not o.checks[q].passed
                 and failure_kind(o.checks[q]) == kind for o in ordinary):
             left.add(q)

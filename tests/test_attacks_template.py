@@ -79,7 +79,7 @@ sys.path.insert(0, {repo!r})
 from autograder import isolation as sandbox
 root = Path(tempfile.mkdtemp(prefix="session-"))
 os.chmod(root, 0o711)
-limits = sandbox.Limits(timeout_s=60, isolation="portable")
+limits = sandbox.Limits(timeout_s=60, min_isolation="portable")
 said = []
 with sandbox.session(root, limits):
     for i in range(2):

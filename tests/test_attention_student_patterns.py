@@ -70,9 +70,6 @@ def cases() -> list[dict]:
     return out
 
 
-STABILITY_EDGES = {"large_scores"}  # where a NaN is the edge's own failure, whatever else fails
-
-
 def judge(Attention) -> list[dict]:
     """Per case, quantity -> how it fails by the oracle and the rubric's tolerance: '' (right), 'raise' (not
     produced), 'nan', 'non-finite' (inf) or 'wrong' (finite but wrong, or of the wrong shape or dtype)."""
@@ -140,7 +137,7 @@ def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
                 for q in (q for q in g.quantities if c["fails"][q]):
                     kind = c["fails"][q]
                     same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
-                    if (kind == "nan" and g.edge in STABILITY_EDGES) or not any(
+                    if (kind == "nan" and g.stability) or not any(
                             o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
                         failing.add((g.id, vis))
                     forgiven = True
@@ -232,10 +229,14 @@ def test_a_float32_only_helper_says_forward_raised_on_the_backward_lines_once(tm
     assert autograd_uses(text) == []  # q_proj.backward(...) and friends are the file's own
     expected = failing_lines(judge(attention_class(text, "f32helper")))
     # Every set has a float64 ordinary case, so no ordinary line passes. An edge's float64 case raises as the
-    # ordinary float64 cases do (charged there); T = 1 and Dk != Dv are verified on their float32 cases, right
-    # throughout, and keep their points; the hidden large-scores case is float64 alone, so nothing verified it.
+    # ordinary float64 cases do (charged there); an edge line with a float32 case (T = 1, Dk != Dv) is verified
+    # there, right throughout, and keeps its points; one whose cases of a set are float64 alone (the hidden large
+    # scores) has nothing that verified it.
     ordinary = {g.id for g in PROBLEM.groups if not g.edge}
-    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | {("numerical_stability", "hidden")}
+    float64_alone = {(g.id, v) for g in PROBLEM.groups if g.edge for v in g.visibilities
+                     if {c["dtype"] for c in cases() if c["vis"] == v and c["edge"] == g.edge} == {"float64"}}
+    assert ("numerical_stability", "hidden") in float64_alone
+    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | float64_alone
     result, failing = graded(tmp_path, text)
     assert failing == expected
     assert result.score == pytest.approx(points_without(expected))

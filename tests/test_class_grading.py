@@ -247,7 +247,7 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
     # Marked for regrading: the same command without --force grades it, now that the grader can.
     rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out")], dict(os.environ))
     data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
-    assert rc == 0 and data["score"] == 30.0 and "flags" not in data.get("extra_data", {}), (stdout, stderr[-2000:])
+    assert rc == 0 and data["score"] == ATTENTION_MAX and "flags" not in data.get("extra_data", {}), (stdout, stderr[-2000:])
 
 
 def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):

@@ -33,3 +33,11 @@ def test_the_site_builds_strictly(tmp_path):
     pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
     built = {p.parent.name if p.parent != tmp_path / "site" else "index" for p in (tmp_path / "site").rglob("index.html")}
     assert {p.removesuffix(".md") for p in pages} <= built
+    # The grading page's table of lines is read from the rubric (autograder/build/docs_rubric.py), not written by hand.
+    from gradelib import rubric
+
+    grading = (tmp_path / "site" / "grading" / "index.html").read_text()
+    problems = rubric.load()
+    assert "<!-- rubric lines -->" not in grading
+    assert all(f"<code>{g.id}</code>" in grading for p in problems.values() for g in p.groups)
+    assert f"<strong>{sum(p.points for p in problems.values()):g}</strong>" in grading

@@ -108,3 +108,52 @@ def test_expected_values_match_an_independent_float64_computation(vis, name):
         expected = d[f"expected_{q}"]
         scale = max(1.0, float(np.abs(value).max()))
         np.testing.assert_allclose(expected, value, rtol=rtol, atol=rtol * scale, err_msg=f"{name}: {q}")
+
+
+NEW_LINE = """
+[[problems.attention.groups]]
+id = "two_positions"
+title = "edge case T = 2: the first position attends to itself alone, the second to both"
+quantities = ["Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX"]
+points = 1
+edge = "two_positions"
+visibilities = ["hidden"]
+"""
+NEW_CASE = attention_cases.CaseSpec("two_positions", "hidden", 3, 2, 5, 4, 4, "float64", 209, None, "T = 2",
+                                    "two_positions")
+
+
+def test_a_new_edge_line_is_its_rubric_entry_and_its_case(tmp_path):
+    """The trial of adding a hidden edge line: its rubric entry and the case it adds, nothing else. The fixture
+    generator refuses either without the other, and the grader grades the new case on that line alone: code
+    wrong only where T = 2 loses that line and keeps every other."""
+    from autograder.batch.worker import grade_hidden
+    from gradelib import rubric
+    from gradelib.runner.limits import Limits
+
+    from support import SOLUTIONS
+
+    path = tmp_path / "rubric.toml"
+    path.write_text(rubric.RUBRIC_PATH.read_text() + NEW_LINE)
+    with pytest.raises(ValueError, match="no hidden case carries it"):
+        attention_cases.write(tmp_path / "none", rubric_path=path)
+    with pytest.raises(ValueError, match="no hidden rubric line of attention is graded on it"):
+        attention_cases.write(tmp_path / "none", cases=(*attention_cases.CASES, NEW_CASE))
+    attention_cases.write(tmp_path / "fixtures", cases=(*attention_cases.CASES, NEW_CASE), rubric_path=path)
+    assert {"name": "two_positions", "edge": "two_positions"}.items() <= next(
+        c for c in json.loads((tmp_path / "fixtures/attention/hidden/cases.json").read_text())
+        if c["name"] == "two_positions").items()
+
+    source = (SOLUTIONS / "attention.py").read_text()
+    anchor = "        return X_new\n"
+    assert source.count(anchor) == 1
+    handin = tmp_path / "handin"
+    handin.mkdir()
+    (handin / "attention.py").write_text(source.replace(
+        anchor, "        if X.shape[1] == 2:\n            X_new = 2 * X_new\n" + anchor))
+    problems = rubric.load(path)
+    result = grade_hidden(handin, case_root=tmp_path / "fixtures", problems=problems, only=["attention"],
+                          limits=Limits(timeout_s=120))
+    lost = {(t.line, t.visibility) for t in result.tests if t.score < t.max_score}
+    assert lost == {("two_positions", "hidden")}, [t.output for t in result.tests if t.score < t.max_score]
+    assert result.max_points["attention"] == problems["attention"].points

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradelib import handin
+from gradelib import handin, rubric
 from gradelib.handin_contract import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_SHAPE
 
 from support import HANDOUT, SOLUTIONS
@@ -214,7 +214,8 @@ def test_local_grading_of_a_run_equals_grading_its_handin(student):
     # Without runid/epoch the newest run is graded, and the output says which.
     newest, _ = local_rows(student, "--only", "prediction")
     assert "Grading the newest full run, experiments/run1, epoch 3" in newest
-    assert "What is at stake" in newest and "course maximum 120" in newest
+    course = sum(p.points for p in rubric.load().values())
+    assert "What is at stake" in newest and f"course maximum {course:g}" in newest
 
 
 def test_a_short_run_is_graded_by_default_only_when_no_full_run_exists(tmp_path):

@@ -510,7 +510,7 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     assert "No trained run" not in proc.stdout  # notebook 3's run is not what --only attention grades
     assert {r["vis"] for r in rows} == {"public"}
     assert all(r["got"] == r["max"] for r in rows), proc.stdout
-    # Half of each ordinary line (12.5) and of the stability line (1): T = 1 and Dk != Dv are hidden only.
+    # Half of each ordinary line and of the stability line: T = 1 and Dk != Dv are hidden only.
     assert sum(float(r["max"]) for r in rows) == pytest.approx(rubric.load()["attention"].max_points(("public",)))
     assert "[hidden]" not in proc.stdout
 

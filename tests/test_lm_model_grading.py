@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from autograder.batch.regrade import to_results_json
 from autograder.oracle.ngram import NGramModel
 from autograder.reference import model as ref
 from gradelib.lm import metrics as M
@@ -149,7 +150,7 @@ def test_arrays_that_do_not_match_the_model_are_flagged_and_earn_no_format_point
     assert set(tricked.flags) == {"predictions_do_not_match_model", "generated_does_not_match_model"}
     assert any("generated.npy is not what model.pt generates" in n for n in tricked.notes), tricked.notes
     assert any("predictions.npy is not what model.pt predicts" in n for n in tricked.notes), tricked.notes
-    assert tricked.to_gradescope()["extra_data"]["flags"] == tricked.flags
+    assert to_results_json(tricked, {})["extra_data"]["flags"] == tricked.flags
 
 
 def test_a_checkpoint_that_does_not_fit_the_notebook_is_named(tmp_path, checkpoint):

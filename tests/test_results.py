@@ -99,13 +99,14 @@ def test_a_crashing_submission_still_gets_results_json(tmp_path):
 
 def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
     from autograder.batch.records import read_row
+    from autograder.batch.regrade import write_merged
     from autograder.batch.report import render_report
-    from gradelib.results import SubmissionResult, TestResult, write_submission
+    from gradelib.results import SubmissionResult, TestResult
 
     result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})
     result.tests.append(TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format"))
     result.flags["generated_does_not_match_model"] = "generated.npy is not what model.pt generates <b>bold</b>"
-    write_submission(result, tmp_path / "mallory")
+    write_merged(result, tmp_path / "mallory", {}, ["generation"], merge_old=False)
     row = read_row(tmp_path / "mallory" / "results.json", "mallory")
     assert row.flags == result.flags
     html = render_report([row], ["generation"], "report")

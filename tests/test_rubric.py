@@ -158,6 +158,11 @@ TYPOS = [
     ("a misspelt top-level table", "[problems.attention]", "[problem.attention]", "unknown top-level key"),
     ("a visibility Gradescope does not know", 'hidden_tests = "after_published"', 'hidden_tests = "after_publish"',
      "hidden_tests must be one of ['after_published', 'after_due_date', 'visible', 'hidden'], got 'after_publish'"),
+    ("stability on a line without an edge", 'edge = "large_scores"\nstability = true', "stability = true",
+     "stability = true is for a line graded on an edge case"),
+    ("an edge that is not a name", 'edge = "single_position"', 'edge = "single position"', "edge must be a lower-case name"),
+    ("an edge on a problem whose cases carry none", 'points = 18\nvisibilities = ["hidden"]',
+     'points = 18\nvisibilities = ["hidden"]\nedge = "x"', "this problem's cases carry no edge tags"),
 ]
 
 
@@ -188,3 +193,16 @@ def test_the_batch_grader_refuses_a_broken_rubric_without_a_traceback(tmp_path, 
     err = capsys.readouterr().err
     assert "unknown setting(s) ['full_credit_nl']" in err and "Traceback" not in err
     assert not (tmp_path / "grades").exists()
+
+
+def test_the_batch_grader_refuses_an_edge_line_no_case_carries(tmp_path, monkeypatch, capsys):
+    """A misspelt edge would score 0 for everyone: nothing is graded, and the line and its edge are named."""
+    from autograder.batch import cli
+
+    path = tmp_path / "rubric.toml"
+    path.write_text(REAL.replace('edge = "single_position"', 'edge = "single_positon"'))
+    monkeypatch.setattr(rubric, "RUBRIC_PATH", path)
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "grades")]) == 2
+    err = capsys.readouterr().err
+    assert "attention.single_position is graded on edge 'single_positon', but no hidden case" in err, err
+    assert "Traceback" not in err and not (tmp_path / "grades").exists()

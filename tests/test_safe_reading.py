@@ -34,9 +34,10 @@ import pytest
 
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
+from autograder.batch.regrade import to_results_json, write_merged
 from autograder.batch.report import write_report
 from gradelib import safeio
-from gradelib.results import SubmissionResult, write_json_atomic, write_submission
+from gradelib.results import SubmissionResult, write_json_atomic
 from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
@@ -296,7 +297,7 @@ def test_a_non_finite_score_is_recorded_as_zero_and_json_stays_strict(tmp_path):
                      Line("p", "inf line", float("inf"), 1.0, "hidden", "y\x07")]
     assert [t.score for t in result.tests] == [0.0, 0.0]
     assert "not a finite number" in result.tests[0].output
-    write_submission(result, tmp_path / "out")
+    write_merged(result, tmp_path / "out", {}, ["p"], merge_old=False)
     data = strict_loads((tmp_path / "out" / "results.json").read_text())
     assert data["score"] == 0.0 and all(t["score"] == 0.0 for t in data["tests"])
     assert strict_loads(result.autolab_line()) == {"scores": {"p": 0.0}}
@@ -323,7 +324,7 @@ def test_float128_predictions_score_zero_with_a_clear_message(tmp_path):
     for t in fmt:
         assert "long double" in t.output and "expected a float dtype (e.g. float32)" in t.output, t.output
     assert all(t.score == 0.0 for t in result.tests if t.line == "nll")  # no model.pt: nothing to grade
-    strict_loads(json.dumps(result.to_gradescope(), allow_nan=False))
+    strict_loads(json.dumps(to_results_json(result, {}), allow_nan=False))
 
 
 def test_a_models_extreme_logits_score_zero_and_results_stay_strict_json(tmp_path):
@@ -404,7 +405,7 @@ def test_report_and_gradebook_are_written_whatever_one_results_json_holds(tmp_pa
     out = tmp_path / "grades"
     good = SubmissionResult("good", problems=("attention",), max_points={"attention": 1.0},
                             tests=[Line("attention", "t", 1.0, 1.0, "public", "ok")])
-    write_submission(good, out / "good")
+    write_merged(good, out / "good", {}, ["attention"], merge_old=False)
     names = ["good"]
     for name, data in BROKEN_RESULTS.items():
         (out / name).mkdir(parents=True)

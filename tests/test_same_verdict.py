@@ -47,7 +47,7 @@ def test_the_kit_and_the_course_grader_give_the_same_verdict(tmp_path, name):
     folder.mkdir()
     made = HANDINS[name](folder)
     handin = made if isinstance(made, Path) else folder
-    kit = grade_submission(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(isolation="portable", **LIMITS))
+    kit = grade_submission(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(min_isolation="portable", **LIMITS))
     course = grade_hidden(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS))
     assert kit.isolation == "portable" and course.isolation in ("namespaces", "fallback", "portable")
     assert verdict(kit) and verdict(kit) == verdict(course)

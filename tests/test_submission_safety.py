@@ -13,12 +13,12 @@ import zipfile
 
 import pytest
 
+from autograder.batch.regrade import to_results_json, write_merged
 from autograder.batch.worker import grade_hidden
 from autograder.isolation import Limits
 from gradelib import intake as submission
 from gradelib import rubric
 from gradelib.intake import HandinError, copy_capped, open_handin, open_upload, resolve_upload
-from gradelib.results import write_submission
 
 from support import FIXTURES, SOLUTIONS
 
@@ -371,7 +371,7 @@ def test_odd_member_names_are_skipped_with_a_clean_note_and_the_rest_is_graded(t
     assert len(notes) == 1, result.notes
     assert not any(ch in notes[0] for ch in "\x00\x1b\r\udce9") and len(notes[0]) < 300
     # The worker writes these files; a raw name used to crash it here or earlier.
-    write_submission(result, tmp_path / "out")
+    write_merged(result, tmp_path / "out", {}, list(result.problems), merge_old=False)
     assert fragment in (tmp_path / "out" / "feedback.txt").read_text(encoding="utf-8")
 
 
@@ -403,7 +403,7 @@ def test_missing_files_are_reported_once_with_what_the_upload_held(tmp_path):
     assert "generated.txt (optional)" in top and "model.pt (optional)" not in top
     assert "Found: Attention.py, a.py, b.py, notes/todo?.txt." in top
     assert sum("Found:" in n for n in result.notes) == 1
-    assert result.to_gradescope()["output"].startswith("The handin lacks")
+    assert to_results_json(result, {})["output"].startswith("The handin lacks")
 
 
 def test_found_list_is_capped_in_length(tmp_path):

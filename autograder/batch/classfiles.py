@@ -92,7 +92,7 @@ def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple
         if notes:
             kept_notes[r.submission] = notes
     sources = {r.submission: source_of(args.out / r.submission) or "" for r in rows}
-    problems = rubric_mod.load(args.rubric)
+    problems = args.problems  # loaded once, by cli.refusal
     book = gradebook.build(rows, problem_ids, sources=sources, metadata={k: v for k, v in metadata.items() if v},
                            max_points=sum(problems[p].points for p in problem_ids), **inputs)
     for name, notes in kept_notes.items():

@@ -13,6 +13,7 @@ under --out.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -36,6 +37,7 @@ from .worker import CASE_ROOT
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (sys.argv when `argv` is None), parsed."""
     ap = argparse.ArgumentParser(
         prog="autograder.py", description="Grade handins on public and hidden cases, each in an isolated process."
     )
@@ -79,14 +81,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     """The rubric's graded problem ids, and why nothing may be graded ("" when all is well): a rubric,
-    problem id, bookkeeping file, calibration or isolation level that cannot be used."""
+    problem id, bookkeeping file, calibration or isolation level that cannot be used. The rubric, loaded
+    here once, is args.problems for the rest of the run; the book inputs are args.book."""
     try:
-        known = [p for p in rubric_mod.load(args.rubric) if p in GRADERS]
+        args.problems = rubric_mod.load(args.rubric)
+        known = [p for p in args.problems if p in GRADERS]
     except rubric_mod.RubricError as exc:
         return [], f"The rubric cannot be used, so nothing was graded: {exc}"
     unknown = [p for p in args.only or [] if p not in known]
     if unknown:
         return known, f"unknown problem id(s) {unknown}; known: {known}"
+    missing = edges_without_cases(args.problems, [p for p in known if not args.only or p in args.only], args.fixtures)
+    if missing:
+        return known, f"nothing was graded: {missing}"
     try:
         args.book = read_book_inputs(args)
     except (gradebook.BookError, rubric_mod.RubricError) as exc:
@@ -121,7 +128,27 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     return known, ""
 
 
+def edges_without_cases(problems: dict, ids: list[str], case_root: Path) -> str:
+    """The first edge line of the problems `ids` that no case under `case_root` carries on a case set it is
+    graded on, said in a sentence ('' when every edge line has its cases): it would score 0 for everyone."""
+    tagged = set()
+    for index in sorted(Path(case_root).glob("*/*/cases.json")):
+        try:
+            entries = json.loads(index.read_text())
+        except (OSError, ValueError):
+            continue
+        folder, vis = index.parent.parent.name, index.parent.name
+        tagged |= {(e.get("problem", folder), vis, e["edge"]) for e in entries if isinstance(e, dict) and e.get("edge")}
+    for pid in ids:
+        for g in problems[pid].groups:
+            for vis in (v for v in g.visibilities if g.edge and (pid, v, g.edge) not in tagged):
+                return (f"the rubric's line {pid}.{g.id} is graded on edge '{g.edge}', but no {vis} case under "
+                        f"{case_root} carries it. Expected: the fixtures made with this rubric (make fixtures).")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Grade the submissions named, then write the class files; the exit status (0; 2 refused; 128 + signal)."""
     from tqdm import tqdm
 
     args = parse_args(argv)
@@ -212,7 +239,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
 
     Returns the jobs and the lines saying so ("regrading 12 of 60: rubric changed (...)", "48 up to date").
     """
-    problems = rubric_mod.load(args.rubric)
+    problems = args.problems
     current = regrade.current_records(problems, problem_ids, args.fixtures)
     only = list(args.only) if args.only else None
     jobs, new, stale, up_to_date, graded_before = [], [], Counter(), 0, 0

@@ -6,7 +6,12 @@ worker only. A worker that dies is started again up to --retries times; after
 that, or when it runs past its deadline, the submission is recorded as graded
 0 with a message saying why -- it is never lost and never retried forever.
 Whatever happened to a worker, its sandboxed processes, run cgroups and
-scratch files are removed when it ends.
+scratch files are removed when it ends. A single submission (Gradescope's,
+Autolab's) gets a worker too: the address-space cap, the deadline, the
+restart and the sweep of what an escaped process left need a process
+between the grader and this one, and without it a crash of the grader would
+leave no results.json saying "not graded"; it costs the worker's start
+(about 2 s on a busy 2-core machine, imports without torch).
 """
 
 from __future__ import annotations
@@ -41,14 +46,17 @@ SCRATCH_LOCK = ".batch.lock"  # in a batch's scratch folder, locked while the ba
 
 
 def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
+    """The graded problems of the rubric at `rubric` (the course's by default), those in `only` if given."""
     problems = rubric_mod.load(rubric)
     return [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
 
 
-def ungraded_result(name: str, only: list[str] | None, message: str, rubric: Path | None = None) -> SubmissionResult:
-    """Every test 0 with `message`: what a submission gets when the grader could not finish it."""
+def ungraded_result(name: str, only: list[str] | None, message: str,
+                    problems: dict[str, rubric_mod.Problem]) -> SubmissionResult:
+    """Every test of the graded `problems` (those in `only`, if given) 0 with `message`: what a submission gets
+    when the grader could not finish it."""
     vis = ("public", "hidden")
-    selected = selected_problems(only, rubric)
+    selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = SubmissionResult(
         submission=name,
         problems=tuple(p.id for p in selected),
@@ -136,10 +144,10 @@ class Batch:
             f"for regrading, which the next run of the same command does."
         )
         # The worker's log is the staff's (grades/.logs/): it can hold what the submission's code printed.
-        result = ungraded_result(job.name, job.only, message, self.args.rubric)
+        problems = self.args.problems
+        result = ungraded_result(job.name, job.only, message, problems)
         for pid in result.problems:
             result.mark_not_graded(pid, f"the grader's own process {why}")
-        problems = rubric_mod.load(self.args.rubric)
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
         regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)
         self.failed.append(job.name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -256,10 +257,30 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures).
 
     Its top-level `output` is the notes, then what happened to each problem that could not be graded normally,
-    then the sandbox level that graded it (students see it: what ran their code, and how confined)."""
-    data = result.to_gradescope()
+    then the sandbox level that graded it (students see it: what ran their code, and how confined). The one
+    writer of results.json is write_merged."""
+    per_problem: dict[str, int] = {}
+    tests = []
+    for t in result.tests:
+        per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
+        number = f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
+        tests.append(t.to_gradescope(number))
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
-    data["output"] = clean_text("\n".join([*result.notes, *not_graded_normally(result), *level]))
+    wall = result.wall_s if isinstance(result.wall_s, (int, float)) and math.isfinite(result.wall_s) else 0.0
+    data = {
+        "score": result.score,
+        "execution_time": round(float(wall), 2),
+        "output": clean_text("\n".join([*result.notes, *not_graded_normally(result), *level])),
+        "output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+    extra: dict = {}  # Gradescope keeps extra_data and shows it to nobody
+    if result.flags:
+        extra["flags"] = dict(result.flags)
+    if result.isolation:
+        extra["isolation"] = result.isolation
     problems = {}
     not_graded = set(result.not_graded())
     for pid in result.problems:
@@ -273,7 +294,8 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
             "seconds": round(float(result.problem_seconds.get(pid, 0.0)), 3),
         }
     general = [clean_text(n) for n in general_notes(result)]
-    data.setdefault("extra_data", {})["grader"] = {"format": FORMAT, "notes": general, "problems": problems}
+    extra["grader"] = {"format": FORMAT, "notes": general, "problems": problems}
+    data["extra_data"] = extra
     return data
 
 

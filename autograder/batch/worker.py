@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         case_root=args.case_root,
         problems=problems,
         only=args.only or None,
-        limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb, isolation=args.isolation),
+        limits=sandbox.Limits(timeout_s=args.timeout, memory_mb=args.memory_mb, min_isolation=args.isolation),
         name=args.name,
         scratch_root=args.scratch_root,
     )

@@ -32,7 +32,6 @@ from gradelib import rubric
 
 REPO = Path(__file__).resolve().parents[2]
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
-STABILITY_EDGES = {"large_scores"}  # where a NaN is the edge line's own failure, whatever else fails
 MUTATED = ("forward", "backward")
 
 
@@ -208,7 +207,7 @@ def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
                 for q in (q for q in g.quantities if c["fails"][q]):
                     kind = c["fails"][q]
                     same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
-                    if (kind == "nan" and g.edge in STABILITY_EDGES) or not any(
+                    if (kind == "nan" and g.stability) or not any(
                             o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
                         failing.add((g.id, vis))
                     forgiven = True

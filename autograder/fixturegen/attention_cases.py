@@ -42,6 +42,7 @@ class CaseSpec:
     why: str
     # The edge case it is, graded by the rubric line with that `edge` alone ('' for an ordinary case):
     # large_scores (overflow without the max subtraction), single_position (T = 1), key_value_widths (Dk != Dv).
+    # A new edge is this tag and its rubric line, nothing else (npzio.check_edges).
     edge: str = ""
 
 
@@ -118,13 +119,16 @@ def describe(spec: CaseSpec) -> str:
     return f"B={spec.B}, T={spec.T}, D={spec.D}, Dk={spec.Dk}, Dv={spec.Dv}, {spec.dtype}; {spec.why}"
 
 
-def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
-    """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
+def write(out: Path, seed: int | None = None, public_too: bool = False, cases: tuple[CaseSpec, ...] = CASES,
+          rubric_path: Path | None = None) -> list[Path]:
+    """Write `cases` under out/attention/ and return the paths; with `seed`, the hidden ones (and the public ones
+    with public_too) rotated (rotation.py). Their edges are checked against the rubric's lines first."""
+    npzio.check_edges("attention", [(c.name, c.visibility, c.edge) for c in cases], rubric_path)
     torch.set_num_threads(1)
     written = []
     for vis, folder in npzio.case_folders(out, "attention"):
         index = []
-        for spec in (c for c in CASES if c.visibility == vis):
+        for spec in (c for c in cases if c.visibility == vis):
             spec = replace(spec, seed=rotated(spec.seed, vis, seed, public_too))
             path = folder / f"{spec.name}.npz"
             npzio.save(path, make_case(spec))

@@ -252,6 +252,7 @@ def describe_masks(c: MasksCase) -> str:
 
 def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
     """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
+    npzio.check_edges("losses", [(c.name, c.visibility, c.edge) for c in LOSSES_CASES])
     torch.set_num_threads(1)
     written = []
     for vis, folder in npzio.case_folders(out, "notebooks"):

@@ -3,8 +3,8 @@
 The grader never imports student code. It writes inputs into a scratch folder,
 starts `python -I boot.py harness.py` there, and reads back plain arrays once
 the process and everything it started are gone. The strongest level the
-machine allows runs (levels.py; `Limits.isolation` says which a caller
-accepts): "namespaces" (bubblewrap as root), "fallback" (a root container
+machine allows runs (levels.py; `Limits.min_isolation` says the weakest a
+caller accepts): "namespaces" (bubblewrap as root), "fallback" (a root container
 without namespaces, or a Linux user with Landlock: Landlock, seccomp, a
 sandbox uid) or "portable" (students' own machines: a plain child with limits,
 no isolation; the course grader uses it only when asked, and off Linux it is the student kit's runner,

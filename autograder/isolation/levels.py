@@ -130,7 +130,7 @@ def isolation_reason() -> str:
 
 
 def refusal(isolation: str) -> str:
-    """Why a run with this `Limits.isolation` may not run at the level in force ('' when it may)."""
+    """Why a run with this `Limits.min_isolation` may not run at the level in force ('' when it may)."""
     level = isolation_level()
     if isolation == "strict" and level != "namespaces":
         return f"refused to run without namespaces: {isolation_reason()}"

@@ -43,7 +43,7 @@ def run(
     """
     workdir = Path(workdir).resolve()
     level = isolation_level()
-    why = refusal(limits.isolation)
+    why = refusal(limits.min_isolation)
     if why:
         return ChildRun(None, False, 0.0, why, [], 0, level)
     if level == "portable" and not is_linux():

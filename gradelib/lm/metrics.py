@@ -54,6 +54,7 @@ def prediction_token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def prediction_nll(logits: np.ndarray, targets: np.ndarray) -> float:
+    """The mean of prediction_token_nll: NLL in nats per character."""
     return float(prediction_token_nll(logits, targets).mean())
 
 
@@ -80,6 +81,7 @@ def generation_token_nll(oracle: Oracle, prompts: np.ndarray, generated: np.ndar
 
 
 def generation_perplexity(oracle: Oracle, prompts: np.ndarray, generated: np.ndarray, eps: float) -> float:
+    """exp of the mean generation_token_nll: the generations' perplexity under the smoothed oracle."""
     return float(np.exp(generation_token_nll(oracle, prompts, generated, eps).mean()))
 
 

@@ -70,10 +70,10 @@ SPEC = NotebookSpec(
     },
 )
 
-# The edge cases notebook 1's case files tag (cases.json "edge"), graded by a line of their own.
-EDGES = ("large_logits",)
-SCHEMA = SPEC.schema(edges=EDGES)
+# Notebook 1's case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
+SCHEMA = SPEC.schema(edge_lines=True)
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade notebook 1's functions on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     return grade_notebook(ctx, problem, SPEC)

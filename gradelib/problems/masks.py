@@ -63,4 +63,5 @@ SCHEMA = SPEC.schema()
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade notebook 2's functions on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     return grade_notebook(ctx, problem, SPEC)

@@ -66,14 +66,15 @@ class NotebookSpec:
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
 
-    def schema(self, edges: tuple[str, ...] = (), **settings: Setting) -> ProblemSchema:
-        """What a problem graded from this notebook may list in the rubric (`edges`: the edge cases its cases tag)."""
+    def schema(self, edge_lines: bool = False, **settings: Setting) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric (`edge_lines`: its cases tag edges)."""
         outputs = {q for c in self.calls for q in c.outputs}
         return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs,
-                             edges=frozenset(edges))
+                             edge_lines=edge_lines)
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
+    """Run the functions `spec` names from its notebook on the cases; a TestResult per (line, visibility)."""
     vis = ctx.visibilities
     src = ctx.submission / spec.notebook
     if not src.is_file():

@@ -53,6 +53,7 @@ SCHEMA = ProblemSchema(
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade predictions.npy and predict() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     arrays = lm_functions.split_lines(problem)[0]
     tests = _grade_arrays(ctx, arrays)
     if arrays.groups:

@@ -66,6 +66,7 @@ def install(runner: Runner | None) -> None:
 
 
 def current() -> Runner:
+    """The runner in force: the one `install` put in, else the kit's own."""
     return _installed[0] if _installed else KIT
 
 

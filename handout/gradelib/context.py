@@ -40,9 +40,11 @@ class GradeContext:
     run_expected: bool = True
 
     def new_scratch(self, label: str) -> Path:
+        """A new folder for one run under the submission's scratch root."""
         return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))
 
     def note(self, message: str) -> None:
+        """Add a note the student reads at the top of the feedback."""
         self.notes.append(message)
 
     def not_trained(self, name: str) -> str:

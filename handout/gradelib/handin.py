@@ -81,6 +81,7 @@ def short_run(runid: str) -> int | None:
 
 
 def runs_text(root: Path) -> str:
+    """One line saying which trained runs (and epochs) experiments/ under `root` holds."""
     found = runs(root)
     if not found:
         return "experiments/ holds no trained run yet: train in notebook 3 first"
@@ -398,6 +399,7 @@ def write_tar(files: dict[str, Path], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`make handin`: check the handout folder and pack handin.tar; the exit status (0: packed)."""
     ap = argparse.ArgumentParser(prog="make handin", description="Check and pack handin.tar.")
     ap.add_argument("--runid", default="", help="experiment folder under experiments/")
     ap.add_argument("--epoch", default="", help="epoch whose predictions and generations to hand in")

@@ -60,6 +60,7 @@ def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for
 
 
 def case_root() -> Path:
+    """The handout's case folder: the first of CASE_ROOTS with the notebooks' public cases (else FileNotFoundError)."""
     for name in CASE_ROOTS:
         if (ROOT / name / "notebooks" / "public" / "cases.json").is_file():
             return ROOT / name

@@ -39,9 +39,8 @@ from .handin_runs import by_visibility, next_limits, run_child
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
-# The edge cases the attention case files tag (cases.json "edge"), each graded by a line of its own.
-EDGES = ("large_scores", "single_position", "key_value_widths")
-SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES), edges=frozenset(EDGES))
+# Its case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
+SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES), edge_lines=True)
 HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {
@@ -76,6 +75,7 @@ UPSTREAM = {
 }
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade attention.py on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     vis = ctx.visibilities
     src = ctx.submission / FILENAME
     if not src.is_file():

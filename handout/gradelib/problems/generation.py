@@ -75,6 +75,7 @@ def check_ids(arr: np.ndarray) -> str:
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade generated.npy and generate() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     arrays = lm_functions.split_lines(problem)[0]
     return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
 

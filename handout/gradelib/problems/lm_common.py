@@ -48,6 +48,7 @@ def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
 
 
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
+    """The message for a case file <case_root>/<rel> that is not there."""
     return f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete (download the handout again)."
 
 

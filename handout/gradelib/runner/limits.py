@@ -17,10 +17,11 @@ class Limits:
     open_files: int = 256
     processes: int = 64  # processes and threads together (RLIMIT_NPROC)
     output_mb: int = 32  # all it may print; a run that prints more is stopped at once
+    # The weakest isolation level a run accepts (the strongest the machine allows always runs):
     # "best": namespaces or the fallback, never the portable level (the course grader's default);
     # "strict": namespaces only; "portable": whatever the machine offers, the portable level included
     # (the student side, or a course grader that asks for it).
-    isolation: str = "best"
+    min_isolation: str = "best"
 
 
 ISOLATION_CHOICES = ("best", "strict", "portable")
@@ -57,6 +58,7 @@ class ChildRun:
     memory_where: str = ""  # what the memory stop was for, when not resident memory alone (said after the limit)
 
     def describe(self) -> str:
+        """How the run ended, as the end of a sentence about the submission's process (e.g. "was stopped when ...")."""
         if self.output_capped_mb:
             return f"was stopped when its output passed {self.output_capped_mb} MB (print less: the grader keeps only the last lines)"
         if self.events_capped_mb:
