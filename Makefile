@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help check docs setup sandbox-tools pythons test demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help check docs setup sandbox-tools pythons test test-course demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -51,6 +51,11 @@ pythons: $(STAMP) ## environments for the tests under Python 3.10, 3.12 and 3.13
 test: setup pythons ## lint (ruff), then run the project's test suite
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder --durations=30 tests
+
+# tests/test_own_corpus.py as an instructor's course runs: `make course CORPUS=...` with no other option trains the
+# reference from scratch (make test's course is a warm start; it checks what this one would train).
+test-course: setup ## the test course with make course's defaults: the reference trained from scratch (about 500 CPU-seconds)
+	OWN_COURSE=defaults $(PY) -m pytest -q -p no:cacheprovider tests/test_own_corpus.py
 
 # The fast lane for the edit-test loop: lint and the tests that need no container, attack batch, other Python,
 # class run or training (tests/conftest.py's FAST_LANE).

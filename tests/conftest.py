@@ -100,18 +100,22 @@ def copy_solution(tmp_path: Path):
     return _copy
 
 
-# The longest test files first (wall clock in a run of the whole suite with 3 workers beside a
-# CPU-bound process on 2 cores: 168, 111, 97, 84 and 80 s ...): with one worker per file, a long
-# file started last would finish the run alone. `make test` passes --no-loadscope-reorder, without
-# which pytest-xdist hands out the files with the most tests first, whatever this order says.
-# The test_attacks_*.py files by their times in a run of them alone with 2 workers (101, 101, 89, 89,
-# 50, 44 and 3 s); test_attacks_batch.py comes first whatever its length: it runs the attack batch at
-# once, which the other test_attacks_*.py files read at their end (see pytest_collection_modifyitems).
-LONGEST_FIRST = ("test_attacks_batch.py", "test_container.py", "test_lm_notebook_bugs.py", "test_own_corpus.py",
-                 "test_class_grading.py", "test_lm_model_grading.py", "test_platforms.py", "test_attacks_files.py", "test_attacks_template.py",
-                 "test_attacks_autograd.py", "test_attacks_harness.py", "test_attacks_processes.py", "test_handout.py",
-                 "test_notebooks_handout.py", "test_notebook_checks.py", "test_attention_bugs.py", "test_course_ops.py",
+# The longest test files first: with one worker per file, a long file started last would finish the run alone.
+# `make test` passes --no-loadscope-reorder, without which pytest-xdist hands out the files with the most tests
+# first, whatever this order says. Measured alone on the shared 2-core machine (CPU seconds, all processes):
+# test_own_corpus.py 120, test_class_grading.py's class run 120 (195 s of wall clock in CI: its runs wait on
+# time limits), test_student_platforms.py 95; in CI, test_container.py about 115 s of wall clock.
+# The attack batch runs once per level, shared by the workers (conftest's shared_batch): test_attacks_batch.py
+# runs the machine's own level, then the portable one, while test_attacks_processes.py starts with its
+# fallback-level tests (BATCH_FIRST): two workers share the three batches (about 95 s each beside other work)
+# instead of one running them in a row; the other test_attacks_*.py files read them at their end.
+LONGEST_FIRST = ("test_attacks_batch.py", "test_attacks_processes.py", "test_own_corpus.py", "test_class_grading.py",
+                 "test_container.py", "test_lm_notebook_bugs.py", "test_mutants.py", "test_lm_model_grading.py",
+                 "test_student_platforms.py", "test_platforms.py", "test_course_ops.py", "test_attacks_files.py",
+                 "test_attacks_template.py", "test_attacks_autograd.py", "test_attacks_harness.py", "test_handout.py",
+                 "test_notebooks_handout.py", "test_notebook_checks.py", "test_attention_bugs.py",
                  "test_notebooks_robustness.py", "test_lm_notebook.py")
+BATCH_FIRST = {"test_attacks_batch.py": ("machine", "portable"), "test_attacks_processes.py": ("fallback",)}
 
 
 @pytest.fixture(autouse=True)
@@ -136,6 +140,15 @@ def pytest_collection_modifyitems(items) -> None:
         if item.path.name in FAST_LANE:
             item.add_marker(pytest.mark.fast)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    # Within a file, the tests that read the attack batch come last (the order among them stays): by then
-    # the first worker has run the batch for test_attacks_batch.py, and no other worker waits on its lock.
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), "attack_batch" in getattr(item, "fixturenames", ())))
+
+    def batch_order(item) -> int:
+        """Within a file: first the tests of the levels of the attack batch that it runs (BATCH_FIRST, in that
+        order), then those that read no batch, then those that read another level: by then another worker has
+        run that level's batch, and none waits on its lock."""
+        levels = BATCH_FIRST.get(item.path.name, ())
+        if "attack_batch" not in getattr(item, "fixturenames", ()):
+            return len(levels)
+        level = item.callspec.params.get("attack_batch") if hasattr(item, "callspec") else None
+        return levels.index(level) if level in levels else len(levels) + 1
+
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), batch_order(item)))
