@@ -83,6 +83,7 @@ def grade_submission(
     oracle_loader: OracleLoader | None = None,
     scratch_root: Path | None = None,
     run_expected: bool = True,
+    open_upload: Callable[[Path, Path], Intake] = open_upload,
 ) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets.
 
@@ -92,7 +93,8 @@ def grade_submission(
     `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
     grader passes one, the handout's local grader has none. Scratch folders are made
     under `scratch_root` (the system temp folder if None): the batch gives each
-    worker its own and removes it whatever happens to the worker.
+    worker its own and removes it whatever happens to the worker. `open_upload(path, dest)` puts the
+    handin's files in place: the kit's reads a folder or a tar, the course grader's every shape of upload.
     """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()

@@ -14,10 +14,10 @@ import zipfile
 import pytest
 
 from autograder.batch.worker import grade_hidden
+from autograder.grading.uploads import HandinError, copy_capped, open_handin, open_upload, resolve_upload
 from autograder.isolation import Limits
 from gradelib import intake as submission
 from gradelib import rubric
-from gradelib.intake import HandinError, copy_capped, open_handin, open_upload, resolve_upload
 from gradelib.results import write_submission
 
 from support import FIXTURES, SOLUTIONS
