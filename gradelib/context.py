@@ -20,8 +20,8 @@ class GradeContext:
     visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
     limits: resources the submission's process may use.
     scratch_root: where per-run scratch folders are made (system temp if None).
-    oracle_loader: (lm_dir, eps) -> the oracle that scores generated text; None where
-        there is none (the handout).
+    oracle_loader: (lm_dir, eps) -> a function (prompts, generated ids) -> their per-token
+        NLL under the oracle; None where there is none (the handout).
     run_expected: False for the local grader before notebook 3 has trained: a missing
         run file is said to be not trained yet rather than missing from the handin.
     """

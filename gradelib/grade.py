@@ -22,7 +22,6 @@ from . import runner
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
-from .lm.metrics import Oracle
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
@@ -30,7 +29,8 @@ from .runner.limits import Limits
 from .safeio import clean_text, notebook_budget, quote
 from .scoring import all_zero
 
-OracleLoader = Callable[[Path, float], Oracle]
+# (lm_dir, eps) -> a function (prompts, generated ids) -> their per-token NLL (B, T) under the oracle.
+OracleLoader = Callable[[Path, float], Callable]
 
 
 def runs_matplotlib(notebooks) -> bool:
@@ -90,7 +90,7 @@ def grade_submission(
     `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files
     are not listed as missing at the top (each line that grades them still says so).
 
-    `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
+    `oracle_loader(lm_dir, eps)` gives what scores generated text under the oracle; the course
     grader passes one, the handout's local grader has none. Scratch folders are made
     under `scratch_root` (the system temp folder if None): the batch gives each
     worker its own and removes it whatever happens to the worker. `open_upload(path, dest)` puts the

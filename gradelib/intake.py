@@ -3,7 +3,7 @@
 The student kit's reader of the two forms the handout makes (the folder `python autograder.py`
 grades, the handin.tar `make handin` writes), and the core every other shape an upload comes in
 (zip, a folder holding the handin one level down or an archive: what LMS bulk downloads give) is
-read with: the course grader adds those in autograder/grading/uploads.py.
+read with: the course grader adds those (its uploads reader passes them to open_upload).
 
 Nothing from an archive is written outside the destination: members with
 absolute paths, '..', links, devices, FIFOs, sparse data or encryption are
@@ -70,7 +70,7 @@ def open_upload(path: Path, dest: Path, open_folder: Callable | None = None, ope
     """Put the handin's files into `dest` (top level); say what was skipped and what the upload held.
 
     open_folder(src, dest, intake) and open_zip(path, label, dest, intake, prefix): the course grader's readers of
-    the other shapes an upload comes in (autograder/grading/uploads.py); the kit copies a folder's top-level files
+    the other shapes an upload comes in; the kit copies a folder's top-level files
     and refuses a zip."""
     path = Path(path)
     dest.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
+from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.reference import model as ref
-from gradelib.lm import metrics as M
 from gradelib.lm.vocab import PAD, SPACE
 from gradelib.problems import lm_model
 from gradelib.rubric import load as load_rubric

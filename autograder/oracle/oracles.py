@@ -8,7 +8,7 @@ Interface (any object with this method is an oracle):
     next_char_logprobs(oracle, prefix)   prefix (B, T) -> (B, 30) log-probabilities of the next id.
 
 Prefixes that start with <eos> start at a sentence start. The scorer, not the
-oracle, applies the smoothing and the no-special-token rule (gradelib/lm/metrics.py).
+oracle, applies the smoothing and the no-special-token rule (metrics.py).
 
 Kinds, named by oracle.json's "oracle": {"kind": ...}:
 - "toy_source": the toy-English source itself (exact forward algorithm); its
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradelib.lm.metrics import Oracle
-
+from .metrics import Oracle, generation_token_nll
 from .ngram import NGramModel
 from .source import ToySource
 
@@ -114,3 +113,10 @@ def load_oracle(lm_dir: Path, eps: float) -> Oracle:
         return ModelOracle(Path(lm_dir) / spec["path"])
     raise ValueError(f"{lm_dir}/oracle.json: unknown oracle kind {kind!r} (toy_source, ngram or model)")
 
+
+
+def generation_scorer(lm_dir: Path, eps: float):
+    """The course grader's oracle_loader (gradelib.grade): a function (prompts, generated ids) -> the per-token NLL
+    (B, T) of the ids under the oracle <lm_dir>/oracle.json names, smoothed by `eps` (metrics.generation_token_nll)."""
+    oracle = load_oracle(lm_dir, eps)
+    return lambda prompts, ids: generation_token_nll(oracle, prompts, ids, eps)

@@ -16,7 +16,7 @@ code nor oracle.json, and the local grader never scores text.
   flagged for the course staff.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
-  in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
+  in between. settings.smoothing_eps is the oracle's smoothing (the course grader's).
 - lines that list quantities (generate_greedy, generate_sampling): notebook 3's
   generate() on fixed-weight models, graded by problems/lm_functions.py (sampling
   is checked by the frequencies of many samples, not only by where they lie).
@@ -31,7 +31,6 @@ import numpy as np
 
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS
-from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
@@ -166,11 +165,11 @@ def _score(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarr
     try:
         if ctx.oracle_loader is None:  # the handout's grader has no oracle
             raise ValueError("this grader has no oracle")
-        oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
+        token_nll = ctx.oracle_loader(ctx.case_root / "lm", eps)
     except (ImportError, OSError, ValueError, KeyError) as exc:
         return None, f"the oracle could not be loaded ({exc}); perplexity not computed."
     start = time.monotonic()
-    tok = generation_token_nll(oracle, prompts, ids, eps)  # (B, STEPS)
+    tok = token_nll(prompts, ids)  # (B, STEPS)
     ppl = float(np.exp(tok.mean()))
     if not math.isfinite(ppl):
         return None, "the perplexity of your model's generations is not a finite number."

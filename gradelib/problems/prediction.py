@@ -27,7 +27,7 @@ import numpy as np
 
 from ..context import GradeContext
 from ..handin_contract import PREDICTION_STEPS
-from ..lm.metrics import prediction_nll
+from ..lm.nll import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
