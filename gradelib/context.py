@@ -20,8 +20,8 @@ class GradeContext:
     visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
     limits: resources the submission's process may use.
     scratch_root: where per-run scratch folders are made (system temp if None).
-    oracle_loader: (lm_dir, eps) -> a function (prompts, generated ids) -> their per-token
-        NLL under the oracle; None where there is none (the handout).
+    course_lines: (ctx, problem, line) -> the TestResult of a model-quality line only the
+        course grader scores (problems/lm_common.course_line); None in the handout.
     run_expected: False for the local grader before notebook 3 has trained: a missing
         run file is said to be not trained yet rather than missing from the handin.
     """
@@ -31,7 +31,7 @@ class GradeContext:
     visibilities: tuple[str, ...]
     limits: Limits
     scratch_root: Path | None = None
-    oracle_loader: Callable | None = None
+    course_lines: Callable | None = None
     notes: list[str] = field(default_factory=list)
     # Work shared by problems of one submission (e.g. the run of its trained model).
     cache: dict = field(default_factory=dict)

@@ -31,18 +31,19 @@ from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 from gradelib.runner.limits import ISOLATION_CHOICES
 
+from ..grading.model_quality import score_line
 from ..grading.uploads import open_upload
-from ..oracle.oracles import generation_scorer
 from .regrade import current_records, write_merged
 
 CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
-    """Grade as the course grader does: public and hidden cases, every shape of upload, generations scored by the oracle."""
+    """Grade as the course grader does: public and hidden cases, every shape of upload, the model-quality lines
+    (generations scored by the oracle)."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
     with sandbox.installed():  # the problems' runs go through the isolation levels
-        return grade_submission(path, case_root=case_root, oracle_loader=generation_scorer, open_upload=open_upload, **kwargs)
+        return grade_submission(path, case_root=case_root, course_lines=score_line, open_upload=open_upload, **kwargs)
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .metrics import Oracle, generation_token_nll
+from .metrics import Oracle
 from .ngram import NGramModel
 from .source import ToySource
 
@@ -113,10 +113,3 @@ def load_oracle(lm_dir: Path, eps: float) -> Oracle:
         return ModelOracle(Path(lm_dir) / spec["path"])
     raise ValueError(f"{lm_dir}/oracle.json: unknown oracle kind {kind!r} (toy_source, ngram or model)")
 
-
-
-def generation_scorer(lm_dir: Path, eps: float):
-    """The course grader's oracle_loader (gradelib.grade): a function (prompts, generated ids) -> the per-token NLL
-    (B, T) of the ids under the oracle <lm_dir>/oracle.json names, smoothed by `eps` (metrics.generation_token_nll)."""
-    oracle = load_oracle(lm_dir, eps)
-    return lambda prompts, ids: generation_token_nll(oracle, prompts, ids, eps)
