@@ -15,7 +15,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from . import rubric as rubric_mod
 from . import runner
@@ -77,7 +77,7 @@ def grade_submission(
     only: list[str] | None = None,
     limits: Limits = Limits(),
     name: str | None = None,
-    course_lines: Callable | None = None,
+    course: Any = None,
     scratch_root: Path | None = None,
     run_expected: bool = True,
     open_upload: Callable[[Path, Path], Intake] = open_upload,
@@ -87,8 +87,8 @@ def grade_submission(
     `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files
     are not listed as missing at the top (each line that grades them still says so).
 
-    `course_lines(ctx, problem, line)` scores the model-quality lines that need what the handout
-    does not hold (the hidden rows, the oracle); the course grader passes it, the local grader has
+    `course` scores the model-quality lines that need what the handout does not hold (the hidden
+    rows, the oracle: GradeContext.course); the course grader passes it, the local grader has
     none. Scratch folders are made under `scratch_root` (the system temp folder if None): the batch
     gives each worker its own and removes it whatever happens to the worker. `open_upload(path, dest)`
     puts the handin's files in place: the kit's reads a folder or a tar, the course grader's every
@@ -134,7 +134,7 @@ def grade_submission(
                    for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
         # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            _grade_problems(selected, files, case_root, visibilities, limits, workdir, course_lines, shared, result,
+            _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
                             run_expected)
     finally:
         runner.current().release(workdir)  # everything in it, then the folder
@@ -142,13 +142,13 @@ def grade_submission(
     return result
 
 
-def _grade_problems(selected, files, case_root, visibilities, limits, workdir, course_lines, shared, result,
+def _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
                     run_expected: bool = True) -> None:
     """Grade each selected problem into `result`; a grader bug costs its own problem only."""
     for p in selected:
         problem_start = time.monotonic()
         ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                           course_lines=course_lines, cache=shared, run_expected=run_expected)
+                           course=course, cache=shared, run_expected=run_expected)
         try:
             tests: list[TestResult] = GRADERS[p.id](ctx, p)
         except Exception as exc:  # a grader bug must not cost the student a results file

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from autograder.grading import model_quality
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.reference import model as ref
@@ -184,7 +185,7 @@ def test_a_target_is_never_written_where_the_child_points(tmp_path):
     (inputs / "test_reveal_0.npy").symlink_to(victim)
     np.save(outputs / "step_0.npy", np.zeros((3, 30), np.float32))
     fd = os.open(inputs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    revealer = lm_model.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
+    revealer = model_quality.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
     revealer.start()
     revealer.join(5)
     revealer.stop.set()

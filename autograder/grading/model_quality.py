@@ -1,15 +1,18 @@
 """The model-quality lines only the course grader scores: what the handout does not hold decides them.
 
 prediction's "nll" line: the handed-in model's teacher-forced NLL on the hidden continuations of
-prediction_test.npz, revealed one step at a time (gradelib/problems/lm_model.py); generation's
-"perplexity" line: what the model generates, scored under the secret oracle
-(autograder/oracle/). The kit grades every other line and hands these to `score_line`, its
-`course_lines` (gradelib/problems/lm_common.course_line); the local grader has none.
+prediction_test.npz, each character revealed to the model's run (gradelib/problems/lm_model.py)
+only once it has answered the step it grades (`reveal`); generation's "perplexity" line: what the
+model generates, scored under the secret oracle (autograder/oracle/). The kit grades every other
+line and leaves these to this module, which the course grader passes as grade_submission's
+`course` (GradeContext.course: score_line and reveal); the local grader has none.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -17,20 +20,22 @@ import numpy as np
 
 from gradelib.context import GradeContext
 from gradelib.lm.nll import prediction_nll
-from gradelib.lm.vocab import decode
+from gradelib.lm.vocab import VOCAB_SIZE, decode
 from gradelib.problems import generation, lm_common, lm_model
 from gradelib.problems.generation import FILENAME, STEPS, check_ids
 from gradelib.problems.lm_common import credit
+from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
-from gradelib.scoring import Line
+from gradelib.safeio import open_folder
+from gradelib.scoring import Line, read_array
 
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
-    """The course grader's `course_lines`: the TestResult of a line the kit leaves to it."""
+    """The TestResult of a line the kit leaves to the course grader (its lm_common.course_line)."""
     if (problem.id, line.group.id) == ("prediction", "nll"):
         return _score_nll(ctx, problem, line)
     if (problem.id, line.group.id) == ("generation", "perplexity"):
@@ -137,3 +142,74 @@ def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
         text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
                          "the checkpoint of the epoch with the lowest validation NLL.")
     return line.result(frac, text, {"prediction_nll": nll})
+
+
+def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):
+    """Start revealing each hidden set's true characters (set -> targets (B, steps)) into the folder `inputs`
+    beside the model's run, each once the run has answered the step it grades in `outputs`; returns the
+    function that stops it (once the child is gone) and gives the Revealer (.answers, .problems)."""
+    fd = open_folder(inputs)  # a descriptor of the folder itself, opened before the child starts
+    revealer = Revealer(outputs, fd, sets)
+    revealer.start()
+
+    def finish() -> Revealer:
+        revealer.stop.set()
+        revealer.join()
+        os.close(fd)
+        return revealer
+
+    return finish
+
+
+class Revealer(threading.Thread):
+    """Reveals each true character once the child has answered the step it grades."""
+
+    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
+        super().__init__(daemon=True)
+        self.outputs, self.inputs_fd, self.sets = outputs, inputs_fd, sets
+        self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
+        self.problems: dict[str, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for name, targets in self.sets.items():
+            rows, steps = targets.shape
+            for t in range(steps):
+                logits = self._wait_for(self.outputs / name / f"step_{t}.npy")
+                if logits is None:
+                    return
+                why = logits_problem(logits, (rows, VOCAB_SIZE))
+                if why:
+                    self.problems[name] = f"step {t}: {why}"
+                    break
+                self.answers[name].append(logits.astype(np.float32))
+                final = f"{name}_reveal_{t}.npy"
+                try:
+                    if _exists(final, self.inputs_fd):
+                        raise FileExistsError(17, "the name is taken")
+                    # Written under a temporary name, then renamed: the child never reads half a file.
+                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o644, dir_fd=self.inputs_fd)
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
+                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
+                except OSError as exc:  # the child planted something under one of the names
+                    self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
+                    break
+
+    def _wait_for(self, path: Path) -> np.ndarray | None:
+        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
+        while not self.stop.is_set():
+            arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
+            if arr is not None:
+                return arr
+            time.sleep(0.002)
+        return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True

@@ -3,7 +3,7 @@
 The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox
 (problems/lm_model.py), runs the notebook's generate(model, inp, 30) (greedy)
 on every prompt of generation_test.npz, and the course grader scores the result
-under its oracle (GradeContext.course_lines; <case_root>/lm/oracle.json names it:
+under its oracle (GradeContext.course; <case_root>/lm/oracle.json names it:
 the toy source, exact by the forward algorithm, or an instructor's reference
 model). The oracle is secret: with it a student could
 write the source's own text without training, so the handout ships neither its

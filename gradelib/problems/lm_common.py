@@ -49,11 +49,11 @@ def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
 
 def course_line(ctx: GradeContext, problem, line):
     """A model-quality line only the course grader scores (prediction's NLL on the hidden rows, generation's
-    perplexity under the oracle: what the handout does not hold), through its `course_lines`; 0 elsewhere."""
-    if ctx.course_lines is None:
+    perplexity under the oracle: what the handout does not hold), through its ctx.course; 0 elsewhere."""
+    if ctx.course is None:
         return line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
                                 "hold); this grader does not.")
-    return ctx.course_lines(ctx, problem, line)
+    return ctx.course.score_line(ctx, problem, line)
 
 
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
