@@ -98,9 +98,10 @@ def test_a_crashing_submission_still_gets_results_json(tmp_path):
 
 
 def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
+    from autograder.batch.atomic import write_submission
     from autograder.batch.records import read_row
     from autograder.batch.report import render_report
-    from gradelib.results import SubmissionResult, TestResult, write_submission
+    from gradelib.results import SubmissionResult, TestResult
 
     result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})
     result.tests.append(TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format"))

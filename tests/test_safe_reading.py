@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autograder.batch.atomic import write_json_atomic, write_submission
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.report import write_report
 from gradelib import safeio
-from gradelib.results import SubmissionResult, write_json_atomic, write_submission
+from gradelib.results import SubmissionResult
 from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array

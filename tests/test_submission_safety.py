@@ -13,12 +13,12 @@ import zipfile
 
 import pytest
 
+from autograder.batch.atomic import write_submission
 from autograder.batch.worker import grade_hidden
 from autograder.grading.uploads import HandinError, copy_capped, open_handin, open_upload, resolve_upload
 from autograder.isolation import Limits
 from gradelib import intake as submission
 from gradelib import rubric
-from gradelib.results import write_submission
 
 from support import FIXTURES, SOLUTIONS
 

@@ -26,10 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gradelib.results import NOT_GRADED, why_lost, write_json_atomic
+from gradelib.results import NOT_GRADED, why_lost
 from gradelib.safeio import clean_text
 
 from ..batch import cli
+from ..batch.atomic import write_json_atomic
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
 from ..grading.uploads import resolve_upload
