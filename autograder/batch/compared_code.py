@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib.safeio import notebook_json
+from gradelib.safeio import notebook_budget
 
 from ..grading import uploads
 
@@ -68,6 +68,18 @@ class Loaded:
     name: str
     sources: dict[str, Source]
     notes: list[str]
+
+
+def notebook_json(data: bytes | str) -> object:
+    """A notebook's JSON, parsed within a fixed memory budget; ValueError says what is too large (or not JSON)."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    why = notebook_budget(raw)
+    if why:
+        raise ValueError(why)
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise ValueError(f"arrays or objects nested thousands deep: {exc}") from None
 
 
 def notebook_source(raw: str, label: str, given: frozenset[str] = frozenset()) -> Source:
