@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from .runner.limits import Limits
 
@@ -20,8 +20,11 @@ class GradeContext:
     visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
     limits: resources the submission's process may use.
     scratch_root: where per-run scratch folders are made (system temp if None).
-    oracle_loader: (lm_dir, eps) -> the oracle that scores generated text; None where
-        there is none (the handout).
+    course: what the course grader adds, None in the handout (which holds no hidden rows
+        and no oracle): course.score_line(ctx, problem, line), the TestResult of a
+        model-quality line only it scores (problems/lm_common.course_line), and
+        course.reveal(outputs, inputs, sets), which reveals the hidden rows' characters to
+        the handed-in model one step at a time (problems/lm_model.py).
     run_expected: False for the local grader before notebook 3 has trained: a missing
         run file is said to be not trained yet rather than missing from the handin.
     """
@@ -31,7 +34,7 @@ class GradeContext:
     visibilities: tuple[str, ...]
     limits: Limits
     scratch_root: Path | None = None
-    oracle_loader: Callable | None = None
+    course: Any = None
     notes: list[str] = field(default_factory=list)
     # Work shared by problems of one submission (e.g. the run of its trained model).
     cache: dict = field(default_factory=dict)

@@ -1,13 +1,9 @@
-"""Open an upload -- a tar (plain or gzip), a zip, or a folder -- into a fresh folder, safely.
+"""Open a handin -- a folder of its files or a tar (plain or gzip) -- into a fresh folder, safely.
 
-One place decides what an upload is, for the course grader, Gradescope,
-Autolab and the student's local grader alike. Accepted shapes:
-
-- a folder of handin files;
-- a folder whose files are all inside one subfolder (handin/...);
-- a folder holding exactly one archive (what LMS bulk downloads give);
-- a .tar, .tar.gz/.tgz or .zip archive, with its files at the top level or
-  all under one top folder.
+The student kit's reader of the two forms the handout makes (the folder `python autograder.py`
+grades, the handin.tar `make handin` writes), and the core every other shape an upload comes in
+(zip, a folder holding the handin one level down or an archive: what LMS bulk downloads give) is
+read with: the course grader adds those (its uploads reader passes them to open_upload).
 
 Nothing from an archive is written outside the destination: members with
 absolute paths, '..', links, devices, FIFOs, sparse data or encryption are
@@ -38,21 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterator
 
-from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES
+from .handin_contract import MAX_FILE_BYTES, MAX_TOTAL_BYTES
 
 MAX_MEMBERS = 64
-MAX_ZIP_INDEX_BYTES = 1024 * 1024  # a zip's central directory: 64 entries take a few KB
 NAME_MAX_BYTES = 255  # longest file name Linux file systems take
 CHUNK = 1024 * 1024
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ZIP_SUFFIXES = (".zip",)
-ARCHIVE_SUFFIXES = TAR_SUFFIXES + ZIP_SUFFIXES
 # Added by macOS Finder and archive tools; never part of a handin.
 JUNK_NAMES = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"}
 FOUND_SHOWN_CHARS = 400
 # What a damaged or truncated (compressed) archive raises while it is read.
 READ_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, zlib.error, lzma.LZMAError, struct.error)
-ZIP_FLAG_ENCRYPTED = 0x1
 REBUILD = "build it with `make handin`, which writes handin.tar"
 
 
@@ -73,8 +66,12 @@ def open_handin(path: Path, dest: Path) -> list[str]:
     return open_upload(path, dest).notes
 
 
-def open_upload(path: Path, dest: Path) -> Intake:
-    """Put the handin's files into `dest` (top level); say what was skipped and what the upload held."""
+def open_upload(path: Path, dest: Path, open_folder: Callable | None = None, open_zip: Callable | None = None) -> Intake:
+    """Put the handin's files into `dest` (top level); say what was skipped and what the upload held.
+
+    open_folder(src, dest, intake) and open_zip(path, label, dest, intake, prefix): the course grader's readers of
+    the other shapes an upload comes in; the kit copies a folder's top-level files
+    and refuses a zip."""
     path = Path(path)
     dest.mkdir(parents=True, exist_ok=True)
     intake = Intake()
@@ -85,28 +82,12 @@ def open_upload(path: Path, dest: Path) -> Intake:
     if stat.S_ISLNK(st.st_mode):
         raise HandinError(f"{shown(path.name)} is a symbolic link; submit the file or folder itself")
     if stat.S_ISDIR(st.st_mode):
-        _open_folder(path, dest, intake, depth=0)
+        (open_folder or _open_folder)(path, dest, intake)
     elif stat.S_ISREG(st.st_mode):
-        _open_archive(path, dest, intake, prefix="")
+        open_archive(path, dest, intake, "", open_zip)
     else:
         raise HandinError(f"{shown(path.name)} is neither a file nor a folder")
     return intake
-
-
-def resolve_upload(path: Path) -> Path:
-    """The archive or folder that open_upload would read the handin from (for naming and logs)."""
-    path = Path(path)
-    for _ in range(2):
-        if path.is_symlink() or not path.is_dir():
-            return path
-        try:
-            kind, target = _folder_shape(path, _visible_entries(path))
-        except (HandinError, OSError):
-            return path
-        if kind == "files":
-            return path
-        path = target
-    return path
 
 
 def shown(name: str, limit: int = 80) -> str:
@@ -154,11 +135,11 @@ def found_text(found: list[str]) -> str:
 # ---------------------------------------------------------------- folders
 
 
-def _is_junk(name: str) -> bool:
+def is_junk(name: str) -> bool:
     return name in JUNK_NAMES or name.startswith("._")
 
 
-def _visible_entries(folder: Path) -> list[Path]:
+def visible_entries(folder: Path) -> list[Path]:
     """Entries of `folder` a student put there: no dot files, no OS metadata, at most a bounded number."""
     entries = []
     with os.scandir(folder) as it:
@@ -166,37 +147,12 @@ def _visible_entries(folder: Path) -> list[Path]:
             if i >= 4 * MAX_MEMBERS:
                 raise HandinError(f"folder {shown(folder.name)} holds more than {4 * MAX_MEMBERS} entries; "
                                   f"a handin holds a few files")
-            if not entry.name.startswith(".") and not _is_junk(entry.name):
+            if not entry.name.startswith(".") and not is_junk(entry.name):
                 entries.append(Path(entry.path))
     return sorted(entries)
 
 
-def _is_archive_name(name: str) -> bool:
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def _folder_shape(folder: Path, entries: list[Path]) -> tuple[str, Path]:
-    """('files', folder), ('archive', the one archive) or ('subfolder', the one subfolder)."""
-    names = {p.name for p in entries}
-    if names & set(HANDIN_FILES):
-        return "files", folder
-    kinds = {p: p.lstat().st_mode for p in entries}
-    archives = [p for p, m in kinds.items() if stat.S_ISREG(m) and _is_archive_name(p.name)]
-    dirs = [p for p, m in kinds.items() if stat.S_ISDIR(m)]
-    if len(archives) > 1:
-        raise HandinError(
-            f"the upload holds {len(archives)} archives ({found_text([shown(p.name) for p in archives])}); "
-            f"submit one handin archive, or the handin files themselves"
-        )
-    if len(archives) == 1:
-        return "archive", archives[0]
-    # Only when nothing else is beside it: with stray files around, which folder is the handin is a guess.
-    if len(dirs) == 1 and len(entries) == 1:
-        return "subfolder", dirs[0]
-    return "files", folder
-
-
-def _walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
+def walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
     """Relative names under `folder` (files, links, and folders as 'name/'), not following links, bounded."""
     try:
         with os.scandir(folder) as it:
@@ -207,7 +163,7 @@ def _walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
         rel = prefix + shown(p.name, 60)
         if p.is_dir() and not p.is_symlink():
             empty = True
-            for inner in _walk(p, rel + "/", depth + 1) if depth < 3 else ():
+            for inner in walk(p, rel + "/", depth + 1) if depth < 3 else ():
                 empty = False
                 yield inner
             if empty:
@@ -216,31 +172,14 @@ def _walk(folder: Path, prefix: str, depth: int = 0) -> Iterator[str]:
             yield rel
 
 
-def _open_folder(src: Path, dest: Path, intake: Intake, depth: int) -> None:
-    entries = _visible_entries(src)
-    if depth == 0:
-        # Lazy and cut, so a tree of many nested folders costs a bounded listing.
-        intake.found = list(itertools.islice(_walk(src, ""), 4 * MAX_MEMBERS))
-    kind, target = _folder_shape(src, entries)
-    if kind == "archive":
-        _open_archive(target, dest, intake, prefix=_relative(target, src, depth))
-        return
-    if kind == "subfolder" and depth == 0:
-        _open_folder(target, dest, intake, depth=1)
-        return
-    if kind == "subfolder":
-        raise HandinError(
-            f"the handin files are nested two folders deep ({shown(src.name)}/{shown(target.name)}/); "
-            f"put them at the top level of the upload"
-        )
-    _copy_files(src, dest, entries, intake)
+def _open_folder(src: Path, dest: Path, intake: Intake) -> None:
+    """The kit's folder: the handin's files at its top level (what `python autograder.py` grades)."""
+    # Lazy and cut, so a tree of many nested folders costs a bounded listing.
+    intake.found = list(itertools.islice(walk(src, ""), 4 * MAX_MEMBERS))
+    copy_files(src, dest, visible_entries(src), intake)
 
 
-def _relative(target: Path, src: Path, depth: int) -> str:
-    return (shown(src.name, 60) + "/" if depth else "") + shown(target.name, 60) + ":"
-
-
-def _copy_files(src: Path, dest: Path, entries: list[Path], intake: Intake) -> None:
+def copy_files(src: Path, dest: Path, entries: list[Path], intake: Intake) -> None:
     if len(entries) > MAX_MEMBERS:
         raise HandinError(f"folder {shown(src.name)} holds {len(entries)} entries; at most {MAX_MEMBERS} are accepted")
     total = 0
@@ -269,7 +208,7 @@ def _copy_files(src: Path, dest: Path, entries: list[Path], intake: Intake) -> N
 
 
 @dataclass
-class _Member:
+class Member:
     name: str  # as stored, '/'-separated
     size: int  # declared size
     open: Callable[[], BinaryIO | None]
@@ -306,14 +245,17 @@ def _archive_kind(path: Path) -> str:
     return "tar"
 
 
-def _open_archive(path: Path, dest: Path, intake: Intake, prefix: str) -> None:
+def open_archive(path: Path, dest: Path, intake: Intake, prefix: str, open_zip: Callable | None = None) -> None:
+    """A tar's files into `dest`; a zip's through `open_zip` (the course grader's), else refused."""
     label = shown(path.name)
     if path.stat().st_size > MAX_TOTAL_BYTES:
         raise HandinError(f"{label} is larger than {MAX_TOTAL_BYTES // 2**20} MB")
     kind = _archive_kind(path)
     try:
+        if kind == "zip" and open_zip is None:
+            raise HandinError(f"{label} is a zip archive; {REBUILD} (the course grader also reads a .zip upload)")
         if kind == "zip":
-            _open_zip(path, label, dest, intake, prefix)
+            open_zip(path, label, dest, intake, prefix)
         else:
             _open_tar(path, label, dest, intake, prefix)
     except HandinError:
@@ -323,7 +265,7 @@ def _open_archive(path: Path, dest: Path, intake: Intake, prefix: str) -> None:
         raise HandinError(f"{label} is a damaged {what} archive ({shown(str(exc), 120)}); {REBUILD}") from None
 
 
-def _vet_path(label: str, name: str) -> tuple[str, ...]:
+def vet_path(label: str, name: str) -> tuple[str, ...]:
     """The parts of a member's path; HandinError if it points outside the archive."""
     name = name.replace("\\", "/")  # some Windows zip tools store backslashes
     parts = PurePosixPath(name).parts
@@ -350,79 +292,30 @@ def _open_tar(path: Path, label: str, dest: Path, intake: Intake, prefix: str) -
         first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
         raise HandinError(f"{label} is not a tar archive ({shown(first, 120)}); {REBUILD}") from None
     with tar:
-        members: list[_Member] = []
+        members: list[Member] = []
         total = 0
         # Members are vetted while the archive is read, so a bomb or a flood of
         # members is refused before the rest of it is inflated.
         for i, m in enumerate(tar):
             if i >= MAX_MEMBERS:
                 raise HandinError(f"{label} has more than {MAX_MEMBERS} members; a handin holds a few files")
-            _vet_path(label, m.name)
+            vet_path(label, m.name)
             _vet_tar_member(label, m)
             if m.isdir():
                 continue
             total += m.size
             if m.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
                 raise HandinError(f"{label} unpacks to more than {MAX_TOTAL_BYTES // 2**20} MB; refusing it")
-            members.append(_Member(m.name, m.size, lambda m=m: tar.extractfile(m)))
-        _write_members(label, members, dest, intake, prefix)
+            members.append(Member(m.name, m.size, lambda m=m: tar.extractfile(m)))
+        write_members(label, members, dest, intake, prefix)
 
 
-def _vet_zip_index(path: Path, label: str) -> None:
-    """Refuse a flood of members from the end record, before zipfile builds its index of all of them."""
-    # zipfile has no public way to read the end record alone; without it the
-    # member cap below still holds, only after the whole index is built.
-    end_record = getattr(zipfile, "_EndRecData", None)
-    if end_record is None:
-        return
-    with open(path, "rb") as fh:
-        rec = end_record(fh)
-    if rec is None:
-        raise zipfile.BadZipFile("File is not a zip file")
-    count, size = int(rec[zipfile._ECD_ENTRIES_TOTAL]), int(rec[zipfile._ECD_SIZE])
-    if count > MAX_MEMBERS or size > MAX_ZIP_INDEX_BYTES:
-        raise HandinError(f"{label} has more than {MAX_MEMBERS} members; a handin holds a few files")
-
-
-def _open_zip(path: Path, label: str, dest: Path, intake: Intake, prefix: str) -> None:
-    try:
-        _vet_zip_index(path, label)
-        zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as exc:
-        raise HandinError(f"{label} is not a zip archive ({shown(str(exc), 120)}); {REBUILD}") from None
-    with zf:
-        infos = zf.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise HandinError(f"{label} has more than {MAX_MEMBERS} members; a handin holds a few files")
-        members: list[_Member] = []
-        total = 0
-        for info in infos:
-            name = info.filename
-            _vet_path(label, name)
-            # Unix tools store st_mode in the high bits; many store permission bits only (no type).
-            kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0
-            if kind:
-                if stat.S_ISLNK(kind):
-                    raise HandinError(f"{label}: member '{shown(name)}' is a link; handins hold regular files only")
-                if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
-                    raise HandinError(f"{label}: member '{shown(name)}' is a device or FIFO; refusing it")
-            if info.flag_bits & ZIP_FLAG_ENCRYPTED:
-                raise HandinError(f"{label}: member '{shown(name)}' is encrypted; submit an archive without a password")
-            if info.is_dir():
-                continue
-            total += info.file_size
-            if info.file_size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-                raise HandinError(f"{label} unpacks to more than {MAX_TOTAL_BYTES // 2**20} MB; refusing it")
-            members.append(_Member(name, info.file_size, lambda info=info: zf.open(info)))
-        _write_members(label, members, dest, intake, prefix)
-
-
-def _write_members(label: str, members: list[_Member], dest: Path, intake: Intake, prefix: str) -> None:
+def write_members(label: str, members: list[Member], dest: Path, intake: Intake, prefix: str) -> None:
     """Vet names, strip one common top folder, refuse duplicates, write top-level files with capped sizes."""
     paths = []
     for m in members:
-        parts = _vet_path(label, m.name)
-        if parts and not any(_is_junk(p) for p in parts):
+        parts = vet_path(label, m.name)
+        if parts and not any(is_junk(p) for p in parts):
             paths.append((m, parts))
     intake.found += [prefix + shown("/".join(parts), 100) for _, parts in paths]
     if not paths:
@@ -431,7 +324,7 @@ def _write_members(label: str, members: list[_Member], dest: Path, intake: Intak
     tops = {parts[0] for _, parts in paths}
     if len(tops) == 1 and all(len(parts) > 1 for _, parts in paths):
         paths = [(m, parts[1:]) for m, parts in paths]
-    chosen: dict[str, _Member] = {}
+    chosen: dict[str, Member] = {}
     for m, parts in paths:
         if len(parts) != 1:
             intake.notes.append(f"skipped {shown('/'.join(parts))}: handin files belong at the top level of the archive")

@@ -385,39 +385,8 @@ def notebook_budget(source: bytes | Path) -> str:
     return ""
 
 
-def notebook_json(data: bytes | str) -> object:
-    """A notebook's JSON, parsed within a fixed memory budget; ValueError says what is too large (or not JSON)."""
-    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
-    why = notebook_budget(raw)
-    if why:
-        raise ValueError(why)
-    try:
-        return json.loads(raw)
-    except RecursionError as exc:
-        raise ValueError(f"arrays or objects nested thousands deep: {exc}") from None
-
-
 def quote(text: object, limit: int) -> str:
     """A submission's words kept to one line of at most `limit` characters: its line breaks become ' | ', so no
     line of it can start a line of the grader's own (a forged TOTAL or {"scores": ...} line)."""
     s = " | ".join(part.strip() for part in clean_text(text).splitlines() if part.strip())
     return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def read_tail(path: Path, limit: int = 4000) -> str:
-    """The last `limit` characters of a regular file, as safe text; never follows a symlink or blocks on a FIFO."""
-    try:
-        fd = os.open(path, OPEN_FLAGS)
-    except OSError:
-        return ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
-        data = os.read(fd, limit)
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-    return clean_text(data.decode("utf-8", errors="replace"))

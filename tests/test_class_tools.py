@@ -366,9 +366,9 @@ def test_the_top_line_says_only_what_the_notes_and_the_visible_lines_do_not():
 
 
 def test_a_worker_stopped_mid_write_leaves_no_temporary_file(tmp_path):
-    """results.write_text_atomic writes beside the file and renames; a worker killed between the two leaves the
+    """atomic.write_text_atomic writes beside the file and renames; a worker killed between the two leaves the
     temporary file, which the batch removes when the worker has ended (the old results stay whole)."""
-    from gradelib.results import remove_partial_writes
+    from autograder.batch.atomic import remove_partial_writes
 
     folder = tmp_path / "student"
     folder.mkdir()

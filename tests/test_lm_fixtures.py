@@ -11,15 +11,13 @@ import pytest
 
 from autograder.fixturegen import lm_fixtures
 from autograder.fixturegen.checksums import NAME as MANIFEST
+from autograder.grading import model_quality
+from autograder.oracle import metrics as M
 from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource
-from gradelib.context import GradeContext
-from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
-from gradelib.problems import generation
 from gradelib.rubric import load as load_rubric
-from gradelib.runner.limits import Limits
 
 from support import FIXTURES, toy_english_only
 
@@ -115,8 +113,7 @@ def test_instructor_corpus_builds_fixtures_and_an_ngram_oracle(tmp_path, sentenc
     # The grader scores generations against these fixtures with the n-gram oracle it loads for them.
     greedy = M.oracle_greedy_generation(oracle, gen_inp, 30)
     settings = load_rubric()["generation"].settings
-    ctx = GradeContext(tmp_path, out, ("public", "hidden"), Limits(timeout_s=30), oracle_loader=load_oracle)
-    scored, why = generation._score(ctx, settings, gen_inp, greedy)
+    scored, why = model_quality._score(out / "lm", settings, gen_inp, greedy)
     assert why == "" and scored[0] <= settings["full_credit_perplexity"], (scored, why)
 
 

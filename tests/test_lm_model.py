@@ -1,7 +1,7 @@
 """The reference language model (autograder/reference/model.py): masks, loader, predict and generate contracts.
 
 Expected values come from loops written here (stepping the model by hand) or
-from the numpy protocols of gradelib/lm/metrics.py, never from the function
+from the numpy protocols of autograder/oracle/metrics.py, never from the function
 under test.
 """
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from autograder.oracle.metrics import greedy_generate, greedy_predict
 from autograder.reference.model import (
     EOS,
     PAD,
@@ -24,7 +25,6 @@ from autograder.reference.model import (
     predict,
 )
 from gradelib.lm import fixed_models
-from gradelib.lm.metrics import greedy_generate, greedy_predict
 
 from support import child_module
 

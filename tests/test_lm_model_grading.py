@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from autograder.batch.regrade import to_results_json
+from autograder.grading import model_quality
+from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.reference import model as ref
-from gradelib.lm import metrics as M
 from gradelib.lm.vocab import PAD, SPACE
 from gradelib.problems import lm_model
 from gradelib.rubric import load as load_rubric
@@ -185,7 +186,7 @@ def test_a_target_is_never_written_where_the_child_points(tmp_path):
     (inputs / "test_reveal_0.npy").symlink_to(victim)
     np.save(outputs / "step_0.npy", np.zeros((3, 30), np.float32))
     fd = os.open(inputs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    revealer = lm_model.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
+    revealer = model_quality.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
     revealer.start()
     revealer.join(5)
     revealer.stop.set()

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_oracle, next_char_logprobs
-from gradelib.lm import metrics as M
 from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
 from gradelib.rubric import load as load_rubric
 

@@ -37,10 +37,10 @@ import torch.nn.functional as F
 
 from autograder.build import handout_facts
 from autograder.fixturegen import __main__ as fixturegen_main
+from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
 from autograder.reference import calibrate, course, provenance, train
-from gradelib.lm import metrics as M
 from gradelib.lm.vocab import encode
 
 from support import REPO, SOLUTIONS, toy_english_only

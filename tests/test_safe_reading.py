@@ -32,12 +32,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autograder.batch.atomic import write_json_atomic
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import to_results_json, write_merged
 from autograder.batch.report import write_report
 from gradelib import safeio
-from gradelib.results import SubmissionResult, write_json_atomic
+from gradelib.results import SubmissionResult
 from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
@@ -329,10 +330,11 @@ def test_float128_predictions_score_zero_with_a_clear_message(tmp_path):
 
 def test_a_models_extreme_logits_score_zero_and_results_stay_strict_json(tmp_path):
     """Logits as far apart as float32 allows, a confident wrong pick at every step: a finite, huge NLL, 0 points."""
+    from autograder.grading import model_quality
     from autograder.isolation import Limits
     from gradelib import rubric
     from gradelib.context import GradeContext
-    from gradelib.problems import lm_model, prediction
+    from gradelib.problems import lm_model
     from gradelib.scoring import lines
 
     targets = np.load(REPO / "fixtures" / "lm" / "hidden" / "prediction_test_out.npz")["out"]
@@ -344,7 +346,7 @@ def test_a_models_extreme_logits_score_zero_and_results_stay_strict_json(tmp_pat
     ctx.cache[("lm_model", vis)] = lm_model.ModelRun(teacher_forced={"test": logits}, targets={"test": targets})
     problem = rubric.load()["prediction"]
     line = next(ln for ln in lines(problem, vis) if ln.group.id == "nll")
-    test = prediction._score_nll(ctx, problem, line)
+    test = model_quality._score_nll(ctx, problem, line)
     assert test.score == 0.0 and "prediction NLL" in test.output, test.output
     strict_loads(json.dumps(test.to_gradescope("1.1"), allow_nan=False))
 

@@ -1,7 +1,7 @@
 """The code a similarity run compares: attention.py and the notebooks' code cells, read from an opened handin.
 
 Each submission (a handin.tar or a folder, as for the batch grader) is opened
-with gradelib.intake.open_handin into a temporary folder, which is removed at
+with autograder.grading.uploads.open_handin into a temporary folder, which is removed at
 once; attention.py and the code cells of the three notebooks are read from it.
 A notebook's cells identical to one of the handout's are left out (all their
 code is boilerplate); what cannot be read is noted, not compared.
@@ -14,8 +14,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib import intake
-from gradelib.safeio import notebook_json
+from gradelib.safeio import notebook_budget
+
+from ..grading import uploads
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"
@@ -67,6 +68,18 @@ class Loaded:
     name: str
     sources: dict[str, Source]
     notes: list[str]
+
+
+def notebook_json(data: bytes | str) -> object:
+    """A notebook's JSON, parsed within a fixed memory budget; ValueError says what is too large (or not JSON)."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    why = notebook_budget(raw)
+    if why:
+        raise ValueError(why)
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise ValueError(f"arrays or objects nested thousands deep: {exc}") from None
 
 
 def notebook_source(raw: str, label: str, given: frozenset[str] = frozenset()) -> Source:
@@ -133,8 +146,8 @@ def load_submission(path: Path, name: str, given: frozenset[str] = frozenset()) 
     """Open one handin into a temporary folder (gone on return) and read the files compared."""
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         try:
-            intake.open_handin(Path(path), Path(tmp))
-        except intake.HandinError as exc:
+            uploads.open_handin(Path(path), Path(tmp))
+        except uploads.HandinError as exc:
             return Loaded(name, {}, [f"not compared: {exc}"])
         except OSError as exc:
             return Loaded(name, {}, [f"not compared: {path} could not be read ({exc.strerror or exc})"])

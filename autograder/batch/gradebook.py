@@ -26,10 +26,10 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from gradelib import safeio
-from gradelib.results import write_text_atomic
 from gradelib.rubric import LatePolicy
 from gradelib.safeio import SafeReadError, clean_text
 
+from .atomic import write_text_atomic
 from .records import Row
 from .records import spreadsheet_cell as cell
 

@@ -33,10 +33,11 @@ from autograder.isolation import cgroups, kernel, processes, slots
 from autograder.isolation.kernel import PR_SET_PDEATHSIG
 from gradelib import rubric as rubric_mod
 from gradelib.problems import GRADERS
-from gradelib.results import SubmissionResult, remove_partial_writes
+from gradelib.results import SubmissionResult
 from gradelib.scoring import all_zero
 
 from . import regrade
+from .atomic import remove_partial_writes
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.05

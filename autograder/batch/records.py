@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradelib import safeio
-from gradelib.results import NOT_GRADED, write_text_atomic
+from gradelib.results import NOT_GRADED
 from gradelib.safeio import SafeReadError, clean_text
+
+from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 # The class outputs beside the per-submission folders.

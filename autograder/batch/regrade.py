@@ -25,9 +25,10 @@ from pathlib import Path
 
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
-from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult, write_json_atomic, write_text_atomic
+from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult
 from gradelib.safeio import SafeReadError, clean_text
 
+from .atomic import write_json_atomic, write_text_atomic
 from .records import MAX_RESULTS_BYTES
 
 FORMAT = 1

@@ -17,9 +17,9 @@ import statistics
 from html import escape
 from pathlib import Path
 
-from gradelib.results import write_text_atomic
 from gradelib.safeio import clean_text
 
+from .atomic import write_text_atomic
 from .records import Row, finite, is_finite
 from .triage import needs_look
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from gradelib.results import write_json_atomic, write_text_atomic
-
+from .atomic import write_json_atomic, write_text_atomic
 from .compared_code import Source
 from .records import spreadsheet_cell
 

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 from gradelib import safeio
-from gradelib.results import write_text_atomic
 from gradelib.safeio import SafeReadError, clean_text
 
+from .atomic import write_text_atomic
 from .gradebook import METADATA, metadata_times
 from .records import UPLOAD_FOLDER
 

@@ -31,17 +31,19 @@ from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 from gradelib.runner.limits import ISOLATION_CHOICES
 
-from ..oracle.oracles import load_oracle
+from ..grading import model_quality
+from ..grading.uploads import open_upload
 from .regrade import current_records, write_merged
 
 CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
-    """Grade as the course grader does: public and hidden cases, generations scored by the oracle."""
+    """Grade as the course grader does: public and hidden cases, every shape of upload, the model-quality lines
+    (generations scored by the oracle)."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
     with sandbox.installed():  # the problems' runs go through the isolation levels
-        return grade_submission(path, case_root=case_root, oracle_loader=load_oracle, **kwargs)
+        return grade_submission(path, case_root=case_root, course=model_quality, open_upload=open_upload, **kwargs)
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

@@ -5,7 +5,7 @@
 writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
 holds a fixed model (see gradelib/lm/fixed_models.py), prompts and settings,
 and the expected outputs, computed by the prediction and generation protocols of
-gradelib/lm/metrics.py (greedy_predict, greedy_generate: numpy, independent of
+autograder/oracle/metrics.py (greedy_predict, greedy_generate: numpy, independent of
 any torch code):
 
     expected_predict_logits  (B, steps, 30) float32   predict(model, inp, steps)
@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from gradelib.lm import fixed_models
-from gradelib.lm.metrics import greedy_generate, greedy_predict
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
+from ..oracle.metrics import greedy_generate, greedy_predict
 from . import lm_building_cases
 from .npzio import save, write_index
 from .rotation import rotated

@@ -20,7 +20,7 @@ fallback and portable (the three levels), launch (a child's command, user and
 cgroups on Linux), runner (one run in a fresh interpreter), template (the fork
 server's grader side), boot (the child's entry point), kernel (the Linux
 interfaces both sides use) and forkserver (the template's loop), limits,
-streams, memory, cgroups, slots (sandbox uids), processes (what a run left,
+pipes (a run's pipes, read into the kit's streams), memory, cgroups, slots (sandbox uids), processes (what a run left,
 and aborting), leftovers (what a run left in the host's shared folders), interpreter (what a child
 starts from), scratch (the submission's capped folder).
 """

@@ -8,7 +8,7 @@ Interface (any object with this method is an oracle):
     next_char_logprobs(oracle, prefix)   prefix (B, T) -> (B, 30) log-probabilities of the next id.
 
 Prefixes that start with <eos> start at a sentence start. The scorer, not the
-oracle, applies the smoothing and the no-special-token rule (gradelib/lm/metrics.py).
+oracle, applies the smoothing and the no-special-token rule (metrics.py).
 
 Kinds, named by oracle.json's "oracle": {"kind": ...}:
 - "toy_source": the toy-English source itself (exact forward algorithm); its
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradelib.lm.metrics import Oracle
-
+from .metrics import Oracle
 from .ngram import NGramModel
 from .source import ToySource
 

@@ -2,7 +2,7 @@
 
 Gradescope (run_autograder in the zip calls this with `gradescope`):
     /autograder/submission/   what the student uploaded: handin.tar, a .zip, the loose files,
-                              or a folder of them (gradelib/intake.py reads each)
+                              or a folder of them (autograder/grading/uploads.py reads each)
     /autograder/results/results.json   written here, in Gradescope's format
   The root is /autograder unless --root (or AUTOGRADER_ROOT) says otherwise.
 
@@ -26,20 +26,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gradelib.intake import resolve_upload
-from gradelib.results import NOT_GRADED, why_lost, write_json_atomic
+from gradelib.results import NOT_GRADED, why_lost
 from gradelib.safeio import clean_text
 
 from ..batch import cli
+from ..batch.atomic import write_json_atomic
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
+from ..grading.uploads import resolve_upload
 
 NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "
                    "not of this submission (below). Its 0 is no grade: tell the course staff, who will regrade it.")
 
 
 def find_handin(submission_dir: Path) -> Path:
-    """The archive or folder the upload's handin is read from; gradelib.intake decides, as for every upload."""
+    """The archive or folder the upload's handin is read from; grading/uploads.py decides, as for every upload."""
     return resolve_upload(submission_dir)
 
 

@@ -56,9 +56,9 @@ import torch
 import torch.nn.functional as F
 
 from gradelib import rubric
-from gradelib.lm.metrics import generation_perplexity, prediction_nll
 from gradelib.lm.vocab import decode, stream
 
+from ..oracle.metrics import generation_perplexity, prediction_nll
 from ..oracle.oracles import load_model, load_oracle
 from . import provenance
 from .model import PAD, CausalLanguageModel, LMDataLoader, ModelConfig, generate, predict

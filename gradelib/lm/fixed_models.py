@@ -44,5 +44,5 @@ def logits(kind: str, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def next_logits(kind: str, table: np.ndarray):
-    """ids (B, T) -> (B, 30) logits of the next token: the interface of metrics.greedy_predict."""
+    """ids (B, T) -> (B, 30) logits of the next token: the interface of the course's metrics.greedy_predict."""
     return lambda ids: logits(kind, table, ids)[:, -1]

@@ -47,6 +47,15 @@ def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
     return fixture_array(ctx.case_root / rel, "inp")
 
 
+def course_line(ctx: GradeContext, problem, line):
+    """A model-quality line only the course grader scores (prediction's NLL on the hidden rows, generation's
+    perplexity under the oracle: what the handout does not hold), through its ctx.course; 0 elsewhere."""
+    if ctx.course is None:
+        return line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
+                                "hold); this grader does not.")
+    return ctx.course.score_line(ctx, problem, line)
+
+
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
     return f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete (download the handout again)."

@@ -8,9 +8,9 @@ ModelRun, made here the first time either asks (cached on the GradeContext).
 The child (child/model_child.py) rebuilds the model with the notebook's own
 classes, and answers the prediction rows one step at a time: for step t it writes
 the logits of the next character given the prompt and the true characters before
-t, and only then does this process reveal character t (a file written through a
-directory descriptor opened before the child started, O_EXCL | O_NOFOLLOW, so
-the child cannot redirect it). No look-ahead or stateful trick can see a target
+t, and only then does the course grader reveal character t (GradeContext.course:
+a file written through a directory descriptor opened before the child started,
+O_EXCL | O_NOFOLLOW, so the child cannot redirect it). No look-ahead or stateful trick can see a target
 before the step it grades. The grader also probes causality (logits at t must
 not change when later tokens change) and runs the notebook's generate() and
 predict(), to score generations and to compare with the handin's arrays.
@@ -26,9 +26,7 @@ what model.pt writes.
 
 from __future__ import annotations
 
-import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -39,7 +37,7 @@ import numpy as np
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_size_problem
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import clean_text, open_folder, quote
+from ..safeio import clean_text, quote
 from ..scoring import read_array, read_meta
 from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
 from .lm_common import fixture_array
@@ -127,60 +125,6 @@ def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
     return ""
 
 
-class Revealer(threading.Thread):
-    """Reveals each true character once the child has answered the step it grades."""
-
-    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
-        super().__init__(daemon=True)
-        self.outputs, self.inputs_fd, self.sets = outputs, inputs_fd, sets
-        self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
-        self.problems: dict[str, str] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        for name, targets in self.sets.items():
-            rows, steps = targets.shape
-            for t in range(steps):
-                logits = self._wait_for(self.outputs / name / f"step_{t}.npy")
-                if logits is None:
-                    return
-                why = logits_problem(logits, (rows, VOCAB_SIZE))
-                if why:
-                    self.problems[name] = f"step {t}: {why}"
-                    break
-                self.answers[name].append(logits.astype(np.float32))
-                final = f"{name}_reveal_{t}.npy"
-                try:
-                    if _exists(final, self.inputs_fd):
-                        raise FileExistsError(17, "the name is taken")
-                    # Written under a temporary name, then renamed: the child never reads half a file.
-                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                 0o644, dir_fd=self.inputs_fd)
-                    with os.fdopen(fd, "wb") as fh:
-                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
-                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
-                except OSError as exc:  # the child planted something under one of the names
-                    self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
-                    break
-
-    def _wait_for(self, path: Path) -> np.ndarray | None:
-        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
-        while not self.stop.is_set():
-            arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
-            if arr is not None:
-                return arr
-            time.sleep(0.002)
-        return None
-
-
-def _exists(name: str, dir_fd: int) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
-
-
 @dataclass
 class _Inputs:
     """What one model run is given: the handin's checkpoint, the prediction sets and the prompts."""
@@ -247,25 +191,17 @@ def _prepare(inputs: _Inputs, scratch: Path) -> dict:
     }
 
 
-def _reveal(inputs: _Inputs, scratch: Path):
-    """Start revealing the hidden sets' characters beside the child; returns the function that stops it."""
+def _reveal(ctx: GradeContext, inputs: _Inputs, scratch: Path):
+    """Start revealing the hidden sets' characters beside the child, each once the child has answered the step it
+    grades (the course grader's ctx.course.reveal: the handout holds no hidden rows); returns the function that
+    stops it and gives what the child answered (.answers, set -> logits per step; .problems, set -> why it stopped)."""
     hidden_sets = {n: out for n, (_inp, out) in inputs.sets.items() if n not in inputs.given}
-    # A descriptor of the inputs folder only where there is something to reveal (hidden grading, Linux).
-    fd = open_folder(scratch / "inputs") if hidden_sets else -1
-    revealer = Revealer(scratch / "outputs", fd, hidden_sets)
-    revealer.start()
-
-    def finish() -> Revealer:
-        revealer.stop.set()
-        revealer.join()
-        if fd >= 0:
-            os.close(fd)
-        return revealer
-
-    return finish
+    if not hidden_sets or ctx.course is None:
+        return lambda: None
+    return ctx.course.reveal(scratch / "outputs", scratch / "inputs", hidden_sets)
 
 
-def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, revealer: Revealer) -> None:
+def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, revealer) -> None:
     """Read what the child wrote into `result`."""
     out = scratch / "outputs"
     meta = read_meta(out / "model.json", root=scratch) or {}
@@ -297,7 +233,7 @@ def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, reve
     result.call_problems = {quote(k, 40): result.quoted(v, 500) for k, v in list(calls.items())[:16]}
 
 
-def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer: Revealer) -> None:
+def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer) -> None:
     """Each prediction set's logits: written at once (a public set) or answered step by step (a hidden one)."""
     for name, (_inp, out_ids) in inputs.sets.items():
         if name in inputs.given:
@@ -310,12 +246,13 @@ def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, ru
                 why = quote(meta.get(name) or "", 700) or shape_why or f"the process {run.describe()}"
                 result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
             continue
-        answers = revealer.answers[name]
+        answers = revealer.answers[name] if revealer is not None else []
         if len(answers) == out_ids.shape[1]:
             result.teacher_forced[name] = np.stack(answers, axis=1)
             result.targets[name] = out_ids
         else:
-            why = revealer.problems.get(name) or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
+            why = (revealer.problems.get(name) if revealer is not None else "this grader reveals no hidden rows (the "
+                   "course grader does)") or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
             result.set_problems[name] = result.quoted(f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800)
 
 
@@ -331,7 +268,7 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
     run_notebook(
         ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
-        child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs), companion=partial(_reveal, inputs),
+        child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs), companion=partial(_reveal, ctx, inputs),
         limits=limits,
     )
     result.seconds = time.monotonic() - start

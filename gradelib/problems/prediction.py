@@ -21,19 +21,17 @@ it. Rubric lines (rubric.toml [problems.prediction]):
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..context import GradeContext
 from ..handin_contract import PREDICTION_STEPS
-from ..lm.metrics import prediction_nll
+from ..lm.nll import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..scoring import Line, all_zero, lines
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, credit, load_npy
+from .lm_common import below, course_line, credit, load_npy
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
@@ -100,7 +98,7 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     for line in lines(problem, vis):
         group = line.group
         if group.id == "nll":
-            tests.append(_score_nll(ctx, problem, line))
+            tests.append(course_line(ctx, problem, line))
         elif logits is None:
             tests.append(line.result(0.0, message))
         elif group.id == "format":
@@ -118,37 +116,6 @@ def _format_result(ctx: GradeContext, problem: Problem, line: Line, logits: np.n
                                 f"but this line counts only for the arrays your handed-in model makes, and {why}.")
     return line.result(1.0, f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are "
                             "what model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
-
-
-def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
-    """Teacher-forced NLL of the handed-in model on the hidden continuations of prediction_test.npz."""
-    run = lm_model.model_run(ctx, problem.settings)
-    if run.problem:
-        return line.result(0.0, f"prediction: {run.problem}")
-    if "test" not in run.teacher_forced:
-        why = run.set_problems.get("test", "the model was not run on the test rows")
-        return line.result(0.0, f"prediction: {why}")
-    logits, targets = run.teacher_forced["test"], run.targets["test"]
-    if not np.isfinite(logits).all():
-        return line.result(0.0,
-                          "prediction: your model's logits hold NaN or infinite values; they must be finite.")
-    nll = prediction_nll(logits, targets)
-    if not math.isfinite(nll):
-        return line.result(0.0, (
-            f"prediction: your model's NLL is {nll}, not a finite number, so this line scores 0: its logits are "
-            "finite but so far apart that their softmax gives a true character probability 0 in float64."))
-    full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
-    frac = credit(nll, full, zero)
-    text = (
-        f"prediction NLL {nll:.4f} nats/char: your model.pt, rebuilt with your notebook's code, predicted each of the "
-        f"{targets.size} hidden characters from the prompt and the true characters before it (teacher forcing); "
-        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * line.points:.2f} of {line.points:g} points."
-    )
-    note = lm_model.causal_note(run)
-    if frac < 1.0:
-        text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
-                         "the checkpoint of the epoch with the lowest validation NLL.")
-    return line.result(frac, text, {"prediction_nll": nll})
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:

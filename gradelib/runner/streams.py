@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import selectors
-import time
-
 from .limits import EVENT_NAMES_KEPT, EVENT_RECORD_MAX, EVENTS_KEPT, EVENTS_LIMIT_MB, HARNESS_EVENTS, Limits
 
 
@@ -94,41 +90,6 @@ def stream_fields(events: Events, limits: Limits, flooded: bool) -> dict:
 def over_cap(log: Tail, events: Events, limits: Limits) -> bool:
     """Whether the run printed or sent more than it may (it is stopped at once: reading it all costs the grader)."""
     return log.total > limits.output_mb << 20 or events.flooded
-
-
-def watch(log: Tail, events: Events, out_r: int, rep_r: int) -> selectors.DefaultSelector:
-    """A selector over the run's output and event pipes, each read into its sink."""
-    sel = selectors.DefaultSelector()
-    for fd, sink in ((out_r, log), (rep_r, events)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, sink)
-    return sel
-
-
-def pump(sel: selectors.DefaultSelector, wait_s: float) -> list:
-    """Read what the pipes hold into their sinks (a pipe at its end is dropped); other ready keys are returned."""
-    others = []
-    for key, _ in sel.select(wait_s):
-        if not isinstance(key.data, (Tail, Events)):
-            others.append(key)
-            continue
-        try:
-            chunk = os.read(key.fd, 65536)
-        except BlockingIOError:
-            continue
-        if chunk:
-            key.data.add(chunk)
-        else:
-            sel.unregister(key.fd)
-    return others
-
-
-def drain(sel: selectors.DefaultSelector, wait_s: float = 2.0) -> None:
-    """Every writer is gone: read what is left, up to end of file (or wait_s), then close the selector."""
-    until = time.monotonic() + wait_s
-    while sel.get_map() and time.monotonic() < until:
-        pump(sel, 0.05)
-    sel.close()
 
 
 def printable(text: str) -> str:

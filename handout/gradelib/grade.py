@@ -15,22 +15,19 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from . import rubric as rubric_mod
 from . import runner
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
-from .lm.metrics import Oracle
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .runner.limits import Limits
 from .safeio import clean_text, notebook_budget, quote
 from .scoring import all_zero
-
-OracleLoader = Callable[[Path, float], Oracle]
 
 
 def runs_matplotlib(notebooks) -> bool:
@@ -80,19 +77,22 @@ def grade_submission(
     only: list[str] | None = None,
     limits: Limits = Limits(),
     name: str | None = None,
-    oracle_loader: OracleLoader | None = None,
+    course: Any = None,
     scratch_root: Path | None = None,
     run_expected: bool = True,
+    open_upload: Callable[[Path, Path], Intake] = open_upload,
 ) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets.
 
     `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files
     are not listed as missing at the top (each line that grades them still says so).
 
-    `oracle_loader(lm_dir, eps)` gives the oracle that scores generated text; the staff
-    grader passes one, the handout's local grader has none. Scratch folders are made
-    under `scratch_root` (the system temp folder if None): the batch gives each
-    worker its own and removes it whatever happens to the worker.
+    `course` scores the model-quality lines that need what the handout does not hold (the hidden
+    rows, the oracle: GradeContext.course); the course grader passes it, the local grader has
+    none. Scratch folders are made under `scratch_root` (the system temp folder if None): the batch
+    gives each worker its own and removes it whatever happens to the worker. `open_upload(path, dest)`
+    puts the handin's files in place: the kit's reads a folder or a tar, the course grader's every
+    shape of upload.
     """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
@@ -134,7 +134,7 @@ def grade_submission(
                    for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
         # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
+            _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
                             run_expected)
     finally:
         runner.current().release(workdir)  # everything in it, then the folder
@@ -142,13 +142,13 @@ def grade_submission(
     return result
 
 
-def _grade_problems(selected, files, case_root, visibilities, limits, workdir, oracle_loader, shared, result,
+def _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
                     run_expected: bool = True) -> None:
     """Grade each selected problem into `result`; a grader bug costs its own problem only."""
     for p in selected:
         problem_start = time.monotonic()
         ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                           oracle_loader=oracle_loader, cache=shared, run_expected=run_expected)
+                           course=course, cache=shared, run_expected=run_expected)
         try:
             tests: list[TestResult] = GRADERS[p.id](ctx, p)
         except Exception as exc:  # a grader bug must not cost the student a results file

@@ -2,10 +2,10 @@
 
 The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox
 (problems/lm_model.py), runs the notebook's generate(model, inp, 30) (greedy)
-on every prompt of generation_test.npz, and scores the result under the oracle
-the staff grader supplies (GradeContext.oracle_loader, which reads
-<case_root>/lm/oracle.json: the toy source, exact by the forward algorithm, or
-an instructor's reference model). The oracle is secret: with it a student could
+on every prompt of generation_test.npz, and the course grader scores the result
+under its oracle (GradeContext.course; <case_root>/lm/oracle.json names it:
+the toy source, exact by the forward algorithm, or an instructor's reference
+model). The oracle is secret: with it a student could
 write the source's own text without training, so the handout ships neither its
 code nor oracle.json, and the local grader never scores text.
 
@@ -16,7 +16,7 @@ code nor oracle.json, and the local grader never scores text.
   flagged for the course staff.
 - id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
   none at or above settings.zero_credit_perplexity, linear in log(perplexity)
-  in between. settings.smoothing_eps is the oracle's smoothing (metrics.py).
+  in between. settings.smoothing_eps is the oracle's smoothing (the course grader's).
 - lines that list quantities (generate_greedy, generate_sampling): notebook 3's
   generate() on fixed-weight models, graded by problems/lm_functions.py (sampling
   is checked by the frequencies of many samples, not only by where they lie).
@@ -24,20 +24,16 @@ code nor oracle.json, and the local grader never scores text.
 
 from __future__ import annotations
 
-import math
-import time
-
 import numpy as np
 
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS
-from ..lm.metrics import generation_token_nll
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
 from ..scoring import Line, all_zero, lines
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, credit, load_npy
+from .lm_common import below, course_line, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
@@ -96,11 +92,6 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     settings = problem.settings
     full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
     needs_model = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
-    own, own_problem, scored = None, "", None
-    if needs_model:
-        own, own_problem = model_generation(ctx, problem, shape)
-        if own is not None:
-            scored, own_problem = _score(ctx, settings, prompts, own)
     run = lm_model.model_run(ctx, settings) if ids is not None else None
     if ids is not None:
         _compare(ctx, ids, run)
@@ -120,10 +111,7 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     for line in lines(problem, vis):
         group = line.group
         if group.id == "perplexity":
-            if scored is None:
-                tests.append(line.result(0.0, f"generation: {own_problem}"))
-            else:
-                tests.append(_perplexity_result(line, prompts, own, scored, full, zero))
+            tests.append(course_line(ctx, problem, line))
         elif ids is None:
             tests.append(line.result(0.0, message))
         elif group.id == "format":
@@ -141,41 +129,6 @@ def repetitive_rows(ids: np.ndarray) -> list[int]:
     """Rows of generated ids (B, STEPS) that hold REPETITIVE_DISTINCT different ids or fewer
     ("          ", "e e e e", ...): a continuation of the toy source's text never does."""
     return [r for r in range(len(ids)) if len(np.unique(ids[r])) <= REPETITIVE_DISTINCT]
-
-
-def model_generation(ctx: GradeContext, problem: Problem, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
-    """(the ids the handed-in model generates greedily with the notebook's generate(), '') or (None, why not)."""
-    run = lm_model.model_run(ctx, problem.settings)
-    if run.problem:
-        return None, run.problem
-    if run.generated is None:
-        why = run.call_problems.get("generate", "generate() returned nothing the grader could read")
-        return None, f"running your generate(model, inp, {STEPS}) on generation_test.npz: {why}"
-    own = run.generated
-    if own.shape != shape or own.dtype.kind not in "iu":
-        return None, (f"your generate(model, inp, {STEPS}) returned shape {own.shape} and dtype {own.dtype}; "
-                      f"expected {shape} integer ids")
-    bad = check_ids(own)
-    if bad:
-        return None, "what your model generates: " + bad.replace(f"generation: {FILENAME} holds", "it holds")
-    return own.astype(np.int64), ""
-
-
-def _score(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray):
-    """((perplexity, per-token NLL, seconds), '') or (None, why the oracle could not score)."""
-    eps = float(settings["smoothing_eps"])
-    try:
-        if ctx.oracle_loader is None:  # the handout's grader has no oracle
-            raise ValueError("this grader has no oracle")
-        oracle = ctx.oracle_loader(ctx.case_root / "lm", eps)
-    except (ImportError, OSError, ValueError, KeyError) as exc:
-        return None, f"the oracle could not be loaded ({exc}); perplexity not computed."
-    start = time.monotonic()
-    tok = generation_token_nll(oracle, prompts, ids, eps)  # (B, STEPS)
-    ppl = float(np.exp(tok.mean()))
-    if not math.isfinite(ppl):
-        return None, "the perplexity of your model's generations is not a finite number."
-    return (ppl, tok, time.monotonic() - start), ""
 
 
 # Greedy ids from a model run on another device (a GPU) may differ from the grader's CPU run where two logits are
@@ -224,25 +177,3 @@ def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
                    "not the array.")
         ctx.note(f"generation: {message}")
         ctx.flags["generated_does_not_match_model"] = message
-
-
-def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResult:
-    ppl, tok, seconds = scored
-    if not math.isfinite(ppl):
-        return line.result(0.0, (
-            f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
-            "please tell the course staff, since smoothed scores should always be finite."))
-    frac = credit(math.log(ppl), math.log(full), math.log(zero))
-    worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
-    said = [
-        f"generation perplexity {ppl:.3f} under the oracle ({tok.size} ids, scored in {seconds:.2f} s); "
-        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): "
-        f"{frac * line.points:.2f} of {line.points:g} points."
-    ]
-    if frac < 1.0:
-        said.append("Least likely generations (prompt -> generation, mean NLL):")
-        for r in worst.tolist():
-            said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
-        said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
-                     "check that generate feeds each picked id back as input for the next step.")
-    return line.result(frac, "\n".join(said), {"generation_perplexity": ppl})

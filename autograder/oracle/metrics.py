@@ -1,8 +1,8 @@
-"""Prediction NLL, generation perplexity, and the oracle's own (Bayes-optimal) scores.
+"""Generation perplexity under the oracle, and the oracle's own (Bayes-optimal) scores (the course grader's).
 
 Prediction (the predict contract, README): logits (B, T, 30) for T steps after each prompt; step t
 conditions on the prompt plus the model's greedy picks for steps < t, and is
-scored against the true continuation:
+scored against the true continuation by the kit's NLL (gradelib/lm/nll.py, imported here):
 
     NLL = mean over b, t of -log_softmax(logits[b, t])[target[b, t]]
 
@@ -29,33 +29,16 @@ from typing import Protocol
 
 import numpy as np
 
-from .vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.lm.nll import log_softmax, prediction_nll, prediction_token_nll  # noqa: F401 (the kit's, read here too)
+from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
 
 
 class Oracle(Protocol):
-    """What scores text: any object with this method. The staff side supplies one
-    with the hidden cases; the handout has none, so the local grader never scores text."""
+    """What scores text: any object with this method. The course grader has one with the hidden cases
+    (oracles.load_oracle); the handout has none, so the local grader never scores text."""
 
     def next_id_probs(self, ids: np.ndarray) -> np.ndarray:
         """ids (B, T) int64 -> (B, T, 30) float64: row b, step t is P(next id | ids[b, :t+1])."""
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Stable log-softmax over the last axis, in float64."""
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
-def prediction_token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """-log_softmax(logits)[target] per step. logits (B, T, 30), targets (B, T) -> (B, T)."""
-    lp = log_softmax(logits)
-    return -np.take_along_axis(lp, np.asarray(targets, dtype=np.int64)[..., None], axis=-1)[..., 0]
-
-
-def prediction_nll(logits: np.ndarray, targets: np.ndarray) -> float:
-    """The mean of prediction_token_nll: NLL in nats per character."""
-    return float(prediction_token_nll(logits, targets).mean())
 
 
 def generation_distribution(probs: np.ndarray, eps: float) -> np.ndarray:

@@ -1,0 +1,215 @@
+"""The model-quality lines only the course grader scores: what the handout does not hold decides them.
+
+prediction's "nll" line: the handed-in model's teacher-forced NLL on the hidden continuations of
+prediction_test.npz, each character revealed to the model's run (gradelib/problems/lm_model.py)
+only once it has answered the step it grades (`reveal`); generation's "perplexity" line: what the
+model generates, scored under the secret oracle (autograder/oracle/). The kit grades every other
+line and leaves these to this module, which the course grader passes as grade_submission's
+`course` (GradeContext.course: score_line and reveal); the local grader has none.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gradelib.context import GradeContext
+from gradelib.lm.nll import prediction_nll
+from gradelib.lm.vocab import VOCAB_SIZE, decode
+from gradelib.problems import generation, lm_common, lm_model
+from gradelib.problems.generation import FILENAME, STEPS, check_ids
+from gradelib.problems.lm_common import credit
+from gradelib.problems.lm_model import logits_problem
+from gradelib.results import TestResult
+from gradelib.rubric_schema import Problem
+from gradelib.safeio import open_folder
+from gradelib.scoring import Line, read_array
+
+from ..oracle.metrics import generation_token_nll
+from ..oracle.oracles import load_oracle
+
+
+def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
+    """The TestResult of a line the kit leaves to the course grader (its lm_common.course_line)."""
+    if (problem.id, line.group.id) == ("prediction", "nll"):
+        return _score_nll(ctx, problem, line)
+    if (problem.id, line.group.id) == ("generation", "perplexity"):
+        return _perplexity(ctx, problem, line)
+    return line.result(0.0, f"{problem.id}: unknown rubric line '{line.group.id}'")
+
+
+def _perplexity(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
+    """The perplexity under the oracle of what the handed-in model generates for generation_test.npz."""
+    prompts = lm_common.prompts(ctx, generation.INPUTS)
+    if prompts is None:
+        return line.result(0.0, lm_common.missing("generation", ctx, generation.INPUTS))
+    own, why = model_generation(ctx, problem, (prompts.shape[0], STEPS))
+    scored = None
+    if own is not None:
+        scored, why = _score(ctx.case_root / "lm", problem.settings, prompts, own)
+    if scored is None:
+        return line.result(0.0, f"generation: {why}")
+    full, zero = float(problem.settings["full_credit_perplexity"]), float(problem.settings["zero_credit_perplexity"])
+    return _perplexity_result(line, prompts, own, scored, full, zero)
+
+
+def model_generation(ctx: GradeContext, problem: Problem, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
+    """(the ids the handed-in model generates greedily with the notebook's generate(), '') or (None, why not)."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return None, run.problem
+    if run.generated is None:
+        why = run.call_problems.get("generate", "generate() returned nothing the grader could read")
+        return None, f"running your generate(model, inp, {STEPS}) on generation_test.npz: {why}"
+    own = run.generated
+    if own.shape != shape or own.dtype.kind not in "iu":
+        return None, (f"your generate(model, inp, {STEPS}) returned shape {own.shape} and dtype {own.dtype}; "
+                      f"expected {shape} integer ids")
+    bad = check_ids(own)
+    if bad:
+        return None, "what your model generates: " + bad.replace(f"generation: {FILENAME} holds", "it holds")
+    return own.astype(np.int64), ""
+
+
+def _score(lm_dir: Path, settings: dict, prompts: np.ndarray, ids: np.ndarray):
+    """((perplexity, per-token NLL, seconds), '') or (None, why the oracle could not score)."""
+    eps = float(settings["smoothing_eps"])
+    try:
+        oracle = load_oracle(lm_dir, eps)
+    except (ImportError, OSError, ValueError, KeyError) as exc:
+        return None, f"the oracle could not be loaded ({exc}); perplexity not computed."
+    start = time.monotonic()
+    tok = generation_token_nll(oracle, prompts, ids, eps)  # (B, STEPS)
+    ppl = float(np.exp(tok.mean()))
+    if not math.isfinite(ppl):
+        return None, "the perplexity of your model's generations is not a finite number."
+    return (ppl, tok, time.monotonic() - start), ""
+
+
+def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResult:
+    ppl, tok, seconds = scored
+    if not math.isfinite(ppl):
+        return line.result(0.0, (
+            f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
+            "please tell the course staff, since smoothed scores should always be finite."))
+    frac = credit(math.log(ppl), math.log(full), math.log(zero))
+    worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
+    said = [
+        f"generation perplexity {ppl:.3f} under the oracle ({tok.size} ids, scored in {seconds:.2f} s); "
+        f"full credit at <= {full:g}, none at >= {zero:g} (linear in log perplexity): "
+        f"{frac * line.points:.2f} of {line.points:g} points."
+    ]
+    if frac < 1.0:
+        said.append("Least likely generations (prompt -> generation, mean NLL):")
+        for r in worst.tolist():
+            said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
+        said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
+                     "check that generate feeds each picked id back as input for the next step.")
+    return line.result(frac, "\n".join(said), {"generation_perplexity": ppl})
+
+
+def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
+    """Teacher-forced NLL of the handed-in model on the hidden continuations of prediction_test.npz."""
+    run = lm_model.model_run(ctx, problem.settings)
+    if run.problem:
+        return line.result(0.0, f"prediction: {run.problem}")
+    if "test" not in run.teacher_forced:
+        why = run.set_problems.get("test", "the model was not run on the test rows")
+        return line.result(0.0, f"prediction: {why}")
+    logits, targets = run.teacher_forced["test"], run.targets["test"]
+    if not np.isfinite(logits).all():
+        return line.result(0.0,
+                          "prediction: your model's logits hold NaN or infinite values; they must be finite.")
+    nll = prediction_nll(logits, targets)
+    if not math.isfinite(nll):
+        return line.result(0.0, (
+            f"prediction: your model's NLL is {nll}, not a finite number, so this line scores 0: its logits are "
+            "finite but so far apart that their softmax gives a true character probability 0 in float64."))
+    full, zero = float(problem.settings["full_credit_nll"]), float(problem.settings["zero_credit_nll"])
+    frac = credit(nll, full, zero)
+    text = (
+        f"prediction NLL {nll:.4f} nats/char: your model.pt, rebuilt with your notebook's code, predicted each of the "
+        f"{targets.size} hidden characters from the prompt and the true characters before it (teacher forcing); "
+        f"full credit at <= {full:g}, none at >= {zero:g}: {frac * line.points:.2f} of {line.points:g} points."
+    )
+    note = lm_model.causal_note(run)
+    if frac < 1.0:
+        text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
+                         "the checkpoint of the epoch with the lowest validation NLL.")
+    return line.result(frac, text, {"prediction_nll": nll})
+
+
+def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):
+    """Start revealing each hidden set's true characters (set -> targets (B, steps)) into the folder `inputs`
+    beside the model's run, each once the run has answered the step it grades in `outputs`; returns the
+    function that stops it (once the child is gone) and gives the Revealer (.answers, .problems)."""
+    fd = open_folder(inputs)  # a descriptor of the folder itself, opened before the child starts
+    revealer = Revealer(outputs, fd, sets)
+    revealer.start()
+
+    def finish() -> Revealer:
+        revealer.stop.set()
+        revealer.join()
+        os.close(fd)
+        return revealer
+
+    return finish
+
+
+class Revealer(threading.Thread):
+    """Reveals each true character once the child has answered the step it grades."""
+
+    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
+        super().__init__(daemon=True)
+        self.outputs, self.inputs_fd, self.sets = outputs, inputs_fd, sets
+        self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
+        self.problems: dict[str, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for name, targets in self.sets.items():
+            rows, steps = targets.shape
+            for t in range(steps):
+                logits = self._wait_for(self.outputs / name / f"step_{t}.npy")
+                if logits is None:
+                    return
+                why = logits_problem(logits, (rows, VOCAB_SIZE))
+                if why:
+                    self.problems[name] = f"step {t}: {why}"
+                    break
+                self.answers[name].append(logits.astype(np.float32))
+                final = f"{name}_reveal_{t}.npy"
+                try:
+                    if _exists(final, self.inputs_fd):
+                        raise FileExistsError(17, "the name is taken")
+                    # Written under a temporary name, then renamed: the child never reads half a file.
+                    fd = os.open(f".{final}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o644, dir_fd=self.inputs_fd)
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, targets[:, t].astype(np.int64), allow_pickle=False)
+                    os.rename(f".{final}.tmp", final, src_dir_fd=self.inputs_fd, dst_dir_fd=self.inputs_fd)
+                except OSError as exc:  # the child planted something under one of the names
+                    self.problems[name] = f"step {t}: the grader could not reveal the next character ({exc.strerror})"
+                    break
+
+    def _wait_for(self, path: Path) -> np.ndarray | None:
+        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
+        while not self.stop.is_set():
+            arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
+            if arr is not None:
+                return arr
+            time.sleep(0.002)
+        return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
