@@ -27,12 +27,13 @@ import tempfile
 from pathlib import Path
 
 from gradelib.intake import resolve_upload
-from gradelib.results import NOT_GRADED, why_lost, write_json_atomic
+from gradelib.results import NOT_GRADED, write_json_atomic
 from gradelib.safeio import clean_text
 
 from ..batch import cli
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
+from ..batch.regrade import from_gradescope
 
 NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "
                    "not of this submission (below). Its 0 is no grade: tell the course staff, who will regrade it.")
@@ -69,17 +70,11 @@ def refused_results(why: str) -> dict:
 
 
 def student_text(results: dict) -> str:
-    """The score table a student may see: messages of visible tests only."""
-    lines = [results.get("output", "")] if results.get("output") else []
-    for t in results["tests"]:
-        mark = "PASS" if t["status"] == "passed" else "FAIL"
-        lines.append(f"{mark} {t['score']:6.2f} / {t['max_score']:6.2f}  {t['name']}")
-    lines.append(f"TOTAL {results['score']:.2f} / {sum(t['max_score'] for t in results['tests']):.2f}")
-    shown = [t for t in results["tests"] if t["status"] != "passed" and t["visibility"] == "visible" and t["output"]]
-    if shown:
-        lines += ["", "Why points were lost (public cases; hidden cases are graded the same way):"]
-        lines += why_lost([(t["name"], t["output"], t["max_score"]) for t in shown])
-    return "\n".join(lines)
+    """The report a student may see (the feedback.txt table): messages of visible tests only."""
+    result = from_gradescope(results, "this handin", [p.id for p in selected_problems(None)])
+    result.isolation = ""
+    result.notes = str(results.get("output") or "").splitlines()
+    return result.table(show_hidden_output=False)
 
 
 def gradescope(root: Path, timeout: float) -> int:
