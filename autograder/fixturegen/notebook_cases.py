@@ -70,6 +70,10 @@ LOSSES_CASES = (
     # `targets >= 0` fails here, as on the hidden custom_ignore_index, not on a hidden case alone.
     LossesCase("ignore_index_inside", "public", 307, 5, 2, 2, 6, 7, 2, 3, 1.0, None,
                "ignore_index = 3, a real id with valid ids on both sides, instead of -100"),
+    # A mask that is not the causal one (as the hidden windowed_mask): a function that builds its own causal
+    # mask instead of adding the one it is given fails here.
+    LossesCase("windowed_causal", "public", 308, 5, 2, 3, 5, 8, 1, IGNORE_INDEX, 1.0, 2,
+               "attention mask that also blocks keys more than 1 step back: add the mask given"),
 )
 # A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
 LOG_UNDERFLOW_FLOAT64 = -745.2
@@ -100,6 +104,12 @@ MASKS_CASES = (
               "B = 2, right padding, square attention"),
     MasksCase("padded_words", "public", 502, 3, 3, 6, 4, 2, 8, 30, 1, (5, 8, 6), False, 1, 1.0,
               "three padded sequences, Tq != Tk, one query with no allowed key"),
+    # Public twins of hidden cases: left padding with pad_id = 0 (a mask built from the lengths, or a pad id
+    # written into the code, fails here), and scores that overflow exp() without the max subtraction.
+    MasksCase("left_padded_words", "public", 503, 2, 3, 5, 4, 3, 6, 30, 0, (4, 6), True, 1, 1.0,
+              "left padding, pad_id = 0: the first queries see no real key"),
+    MasksCase("huge_scores", "public", 504, 1, 4, 4, 6, 3, 4, 30, 1, (4,), False, 0, 2000.0,
+              "scores large enough that exp() without max-subtraction overflows"),
     MasksCase("fully_masked_rows", "hidden", 601, 3, 5, 5, 4, 6, 6, 30, 1, (6, 2, 4), False, 4, 1.0,
               "four queries with no allowed key: zeros, not NaN"),
     MasksCase("left_padding", "hidden", 602, 2, 3, 7, 5, 3, 7, 30, 1, (4, 7), True, 1, 1.0,
