@@ -157,12 +157,12 @@ class SubmissionResult:
             # it may follow from (the attention line before predictions.npy's).
             shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures)))
             prefix = f"{pid}: "
-            items = [(f"FAIL {_short(t.name, prefix)} {t.score:.2f} / {t.max_score:.2f}", t.output, t.max_score)
+            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)}", t.output, t.max_score)
                      for t in shown]
             lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
             lines += [ln for line in lost for ln in wrap(f"  {line}")]
             for t in (t for t in failed if t not in shown):
-                lines += wrap(f"  FAIL {_short(t.name, prefix)} {t.score:.2f} / {t.max_score:.2f} "
+                lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)} "
                               "(its message names hidden cases: not shown here)")
                 unshown += 1
             if passing and failed:
