@@ -282,6 +282,9 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         for c in (c for c in MASKS_CASES if c.visibility == vis):
             c = replace(c, seed=rotated(c.seed, vis, seed, public_too))
             x = masks_inputs(c)
+            if c.score_scale > 100:  # exp() of the largest allowed score overflows, with and without the mask
+                scores = x["Q"] @ x["K"].transpose(0, 2, 1) / math.sqrt(c.D)
+                assert np.where(x["mask"], scores, -np.inf).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: scores too small"
             npzio.save(folder / f"{c.name}.npz", {**x, **masks_expected(x)})
             index.append({"name": c.name, "problem": "masks", "seed": c.seed, "description": describe_masks(c)})
         names = [e["name"] for e in index]
