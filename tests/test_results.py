@@ -269,3 +269,28 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
     assert " ".join(said.split()).count("expected scalar type") == 1, said
     assert "raised the RuntimeError quoted above (in attention.py, line 32)" in " ".join(said.split()), said
     assert max(len(ln) for ln in said.splitlines()) <= 100, said
+
+
+def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_others():
+    """feedback.txt (hidden messages not shown): a hidden line failing with its public twin is counted in one line,
+    one whose public twin passed (a slip only hidden cases show) is named; passing lines are folded."""
+    from gradelib.results import SubmissionResult, TestResult
+
+    def test(line: str, vis: str, score: float) -> TestResult:
+        said = "" if score else f"failed on 1 of 1 {vis} cases:\ncase 'x' (B=1): 'y' is wrong."
+        return TestResult("p", f"p: {line} [{vis}]", score, 1.0, vis, said, line=line)
+
+    result = SubmissionResult("s", problems=("p", "q"), max_points={"p": 6.0, "q": 1.0})
+    result.tests = [test("a", "public", 0), test("a", "hidden", 0), test("b", "public", 1), test("b", "hidden", 0),
+                    test("c", "public", 1), test("c", "hidden", 1),
+                    TestResult("q", "q: d [public]", 1.0, 1.0, "public", "", line="d")]
+    assert result.table(show_hidden_output=False).splitlines()[1:] == [
+        "p 3.00 / 6.00: 3 of 6 lines pass",
+        "  FAIL 0.00 / 1.00 a [public]:", "      failed on 1 of 1 public cases:", "      case 'x' (B=1): 'y' is wrong.",
+        "  FAIL 0.00 / 1.00 b [hidden] (its message names hidden cases: not shown here)",
+        "  the same line fails on the hidden cases too (0.00 / 1.00)",
+        "  the other 3 lines pass (3.00 points)",
+        "q 1.00 / 1.00: all 1 lines pass",
+        "TOTAL 4.00 / 7.00",
+        "The messages of the 2 failed hidden tests are not shown here (they name hidden cases); the course",
+        "    staff publish them with the grades."]
