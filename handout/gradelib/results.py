@@ -161,10 +161,19 @@ class SubmissionResult:
                      for t in shown]
             lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
             lines += [ln for line in lost for ln in wrap(f"  {line}")]
-            for t in (t for t in failed if t not in shown):
+            hidden = [t for t in failed if t not in shown]
+            # A hidden line failing with its public twin is folded (its public message said why); one whose public
+            # twin passed is named: a slip only the hidden cases show.
+            public_failed = {_twin(t.name) for t in shown if t.visibility == "public"}
+            twins = [t for t in hidden if _twin(t.name) in public_failed]
+            for t in (t for t in hidden if t not in twins):
                 lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)} "
                               "(its message names hidden cases: not shown here)")
-                unshown += 1
+            if twins:
+                said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
+                lines += wrap(f"  the {said} on the hidden cases too "
+                              f"({sum(t.score for t in twins):.2f} / {sum(t.max_score for t in twins):.2f})")
+            unshown += len(hidden)
             if passing and failed:
                 points = sum(t.score for t in passing)
                 lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
@@ -177,6 +186,11 @@ class SubmissionResult:
 
 
 WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
+
+
+def _twin(name: str) -> str:
+    """A test's name without its case set: a line's public and hidden tests share it."""
+    return name.rsplit(" [", 1)[0]
 
 
 def _short(name: str, prefix: str) -> str:
