@@ -180,11 +180,12 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
     changed = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--jobs", "2")
     assert "regrading 2 of 2: rubric changed (attention: points)" in changed.stdout, changed.stdout
     assert "1 score(s) changed by the regrade" in changed.stdout
-    assert float(_rows(out)["alice"]["attention"]) == 32
+    points = rubric_mod.load()["attention"].points  # the raw scores' line goes from 2 points to 4
+    assert float(_rows(out)["alice"]["attention"]) == points + 2
     with open(out / "regrades.csv", newline="") as fh:
         log = list(csv.DictReader(fh))
     assert [(r["submission"], r["problem"], r["old_score"], r["new_score"], r["reason"]) for r in log] == [
-        ("alice", "attention", "30", "32", "rubric changed (attention: points)")]
+        ("alice", "attention", f"{points:g}", f"{points + 2:g}", "rubric changed (attention: points)")]
 
     # --only losses on graded handins: attention's tests stay, losses' are added, every column stays.
     merged = _cli(*two, "--out", str(out), "--only", "losses", "--rubric", str(rubric), "--jobs", "2")
@@ -243,7 +244,8 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
     from autograder.batch.records import source_key
 
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
-    full = {"attention": 30, "losses": 20, "masks": 20, "prediction": 24, "generation": 26}
+    full = {p: rubric_mod.load()[p].points for p in ORDER}  # full marks, as the rubric gives them
+    total = sum(full.values())
     odd = {"attention": 1.335, "losses": 2.335, "masks": 3.335}
     subs, out = tmp_path / "subs", tmp_path / "grades"
     times = {"s01": "2025-03-02T00:00:00+00:00",  # one minute late: one day
@@ -284,13 +286,13 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
 
     rows = _rows(out)
     assert len(rows) == 60
-    expected = {  # total, days late, penalty, final: by hand from the policy
-        "s00": ("120.00", "", "0.00", "120.00"),  # no submission time known: no penalty, and the run says so
-        "s01": ("120.00", "1", "12.00", "108.00"),
-        "s02": ("120.00", "2", "24.00", "96.00"),
-        "s03": ("120.00", "4", "120.00", "0.00"),
-        "s04": ("120.00", "0", "0.00", "120.00"),
-        "s05": ("120.00", "2", "24.00", "96.00"),
+    def late(days: int) -> tuple[str, str, str, str]:  # total, days late, penalty, final: by hand from the policy
+        penalty = total * min(1.0, 0.1 * days) if days <= 3 else total
+        return f"{total:.2f}", str(days), f"{penalty:.2f}", f"{total - penalty:.2f}"
+
+    expected = {
+        "s00": (f"{total:.2f}", "", "0.00", f"{total:.2f}"),  # no submission time known: no penalty, and the run says so
+        "s01": late(1), "s02": late(2), "s03": late(4), "s04": late(0), "s05": late(2),
         "s06": ("7.01", "1", "0.70", "6.31"),
         "s10": ("", "", "0.00", ""),
     }
@@ -310,7 +312,7 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
     with open(out / "canvas.csv", newline="") as fh:
         canvas = list(csv.reader(fh))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "Section", "HW3 (1234)"]
-    assert canvas[1] == ["Points Possible", "", "", "", "120.00"]
+    assert canvas[1] == ["Points Possible", "", "", "", f"{total:.2f}"]
     assert len(canvas) == 62
     assert canvas[2 + 3] == ["Student 03", "", "1003", "A1", "0.00"]
     assert canvas[2 + 1] == ["Student 01", "", "1001", "A1", "108.00"]
