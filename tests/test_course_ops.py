@@ -245,7 +245,7 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
 
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
     full = {p: rubric_mod.load()[p].points for p in ORDER}  # full marks, as the rubric gives them
-    total = sum(full.values())
+    course_total = sum(full.values())
     odd = {"attention": 1.335, "losses": 2.335, "masks": 3.335}
     subs, out = tmp_path / "subs", tmp_path / "grades"
     times = {"s01": "2025-03-02T00:00:00+00:00",  # one minute late: one day
@@ -287,11 +287,11 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
     rows = _rows(out)
     assert len(rows) == 60
     def late(days: int) -> tuple[str, str, str, str]:  # total, days late, penalty, final: by hand from the policy
-        penalty = total * min(1.0, 0.1 * days) if days <= 3 else total
-        return f"{total:.2f}", str(days), f"{penalty:.2f}", f"{total - penalty:.2f}"
+        penalty = course_total * 0.1 * days if days <= 3 else course_total
+        return f"{course_total:.2f}", str(days), f"{penalty:.2f}", f"{course_total - penalty:.2f}"
 
     expected = {
-        "s00": (f"{total:.2f}", "", "0.00", f"{total:.2f}"),  # no submission time known: no penalty, and the run says so
+        "s00": (f"{course_total:.2f}", "", "0.00", f"{course_total:.2f}"),  # no submission time known: no penalty, and the run says so
         "s01": late(1), "s02": late(2), "s03": late(4), "s04": late(0), "s05": late(2),
         "s06": ("7.01", "1", "0.70", "6.31"),
         "s10": ("", "", "0.00", ""),
@@ -312,7 +312,7 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
     with open(out / "canvas.csv", newline="") as fh:
         canvas = list(csv.reader(fh))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "Section", "HW3 (1234)"]
-    assert canvas[1] == ["Points Possible", "", "", "", f"{total:.2f}"]
+    assert canvas[1] == ["Points Possible", "", "", "", f"{course_total:.2f}"]
     assert len(canvas) == 62
     assert canvas[2 + 3] == ["Student 03", "", "1003", "A1", "0.00"]
     assert canvas[2 + 1] == ["Student 01", "", "1001", "A1", "108.00"]

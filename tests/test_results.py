@@ -257,6 +257,8 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
         TestResult("attention", "attention: forward: projections [hidden]", 0, 2.5, "hidden", again, line="p"),
         TestResult("prediction", "prediction: nll [hidden]", 0, 12, "hidden", "too high", line="nll",
                    figures={"prediction_nll": 3.2}),
+        TestResult("prediction", "prediction: predictions.npy: (128, 20, 30) finite float logits [public]", 0, 2,
+                   "public", "predictions.npy has NaN entries", line="format"),
         TestResult("prediction", "prediction: causal_attention [public]", 0, 2, "public", "leaks", line="att"),
     ]
     said = result.table()
@@ -264,8 +266,8 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
     assert [h.split(" [")[0] for h in heads] == [
         "attention 0.00 / 6.00: 0 of 3 lines pass", "  FAIL 0.00 / 2.00 forward: causal softmax A_sig",
         "  FAIL 0.00 / 2.50 forward: projections", "  FAIL 0.00 / 1.50 forward: context X_new",
-        "prediction 0.00 / 14.00: 0 of 2 lines pass", "  FAIL 0.00 / 2.00 causal_attention",
-        "  FAIL 0.00 / 12.00 nll"], said
+        "prediction 0.00 / 14.00: 0 of 3 lines pass", "  FAIL 0.00 / 2.00 causal_attention",
+        "  FAIL 0.00 / 12.00 nll", "  FAIL 0.00 / 2.00 predictions.npy: (128, 20, 30) finite float logits"], said
     assert " ".join(said.split()).count("expected scalar type") == 1, said
     assert "raised the RuntimeError quoted above (in attention.py, line 32)" in " ".join(said.split()), said
     assert max(len(ln) for ln in said.splitlines()) <= 100, said
