@@ -16,6 +16,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .handin_contract import RUN_FILES
 from .safeio import clean_text
 
 VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
@@ -153,10 +154,11 @@ class SubmissionResult:
             lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
             failed = [t for t in mine if not t.passed]
             shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
-            # A line that measures the handed-in outputs (a figure: notebook 3's NLL) after the code lines whose bug
-            # it may follow from (the attention line before predictions.npy's).
-            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures)))
             prefix = f"{pid}: "
+            # A line that grades a training run's files (predictions.npy's format, a figure: notebook 3's NLL) after
+            # the code lines whose bug it may follow from (the attention line before predictions.npy's).
+            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or _short(t.name, prefix).startswith(
+                tuple(f"{name}:" for name in RUN_FILES))))
             items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)}", t.output, t.max_score)
                      for t in shown]
             lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
