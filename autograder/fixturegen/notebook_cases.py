@@ -74,6 +74,9 @@ LOSSES_CASES = (
     # mask instead of adding the one it is given fails here.
     LossesCase("windowed_causal", "public", 308, 5, 2, 3, 5, 8, 1, IGNORE_INDEX, 1.0, 2,
                "attention mask that also blocks keys more than 1 step back: add the mask given"),
+    # T = 1 (as the hidden single_position): a squeeze() or a shape that assumes T > 1 fails here.
+    LossesCase("one_position", "public", 309, 1, 3, 2, 2, 6, 0, IGNORE_INDEX, 1.0, None,
+               "T = 1 (a 1 x 1 causal mask), two positions of logits, no ignored target"),
 )
 # A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
 LOG_UNDERFLOW_FLOAT64 = -745.2
@@ -110,6 +113,8 @@ MASKS_CASES = (
               "left padding, pad_id = 0: the first queries see no real key"),
     MasksCase("huge_scores", "public", 504, 1, 4, 4, 6, 3, 4, 30, 1, (4,), False, 0, 2000.0,
               "scores large enough that exp() without max-subtraction overflows"),
+    MasksCase("one_token", "public", 505, 1, 1, 1, 3, 2, 1, 30, 1, (1,), False, 0, 1.0,
+              "B = 1, T = 1: a squeeze() or a shape that assumes T > 1 fails here"),
     MasksCase("fully_masked_rows", "hidden", 601, 3, 5, 5, 4, 6, 6, 30, 1, (6, 2, 4), False, 4, 1.0,
               "four queries with no allowed key: zeros, not NaN"),
     MasksCase("left_padding", "hidden", 602, 2, 3, 7, 5, 3, 7, 30, 1, (4, 7), True, 1, 1.0,
