@@ -146,6 +146,12 @@ BUGS = {
         lines_of(("key_value_widths",)),
         None,
     ),
+    # Drops the T axis only when T = 1: the public one_position case shows it, as the hidden single_step ones.
+    "squeezed_context": (
+        [("X_new = self.A_sig @ self.V  # (B, T, Dv)", "X_new = (self.A_sig @ self.V).squeeze(1)  # (B, T, Dv)", 1)],
+        lines_of(("single_position",)),
+        "'X_new' has the wrong shape",
+    ),
     # dLdV = A_sig^T dLdXnew does not involve the scale; Q, K and what they feed do.
     "backward_missing_inverse_sqrt_dk": (
         [("dLdA_w = self.A_sig * (dLdA_sig - row_dot) / math.sqrt(d_k)",
