@@ -22,7 +22,7 @@ from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
 from .intake import HandinError, open_handin
 from .problems import GRADERS
-from .results import SubmissionResult
+from .results import SubmissionResult, wrapped
 from .rubric import Problem, RubricError, load
 from .runner import RAN_AS
 from .runner.limits import Limits
@@ -131,11 +131,11 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
         runid = ""
         if args.handin:
             submission = args.handin
-            print(handin_check_text(args.handin, Path(tmp) / "unpacked"))
+            print(wrapped(handin_check_text(args.handin, Path(tmp) / "unpacked")))
         else:
             runid, epoch, said = choose_run(handout, args.runid, args.epoch)
             if not only or {"prediction", "generation"} & set(only) or args.runid or args.epoch:
-                print(said)  # which run: only where the run's files are graded (or one was asked for)
+                print(wrapped(said))  # which run: only where the run's files are graded (or one was asked for)
             submission = Path(tmp) / "handin"
             submission.mkdir()
             # Exactly the files `make handin` would pack (whatever exists of them). One that `make handin`
@@ -143,7 +143,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
             # and its line, not "missing").
             packed = collect(handout, runid, epoch, partial=True)
             for problem in packed.problems:
-                print(f"note: make handin would refuse {problem}")
+                print(wrapped(f"note: make handin would refuse {problem}"))
             for name, src in {**packed.files, **packed.refused}.items():
                 shutil.copyfile(src, submission / name)
         result = grade_submission(

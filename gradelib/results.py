@@ -13,6 +13,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
+from .handin_contract import RUN_FILES
 from .safeio import clean_text
 
 VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
@@ -107,39 +108,73 @@ class SubmissionResult:
         return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
 
     def table(self, show_hidden_output: bool = True) -> str:
-        """A readable score table: per problem its score, how many lines pass and one row per test; then the
-        messages of failed ones, root causes before the lines that fail because of them, wrapped at WIDTH; a hidden
-        test's only with `show_hidden_output` or where the rubric shows hidden tests at once (hidden_tests = "visible")."""
+        """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
+        pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
+        (root causes before the lines that fail because of them), then its passing lines folded into one line.
+        A hidden test's message only with `show_hidden_output` or where the rubric shows hidden tests at once
+        (hidden_tests = "visible"). Every row at most WIDTH columns; the staff's report.html lists every line."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
-        lines += [f"  note: {n}" for n in self.notes]
-        width = min(max([len(t.name) for t in self.tests] + [20]), WIDTH - 24)
+        lines += [ln for n in self.notes for ln in wrap(f"  note: {n}")]
+        unshown = 0
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
-            passing = sum(t.passed for t in mine)
-            lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {passing} of {len(mine)} lines pass")
-            for t in mine:
-                mark = "PASS" if t.passed else "FAIL"
-                lines.append(f"  {mark} {t.name:<{width}} {t.score:6.2f} / {t.max_score:6.2f}")
-        lines.append(f"{'TOTAL':<{width + 6}} {self.score:6.2f} / {self.max_score:6.2f}")
-        failed = [t for t in self.tests if not t.passed and t.output]
-        shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
-        # A line that measures the handed-in outputs (a figure: notebook 3's NLL) after the code lines whose bug
-        # it may follow from (the attention line before predictions.npy's).
-        shown.sort(key=lambda t: (self.problems.index(t.problem) if t.problem in self.problems else 0,
-                                  knock_on(t.output), bool(t.figures)))
-        if shown:
-            lines += ["", "Why points were lost:"]
-            lines += [ln for line in why_lost([(t.name, t.output, t.max_score) for t in shown]) for ln in wrap(line)]
-        if len(shown) < len(failed):
-            lines += ["", f"The messages of the {len(failed) - len(shown)} failed hidden tests are not shown here "
-                          "(they name hidden cases); the course staff publish them with the grades."]
+            passing = [t for t in mine if t.passed]
+            said = "all" if len(passing) == len(mine) and mine else f"{len(passing)} of"
+            lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
+            failed = [t for t in mine if not t.passed]
+            shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
+            prefix = f"{pid}: "
+            # A line that grades a training run's files (predictions.npy's format, a figure: notebook 3's NLL) after
+            # the code lines whose bug it may follow from (the attention line before predictions.npy's).
+            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or _short(t.name, prefix).startswith(
+                tuple(f"{name}:" for name in RUN_FILES))))
+            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)}", t.output, t.max_score)
+                     for t in shown]
+            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
+            lines += [ln for line in lost for ln in wrap(f"  {line}")]
+            hidden = [t for t in failed if t not in shown]
+            # A hidden line failing with its public twin is folded (its public message said why); one whose public
+            # twin passed is named: a slip only the hidden cases show.
+            public_failed = {_twin(t.name) for t in shown if t.visibility == "public"}
+            twins = [t for t in hidden if _twin(t.name) in public_failed]
+            for t in (t for t in hidden if t not in twins):
+                lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)} "
+                              "(its message names hidden cases: not shown here)")
+            if twins:
+                said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
+                lines += wrap(f"  the {said} on the hidden cases too "
+                              f"({sum(t.score for t in twins):.2f} / {sum(t.max_score for t in twins):.2f})")
+            unshown += len(hidden)
+            if passing and failed:
+                points = sum(t.score for t in passing)
+                lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
+                             f"({points:.2f} points)")
+        lines.append(f"TOTAL {self.score:.2f} / {self.max_score:.2f}")
+        if unshown:
+            lines += wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
+                          "cases); the course staff publish them with the grades.")
         return clean_text("\n".join(lines))
 
 
 WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
+
+
+def _twin(name: str) -> str:
+    """A test's name without its case set: a line's public and hidden tests share it."""
+    return name.rsplit(" [", 1)[0]
+
+
+def _short(name: str, prefix: str) -> str:
+    """A test's name without its problem's prefix (the problem's header says it)."""
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def wrapped(text: str) -> str:
+    """`text` with each of its lines wrapped at WIDTH (wrap)."""
+    return "\n".join(ln for line in text.splitlines() for ln in wrap(line))
 
 
 def wrap(line: str, width: int = WIDTH) -> list[str]:

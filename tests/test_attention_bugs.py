@@ -10,8 +10,8 @@ maths and from which cases are public or hidden:
   long_sequence (B=4), wide_float32, narrow_input (D < Dk);
 - edge cases, each graded by its own line alone: large scores
   (large_scores_float32 public, large_scores_float64 hidden: numerical_stability),
-  T = 1 (single_step, single_step_batched_float32, hidden: single_position) and
-  Dk != Dv (dk_ne_dv, dk_ne_dv_float32, hidden: key_value_widths).
+  T = 1 (one_position public; single_step, single_step_batched_float32 hidden: single_position) and
+  Dk != Dv (narrow_keys public; dk_ne_dv, dk_ne_dv_float32 hidden: key_value_widths).
 
 An ordinary line fails on a visibility when any ordinary case of that
 visibility fails one of its quantities. Once an ordinary line of its quantities
@@ -140,11 +140,17 @@ BUGS = {
         lines_of(SCORE_GRADIENT_DOWNSTREAM),
         None,
     ),
-    # Only the Dk != Dv cases (hidden) tell sqrt(Dv) from sqrt(Dk): their own line pays.
+    # Only the Dk != Dv cases tell sqrt(Dv) from sqrt(Dk): their own line pays, on the public case too.
     "scale_by_sqrt_dv": (
         [("d_k = self.W_k.shape[1]", "d_k = self.W_v.shape[1]", 2)],
-        lines_of(("key_value_widths",), ("hidden",)),
+        lines_of(("key_value_widths",)),
         None,
+    ),
+    # Drops the T axis only when T = 1: the public one_position case shows it, as the hidden single_step ones.
+    "squeezed_context": (
+        [("X_new = self.A_sig @ self.V  # (B, T, Dv)", "X_new = (self.A_sig @ self.V).squeeze(1)  # (B, T, Dv)", 1)],
+        lines_of(("single_position",)),
+        "'X_new' has the wrong shape",
     ),
     # dLdV = A_sig^T dLdXnew does not involve the scale; Q, K and what they feed do.
     "backward_missing_inverse_sqrt_dk": (
@@ -208,10 +214,20 @@ def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attentio
 
 
 def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
+    """The public narrow_keys case shows it (the student can fix it locally), the hidden dk_ne_dv grades it too;
+    the report's first failed line is that edge line with its case and cause."""
     result = graded_bug("scale_by_sqrt_dv")
-    softmax = next(t for t in result.tests if line_of(t) == ("key_value_widths", "hidden"))
-    assert "dk_ne_dv" in softmax.output and "max abs error" in softmax.output
-    assert "A_w / sqrt(Dv): the scale uses the value width Dv" in softmax.output, softmax.output
+    for vis, case in (("public", "narrow_keys"), ("hidden", "dk_ne_dv")):
+        softmax = next(t for t in result.tests if line_of(t) == ("key_value_widths", vis))
+        assert f"case '{case}'" in softmax.output and "max abs error" in softmax.output
+        assert "A_w / sqrt(Dv): the scale uses the value width Dv" in softmax.output, softmax.output
+    group = GROUPS["key_value_widths"]
+    assert result.score == pytest.approx(PROBLEM.points - group.points)
+    lines = result.table(show_hidden_output=False).splitlines()
+    at = lines.index(f"attention {PROBLEM.points - group.points:.2f} / {PROBLEM.points:.2f}: "
+                     f"{len(result.tests) - 2} of {len(result.tests)} lines pass")
+    assert lines[at + 1].startswith(f"  FAIL 0.00 / {PROBLEM.share(group, 'public'):.2f} edge case Dk != Dv"), lines
+    assert "case 'narrow_keys'" in " ".join(lines[at + 2:at + 5]), lines
 
 
 def test_a_missing_scale_is_named_as_such(tmp_path, reference_attention):

@@ -95,6 +95,6 @@ def test_reference_gets_full_marks_on_public_and_hidden(tmp_path, reference_atte
     assert not failed, failed
     assert result.score == result.max_score == rubric.load()["attention"].points
     assert {t.visibility for t in result.tests} == {"public", "hidden"}
-    # Half of each ordinary line is hidden, and the T = 1 and Dk != Dv lines are hidden only.
+    # Each line is graded on both case sets: the rubric's hidden share.
     hidden = rubric.load()["attention"].max_points(("hidden",))
     assert np.isclose(sum(t.max_score for t in result.tests if t.visibility == "hidden"), hidden)

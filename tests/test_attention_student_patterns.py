@@ -273,11 +273,12 @@ def test_one_bug_reads_in_one_screen(tmp_path):
     passing = sum(t.passed for t in result.tests)
     assert (f"attention {result.score:.2f} / {PROBLEM.points:.2f}: {passing} of {len(result.tests)} lines pass"
             in table.splitlines()), table
-    report = table.split("Why points were lost:")[1].strip()
+    report = table.split(" lines pass\n", 1)[1].split("\nTOTAL ")[0].strip()
     lines = report.splitlines()
-    assert max(len(ln) for ln in lines) <= 100, report
+    assert max(len(ln) for ln in table.splitlines()) <= 100, table
     # The first failed line, its first case and its cause, first.
-    assert lines[0] == "- attention: forward: causal softmax A_sig [public]:", report
+    softmax = next(g for g in PROBLEM.groups if g.id == "forward_softmax")
+    assert lines[0] == f"FAIL 0.00 / {PROBLEM.share(softmax, 'public'):.2f} forward: causal softmax A_sig [public]:", report
     assert "nonzero above the diagonal" in " ".join(" ".join(lines[1:6]).split()), report
     assert len(lines) <= 60 and len(report) <= 4500, report  # 12 lines lost (6 rubric lines x 2 sets)
     words = " ".join(report.split())  # wrapped at 100 columns: phrases may run over two lines

@@ -292,9 +292,12 @@ def test_the_attention_list_holds_every_submission_to_open_and_says_why(small_cl
     assert "a file did not parse or load: attention: not graded normally: attention.py does not parse" in why["no_parse"]
     assert "a file did not parse or load: losses: not graded normally:" in why["corrupt_notebook"]
     assert "integrity flag: predictions_do_not_match_model" in why["flagged"]
-    # The missing scale keeps 10 of 30: the projections, the raw scores and the three edge lines (which leave a
-    # failure the ordinary cases share to the ordinary lines).
-    assert "score far below the class: attention 10, under half the class median 30" in why["no_scaling"], why["no_scaling"]
+    # The missing scale keeps the projections, the raw scores and the three edge lines (which leave a failure the
+    # ordinary cases share to the ordinary lines); the class median is full marks.
+    att = rubric_mod.load()["attention"]
+    kept = sum(g.points for g in att.groups if g.id in ("forward_projections", "forward_scores") or g.edge)
+    assert f"score far below the class: attention {kept:g}, under half the class median {att.points:g}" in why[
+        "no_scaling"], why["no_scaling"]
 
 
 def test_the_list_says_each_kind_of_trouble_in_its_own_words(tmp_path):

@@ -41,3 +41,40 @@ def test_the_site_builds_strictly(tmp_path):
     assert "<!-- rubric lines -->" not in grading
     assert all(f"<code>{g.id}</code>" in grading for p in problems.values() for g in p.groups)
     assert f"<strong>{sum(p.points for p in problems.values()):g}</strong>" in grading
+
+
+def test_every_total_the_documents_state_is_the_rubrics():
+    """Scores and totals written in the README, the manual and the handout's README (sample reports, the points
+    table, `Total N.`) are the rubric's: a rubric change that leaves one stale fails here."""
+    from gradelib import rubric
+
+    problems = rubric.load()
+    points = {pid: p.points for pid, p in problems.items()}
+    public = {pid: p.max_points(("public",)) for pid, p in problems.items()}
+    lines = {pid: (sum("public" in g.visibilities for g in p.groups), sum(len(g.visibilities) for g in p.groups))
+             for pid, p in problems.items()}
+    totals = {sum(points.values()), sum(public.values())}
+    pages = [README, ROOT / "solutions" / "HANDOUT_README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = page.read_text()
+        for pid, got, top, said, count in re.findall(
+                r"^\s*([a-z_]+) ([\d.]+) / ([\d.]+): (all|\d+ of) (\d+) lines pass", text, re.MULTILINE):
+            assert pid in problems and float(top) in (points[pid], public[pid]), (page.name, pid, top)
+            assert int(count) == lines[pid][float(top) == points[pid]], (page.name, pid, count)
+            checked += 1
+        for top in re.findall(r"TOTAL\s+[\d.]+ /\s+([\d.]+)", text):
+            assert float(top) in totals, (page.name, top)
+            checked += 1
+        for scores in re.findall(r'\{"scores":(\{[^}]*\})', text):
+            found = {k: float(v) for k, v in re.findall(r'"(\w+)":([\d.]+)', scores)}
+            assert set(found) == set(points) and all(v in (0.0, points[k]) for k, v in found.items()), (page.name, found)
+            checked += 1
+        for pid, top in re.findall(r"^\| `([a-z_]+)` \|.*\| ([\d.]+) \|$", text, re.MULTILINE):
+            if pid in problems:
+                assert float(top) == points[pid], (page.name, pid, top)
+                checked += 1
+        for top in re.findall(r"^Total ([\d.]+)\.", text, re.MULTILINE):
+            assert float(top) == sum(points.values()), (page.name, top)
+            checked += 1
+    assert checked >= 10, checked  # the README's sample reports and grading.md's points table at least

@@ -468,7 +468,8 @@ def test_stub_scores_zero_with_messages_naming_the_todo(tmp_path):
 
 # --- the local runner -------------------------------------------------------------------
 
-ROW = re.compile(r"^\s+(PASS|FAIL) (?P<problem>[a-z_]+): .*\[(?P<vis>public|hidden)\]\s+(?P<got>[\d.]+) /\s+(?P<max>[\d.]+)$")
+# A problem's header in the report: its score, then how many of its lines pass (passing lines are folded).
+ROW = re.compile(r"^(?P<problem>[a-z_]+) (?P<got>[\d.]+) / (?P<max>[\d.]+): (?:all \d+|\d+ of \d+) lines pass$")
 
 
 def run_local(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -486,16 +487,17 @@ def test_local_autograder_on_the_blank_handout_exits_0_with_public_tests_only(lo
     proc, rows = run_local(local_handout)
     assert proc.returncode == 0, proc.stderr
     assert rows, proc.stdout
-    assert {r["vis"] for r in rows} == {"public"}
+    assert "[hidden]" not in proc.stdout
     attention = [r for r in rows if r["problem"] == "attention"]
     assert attention and all(float(r["got"]) == 0.0 for r in attention)
     assert "TODO 1.1 forward" in proc.stdout and "TODO 1.1 backward" in proc.stdout
-    # Every function is still a TODO: one short list says so, not a block of cases and hints per line.
-    said = proc.stdout[proc.stdout.index("Why points were lost:"):]
-    assert "- not attempted yet (the handout's TODO still raises NotImplementedError)" in said
+    # Every function is still a TODO: one short list per problem says so, not a block of cases and hints per line.
+    said = proc.stdout[proc.stdout.index("\nlosses "):]
+    assert "  not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:" in said
     assert "Hint:" not in said, said
     # softmax's own line, and the stability line, whose first quantity on the huge logits is softmax's.
-    assert "    losses: `softmax`: 2 lines, 2.00 points" in said.splitlines(), said
+    assert "      `softmax`: 2 lines, 2.00 points" in said.splitlines(), said
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100, proc.stdout
     # No run trained yet: the run's files are "not there yet", not "missing from the handin".
     assert "The handin lacks" not in proc.stdout and "missing from the handin" not in proc.stdout, proc.stdout
     assert "predictions.npy is not there yet: notebook 3 has no trained run" in proc.stdout
@@ -508,11 +510,66 @@ def test_local_autograder_gives_the_reference_full_public_marks(local_handout, t
     assert proc.returncode == 0, proc.stderr
     assert rows and {r["problem"] for r in rows} == {"attention"}
     assert "No trained run" not in proc.stdout  # notebook 3's run is not what --only attention grades
-    assert {r["vis"] for r in rows} == {"public"}
     assert all(r["got"] == r["max"] for r in rows), proc.stdout
-    # Half of each ordinary line and of the stability line: T = 1 and Dk != Dv are hidden only.
+    # The public share of each line, edge lines included, as the rubric states it.
     assert sum(float(r["max"]) for r in rows) == pytest.approx(rubric.load()["attention"].max_points(("public",)))
     assert "[hidden]" not in proc.stdout
+
+
+def report_of(folder: Path) -> list[str]:
+    proc, _ = run_local(folder)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, [line for line in lines if len(line) > 100]
+    return lines
+
+
+def test_the_report_folds_passing_lines_keeps_to_100_columns_and_leads_with_each_cause(local_handout, tmp_path):
+    """The reference: one line per problem. A broken handin (sqrt(Dv) for sqrt(Dk), a padding mask built from
+    the lengths, no trained run): each failed line, its first case and cause in the 3 lines after it, within the
+    first 30 lines, the passing lines of its problem folded into one line. (The blank handout: above.)"""
+    problems = rubric.load()
+    solved = shutil.copytree(local_handout, tmp_path / "solved")
+    for name in ("attention.py", "01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb"):
+        shutil.copyfile(SOLUTIONS / name, solved / name)
+    run = solved / "experiments" / "20260101-120000"
+    run.mkdir(parents=True)
+    for src, name in (("reference_model.pt", "model_3.pt"), ("reference_predictions.npy", "predictions_test_3.npy"),
+                      ("reference_generated.npy", "generated_3.npy")):
+        shutil.copyfile(FIXTURES / "lm" / src, run / name)
+    lines = report_of(solved)
+    for pid, problem in problems.items():
+        public = problem.max_points(("public",))
+        count = sum(len(g.visibilities) > 1 or "public" in g.visibilities for g in problem.groups)
+        assert f"{pid} {public:.2f} / {public:.2f}: all {count} lines pass" in lines, lines
+    assert not any(line.startswith(("  FAIL", "  PASS")) for line in lines), lines
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("Makefile", "autograder.py", "gradelib", "tests", "data", "03_language_model.ipynb"):
+        (shutil.copytree if (local_handout / name).is_dir() else shutil.copyfile)(local_handout / name, broken / name)
+    (broken / "attention.py").write_text((SOLUTIONS / "attention.py").read_text().replace(
+        "d_k = self.W_k.shape[1]", "d_k = self.W_v.shape[1]"))
+    shutil.copyfile(SOLUTIONS / "01_mlm_and_next_token.ipynb", broken / "01_mlm_and_next_token.ipynb")
+    nb2 = (SOLUTIONS / "02_attention_and_masks.ipynb").read_text()
+    old = "    return tokens != pad_id  "
+    assert nb2.count(old) == 1
+    (broken / "02_attention_and_masks.ipynb").write_text(nb2.replace(old, "    return torch.arange(tokens.shape[1])[None, :] "
+                                                                     "< (tokens != pad_id).sum(dim=-1)[:, None]  "))
+    lines = report_of(broken)
+    fails = [i for i, line in enumerate(lines) if line.startswith("  FAIL ")]
+    causes = {"edge case Dk != Dv": "case 'narrow_keys'", "padding_mask": "case 'left_padded_words'",
+              "combined_mask": "case 'left_padded_words'"}
+    for title, case in causes.items():
+        at = next(i for i in fails if title in lines[i])
+        assert at < 30 and case in " ".join(lines[at + 1:at + 4]), lines
+    attention = problems["attention"]
+    lost = next(g for g in attention.groups if g.id == "key_value_widths")
+    count = sum(len(g.visibilities) > 1 or "public" in g.visibilities for g in attention.groups)
+    public = attention.max_points(("public",))
+    assert (f"attention {public - attention.share(lost, 'public'):.2f} / {public:.2f}: {count - 1} of {count} "
+            "lines pass") in lines, lines
+    assert f"  the other {count - 1} lines pass ({public - attention.share(lost, 'public'):.2f} points)" in lines
 
 
 def test_local_autograder_names_a_syntax_error_not_a_missing_file(local_handout, tmp_path):

@@ -110,3 +110,38 @@ def test_notebook_2_without_the_scale_gets_no_hint_about_masking(tmp_path):
         said = message(result, "masks", "masked_attention", vis)
         hint = said.split("Hint: ", 1)[1]
         assert "1/sqrt(D) scaling is missing" in hint and "-inf" not in hint and "NaN" not in hint, said
+
+
+# Slips that only a hidden case showed before each got a public twin: now a public case shows each one (the
+# student sees it locally), and the report's first failed line names that case. (notebook, function, old, new,
+# lines lost, the public case that shows it).
+SEEN_IN_PUBLIC = [
+    pytest.param(NB2, "padding_mask", "return tokens != pad_id",
+                 "lengths = (tokens != pad_id).sum(dim=-1)\n"
+                 "    return torch.arange(tokens.shape[1])[None, :] < lengths[:, None]",
+                 ("padding_mask", "combined_mask"), "left_padded_words", id="padding_mask_from_the_lengths"),
+    pytest.param(NB2, "attention", "A = torch.softmax(scores, dim=-1)",
+                 "A = torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)",
+                 ("attention", "masked_attention"), "huge_scores", id="softmax_without_max_subtraction"),
+    pytest.param(NB1, "scaled_dot_product_attention", "scores = scores + mask",
+                 "scores = scores + causal_mask(len(scores))",
+                 ("masked_attention",), "windowed_causal", id="a_causal_mask_of_its_own_for_the_mask_given"),
+]
+
+
+@pytest.mark.parametrize("notebook,function,old,new,groups,case", SEEN_IN_PUBLIC)
+def test_a_slip_only_hidden_cases_showed_is_seen_on_a_public_case(tmp_path, notebook, function, old, new, groups,
+                                                                  case):
+    from gradelib import rubric
+
+    problem = PROBLEM_OF[notebook]
+    result = grade(tmp_path, {notebook: edited(notebook, function, old, new)}, only=[problem])
+    assert failing(result, problem) == lines(*groups)
+    rubric_problem = rubric.load()[problem]
+    lost = sum(g.points for g in rubric_problem.groups if g.id in groups)
+    assert result.score == pytest.approx(rubric_problem.points - lost)
+    report = result.table(show_hidden_output=False).splitlines()
+    at = next(i for i, line in enumerate(report) if line.startswith(f"{problem} "))
+    first = next(g for g in rubric_problem.groups if g.id in groups)  # in rubric order, as the report lists them
+    assert report[at + 1].startswith(f"  FAIL 0.00 / {rubric_problem.share(first, 'public'):.2f} {first.title}"), report
+    assert f"case '{case}'" in " ".join(report[at + 2:at + 5]), report

@@ -54,6 +54,13 @@ CASES = (
     CaseSpec("batched_float32", "public", 2, 5, 6, 4, 4, "float32", 103, None, "float32 inputs stay float32"),
     CaseSpec("large_scores_float32", "public", 2, 7, 6, 4, 4, "float32", 104, 300.0,
              "scores large enough that exp() without max-subtraction overflows in float32", "large_scores"),
+    # Public twins of the other edges, so that a slip only they show (sqrt(Dv) for sqrt(Dk), a T = 1 shape slip)
+    # loses its public line too: the student sees it and can fix it before the hidden cases grade it. In float32,
+    # as one of each edge's hidden cases: code that raises on float64 alone is verified on them, as on the hidden ones.
+    CaseSpec("one_position", "public", 2, 1, 4, 3, 3, "float32", 105, None, "T = 1: a single position attends to itself",
+             "single_position"),
+    CaseSpec("narrow_keys", "public", 2, 5, 6, 3, 5, "float32", 106, None, "Dk != Dv: scale by sqrt(Dk), not sqrt(Dv)",
+             "key_value_widths"),
     CaseSpec("long_sequence", "hidden", 4, 9, 10, 5, 5, "float64", 207, None, "B > 1, T = 9"),
     CaseSpec("wide_float32", "hidden", 5, 12, 16, 6, 6, "float32", 205, None, "longer sequences in float32"),
     CaseSpec("narrow_input", "hidden", 3, 6, 4, 6, 6, "float64", 206, None, "D < Dk"),

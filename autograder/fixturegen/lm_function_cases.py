@@ -75,6 +75,9 @@ CASES = {
     "specials_first": (
         "public", "<eos> and <pad> score highest in most rows; 3 prompts of 4 ids, 6 steps", "last", 30, 3, 4, 6, True, True,
     ),
+    # A public twin of the hidden one_step (one prompt of one id, one step): a squeeze() that drops the batch or
+    # the step axis fails here too.
+    "one_id": ("public", "a single prompt of one id, one step", "prefix_sum", 30, 1, 1, 1, False, False),
 }
 # name -> building blocks' sizes: (d_model, n_heads, n_layers, d_ff, embedding dropout p)
 BUILDING = {
@@ -85,6 +88,7 @@ BUILDING = {
     "long_prompts": (24, 3, 2, 48, 0.1),
     "one_step": (16, 2, 3, 32, 0.6),
     "specials_first": (8, 2, 1, 16, 0.25),
+    "one_id": (8, 1, 2, 16, 0.35),
 }
 # The rules generate()'s docstring states, each on a one-row model (every context reads row 0):
 # top-k ties: the k-th and (k+1)-th best allowed logits are equal, and both are kept;

@@ -70,6 +70,13 @@ LOSSES_CASES = (
     # `targets >= 0` fails here, as on the hidden custom_ignore_index, not on a hidden case alone.
     LossesCase("ignore_index_inside", "public", 307, 5, 2, 2, 6, 7, 2, 3, 1.0, None,
                "ignore_index = 3, a real id with valid ids on both sides, instead of -100"),
+    # A mask that is not the causal one (as the hidden windowed_mask): a function that builds its own causal
+    # mask instead of adding the one it is given fails here.
+    LossesCase("windowed_causal", "public", 308, 5, 2, 3, 5, 8, 1, IGNORE_INDEX, 1.0, 2,
+               "attention mask that also blocks keys more than 1 step back: add the mask given"),
+    # T = 1 (as the hidden single_position): a squeeze() or a shape that assumes T > 1 fails here.
+    LossesCase("one_position", "public", 309, 1, 3, 2, 2, 6, 0, IGNORE_INDEX, 1.0, None,
+               "T = 1 (a 1 x 1 causal mask), two positions of logits, no ignored target"),
 )
 # A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
 LOG_UNDERFLOW_FLOAT64 = -745.2
@@ -100,6 +107,14 @@ MASKS_CASES = (
               "B = 2, right padding, square attention"),
     MasksCase("padded_words", "public", 502, 3, 3, 6, 4, 2, 8, 30, 1, (5, 8, 6), False, 1, 1.0,
               "three padded sequences, Tq != Tk, one query with no allowed key"),
+    # Public twins of hidden cases: left padding with pad_id = 0 (a mask built from the lengths, or a pad id
+    # written into the code, fails here), and scores that overflow exp() without the max subtraction.
+    MasksCase("left_padded_words", "public", 503, 2, 3, 5, 4, 3, 6, 30, 0, (4, 6), True, 1, 1.0,
+              "left padding, pad_id = 0: the first queries see no real key"),
+    MasksCase("huge_scores", "public", 504, 1, 4, 4, 6, 3, 4, 30, 1, (4,), False, 0, 2000.0,
+              "scores large enough that exp() without max-subtraction overflows"),
+    MasksCase("one_token", "public", 505, 1, 1, 1, 3, 2, 1, 30, 1, (1,), False, 0, 1.0,
+              "B = 1, T = 1: a squeeze() or a shape that assumes T > 1 fails here"),
     MasksCase("fully_masked_rows", "hidden", 601, 3, 5, 5, 4, 6, 6, 30, 1, (6, 2, 4), False, 4, 1.0,
               "four queries with no allowed key: zeros, not NaN"),
     MasksCase("left_padding", "hidden", 602, 2, 3, 7, 5, 3, 7, 30, 1, (4, 7), True, 1, 1.0,
@@ -273,6 +288,9 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         for c in (c for c in MASKS_CASES if c.visibility == vis):
             c = replace(c, seed=rotated(c.seed, vis, seed, public_too))
             x = masks_inputs(c)
+            if c.score_scale > 100:  # exp() of the largest allowed score overflows, with and without the mask
+                scores = x["Q"] @ x["K"].transpose(0, 2, 1) / math.sqrt(c.D)
+                assert np.where(x["mask"], scores, -np.inf).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: scores too small"
             npzio.save(folder / f"{c.name}.npz", {**x, **masks_expected(x)})
             index.append({"name": c.name, "problem": "masks", "seed": c.seed, "description": describe_masks(c)})
         names = [e["name"] for e in index]

@@ -34,6 +34,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from gradelib import rubric
+
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "build" / "platform-check"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
@@ -336,10 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             found["autolab"] = autolab(base, uploads, args.torch_wheel)
             report("Autolab", found["autolab"])
     (WORK / "figures.json").write_text(json.dumps(found, indent=1))
-    from gradelib import rubric
-
-    total = sum(p.points for p in rubric.load().values())  # the reference earns every point of the rubric
-    wanted = {"reference files": total, "reference handin.tar": total}
+    full = sum(p.points for p in rubric.load().values())  # the reference's score: the rubric's total
+    wanted = {"reference files": full, "reference handin.tar": full}
     bad = [f"{p} {case}: {c['score']}" for p, f in found.items() for case, c in f["cases"].items()
            if case in wanted and abs(c["score"] - wanted[case]) > 1e-6]
     bad += [f"{p} {case}: results.json {c['format']}" for p, f in found.items() for case, c in f["cases"].items() if c.get("format")]

@@ -26,13 +26,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gradelib.results import NOT_GRADED, why_lost
+from gradelib.results import NOT_GRADED
 from gradelib.safeio import clean_text
 
 from ..batch import cli
 from ..batch.atomic import write_json_atomic
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
+from ..batch.regrade import from_gradescope
 from ..grading.uploads import resolve_upload
 
 NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "
@@ -70,17 +71,11 @@ def refused_results(why: str) -> dict:
 
 
 def student_text(results: dict) -> str:
-    """The score table a student may see: messages of visible tests only."""
-    lines = [results.get("output", "")] if results.get("output") else []
-    for t in results["tests"]:
-        mark = "PASS" if t["status"] == "passed" else "FAIL"
-        lines.append(f"{mark} {t['score']:6.2f} / {t['max_score']:6.2f}  {t['name']}")
-    lines.append(f"TOTAL {results['score']:.2f} / {sum(t['max_score'] for t in results['tests']):.2f}")
-    shown = [t for t in results["tests"] if t["status"] != "passed" and t["visibility"] == "visible" and t["output"]]
-    if shown:
-        lines += ["", "Why points were lost (public cases; hidden cases are graded the same way):"]
-        lines += why_lost([(t["name"], t["output"], t["max_score"]) for t in shown])
-    return "\n".join(lines)
+    """The report a student may see (the feedback.txt table): messages of visible tests only."""
+    result = from_gradescope(results, "this handin", [p.id for p in selected_problems(None)])
+    result.isolation = ""
+    result.notes = str(results.get("output") or "").splitlines()
+    return result.table(show_hidden_output=False)
 
 
 def gradescope(root: Path, timeout: float) -> int:
