@@ -55,26 +55,29 @@ def test_every_total_the_documents_state_is_the_rubrics():
              for pid, p in problems.items()}
     totals = {sum(points.values()), sum(public.values())}
     pages = [README, ROOT / "solutions" / "HANDOUT_README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    checked = 0
+    checked = {}
     for page in pages:
         text = page.read_text()
+        checked[page.name] = 0
         for pid, got, top, said, count in re.findall(
                 r"^\s*([a-z_]+) ([\d.]+) / ([\d.]+): (all|\d+ of) (\d+) lines pass", text, re.MULTILINE):
             assert pid in problems and float(top) in (points[pid], public[pid]), (page.name, pid, top)
             assert int(count) == lines[pid][float(top) == points[pid]], (page.name, pid, count)
-            checked += 1
+            checked[page.name] += 1
         for top in re.findall(r"TOTAL\s+[\d.]+ /\s+([\d.]+)", text):
             assert float(top) in totals, (page.name, top)
-            checked += 1
+            checked[page.name] += 1
         for scores in re.findall(r'\{"scores":(\{[^}]*\})', text):
             found = {k: float(v) for k, v in re.findall(r'"(\w+)":([\d.]+)', scores)}
             assert set(found) == set(points) and all(v in (0.0, points[k]) for k, v in found.items()), (page.name, found)
-            checked += 1
+            checked[page.name] += 1
         for pid, top in re.findall(r"^\| `([a-z_]+)` \|.*\| ([\d.]+) \|$", text, re.MULTILINE):
             if pid in problems:
                 assert float(top) == points[pid], (page.name, pid, top)
-                checked += 1
+                checked[page.name] += 1
         for top in re.findall(r"^Total ([\d.]+)\.", text, re.MULTILINE):
             assert float(top) == sum(points.values()), (page.name, top)
-            checked += 1
-    assert checked >= 10, checked  # the README's sample reports and grading.md's points table at least
+            checked[page.name] += 1
+    # The README's sample report (its problems' lines and its TOTAL) at least; grading.md's points table is
+    # made from the rubric when the site is built (test_the_site_builds_strictly checks it there).
+    assert checked["README.md"] >= 3, checked
