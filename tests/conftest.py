@@ -67,7 +67,7 @@ def shared_batch(tmp_path_factory, level: str = "", attacks: tuple[str, ...] | N
 @pytest.fixture(scope="session", params=["machine", "fallback", "portable"])
 def attack_batch(request, tmp_path_factory) -> dict:
     """The attack batch at each level this machine can make or reproduce: its own (namespaces here, as root
-    with bubblewrap), the fallback of a root container with Docker's default privileges (tests/container.py),
+    with bubblewrap), the fallback of a root container with Docker's default privileges (tests/isolation/container.py),
     and the portable level as a course grader asks for it (subsets: the attacks on the grader's comparisons
     work alike at every level, and the portable level promises limits, not isolation).
     Its results and what it left on the host, read by the test_attacks_*.py files."""

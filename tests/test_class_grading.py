@@ -38,7 +38,7 @@ CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]
 TIMEOUT_S = "20"
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
 # Handins graded in the interrupted runs (the whole class is graded once): every kind, and attacks
-# that hang by sleeping, not by spinning (the whole run and the attack batch, tests/attack_batch.py,
+# that hang by sleeping, not by spinning (the whole run and the attack batch, tests/isolation/attack_batch.py,
 # grade the spinners; three more gradings of each would burn 30 CPU-seconds apiece on a busy machine).
 SUBSET = ("correct_folder", "correct_top_folder.tar", "bug_no_causal_mask.tar", "attack_sleeps_forever",
           "attack_forged_lines_then_raise", "attack_memory_blow_up", "attack_orphaned_sleepers", "archive_symlink.tar",

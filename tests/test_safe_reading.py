@@ -11,7 +11,7 @@
 - text from a submission reaches no terminal or file with its control characters.
 
 Hostile child processes (planted links, escape codes in exceptions) are in
-tests/test_attacks_files.py.
+tests/isolation/test_attacks_files.py.
 """
 
 from __future__ import annotations

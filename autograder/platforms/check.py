@@ -10,7 +10,7 @@ copy of it for each platform:
 - Autolab: runs the Dockerfile's RUN steps (its base, debian:bookworm-slim, is what debootstrap makes),
   then grades a job as Tango's autodriver runs it: the job's files in the `autograde` user's home, `make`
   as that user under Tango's default process, file-size and time limits, the last line read as the
-  autoresult. (tests/test_container.py runs Tango's exact command in the image on a real Docker engine.)
+  autoresult. (tests/isolation/test_container.py runs Tango's exact command in the image on a real Docker engine.)
 
 It prints each step's time, the download and install sizes, and each handin's score. Where PyTorch's CPU
 index cannot be reached, torch comes from the local CPU wheel in --torch-wheel (or PIP_FIND_LINKS), and

@@ -1,6 +1,6 @@
 """Attacks on what a hidden case may reveal: a run prints the inputs it has at hand and exits badly, raises
 a message that names its cases with a forged score line inside, and puts a forged record on the audit pipe
-(tests/attacks/hidden_inputs_in_output.py); a model.pt over make handin's cap; a notebook within the caps
+(tests/isolation/attacks/hidden_inputs_in_output.py); a model.pt over make handin's cap; a notebook within the caps
 that json.loads would inflate to gigabytes in the grader's own process.
 
 What must hold: nothing of a run that had a hidden input at hand reaches a visible channel (the notes,

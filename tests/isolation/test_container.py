@@ -1,10 +1,10 @@
 """The course grader where courses run it: Gradescope's and Autolab's containers.
 
-With a real Docker engine (tests/docker_engine.py: one that answers, or `dockerd` started here as root, images
+With a real Docker engine (tests/isolation/docker_engine.py: one that answers, or `dockerd` started here as root, images
 from debootstrap, no registry): Gradescope's flow (setup.sh, then run_autograder per handin in a fresh container
 with Docker's default security, and under `--cpus 0.5 --memory 768m`) and Autolab's job as Tango runs it (its
 exact command, autodriver as `autolab`, the job as `autograde`). Without one, the flow runs in Docker's default
-container as tests/container.py reproduces it (setpriv), and the test says so.
+container as tests/isolation/container.py reproduces it (setpriv), and the test says so.
 
 Graders that share a kernel and a temp folder but see nothing of each other (PID namespaces of their own, as
 containers and CI jobs have) never touch each other's runs, uids or scratch. (What attacks gain in a container:
@@ -154,7 +154,7 @@ def run_autograder(tmp_path: Path, handin: Path, env: dict | None = None) -> tup
 
 @pytest.mark.skipif(bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}")
 def test_the_flow_in_the_reproduced_container(tmp_path, engine):
-    """The fallback where no real engine runs: Docker's default container reproduced (tests/container.py)."""
+    """The fallback where no real engine runs: Docker's default container reproduced (tests/isolation/container.py)."""
     if engine[0] is not None:
         pytest.skip("a real Docker engine ran Gradescope's and Tango's flows (the tests above): no reproduction needed")
     print(f"\nno real Docker engine ({engine[1]}): Gradescope's flow in the reproduced container", file=sys.stderr)

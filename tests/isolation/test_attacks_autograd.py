@@ -70,7 +70,7 @@ def test_the_static_check_reads_imported_names_and_local_holders():
     Tensor; Tensor.backward(out, g)` for the file's own method."""
     from gradelib.problems.autograd_source import autograd_uses
 
-    helper = (Path(__file__).resolve().parent / "attention_variants" / "helper_class_backward.py").read_text()
+    helper = (Path(__file__).resolve().parents[1] / "attention_variants" / "helper_class_backward.py").read_text()
     local = helper.replace("        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward(")
     assert "sm.backward(" in local and autograd_uses(local) == []
     tensor = "from torch import Tensor\n\n\ndef vjp(out, g):\n    Tensor.backward(out, g)\n"
@@ -136,7 +136,7 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
 
 # ---------------------------------------------------------------- the audit pipe
 
-# What the submission sends on the audit pipe -> (its parts in tests/attacks/, their fills).
+# What the submission sends on the audit pipe -> (its parts in tests/isolation/attacks/, their fills).
 AUDIT_PIPE_ATTACKS = {
     "padding events": (("audit_padding_events", "autograd_hidden"), {}),
     "junk on the pipe": (("audit_pipe_writer", "autograd_hidden"), {"FOREVER": "no", "PAYLOAD": "junk with no end of line "}),

@@ -1,4 +1,4 @@
-"""A real Docker engine for tests/test_container.py, where one can be had; no registry is needed.
+"""A real Docker engine for tests/isolation/test_container.py, where one can be had; no registry is needed.
 
 `start()` uses an engine that answers already, else (as root) starts `dockerd` with no flags, installing
 Debian's docker.io and debootstrap first where they are missing. A daemon it started runs in its own process
@@ -9,7 +9,7 @@ Images, each built once and kept by the engine under a tag keyed by what went in
   and `docker import`ed;
 - Gradescope's: the base after the zip's setup.sh (as Gradescope builds its image: as root, with network);
 - Autolab's: `make autolab`'s Dockerfile built offline (a local CPU torch wheel and the other wheels beside it,
-  no package index), with a stand-in for Tango's autodriver (tests/autodriver_standin.c), FROM the base.
+  no package index), with a stand-in for Tango's autodriver (tests/isolation/autodriver_standin.c), FROM the base.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def autolab_image(engine: Engine, base: str, wheel: Path) -> str:
 
     CACHE.mkdir(parents=True, exist_ok=True)
     driver = CACHE / "autodriver-standin"
-    source = REPO / "tests" / "autodriver_standin.c"
+    source = REPO / "tests" / "isolation" / "autodriver_standin.c"
     if not driver.is_file() or driver.stat().st_mtime < source.stat().st_mtime:
         subprocess.run(["cc", "-O2", "-static", "-o", str(driver), str(source)], check=True, capture_output=True)
     wheels = _wheelhouse(wheel)

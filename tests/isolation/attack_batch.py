@@ -24,7 +24,7 @@ from support import REPO, SOLUTIONS
 BATCH_TIMEOUT_S = 20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
 DAEMON_SLEEP_S = 3
 
-# Each an attention.py, graded in this order: name in the batch -> (source in tests/attacks/, or a tuple of
+# Each an attention.py, graded in this order: name in the batch -> (source in tests/isolation/attacks/, or a tuple of
 # sources joined, its own fills).
 BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     **{name: (name, {}) for name in (

@@ -1,4 +1,4 @@
-"""What the attack tests share: hostile sources from tests/attacks/ with their placeholders filled, the
+"""What the attack tests share: hostile sources from tests/isolation/attacks/ with their placeholders filled, the
 instructor CLI, what a grading may leave behind on the host, and skip marks by isolation level.
 
 Imported like any module (`from attack_tools import ...`). The batch that grades every contained attack
@@ -43,7 +43,7 @@ needs_root = pytest.mark.skipif(
 
 
 def attack_source(*parts: str, **fills: object) -> str:
-    """The text of tests/attacks/<part>.py for each part, joined, with every @KEY@ replaced by str(fills[KEY]).
+    """The text of tests/isolation/attacks/<part>.py for each part, joined, with every @KEY@ replaced by str(fills[KEY]).
 
     Placeholders sit inside string literals, so each file stays valid Python. Fills are applied in the
     order given: a value may itself hold a placeholder given after it. One left unfilled is an error.
@@ -68,7 +68,7 @@ def notebook_with_first_cell(source: str) -> str:
 
 def run_cli(*args: str, timeout: float = 240, level: str = "", shm_mb: int = 0) -> subprocess.CompletedProcess:
     """The instructor's CLI, at the machine's own level, or at `level`: "fallback" in Docker's default
-    container (tests/container.py; with a /dev/shm of `shm_mb` of its own), "portable" as asked for
+    container (tests/isolation/container.py; with a /dev/shm of `shm_mb` of its own), "portable" as asked for
     (--isolation portable)."""
     cmd = [PYTHON, str(CLI), *args]
     if level == "portable":
