@@ -153,7 +153,9 @@ def _grade_problems(selected, files, case_root, visibilities, limits, workdir, c
             tests: list[TestResult] = GRADERS[p.id](ctx, p)
         except Exception as exc:  # a grader bug must not cost the student a results file
             # The traceback is for the staff (the worker's log), not for the student's feedback.
-            print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+            print(
+                clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr
+            )
             why = quote(f"{type(exc).__name__}: {exc}", 300)
             tests = all_zero(p, visibilities, f"not graded: internal grader error ({why}); this is no grade: the "
                                               "course staff will regrade it.")

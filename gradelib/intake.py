@@ -66,7 +66,9 @@ def open_handin(path: Path, dest: Path) -> list[str]:
     return open_upload(path, dest).notes
 
 
-def open_upload(path: Path, dest: Path, open_folder: Callable | None = None, open_zip: Callable | None = None) -> Intake:
+def open_upload(
+    path: Path, dest: Path, open_folder: Callable | None = None, open_zip: Callable | None = None
+) -> Intake:
     """Put the handin's files into `dest` (top level); say what was skipped and what the upload held.
 
     open_folder(src, dest, intake) and open_zip(path, label, dest, intake, prefix): the course grader's readers of
@@ -327,7 +329,9 @@ def write_members(label: str, members: list[Member], dest: Path, intake: Intake,
     chosen: dict[str, Member] = {}
     for m, parts in paths:
         if len(parts) != 1:
-            intake.notes.append(f"skipped {shown('/'.join(parts))}: handin files belong at the top level of the archive")
+            intake.notes.append(
+                f"skipped {shown('/'.join(parts))}: handin files belong at the top level of the archive"
+            )
             continue
         name = parts[0]
         why = name_problem(name)
@@ -335,7 +339,9 @@ def write_members(label: str, members: list[Member], dest: Path, intake: Intake,
             intake.notes.append(f"skipped a member of {label} whose name {why} ('{shown(name)}')")
             continue
         if name in chosen:
-            raise HandinError(f"{label} holds two members named {shown(name)}, so which one is the handin is unclear; {REBUILD}")
+            raise HandinError(
+                f"{label} holds two members named {shown(name)}, so which one is the handin is unclear; {REBUILD}"
+            )
         chosen[name] = m
     budget = MAX_TOTAL_BYTES
     for name, m in chosen.items():

@@ -103,7 +103,9 @@ def notebook_path(name: str) -> Path:
     return SOLUTIONS / name
 
 
-def grade(tmp_path: Path, files: dict[str, str], only: list[str], problems: dict | None = None, timeout_s: float = 30.0):
+def grade(
+    tmp_path: Path, files: dict[str, str], only: list[str], problems: dict | None = None, timeout_s: float = 30.0
+):
     """Grade a handin made of `files` on public and hidden cases, like support.grade_files, with a rubric override."""
     from autograder.batch.worker import grade_hidden
     from autograder.isolation import Limits

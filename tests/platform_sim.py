@@ -38,8 +38,10 @@ import sys
 import threading  # noqa: F401
 
 HERE = os.path.abspath(__file__)
-ABSENT_MODULES = {"win32": {"fcntl", "pwd", "grp", "resource", "termios", "tomllib" if sys.version_info < (3, 11) else ""},
-                  "darwin": set()}
+ABSENT_MODULES = {
+    "win32": {"fcntl", "pwd", "grp", "resource", "termios", "tomllib" if sys.version_info < (3, 11) else ""},
+    "darwin": set(),
+}
 ABSENT_ATTRS = {
     "win32": {
         os: ["O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "forkpty", "killpg", "setsid",

@@ -387,7 +387,9 @@ SDPA_FORWARD = edit(
 )
 
 
-@pytest.mark.parametrize("source,flagged", [(AUTOGRAD_BACKWARD, "backward"), (SDPA_FORWARD, "scaled_dot_product_attention")])
+@pytest.mark.parametrize(
+    "source,flagged", [(AUTOGRAD_BACKWARD, "backward"), (SDPA_FORWARD, "scaled_dot_product_attention")]
+)
 def test_autograd_and_builtin_attention_lose_exactly_the_backward_points(tmp_path, source, flagged):
     result = grade_attention(tmp_path, source)
     backward = {g.id for g in PROBLEM.groups if g.backward}
@@ -466,8 +468,16 @@ def test_requires_grad_keyword_is_found():
 
 def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
     # It sleeps rather than spins: the time limit stops both alike (the attack tests spin), and a spin burns 8 CPU-seconds.
-    source = edit(REFERENCE, [("        d_k = self.W_k.shape[1]\n\n        dLdA_sig",
-                               "        import time\n        while True:\n            time.sleep(3600)\n        dLdA_sig", 1)])
+    source = edit(
+        REFERENCE,
+        [
+            (
+                "        d_k = self.W_k.shape[1]\n\n        dLdA_sig",
+                "        import time\n        while True:\n            time.sleep(3600)\n        dLdA_sig",
+                1,
+            )
+        ],
+    )
     result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=8)
     forward = [t for t in result.tests if "forward" in t.name]
     backward = [t for t in result.tests if "backward" in t.name]
@@ -493,7 +503,9 @@ def test_failures_that_follow_from_an_earlier_one_say_so(tmp_path, reference_att
     backward = [t for t in result.tests if not t.passed and t.line.startswith("backward")]
     assert backward
     for t in backward:
-        assert "probably follows from the 'A_sig' failure" in t.output or "probably follows from the 'dLd" in t.output, t.output
+        assert (
+            "probably follows from the 'A_sig' failure" in t.output or "probably follows from the 'dLd" in t.output
+        ), t.output
     softmax = [t for t in result.tests if t.line == "forward_softmax"]
     assert all("probably follows" not in t.output for t in softmax)  # the first failure keeps its own hint
 

@@ -175,7 +175,9 @@ def test_a_helper_class_with_its_own_backward_keeps_every_point(tmp_path, held):
     the static check finds nothing (it still finds autograd's backward on a tensor held the same way)."""
     text = source("helper_class_backward")
     if held == "in a local variable":
-        text = text.replace("        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward(")
+        text = text.replace(
+            "        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward("
+        )
     assert "softmax.backward(" in text or "sm.backward(" in text
     assert autograd_uses(text) == []
     assert failing_lines(judge(attention_class(text, "helper"))) == set()  # right by the oracle on every case
@@ -278,7 +280,9 @@ def test_one_bug_reads_in_one_screen(tmp_path):
     assert max(len(ln) for ln in table.splitlines()) <= 100, table
     # The first failed line, its first case and its cause, first.
     softmax = next(g for g in PROBLEM.groups if g.id == "forward_softmax")
-    assert lines[0] == f"FAIL 0.00 / {PROBLEM.share(softmax, 'public'):.2f} forward: causal softmax A_sig [public]:", report
+    assert lines[0] == f"FAIL 0.00 / {PROBLEM.share(softmax, 'public'):.2f} forward: causal softmax A_sig [public]:", (
+        report
+    )
     assert "nonzero above the diagonal" in " ".join(" ".join(lines[1:6]).split()), report
     assert len(lines) <= 60 and len(report) <= 4500, report  # 12 lines lost (6 rubric lines x 2 sets)
     words = " ".join(report.split())  # wrapped at 100 columns: phrases may run over two lines

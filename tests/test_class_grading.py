@@ -46,7 +46,11 @@ SUBSET = ("correct_folder", "correct_top_folder.tar", "bug_no_causal_mask.tar", 
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _processes_under(root: Path) -> list[str]:
@@ -69,7 +73,9 @@ def _run(args: list[str], env: dict, stop_after: int | None = None, sig: int = s
                             start_new_session=True)
     if stop_after is not None:
         deadline = time.monotonic() + 120
-        while len(list(out.glob("*/results.json"))) < stop_after and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            len(list(out.glob("*/results.json"))) < stop_after and proc.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         os.killpg(proc.pid, sig)
     stdout, stderr = proc.communicate(timeout=300)
@@ -106,12 +112,19 @@ def graded_class(tmp_path_factory):
     resumed_s = time.monotonic() - start
     time.sleep(0.5)
     state = {
-        "base": base, "expected": expected, "names": names, "resumed": resumed, "fresh": fresh,
+        "base": base,
+        "expected": expected,
+        "names": names,
+        "resumed": resumed,
+        "fresh": fresh,
         "subset": {p.name: names[p.name] for p in subset},
         "runs": {"sigint": first, "sigterm": second, "finish": third, "repeat": repeat},
-        "counts": (after_first, after_second), "leftovers_after_sigint": leftovers_first,
-        "leftovers_at_end": _processes_under(scratch), "fixtures_changed": _digest(FIXTURES / "attention") != fixtures_before,
-        "owned_created": os.path.exists("/tmp/owned") and not owned_before, "times": (resumed_s, fresh_s),
+        "counts": (after_first, after_second),
+        "leftovers_after_sigint": leftovers_first,
+        "leftovers_at_end": _processes_under(scratch),
+        "fixtures_changed": _digest(FIXTURES / "attention") != fixtures_before,
+        "owned_created": os.path.exists("/tmp/owned") and not owned_before,
+        "times": (resumed_s, fresh_s),
     }
     yield state
     shutil.rmtree(scratch, ignore_errors=True)
@@ -142,7 +155,10 @@ def test_interrupted_runs_stop_cleanly_and_the_rerun_completes(graded_class):
 
 
 def test_every_submission_has_results_feedback_and_one_gradebook_row(graded_class):
-    for out, names in ((graded_class["resumed"], graded_class["subset"]), (graded_class["fresh"], graded_class["names"])):
+    for out, names in (
+        (graded_class["resumed"], graded_class["subset"]),
+        (graded_class["fresh"], graded_class["names"]),
+    ):
         rows = _rows(out)
         assert sorted(rows) == sorted(names.values())
         for name in names.values():
@@ -247,7 +263,10 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
     # Marked for regrading: the same command without --force grades it, now that the grader can.
     rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out")], dict(os.environ))
     data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
-    assert rc == 0 and data["score"] == ATTENTION_MAX and "flags" not in data.get("extra_data", {}), (stdout, stderr[-2000:])
+    assert rc == 0 and data["score"] == ATTENTION_MAX and "flags" not in data.get("extra_data", {}), (
+        stdout,
+        stderr[-2000:],
+    )
 
 
 def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):
@@ -255,8 +274,9 @@ def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path
     sub.mkdir()
     (sub / "attention.py").write_text("while True:\n    pass\n")
     start = time.monotonic()
-    rc, stdout, stderr = _run([str(sub), "--out", str(tmp_path / "out"), "--timeout", "30", "--submission-timeout", "2"],
-                              dict(os.environ))
+    rc, stdout, stderr = _run(
+        [str(sub), "--out", str(tmp_path / "out"), "--timeout", "30", "--submission-timeout", "2"], dict(os.environ)
+    )
     assert rc == 0, stderr
     assert time.monotonic() - start < 15
     data = json.loads((tmp_path / "out" / "hang" / "results.json").read_text())
@@ -273,7 +293,9 @@ def _chromium() -> str:
     if path:
         return path
     if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and installing it needs root: apt-get install -y chromium chromium-driver")
+        pytest.skip(
+            "chromium is not installed and installing it needs root: apt-get install -y chromium chromium-driver"
+        )
     proc = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True, text=True)
     path = shutil.which("chromium")
@@ -320,7 +342,9 @@ def test_report_escapes_what_a_submission_printed(graded_class, report_dom):
 
 def test_report_screenshot_is_written(graded_class, tmp_path):
     shot = graded_class["base"] / "report.png"
-    _render(graded_class["fresh"] / "report.html", tmp_path / "profile", f"--screenshot={shot}", "--window-size=1100,1800")
+    _render(
+        graded_class["fresh"] / "report.html", tmp_path / "profile", f"--screenshot={shot}", "--window-size=1100,1800"
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 

@@ -64,7 +64,9 @@ def _attention_list(out: Path) -> dict[str, str]:
     html = (out / "report.html").read_text()
     table = html[html.index('<table id="failed"'):]
     table = table[: table.index("</table>")]
-    return dict(re.findall(r'<tr><td><a href="[^"]*">([^<]*)</a></td><td>[^<]*</td><td><pre>(.*?)</pre></td></tr>', table, re.S))
+    return dict(
+        re.findall(r'<tr><td><a href="[^"]*">([^<]*)</a></td><td>[^<]*</td><td><pre>(.*?)</pre></td></tr>', table, re.S)
+    )
 
 
 # ---------------------------------------------------------------- one submission cannot stop the class files
@@ -99,9 +101,15 @@ def test_a_gradebook_row_whose_times_cannot_be_used_costs_that_row_only():
     rows = [Row("ann", {"attention": 30.0}, 30.0, 30.0), Row("zed", {"attention": 30.0}, 30.0, 30.0)]
     policy = rubric_mod.LatePolicy(penalty_per_day=0.1, max_days=3)
     far_future = {"created_at": "2025-03-02T00:00:00+00:00", "assignment": {"due_date": "9999-12-31T23:59:59+00:00"}}
-    book = gradebook.build(rows, ["attention"], policy=policy, extensions={"zed": 5},
-                           submitted_at={"ann": gradebook.parse_time("2025-03-02T00:00:00+00:00", "t")},
-                           due=None, metadata={"ann": {"assignment": {"due_date": "2025-03-01T00:00:00+00:00"}}, "zed": far_future})
+    book = gradebook.build(
+        rows,
+        ["attention"],
+        policy=policy,
+        extensions={"zed": 5},
+        submitted_at={"ann": gradebook.parse_time("2025-03-02T00:00:00+00:00", "t")},
+        due=None,
+        metadata={"ann": {"assignment": {"due_date": "2025-03-01T00:00:00+00:00"}}, "zed": far_future},
+    )
     by = {e.row.submission: e for e in book.entries}
     assert (by["ann"].days_late, str(by["ann"].final)) == (1, "27.00")
     assert by["zed"].days_late is None and str(by["zed"].final) == "30.00"
@@ -151,7 +159,9 @@ def test_a_metadata_file_inside_the_upload_sets_no_submission_time(tmp_path, lat
     subs = {"alice": alice, "bob": bob, "carol": carol, "dave": dave}
     for name, path in subs.items():
         _graded(out, name, path, {"attention": ATTENTION_MAX})
-    proc = _cli(str(bob), str(carol), str(dave), str(alice), "--out", str(out), "--rubric", str(late_rubric), "--due", due)
+    proc = _cli(
+        str(bob), str(carol), str(dave), str(alice), "--out", str(out), "--rubric", str(late_rubric), "--due", due
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out)
     assert (rows["bob"]["days_late"], rows["bob"]["final"]) == ("", "30.00")  # no time known: listed, no penalty
@@ -168,9 +178,11 @@ def test_due_dates_and_extensions_are_read_back_from_the_kept_copy(tmp_path, lat
     export, out = tmp_path / "export", tmp_path / "grades"
     due = "2025-03-01T23:59:00+00:00"
     paths = {}
-    for name, created, own_due in (("dana", "2025-03-03T00:30:00+00:00", "2025-03-03T23:59:00+00:00"),  # 2-day extension
-                                   ("eve", "2025-03-03T00:30:00+00:00", None),  # two started days late
-                                   ("finn", "2025-03-01T20:00:00+00:00", None)):  # on time
+    for name, created, own_due in (
+        ("dana", "2025-03-03T00:30:00+00:00", "2025-03-03T23:59:00+00:00"),  # 2-day extension
+        ("eve", "2025-03-03T00:30:00+00:00", None),  # two started days late
+        ("finn", "2025-03-01T20:00:00+00:00", None),
+    ):  # on time
         paths[name] = _handin(export / name / "submission", {"attention.py": REFERENCE})
         (export / name / "submission_metadata.json").write_text(_metadata(created, due, own_due))
         _graded(out, name, paths[name], {"attention": ATTENTION_MAX})
@@ -208,7 +220,16 @@ def test_a_copy_kept_by_an_older_grader_is_not_trusted(tmp_path, late_rubric):
 # ---------------------------------------------------------------- any file name is a safe submission name
 
 
-ODD_NAMES = ("-A1-A1", "--out", "O'Brien \"Ann\"", "=HYPERLINK(\"http:x\")", "+1 555", "@SUM(1)", "Zoë Ñúñez", "semi;colon,comma")
+ODD_NAMES = (
+    "-A1-A1",
+    "--out",
+    'O\'Brien "Ann"',
+    '=HYPERLINK("http:x")',
+    "+1 555",
+    "@SUM(1)",
+    "Zoë Ñúñez",
+    "semi;colon,comma",
+)
 
 
 def test_any_file_name_is_graded_normally_and_written_safely(tmp_path):
@@ -266,7 +287,9 @@ def small_class(tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     # An integrity flag, as the grader records one (the model-run checks raise them; no model is graded here).
     data = json.loads((out / "flagged" / "results.json").read_text())
-    data.setdefault("extra_data", {})["flags"] = {"predictions_do_not_match_model": "predictions.npy is not what model.pt predicts"}
+    data.setdefault("extra_data", {})["flags"] = {
+        "predictions_do_not_match_model": "predictions.npy is not what model.pt predicts"
+    }
     (out / "flagged" / "results.json").write_text(json.dumps(data))
     again = _cli(*map(str, subs), "--out", str(out), "--only", "attention", "losses")
     assert again.returncode == 0 and "graded 0 of 7" in again.stdout, again.stdout + again.stderr[-2000:]
@@ -289,7 +312,9 @@ def test_every_results_json_says_at_the_top_what_happened_to_a_handin_not_graded
 def test_the_attention_list_holds_every_submission_to_open_and_says_why(small_class):
     why = _attention_list(small_class)
     assert sorted(why) == ["corrupt_notebook", "flagged", "no_parse", "no_scaling"], why
-    assert "a file did not parse or load: attention: not graded normally: attention.py does not parse" in why["no_parse"]
+    assert (
+        "a file did not parse or load: attention: not graded normally: attention.py does not parse" in why["no_parse"]
+    )
     assert "a file did not parse or load: losses: not graded normally:" in why["corrupt_notebook"]
     assert "integrity flag: predictions_do_not_match_model" in why["flagged"]
     # The missing scale keeps the projections, the raw scores and the three edge lines (which leave a failure the
@@ -309,12 +334,20 @@ def test_the_list_says_each_kind_of_trouble_in_its_own_words(tmp_path):
                    tests=[TestRow("attention: a [public]", "attention", 1.0, 1.0, True)])
 
     rows = [row(f"ok{i}") for i in range(4)] + [
-        row("died", "This submission could not be graded: the grader's own process exited with code 1 on each of 3 attempts."),
-        row("crashed", "losses: not graded normally: internal grader error (KeyError: 'x'); please tell the course staff."),
+        row(
+            "died",
+            "This submission could not be graded: the grader's own process exited with code 1 on each of 3 attempts.",
+        ),
+        row(
+            "crashed",
+            "losses: not graded normally: internal grader error (KeyError: 'x'); please tell the course staff.",
+        ),
         row("slow", "attention: the submission's process was stopped after the 60 s time limit."),
         row("zero", total=0.0, scores={"attention": 0.0, "losses": 0.0}),
     ]
-    got = needs_look(rows, ["attention", "losses"], {"ok0": ["a submission_metadata.json inside the upload was ignored"]})
+    got = needs_look(
+        rows, ["attention", "losses"], {"ok0": ["a submission_metadata.json inside the upload was ignored"]}
+    )
     assert got["died"][0].startswith("infrastructure error: ")
     assert got["crashed"][0].startswith("internal grader error: ")
     assert got["slow"][0].startswith("time-out: ")
@@ -325,7 +358,9 @@ def test_the_list_says_each_kind_of_trouble_in_its_own_words(tmp_path):
     unread.write_text("[" * 100_000 + "]" * 100_000)
     broken = read_row(unread, "broken")
     assert broken.total == 0 and "results.json could not be read" in broken.notes
-    assert needs_look([*rows, broken], ["attention"])["broken"][0].startswith("no usable results.json: results.json could not be read")
+    assert needs_look([*rows, broken], ["attention"])["broken"][0].startswith(
+        "no usable results.json: results.json could not be read"
+    )
 
 
 def test_the_class_files_are_written_whatever_one_results_json_holds(tmp_path):
@@ -348,7 +383,9 @@ def test_the_class_files_are_written_whatever_one_results_json_holds(tmp_path):
 def test_the_top_line_says_only_what_the_notes_and_the_visible_lines_do_not():
     def result(message: str, visibilities=("public", "hidden"), notes=()) -> results_mod.SubmissionResult:
         r = results_mod.SubmissionResult("s", problems=("attention",), notes=list(notes))
-        r.tests = [results_mod.TestResult("attention", f"attention: line [{v}]", 0.0, 1.0, v, message) for v in visibilities]
+        r.tests = [
+            results_mod.TestResult("attention", f"attention: line [{v}]", 0.0, 1.0, v, message) for v in visibilities
+        ]
         return r
 
     crashed = "internal grader error (KeyError: 'x'); please tell the course staff."
@@ -391,12 +428,18 @@ def test_a_problem_the_grader_failed_on_reads_not_graded_in_the_class_files(tmp_
     from autograder.batch import gradebook
     from autograder.batch.records import Row
 
-    rows = [Row("ok", {"attention": 30.0}, 30.0, 30.0),
-            Row("failed", {"attention": 0.0}, 0.0, 30.0, flags={"not graded: attention": "the grader's own process died"})]
+    rows = [
+        Row("ok", {"attention": 30.0}, 30.0, 30.0),
+        Row("failed", {"attention": 0.0}, 0.0, 30.0, flags={"not graded: attention": "the grader's own process died"}),
+    ]
     book = gradebook.build(rows, ["attention"])
     gradebook.write_grades(tmp_path / "grades.csv", book, ["attention"], roster=False)
     gradebook.write_scores(tmp_path / "scores.csv", book)
     grades = {r["submission"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
     scores = {r["id"]: r["score"] for r in csv.DictReader((tmp_path / "scores.csv").open())}
-    assert (grades["failed"]["attention"], grades["failed"]["final"], scores["failed"]) == ("not graded", "not graded", "")
+    assert (grades["failed"]["attention"], grades["failed"]["final"], scores["failed"]) == (
+        "not graded",
+        "not graded",
+        "",
+    )
     assert (grades["ok"]["attention"], scores["ok"]) == ("30.00", "30.00")

@@ -146,10 +146,15 @@ def test_a_float64_value_right_to_float32_precision_only_is_put_down_to_a_float3
     assert not near.passed and near.float32_level, near.message
     float32_case = check("X_new", tensor(got.astype(np.float32)), expected.astype(np.float32), rtol=1e-4, atol=1e-5)
     assert float32_case.passed
-    outcomes = [CaseOutcome("f64", "hidden", "f64", {"X_new": near}), CaseOutcome("f32", "hidden", "f32", {"X_new": float32_case})]
+    outcomes = [
+        CaseOutcome("f64", "hidden", "f64", {"X_new": near}),
+        CaseOutcome("f32", "hidden", "f32", {"X_new": float32_case}),
+    ]
     name_float32(outcomes)
     said = outcomes[0].checks["X_new"].message
-    assert said.startswith("'X_new' is right to float32 precision only on this float64 case (its ordinary float32 cases pass): "), said
+    assert said.startswith(
+        "'X_new' is right to float32 precision only on this float64 case (its ordinary float32 cases pass): "
+    ), said
     assert "Hint: a float32 value entered this float64 computation" in said
     far = check("X_new", tensor(expected * 1.001), expected, rtol=1e-7, atol=1e-9)
     assert not far.float32_level
@@ -161,7 +166,10 @@ def test_masks_and_ids_are_counted_not_measured():
     wrong_mask = mask.copy()
     wrong_mask[0, 1] = True
     c = check("causal_mask", tensor(wrong_mask), mask, rtol=0.0, atol=0.0)
-    assert "'causal_mask' has wrong values: 1 of 9 entries differ, first at index (0, 1): got True, expected False." in c.message
+    assert (
+        "'causal_mask' has wrong values: 1 of 9 entries differ, first at index (0, 1): got True, expected False."
+        in c.message
+    )
     ids = np.array([[3, 4, 5]])
     c = check("greedy_ids", tensor(np.array([[3, 9, 0]])), ids, rtol=0.0, atol=0.0)
     assert "2 of 3 entries differ, first at index (0, 1): got 9, expected 4." in c.message

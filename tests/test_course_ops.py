@@ -30,7 +30,9 @@ ORDER = ["attention", "losses", "masks", "prediction", "generation"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "autograder", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def _rows(out: Path, name: str = "grades.csv") -> dict[str, dict[str, str]]:
@@ -51,7 +53,10 @@ def _rubric_with(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_a_changed_threshold_makes_exactly_that_problem_stale_and_says_which_setting(tmp_path):
     now = rubric_mod.load()
-    data = {"tests": [], "extra_data": {"grader": {"format": 1, "problems": regrade.current_records(now, ORDER, FIXTURES)}}}
+    data = {
+        "tests": [],
+        "extra_data": {"grader": {"format": 1, "problems": regrade.current_records(now, ORDER, FIXTURES)}},
+    }
     assert regrade.stale_problems(data, regrade.current_records(now, ORDER, FIXTURES)) == {}
     changed = rubric_mod.load(_rubric_with(tmp_path, "full_credit_nll = 0.85", "full_credit_nll = 0.8"))
     why = regrade.stale_problems(data, regrade.current_records(changed, ORDER, FIXTURES))
@@ -64,8 +69,13 @@ def test_a_changed_threshold_makes_exactly_that_problem_stale_and_says_which_set
 
 def test_points_tolerance_and_fixture_changes_are_named(tmp_path):
     now = rubric_mod.load()
-    data = {"tests": [], "extra_data": {"grader": {"format": 1, "problems": regrade.current_records(now, ORDER, FIXTURES)}}}
-    points = rubric_mod.load(_rubric_with(tmp_path, 'quantities = ["A_w"]\npoints = 2', 'quantities = ["A_w"]\npoints = 3'))
+    data = {
+        "tests": [],
+        "extra_data": {"grader": {"format": 1, "problems": regrade.current_records(now, ORDER, FIXTURES)}},
+    }
+    points = rubric_mod.load(
+        _rubric_with(tmp_path, 'quantities = ["A_w"]\npoints = 2', 'quantities = ["A_w"]\npoints = 3')
+    )
     assert regrade.stale_problems(data, regrade.current_records(points, ORDER, FIXTURES)) == {
         "attention": "rubric changed (attention: points)"}
     # A fixture file of the notebooks changes: both notebook problems read that folder, nothing else does.
@@ -82,15 +92,26 @@ def test_results_without_a_record_or_missing_a_problem_are_stale():
     now = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
     assert regrade.stale_problems({"tests": [], "score": 3.0}, now) == dict.fromkeys(ORDER, regrade.OLDER_GRADER)
     partial = {"tests": [], "extra_data": {"grader": {"format": 1, "problems": {"attention": now["attention"]}}}}
-    assert regrade.stale_problems(partial, {"attention": now["attention"], "masks": now["masks"]}) == {"masks": "not graded yet (masks)"}
+    assert regrade.stale_problems(partial, {"attention": now["attention"], "masks": now["masks"]}) == {
+        "masks": "not graded yet (masks)"
+    }
 
 
-def _result(name: str, scores: dict[str, list[float]], notes: dict[str, list[str]] | None = None,
-            general: list[str] | None = None, flags: dict[str, dict[str, str]] | None = None) -> results_mod.SubmissionResult:
+def _result(
+    name: str,
+    scores: dict[str, list[float]],
+    notes: dict[str, list[str]] | None = None,
+    general: list[str] | None = None,
+    flags: dict[str, dict[str, str]] | None = None,
+) -> results_mod.SubmissionResult:
     r = results_mod.SubmissionResult(submission=name, problems=tuple(p for p in ORDER if p in scores))
     for pid, values in scores.items():
         for i, v in enumerate(values):
-            r.tests.append(results_mod.TestResult(pid, f"{pid}: line {i}", v, 2.0, "public" if i % 2 == 0 else "hidden", line=f"l{i}"))
+            r.tests.append(
+                results_mod.TestResult(
+                    pid, f"{pid}: line {i}", v, 2.0, "public" if i % 2 == 0 else "hidden", line=f"l{i}"
+                )
+            )
         r.max_points[pid] = 2.0 * len(values)
         r.problem_notes[pid] = list((notes or {}).get(pid, []))
         r.problem_flags[pid] = list((flags or {}).get(pid, {}))
@@ -101,9 +122,13 @@ def _result(name: str, scores: dict[str, list[float]], notes: dict[str, list[str
 
 
 def test_merge_replaces_only_the_regraded_problem_and_recomputes_the_score(tmp_path):
-    old = _result("alice", {"attention": [2.0, 2.0], "prediction": [1.0, 0.5]},
-                  notes={"prediction": ["old prediction note"], "attention": ["attention note"]}, general=["handin lacks x"],
-                  flags={"prediction": {"predictions_do_not_match_model": "old"}})
+    old = _result(
+        "alice",
+        {"attention": [2.0, 2.0], "prediction": [1.0, 0.5]},
+        notes={"prediction": ["old prediction note"], "attention": ["attention note"]},
+        general=["handin lacks x"],
+        flags={"prediction": {"predictions_do_not_match_model": "old"}},
+    )
     folder = tmp_path / "alice"
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
     regrade.write_merged(old, folder, {p: records[p] for p in old.problems}, ORDER, merge_old=False)
@@ -111,7 +136,12 @@ def test_merge_replaces_only_the_regraded_problem_and_recomputes_the_score(tmp_p
     regrade.write_merged(new, folder, {"prediction": records["prediction"]}, ORDER, merge_old=True)
     data = json.loads((folder / "results.json").read_text())
     got = [(t["tags"][0], t["score"], t["number"]) for t in data["tests"]]
-    assert got == [("attention", 2.0, "1.1"), ("attention", 2.0, "1.2"), ("prediction", 2.0, "2.1"), ("prediction", 1.25, "2.2")]
+    assert got == [
+        ("attention", 2.0, "1.1"),
+        ("attention", 2.0, "1.2"),
+        ("prediction", 2.0, "2.1"),
+        ("prediction", 1.25, "2.2"),
+    ]
     assert data["score"] == 2.0 + 2.0 + 2.0 + 1.25
     assert data["output"].splitlines() == ["handin lacks x", "attention note", "new prediction note"]
     assert "flags" not in data["extra_data"]  # the old prediction flag went with the old prediction tests
@@ -124,10 +154,29 @@ def test_merge_replaces_only_the_regraded_problem_and_recomputes_the_score(tmp_p
 def test_results_json_stays_gradescope_json():
     r = _result("bob", {"attention": [1.0]})
     data = regrade.to_results_json(r, regrade.current_records(rubric_mod.load(), ["attention"], FIXTURES))
-    assert set(data) == {"score", "execution_time", "output", "output_format", "visibility", "stdout_visibility", "tests", "extra_data"}
+    assert set(data) == {
+        "score",
+        "execution_time",
+        "output",
+        "output_format",
+        "visibility",
+        "stdout_visibility",
+        "tests",
+        "extra_data",
+    }
     json.dumps(data, allow_nan=False)
     for t in data["tests"]:
-        assert set(t) <= {"name", "number", "score", "max_score", "status", "output", "visibility", "tags", "extra_data"}
+        assert set(t) <= {
+            "name",
+            "number",
+            "score",
+            "max_score",
+            "status",
+            "output",
+            "visibility",
+            "tags",
+            "extra_data",
+        }
 
 
 def test_a_late_table_is_validated_like_every_other_value(tmp_path):
@@ -155,7 +204,11 @@ def test_a_late_table_is_validated_like_every_other_value(tmp_path):
 
 def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_path):
     subs = tmp_path / "subs"
-    for name, source in (("alice", SOLUTIONS / "attention.py"), ("carol", HANDOUT / "attention.py"), ("late", SOLUTIONS / "attention.py")):
+    for name, source in (
+        ("alice", SOLUTIONS / "attention.py"),
+        ("carol", HANDOUT / "attention.py"),
+        ("late", SOLUTIONS / "attention.py"),
+    ):
         (subs / name).mkdir(parents=True)
         shutil.copyfile(source, subs / name / "attention.py")
     out = tmp_path / "grades"
@@ -163,7 +216,10 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
     first = _cli(*two, "--out", str(out), "--only", "attention", "--jobs", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     assert "grading 2 new submissions" in first.stdout
-    assert float(_rows(out)["alice"]["attention"]) == rubric_mod.load()["attention"].points and float(_rows(out)["carol"]["attention"]) == 0
+    assert (
+        float(_rows(out)["alice"]["attention"]) == rubric_mod.load()["attention"].points
+        and float(_rows(out)["carol"]["attention"]) == 0
+    )
 
     again = _cli(*two, "--out", str(out), "--only", "attention")
     assert "graded 0 of 2" in again.stdout and "2 up to date" in again.stdout
@@ -204,7 +260,10 @@ def test_reruns_regrade_exactly_what_is_stale_merge_only_and_keep_every_row(tmp_
 
     forced = _cli(*two, "--out", str(out), "--only", "attention", "--rubric", str(rubric), "--force", "--jobs", "2")
     assert "regrading 2 of 2: --force" in forced.stdout and "graded 2 of 2" in forced.stdout
-    assert {t["tags"][0] for t in json.loads((out / "alice" / "results.json").read_text())["tests"]} == {"attention", "losses"}
+    assert {t["tags"][0] for t in json.loads((out / "alice" / "results.json").read_text())["tests"]} == {
+        "attention",
+        "losses",
+    }
 
 
 # ---------------------------------------------------------------- gradebook: rounding, roster, late policy, exports
@@ -271,15 +330,34 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
         "users": [{"email": "s05@uni.edu", "name": "Student 05", "sid": "1005"}],
     }))
     roster = tmp_path / "roster.csv"
-    roster.write_text("Student ID,Name,Email,Submission,Section\n" + "".join(
-        f"{1000 + i},Student {i:02d},s{i:02d}@uni.edu,{f's{i:02d}.tar' if i == 7 else f's{i:02d}'},A{i % 2}\n" for i in range(60)))
+    roster.write_text(
+        "Student ID,Name,Email,Submission,Section\n"
+        + "".join(
+            f"{1000 + i},Student {i:02d},s{i:02d}@uni.edu,{f's{i:02d}.tar' if i == 7 else f's{i:02d}'},A{i % 2}\n"
+            for i in range(60)
+        )
+    )
     (tmp_path / "ext.csv").write_text("student,days\n1004,2\n")
     (tmp_path / "times.csv").write_text("submission,submitted_at\n" + "".join(f"{k},{v}\n" for k, v in times.items()))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.read_text() + "\n[late]\npenalty_per_day = 0.1\nmax_days = 3\n")
-    proc = _cli(*[str(paths[n]) for n in names if n != "s59"], "--out", str(out), "--rubric", str(rubric),
-                "--roster", str(roster), "--extensions", str(tmp_path / "ext.csv"), "--submitted-at", str(tmp_path / "times.csv"),
-                "--due", "2025-03-01T23:59:00+00:00", "--assignment-title", "HW3 (1234)")
+    proc = _cli(
+        *[str(paths[n]) for n in names if n != "s59"],
+        "--out",
+        str(out),
+        "--rubric",
+        str(rubric),
+        "--roster",
+        str(roster),
+        "--extensions",
+        str(tmp_path / "ext.csv"),
+        "--submitted-at",
+        str(tmp_path / "times.csv"),
+        "--due",
+        "2025-03-01T23:59:00+00:00",
+        "--assignment-title",
+        "HW3 (1234)",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "graded 0 of 60" in proc.stdout and "60 up to date" in proc.stdout
     assert "roster: 59 of 60 students have results" in proc.stdout
@@ -312,7 +390,10 @@ def test_a_class_of_60_with_roster_late_policy_extensions_and_canvas_export(tmp_
         assert cents == round(float(row["total"]) * 100), row
     assert rows["s07"]["student_id"] == "1007" and rows["stranger"]["student_id"] == ""
     assert "late policy: no submission or due time for 54 submissions (no penalty applied)" in proc.stdout
-    assert "late: 6 submissions, 5 with a penalty" not in proc.stdout and "late: 5 submissions, 5 with a penalty" in proc.stdout
+    assert (
+        "late: 6 submissions, 5 with a penalty" not in proc.stdout
+        and "late: 5 submissions, 5 with a penalty" in proc.stdout
+    )
 
     with open(out / "canvas.csv", newline="") as fh:
         canvas = list(csv.reader(fh))
@@ -333,7 +414,12 @@ def test_bad_bookkeeping_files_stop_the_run_before_grading_with_a_clear_message(
     sub.mkdir()
     cases = [
         ("roster.csv", "id,name\n1,A\n", "--roster", "no column for email, submission"),
-        ("roster.csv", "student id,name,email,submission\n1,A,a@x,a\n1,B,b@x,b\n", "--roster", "student id '1' appears twice"),
+        (
+            "roster.csv",
+            "student id,name,email,submission\n1,A,a@x,a\n1,B,b@x,b\n",
+            "--roster",
+            "student id '1' appears twice",
+        ),
         ("ext.csv", "student,days\n1,two\n", "--extensions", "extra days 'two' is not a number"),
         ("times.csv", "submission,time\nalice,yesterday\n", "--submitted-at", "'yesterday' is not an ISO 8601 time"),
     ]

@@ -31,7 +31,9 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
-    built = {p.parent.name if p.parent != tmp_path / "site" else "index" for p in (tmp_path / "site").rglob("index.html")}
+    built = {
+        p.parent.name if p.parent != tmp_path / "site" else "index" for p in (tmp_path / "site").rglob("index.html")
+    }
     assert {p.removesuffix(".md") for p in pages} <= built
     # The grading page's table of lines is read from the rubric (autograder/build/docs_rubric.py), not written by hand.
     from gradelib import rubric
@@ -69,7 +71,10 @@ def test_every_total_the_documents_state_is_the_rubrics():
             checked[page.name] += 1
         for scores in re.findall(r'\{"scores":(\{[^}]*\})', text):
             found = {k: float(v) for k, v in re.findall(r'"(\w+)":([\d.]+)', scores)}
-            assert set(found) == set(points) and all(v in (0.0, points[k]) for k, v in found.items()), (page.name, found)
+            assert set(found) == set(points) and all(v in (0.0, points[k]) for k, v in found.items()), (
+                page.name,
+                found,
+            )
             checked[page.name] += 1
         for pid, top in re.findall(r"^\| `([a-z_]+)` \|.*\| ([\d.]+) \|$", text, re.MULTILINE):
             if pid in problems:

@@ -43,7 +43,9 @@ def test_make_fixtures_rewrites_no_committed_byte(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     folders = ["attention", "notebooks", "lm_functions"] + (["lm"] if TOY_ENGLISH else [])
-    fresh = sorted(p.relative_to(tmp_path).as_posix() for f in folders for p in (tmp_path / f).rglob("*") if p.is_file())
+    fresh = sorted(
+        p.relative_to(tmp_path).as_posix() for f in folders for p in (tmp_path / f).rglob("*") if p.is_file()
+    )
     assert len(fresh) > 40
     changed = [rel for rel in fresh if (tmp_path / rel).read_bytes() != (FIXTURES / rel).read_bytes()]
     assert changed == [], f"`make fixtures` would rewrite these committed files: {changed}"

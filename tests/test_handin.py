@@ -46,7 +46,9 @@ def student(tmp_path) -> Path:
 
 
 def make_handin(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-s", "handin", f"PYTHON={sys.executable}", *args], cwd=root, capture_output=True, text=True)
+    return subprocess.run(
+        ["make", "-s", "handin", f"PYTHON={sys.executable}", *args], cwd=root, capture_output=True, text=True
+    )
 
 
 def pack(root: Path, capsys, *args: str) -> tuple[int, str, str]:
@@ -115,7 +117,9 @@ def _break(student: Path, what: str) -> str:
         (student / "02_attention_and_masks.ipynb").write_text("{ not json")
         return "02_attention_and_masks.ipynb (from 02_attention_and_masks.ipynb) is not a notebook"
     if what == "notebook_invalid":
-        (student / "01_mlm_and_next_token.ipynb").write_text('{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+        (student / "01_mlm_and_next_token.ipynb").write_text(
+            '{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+        )
         return "is not a valid notebook"
     if what == "attention_syntax":
         (student / "attention.py").write_text("def forward(self, X)\n    pass\n")
@@ -150,15 +154,22 @@ def test_runid_and_epoch_are_required_unless_partial(student, capsys):
 def test_wrong_epoch_names_the_missing_files(student, capsys):
     rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "7")
     assert rc == 1
-    assert "experiments/run1 has nothing for epoch 7, so predictions.npy, generated.npy and model.pt cannot be packed" in err
+    assert (
+        "experiments/run1 has nothing for epoch 7, so predictions.npy, generated.npy and model.pt cannot be packed"
+        in err
+    )
     assert "experiments/ holds: runid=run1 (epoch 3)" in err
 
 
 def test_local_check_of_a_built_handin_reads_it_like_the_grader(student):
     assert make_handin(student, "runid=run1", "epoch=3").returncode == 0
     # What `make check-handin` runs, on one problem to keep it quick; the file report covers every file.
-    proc = subprocess.run([sys.executable, "autograder.py", "--handin", "handin.tar", "--only", "attention"], cwd=student,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "autograder.py", "--handin", "handin.tar", "--only", "attention"],
+        cwd=student,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for name in ("attention.py", *NOTEBOOKS, "predictions.npy", "generated.npy", "generated.txt"):
@@ -173,7 +184,9 @@ def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_pa
         info = tarfile.TarInfo("attention.py")
         info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
         tar.addfile(info)
-    proc = subprocess.run([sys.executable, "autograder.py", "--handin", str(bad)], cwd=student, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "autograder.py", "--handin", str(bad)], cwd=student, capture_output=True, text=True
+    )
     assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout
 
 
@@ -196,11 +209,15 @@ def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
     assert not (student / "handin.tar").exists()
 
 # A problem's header (its score and how many lines pass) and each failed line's (its score and title).
-ROW = re.compile(r"^(?:(?P<problem>[a-z_]+) [\d.]+ / [\d.]+: (?:all \d+|\d+ of \d+) lines pass|  FAIL [\d.]+ / [\d.]+ .+)$")
+ROW = re.compile(
+    r"^(?:(?P<problem>[a-z_]+) [\d.]+ / [\d.]+: (?:all \d+|\d+ of \d+) lines pass|  FAIL [\d.]+ / [\d.]+ .+)$"
+)
 
 
 def local_rows(root: Path, *args: str) -> tuple[str, list[str]]:
-    proc = subprocess.run([sys.executable, "autograder.py", *args], cwd=root, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "autograder.py", *args], cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, [line for line in proc.stdout.splitlines() if ROW.match(line)]
 
@@ -259,7 +276,10 @@ def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
     # the optional generated.txt of a handin that is not written.
     rc, out, err = pack(student, capsys, "--runid", "run1", "--epoch", "2")
     assert rc != 0 and err.count("experiments/ holds:") == 1, err
-    assert "experiments/run1 has nothing for epoch 2, so predictions.npy, generated.npy and model.pt cannot be packed" in err
+    assert (
+        "experiments/run1 has nothing for epoch 2, so predictions.npy, generated.npy and model.pt cannot be packed"
+        in err
+    )
     assert "optional" not in out + err, out + err
 
 
@@ -299,7 +319,9 @@ def test_the_notebook_check_agrees_with_nbformat_s_validator():
         "source a number": broken(lambda d: d["cells"][0].update(source=3)),
         "source lines not text": broken(lambda d: d["cells"][0].update(source=["a", 1])),
         "cell metadata a string": broken(lambda d: d["cells"][0].update(metadata="x")),
-        "code outputs a dict": broken(lambda d: next(c for c in d["cells"] if c["cell_type"] == "code").update(outputs={})),
+        "code outputs a dict": broken(
+            lambda d: next(c for c in d["cells"] if c["cell_type"] == "code").update(outputs={})
+        ),
         "not an object": [1, 2],
     }
     for what, data in cases.items():

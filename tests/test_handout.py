@@ -211,7 +211,9 @@ def oracle_marks() -> dict[str, str]:
             continue
         name = getattr(node.targets[0], "id", "?")
         for seq in ast.walk(node.value):
-            words = [e.value for e in getattr(seq, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            words = [
+                e.value for e in getattr(seq, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
             if isinstance(seq, (ast.List, ast.Tuple)) and len(words) == len(seq.elts) >= 2:
                 for q in ('"', "'"):
                     marks[f"{q}{words[0]}{q}, {q}{words[1]}{q}"] = f"the source's word list {name}"
@@ -326,7 +328,9 @@ def test_solution_regions_are_found_in_the_reference():
 
 
 def planted_case_file(root: Path) -> str:
-    shutil.copyfile(FIXTURES / "attention" / "hidden" / "dk_ne_dv.npz", root / "tests" / "attention" / "public" / "dk_ne_dv.npz")
+    shutil.copyfile(
+        FIXTURES / "attention" / "hidden" / "dk_ne_dv.npz", root / "tests" / "attention" / "public" / "dk_ne_dv.npz"
+    )
     return "dk_ne_dv"
 
 
@@ -410,7 +414,9 @@ def planted_word_list_in_notebook(root: Path) -> str:
     words = source[start : source.index("]", start) + 1]
     student = root / "03_language_model.ipynb"
     nb = json.loads(student.read_text())
-    nb["cells"].append({"cell_type": "code", "source": f"{words}\n", "metadata": {}, "outputs": [], "execution_count": None})
+    nb["cells"].append(
+        {"cell_type": "code", "source": f"{words}\n", "metadata": {}, "outputs": [], "execution_count": None}
+    )
     student.write_text(json.dumps(nb))
     return "03_language_model.ipynb: holds the source's word list ADJECTIVES"
 
@@ -530,7 +536,12 @@ def test_the_report_folds_passing_lines_keeps_to_100_columns_and_leads_with_each
     first 30 lines, the passing lines of its problem folded into one line. (The blank handout: above.)"""
     problems = rubric.load()
     solved = shutil.copytree(local_handout, tmp_path / "solved")
-    for name in ("attention.py", "01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb"):
+    for name in (
+        "attention.py",
+        "01_mlm_and_next_token.ipynb",
+        "02_attention_and_masks.ipynb",
+        "03_language_model.ipynb",
+    ):
         shutil.copyfile(SOLUTIONS / name, solved / name)
     run = solved / "experiments" / "20260101-120000"
     run.mkdir(parents=True)
@@ -554,8 +565,11 @@ def test_the_report_folds_passing_lines_keeps_to_100_columns_and_leads_with_each
     nb2 = (SOLUTIONS / "02_attention_and_masks.ipynb").read_text()
     old = "    return tokens != pad_id  "
     assert nb2.count(old) == 1
-    (broken / "02_attention_and_masks.ipynb").write_text(nb2.replace(old, "    return torch.arange(tokens.shape[1])[None, :] "
-                                                                     "< (tokens != pad_id).sum(dim=-1)[:, None]  "))
+    (broken / "02_attention_and_masks.ipynb").write_text(
+        nb2.replace(
+            old, "    return torch.arange(tokens.shape[1])[None, :] < (tokens != pad_id).sum(dim=-1)[:, None]  "
+        )
+    )
     lines = report_of(broken)
     fails = [i for i, line in enumerate(lines) if line.startswith("  FAIL ")]
     causes = {"edge case Dk != Dv": "case 'narrow_keys'", "padding_mask": "case 'left_padded_words'",

@@ -122,7 +122,9 @@ def test_the_cycle_finder_finds_a_circle_and_only_a_circle():
 
 def test_function_level_and_relative_imports_are_read(tmp_path):
     path = tmp_path / "mod.py"
-    path.write_text("from . import sibling\nfrom .other import name\n\ndef f():\n    from ..top import deep\n    import x.y\n")
+    path.write_text(
+        "from . import sibling\nfrom .other import name\n\ndef f():\n    from ..top import deep\n    import x.y\n"
+    )
     known = {"pkg.sub.sibling", "pkg.sub.other", "pkg.top.deep", "x.y"}
     assert imports_of("pkg.sub.mod", path, known) == known
 
@@ -151,7 +153,9 @@ def test_module_names_are_unique_and_each_module_says_what_it_holds(package):
             by_name[path.stem].append(module)
     twice = {n: ms for n, ms in by_name.items() if len(ms) > 1 and any(m.split(".")[0] == package for m in ms)}
     assert not twice, f"module names used twice across {PACKAGES}: {twice}"
-    trees = {m: ast.parse(p.read_text(encoding="utf-8")) for m, p in module_files().items() if m.split(".")[0] == package}
+    trees = {
+        m: ast.parse(p.read_text(encoding="utf-8")) for m, p in module_files().items() if m.split(".")[0] == package
+    }
     silent = [m for m, tree in trees.items() if tree.body and not (ast.get_docstring(tree) or "").strip()]
     assert not silent, f"modules without a docstring saying what they hold: {silent}"
 

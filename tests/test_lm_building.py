@@ -47,13 +47,19 @@ def test_expected_attention_equals_torch_scaled_dot_product_attention(path):
 def test_expected_model_logits_equal_the_reference_model_in_float64(path):
     c = case(path)
     d, h, n_layers, d_ff, max_len = (int(v) for v in c["lm_cfg"])
-    model = ref.CausalLanguageModel(ref.ModelConfig(d_model=d, n_heads=h, n_layers=n_layers, d_ff=d_ff, max_len=max_len))
-    missing = model.load_state_dict({k[4:]: torch.from_numpy(v) for k, v in c.items() if k.startswith("lmw.")}, strict=False)
+    model = ref.CausalLanguageModel(
+        ref.ModelConfig(d_model=d, n_heads=h, n_layers=n_layers, d_ff=d_ff, max_len=max_len)
+    )
+    missing = model.load_state_dict(
+        {k[4:]: torch.from_numpy(v) for k, v in c.items() if k.startswith("lmw.")}, strict=False
+    )
     assert missing.unexpected_keys == [] and missing.missing_keys == ["fc.weight"]
     model = model.double().eval()
     with torch.no_grad():
         for inp, q in (("lm_inp", "model_logits"), ("lm_inp_changed", "model_causal")):
-            np.testing.assert_allclose(c[f"expected_{q}"], model(torch.from_numpy(c[inp])).numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                c[f"expected_{q}"], model(torch.from_numpy(c[inp])).numpy(), rtol=1e-5, atol=1e-5
+            )
     # The changed inputs do change the later logits, by far more than the tolerance.
     p = int(c["lm_position"])
     assert np.abs(c["expected_model_causal"][:, p:] - c["expected_model_logits"][:, p:]).max() > 0.5

@@ -128,8 +128,12 @@ def test_harness_model_equals_numpy_fixed_model_in_eval_mode_only():
     for kind in fixed_models.KINDS:
         model = load_harness_model()(table, kind, offset)
         with torch.no_grad():
-            np.testing.assert_array_equal(model.eval()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids))
-            assert not np.array_equal(model.train()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids))
+            np.testing.assert_array_equal(
+                model.eval()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids)
+            )
+            assert not np.array_equal(
+                model.train()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids)
+            )
 
 
 class FavoursSpecials(torch.nn.Module):
@@ -146,7 +150,9 @@ class FavoursSpecials(torch.nn.Module):
 def test_generate_never_emits_eos_or_pad_even_when_they_score_highest():
     inp = torch.tensor([[EOS, 2], [EOS, 29]])
     assert generate(FavoursSpecials(), inp, 4).tolist() == [[3, 4, 5, 6], [2, 3, 4, 5]]
-    sampled = generate(FavoursSpecials(), inp.repeat(50, 1), 4, temperature=5.0, generator=torch.Generator().manual_seed(0))
+    sampled = generate(
+        FavoursSpecials(), inp.repeat(50, 1), 4, temperature=5.0, generator=torch.Generator().manual_seed(0)
+    )
     assert not torch.isin(sampled, torch.tensor([EOS, PAD])).any()
     # predict's greedy picks range over all 30 ids: <eos> wins there.
     assert predict(FavoursSpecials(), inp, 2).argmax(-1).tolist() == [[EOS, EOS], [EOS, EOS]]

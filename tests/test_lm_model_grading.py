@@ -158,7 +158,10 @@ def test_a_checkpoint_that_does_not_fit_the_notebook_is_named(tmp_path, checkpoi
     state = dict(checkpoint["state_dict"])
     dropped = sorted(state)[0]
     del state[dropped]
-    files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "model.pt": torch_bytes({"config": checkpoint["config"], "state_dict": state})}
+    files = {
+        NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
+        "model.pt": torch_bytes({"config": checkpoint["config"], "state_dict": state}),
+    }
     result = grade_files(tmp_path, files, only=["prediction"], timeout_s=90)
     line = next(iter(quality(result).values()))
     assert line.score == 0.0 and "missing keys" in line.output and dropped in line.output, line.output
@@ -234,11 +237,17 @@ def test_the_local_grader_checks_generated_npy_on_its_first_rows(tmp_path, check
     changed = ids.copy()
     row = lm_model.GENERATE_CHECK_ROWS - 1
     changed[row, 0] = 2 + (changed[row, 0] - 1) % 27  # another character, still not <eos>/<pad>
-    files = {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "model.pt": torch_bytes(checkpoint), "generated.npy": npy(changed)}
+    files = {
+        NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(),
+        "model.pt": torch_bytes(checkpoint),
+        "generated.npy": npy(changed),
+    }
     result = grade_files(tmp_path, files, visibilities=("public",), only=["prediction", "generation"], timeout_s=90)
     flagged = [n for n in result.notes if "generated.npy is not what model.pt generates" in n]
     share = 100 * (1 - 1 / (lm_model.GENERATE_CHECK_ROWS * ids.shape[1]))
-    assert flagged and f"{share:.1f}% of its ids in the first {lm_model.GENERATE_CHECK_ROWS} rows" in flagged[0], result.notes
+    assert flagged and f"{share:.1f}% of its ids in the first {lm_model.GENERATE_CHECK_ROWS} rows" in flagged[0], (
+        result.notes
+    )
     assert "generated_does_not_match_model" in result.flags
     assert not any("perplexity" in t.name for t in result.tests)  # the local grader scores no text
     # The validation figure (one forward pass in the child) is the teacher-forced NLL computed here.
@@ -272,7 +281,9 @@ def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_pa
     result = grade_files(tmp_path, {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text(), "generated.npy": npy(stuck)},
                          visibilities=("public",), only=["generation"])
     said = [n for n in result.notes if "repeat 3 or fewer characters" in n]
-    assert said and said[0].startswith(f"generation: {len(stuck)} of the {len(stuck)} rows of generated.npy"), result.notes
+    assert said and said[0].startswith(f"generation: {len(stuck)} of the {len(stuck)} rows of generated.npy"), (
+        result.notes
+    )
     # Well formed, but with no model.pt to have made it the format line counts nothing.
     fmt = next(t for t in result.tests if t.line == "format")
     assert not fmt.passed and "is well formed" in fmt.output and "model.pt is missing" in fmt.output, fmt.output

@@ -116,13 +116,17 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
 def test_solution_notebook_earns_every_function_line_and_blank_handout_none(tmp_path):
     (tmp_path / "solved").mkdir()
     (tmp_path / "blank").mkdir()
-    solved = grade_files(tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
+    solved = grade_files(
+        tmp_path / "solved", {NOTEBOOK: (SOLUTIONS / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90
+    )
     scores = function_scores(solved)
     assert len(scores) == 12 and all(v == 1.0 for v in scores.values()), scores
     # Without predictions.npy / generated.npy only the array lines are lost, each saying so.
     arrays = [t for t in solved.tests if t.name.rsplit(" [", 1)[0] not in LM_LINES]
     assert len(arrays) == 4 and all(t.score == 0.0 and "is missing from the handin" in t.output for t in arrays), arrays
-    blank = grade_files(tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90)
+    blank = grade_files(
+        tmp_path / "blank", {NOTEBOOK: (HANDOUT / NOTEBOOK).read_text()}, only=LM_PROBLEMS, timeout_s=90
+    )
     scores = function_scores(blank)
     assert len(scores) == 12 and all(v == 0.0 for v in scores.values()), scores
     assert all("NotImplementedError" in t.output for t in blank.tests if t.name.rsplit(" [", 1)[0] in LM_LINES)
@@ -140,7 +144,9 @@ def test_committed_checkpoint_reproduces_committed_arrays():
         gen_inp = f["inp"]
     logits = ref.predict(model, test_inp, 20).numpy()
     np.testing.assert_allclose(logits, np.load(FIXTURES / "lm" / "reference_predictions.npy"), rtol=0, atol=1e-4)
-    np.testing.assert_array_equal(ref.generate(model, gen_inp, 30).numpy(), np.load(FIXTURES / "lm" / "reference_generated.npy"))
+    np.testing.assert_array_equal(
+        ref.generate(model, gen_inp, 30).numpy(), np.load(FIXTURES / "lm" / "reference_generated.npy")
+    )
 
 
 # --- the rules generate()'s docstring states, with expected values written by hand ---------------
@@ -187,7 +193,9 @@ def test_grader_rules_match_the_hand_computed_sets_and_the_case_files():
             kept = sorted(t_row[sorted(lf._top_k(t_row, int(c["tie_k"])))].tolist())
             assert kept == [1.0, 1.0, 2.0], path  # the best and both tied second-best logits
             probs = np.exp(e_row[2:].astype(np.float64))
-            kept = sorted(np.exp(e_row[sorted(lf._nucleus(e_row, float(c["edge_p"])))].astype(np.float64)) / probs.sum())
+            kept = sorted(
+                np.exp(e_row[sorted(lf._nucleus(e_row, float(c["edge_p"])))].astype(np.float64)) / probs.sum()
+            )
             np.testing.assert_allclose(kept, [0.35, 0.45], rtol=1e-6)
             assert c["zero_temperature"] == 0.0 and c["expected_mode"].tolist() == [True, False]
 

@@ -142,7 +142,9 @@ def test_entropy_rate_matches_monte_carlo(source):
     se = np.std(-logp - estimate * n) / np.sqrt(len(n)) / n.mean()
     assert se < 0.005
     assert abs(estimate - exact) < 4 * se, (estimate, exact, se)
-    assert source.automaton.mean_sentence_length() == pytest.approx(n.mean(), rel=4 * np.std(n) / np.sqrt(len(n)) / n.mean())
+    assert source.automaton.mean_sentence_length() == pytest.approx(
+        n.mean(), rel=4 * np.std(n) / np.sqrt(len(n)) / n.mean()
+    )
 
 
 def test_dropping_negligible_hypotheses_changes_nothing(source, sample_rows, monkeypatch):

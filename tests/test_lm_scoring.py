@@ -127,7 +127,10 @@ def test_source_itself_scores_full_credit_on_both_figures(oracle, prompts, targe
     nll = M.prediction_nll(teacher_forced_logits(oracle.next_id_probs, prompts["prediction_test"], targets), targets)
     assert nll <= settings["prediction"]["full_credit_nll"]
     ids = M.oracle_greedy_generation(oracle, prompts["generation_test"], 30)
-    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) <= settings["generation"]["full_credit_perplexity"]
+    assert (
+        M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS)
+        <= settings["generation"]["full_credit_perplexity"]
+    )
 
 
 def test_bigram_baseline_scores_no_credit_on_either_figure(oracle, prompts, targets, bigram):
@@ -135,7 +138,10 @@ def test_bigram_baseline_scores_no_credit_on_either_figure(oracle, prompts, targ
     logits = teacher_forced_logits(bigram.next_id_probs, prompts["prediction_test"], targets)
     assert M.prediction_nll(logits, targets) >= settings["prediction"]["zero_credit_nll"]
     ids = M.greedy_generate(lambda x: bigram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
-    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) >= settings["generation"]["zero_credit_perplexity"]
+    assert (
+        M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS)
+        >= settings["generation"]["zero_credit_perplexity"]
+    )
 
 
 GOOD_PRED = np.zeros((128, 20, VOCAB_SIZE), dtype=np.float32)
@@ -226,7 +232,10 @@ def test_ngrams_up_to_the_trigram_score_nothing_on_either_line(oracle, prompts, 
     nll = nll_of(teacher_forced_probs(gram.next_id_probs, prompts["prediction_test"], targets), targets)
     assert nll >= settings["prediction"]["zero_credit_nll"]
     ids = M.greedy_generate(lambda x: gram.next_id_probs(x)[:, -1], prompts["generation_test"], 30)
-    assert M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS) >= settings["generation"]["zero_credit_perplexity"]
+    assert (
+        M.generation_perplexity(oracle, prompts["generation_test"], ids, EPS)
+        >= settings["generation"]["zero_credit_perplexity"]
+    )
 
 
 def test_degenerate_text_scores_nothing(oracle, prompts):

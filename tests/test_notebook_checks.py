@@ -152,9 +152,17 @@ def test_a_name_only_a_skip_grading_cell_binds_fails_the_check_as_it_fails_the_g
     assert otter == local, {line: (otter.get(line), local.get(line)) for line in set(otter) | set(local)}
     assert not otter[("masks", "masked_attention")] and otter[("masks", "attention")], otter  # unmasked: never uses it
     assert kernel["NEG_INF"] == float("-inf")  # put back in the kernel once the check ran
-    shown = [m for q, results in checks.items() for line, (_, m) in zip(lines_of(q), results) if line[1] == "masked_attention"]
-    assert shown and all("`NEG_INF` is defined in cell [3] (`NEG_INF = float(\"-inf\")  # for the plots`), a cell tagged "
-                         "skip-grading, which the grader does not run" in m for m in shown), shown
+    shown = [
+        m
+        for q, results in checks.items()
+        for line, (_, m) in zip(lines_of(q), results)
+        if line[1] == "masked_attention"
+    ]
+    assert shown and all(
+        '`NEG_INF` is defined in cell [3] (`NEG_INF = float("-inf")  # for the plots`), a cell tagged '
+        "skip-grading, which the grader does not run" in m
+        for m in shown
+    ), shown
 
 
 def test_notebook_3s_checks_refuse_a_builtin_attention_as_the_local_grader_does(tmp_path, folder):
@@ -167,9 +175,14 @@ def test_notebook_3s_checks_refuse_a_builtin_attention_as_the_local_grader_does(
     checks = run_checks(folder, NB3, namespace(json.loads(text)))
     otter = line_verdicts(checks)
     # The lines a check exists for (the array lines need a trained run, which no check has).
-    local = {line: ok for line, ok in local_public_lines(tmp_path, NB3, text, list(NB3_PROBLEMS)).items() if line in otter}
+    local = {
+        line: ok for line, ok in local_public_lines(tmp_path, NB3, text, list(NB3_PROBLEMS)).items() if line in otter
+    }
     assert otter == local, {line: (otter.get(line), local.get(line)) for line in set(otter) | set(local)}
-    assert {line for line, ok in local.items() if not ok} == {("prediction", "causal_attention"), ("prediction", "model_building")}
+    assert {line for line, ok in local.items() if not ok} == {
+        ("prediction", "causal_attention"),
+        ("prediction", "model_building"),
+    }
     shown = [m for q, results in checks.items() for line, (_, m) in zip(lines_of(q), results)
              if line == ("prediction", "causal_attention")]
     assert shown and all("F.scaled_dot_product_attention is not allowed in notebook 3" in m for m in shown), shown
@@ -227,7 +240,7 @@ def test_grader_check_in_a_plain_python_script(folder):
     import sys
 
     head = "import numpy as np\nfrom gradelib.notebook_check import Notebook\ngrader = Notebook('01_mlm_and_next_token.ipynb')\n"
-    body = ("def softmax(z):\n    e = np.exp(z - z.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)\n")
+    body = "def softmax(z):\n    e = np.exp(z - z.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)\n"
     scripts = {"top_level": head + body + "print(grader.check('nb1_softmax'))\n",
                "inside_a_function": head + "def main():\n" + "".join(f"    {ln}\n" for ln in body.splitlines())
                + "    print(grader.check('nb1_softmax'))\n\nmain()\n"}

@@ -20,61 +20,149 @@ def lines(*groups: str, vis: tuple[str, ...] = BOTH) -> set[tuple[str, str]]:
 
 BUGS = [
     pytest.param(
-        NB1, "predicted_ids", "np.argmax(logits, axis=-1)", "np.argmax(logits, axis=0)",
-        lines("predicted_ids"), "wrong shape", id="argmax_over_the_wrong_axis"),
+        NB1,
+        "predicted_ids",
+        "np.argmax(logits, axis=-1)",
+        "np.argmax(logits, axis=0)",
+        lines("predicted_ids"),
+        "wrong shape",
+        id="argmax_over_the_wrong_axis",
+    ),
     pytest.param(
-        NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum() / len(target_ids)",
-        lines("cross_entropy_loss"), "not by N", id="loss_averaged_over_ignored_positions"),
+        NB1,
+        "cross_entropy_loss",
+        "return nll.mean()",
+        "return nll.sum() / len(target_ids)",
+        lines("cross_entropy_loss"),
+        "not by N",
+        id="loss_averaged_over_ignored_positions",
+    ),
     # ignore_index = 3 inside the real ids (public ignore_index_inside, hidden custom_ignore_index): a comparison
     # that only works for -100 fails on both sets, not on a hidden case alone.
     pytest.param(
-        NB1, "cross_entropy_loss", "scored = target_ids != ignore_index", "scored = target_ids > ignore_index",
-        lines("cross_entropy_loss"), "ignore_index", id="ignored_by_a_comparison_that_fits_minus_100"),
+        NB1,
+        "cross_entropy_loss",
+        "scored = target_ids != ignore_index",
+        "scored = target_ids > ignore_index",
+        lines("cross_entropy_loss"),
+        "ignore_index",
+        id="ignored_by_a_comparison_that_fits_minus_100",
+    ),
     pytest.param(
-        NB1, "cross_entropy_loss", "return nll.mean()", "return nll.sum()",
-        lines("cross_entropy_loss"), "do not sum", id="loss_summed_not_averaged"),
+        NB1,
+        "cross_entropy_loss",
+        "return nll.mean()",
+        "return nll.sum()",
+        lines("cross_entropy_loss"),
+        "do not sum",
+        id="loss_summed_not_averaged",
+    ),
     pytest.param(
-        NB1, "causal_mask", "np.full((T, T), -np.inf), k=1)", "np.full((T, T), -np.inf), k=0)",
-        lines("causal_mask"), "got -inf, expected 0", id="minus_inf_on_the_diagonal"),
+        NB1,
+        "causal_mask",
+        "np.full((T, T), -np.inf), k=1)",
+        "np.full((T, T), -np.inf), k=0)",
+        lines("causal_mask"),
+        "got -inf, expected 0",
+        id="minus_inf_on_the_diagonal",
+    ),
     pytest.param(
-        NB1, "causal_mask", "np.triu(np.full((T, T), -np.inf), k=1)", "np.tril(np.full((T, T), -np.inf), k=-1)",
-        lines("causal_mask"), "wrong side of the diagonal", id="mask_on_the_wrong_side_of_the_diagonal"),
+        NB1,
+        "causal_mask",
+        "np.triu(np.full((T, T), -np.inf), k=1)",
+        "np.tril(np.full((T, T), -np.inf), k=-1)",
+        lines("causal_mask"),
+        "wrong side of the diagonal",
+        id="mask_on_the_wrong_side_of_the_diagonal",
+    ),
     # Without max-subtraction only the cases with huge logits overflow (one public, one hidden),
     # in softmax and in both attention lines that use it: the stability line alone pays for it.
     pytest.param(
-        NB1, "softmax", "shifted = z - z.max(axis=-1, keepdims=True)", "shifted = z",
-        lines("numerical_stability"), "NaN", id="softmax_without_max_subtraction"),
+        NB1,
+        "softmax",
+        "shifted = z - z.max(axis=-1, keepdims=True)",
+        "shifted = z",
+        lines("numerical_stability"),
+        "NaN",
+        id="softmax_without_max_subtraction",
+    ),
     pytest.param(
-        NB2, "combined_mask", "padding_mask(tokens, pad_id)[:, None, :]", "padding_mask(tokens, pad_id)[:, :, None]",
-        lines("combined_mask"), "key axis", id="padding_mask_on_the_query_side"),
+        NB2,
+        "combined_mask",
+        "padding_mask(tokens, pad_id)[:, None, :]",
+        "padding_mask(tokens, pad_id)[:, :, None]",
+        lines("combined_mask"),
+        "key axis",
+        id="padding_mask_on_the_query_side",
+    ),
     # perplexity is exp(masked_mean_loss), so it inherits the bug.
     pytest.param(
-        NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll.mean()",
-        lines("masked_mean_loss", "perplexity"), "not pad_id", id="mean_over_padded_positions"),
+        NB2,
+        "masked_mean_loss",
+        "return nll[valid].mean()",
+        "return nll.mean()",
+        lines("masked_mean_loss", "perplexity"),
+        "not pad_id",
+        id="mean_over_padded_positions",
+    ),
     pytest.param(
-        NB2, "masked_mean_loss", "return nll[valid].mean()", "return nll[valid].sum() / nll.numel()",
-        lines("masked_mean_loss", "perplexity"), "the valid targets over all positions",
-        id="sum_over_valid_divided_by_every_position"),
+        NB2,
+        "masked_mean_loss",
+        "return nll[valid].mean()",
+        "return nll[valid].sum() / nll.numel()",
+        lines("masked_mean_loss", "perplexity"),
+        "the valid targets over all positions",
+        id="sum_over_valid_divided_by_every_position",
+    ),
     pytest.param(
-        NB2, "perplexity", "torch.exp(masked_mean_loss(logits, targets, pad_id))",
+        NB2,
+        "perplexity",
+        "torch.exp(masked_mean_loss(logits, targets, pad_id))",
         "torch.exp(masked_mean_loss(logits, targets, pad_id) * (targets != pad_id).sum())",
-        lines("perplexity"), "not exp of the summed NLL", id="perplexity_from_the_summed_nll"),
+        lines("perplexity"),
+        "not exp of the summed NLL",
+        id="perplexity_from_the_summed_nll",
+    ),
     # The textbook masked softmax, without the rule for a query that has no allowed key.
     pytest.param(
-        NB2, "attention", ("scores = scores.masked_fill(no_key, 0.0)", "A = A.masked_fill(~mask, 0.0)"), ("pass", "pass"),
-        lines("masked_attention"), "NaN", id="fully_masked_row_gives_nan"),
+        NB2,
+        "attention",
+        ("scores = scores.masked_fill(no_key, 0.0)", "A = A.masked_fill(~mask, 0.0)"),
+        ("pass", "pass"),
+        lines("masked_attention"),
+        "NaN",
+        id="fully_masked_row_gives_nan",
+    ),
     pytest.param(
-        NB2, "uniform_attention", "X.cumsum(dim=1) / counts[None, :, None]", "X.cumsum(dim=1) / X.shape[1]",
-        lines("uniform_attention"), "mean of X", id="uniform_attention_divides_by_T"),
+        NB2,
+        "uniform_attention",
+        "X.cumsum(dim=1) / counts[None, :, None]",
+        "X.cumsum(dim=1) / X.shape[1]",
+        lines("uniform_attention"),
+        "mean of X",
+        id="uniform_attention_divides_by_T",
+    ),
     # Scaled by V's width: every case with d_k != d_v (public short_sequence, most hidden ones) tells, and the
     # message names that factor because the grader recomputed the weights with it.
     pytest.param(
-        NB1, "scaled_dot_product_attention", "d_k = K.shape[-1]", "d_k = V.shape[-1]",
-        lines("attention", "masked_attention"), "divided by sqrt(d_v), V's width", id="attention_scaled_by_sqrt_d_v"),
+        NB1,
+        "scaled_dot_product_attention",
+        "d_k = K.shape[-1]",
+        "d_k = V.shape[-1]",
+        lines("attention", "masked_attention"),
+        "divided by sqrt(d_v), V's width",
+        id="attention_scaled_by_sqrt_d_v",
+    ),
     # Notebook 2 without the 1/sqrt(D): named as such on both attention lines, with no word about -inf or NaN.
     pytest.param(
-        NB2, "attention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)", "scores = Q @ K.transpose(-2, -1)",
-        lines("attention", "masked_attention"), "the 1/sqrt(D) scaling is missing", id="attention_without_the_scale"),
+        NB2,
+        "attention",
+        "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)",
+        "scores = Q @ K.transpose(-2, -1)",
+        lines("attention", "masked_attention"),
+        "the 1/sqrt(D) scaling is missing",
+        id="attention_without_the_scale",
+    ),
 ]
 
 
@@ -104,7 +192,9 @@ def test_attention_lines_after_a_broken_softmax_name_it_and_no_cause_of_their_ow
 
 
 def test_notebook_2_without_the_scale_gets_no_hint_about_masking(tmp_path):
-    text = edited(NB2, "attention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)", "scores = Q @ K.transpose(-2, -1)")
+    text = edited(
+        NB2, "attention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(D)", "scores = Q @ K.transpose(-2, -1)"
+    )
     result = grade(tmp_path, {NB2: text}, only=["masks"])
     for vis in BOTH:
         said = message(result, "masks", "masked_attention", vis)

@@ -5,7 +5,19 @@ from __future__ import annotations
 import json
 import time
 
-from notebook_tools import NB1, NB2, all_groups, edited, failing, function_cell, grade, message, source, student_form, with_problem_settings
+from notebook_tools import (
+    NB1,
+    NB2,
+    all_groups,
+    edited,
+    failing,
+    function_cell,
+    grade,
+    message,
+    source,
+    student_form,
+    with_problem_settings,
+)
 
 
 def with_cell_after(name: str, after_function: str, code: str) -> str:
@@ -35,14 +47,21 @@ def test_endless_function_loses_its_lines_and_the_lines_that_call_it(tmp_path):
     result = grade(tmp_path, {NB1: nb}, only=["losses"], problems=problems)
     assert time.monotonic() - start < 40  # two runs (public cases, hidden cases)
     # scaled_dot_product_attention calls softmax; token_nll and cross_entropy_loss do not.
-    assert failing(result, "losses") == {(g, v) for g in ("softmax", "attention", "masked_attention") for v in ("public", "hidden")}
-    assert "`softmax` did not return within 0.25 s of CPU time (an endless loop?)" in message(result, "losses", "softmax", "public")
+    assert failing(result, "losses") == {
+        (g, v) for g in ("softmax", "attention", "masked_attention") for v in ("public", "hidden")
+    }
+    assert "`softmax` did not return within 0.25 s of CPU time (an endless loop?)" in message(
+        result, "losses", "softmax", "public"
+    )
 
 
 # The first call of softmax in the child waits 0.4 s: longer than its 0.1 s limit on the wall clock,
 # but waiting uses no CPU time, as a process does on a busy or throttled machine.
-WAIT_ONCE = ("e = np.exp(shifted)", "import time\n    if not globals().get('waited'):\n        globals()['waited'] = True\n"
-             "        time.sleep({seconds})\n    e = np.exp(shifted)")
+WAIT_ONCE = (
+    "e = np.exp(shifted)",
+    "import time\n    if not globals().get('waited'):\n        globals()['waited'] = True\n"
+    "        time.sleep({seconds})\n    e = np.exp(shifted)",
+)
 
 
 def test_a_call_that_waits_is_not_stopped_at_its_cpu_limit(tmp_path):
@@ -71,7 +90,9 @@ def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanati
     code = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n        pass\n"
     problems = with_problem_settings("losses", cell_timeout_s=1)
     start = time.monotonic()
-    result = grade(tmp_path, {NB1: with_cell_after(NB1, "softmax", code)}, only=["losses"], problems=problems, timeout_s=6)
+    result = grade(
+        tmp_path, {NB1: with_cell_after(NB1, "softmax", code)}, only=["losses"], problems=problems, timeout_s=6
+    )
     assert time.monotonic() - start < 25  # the public run's 6 s, the hidden run's (at least 3 s), start-up under load
     assert result.score == 0.0
     assert "no result: the notebook's process" in message(result, "losses", "softmax", "hidden")
@@ -94,7 +115,9 @@ def test_deleted_cell_costs_its_function_and_the_functions_that_use_it(tmp_path)
     nb["cells"].remove(function_cell(nb, "token_nll"))
     result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
     # cross_entropy_loss calls token_nll.
-    assert failing(result, "losses") == {(g, v) for g in ("token_nll", "cross_entropy_loss") for v in ("public", "hidden")}
+    assert failing(result, "losses") == {
+        (g, v) for g in ("token_nll", "cross_entropy_loss") for v in ("public", "hidden")
+    }
     assert "no code cell defines it" in message(result, "losses", "token_nll", "hidden")
     assert "NameError" in message(result, "losses", "cross_entropy_loss", "hidden")
 
@@ -158,7 +181,9 @@ def test_cells_are_named_as_jupyter_shows_them(tmp_path):
     cell = next(c for c in nb["cells"] if c.get("id") == "student-cell")
     cell["execution_count"] = 12
     result = grade(tmp_path, {NB1: json.dumps(nb)}, only=["losses"])
-    assert any("cell [12] (`raise ValueError('boom')`) raised: ValueError: boom" in n for n in result.notes), result.notes
+    assert any("cell [12] (`raise ValueError('boom')`) raised: ValueError: boom" in n for n in result.notes), (
+        result.notes
+    )
 
 
 def test_the_template_imports_matplotlib_only_for_a_notebook_whose_graded_cells_name_it(tmp_path):

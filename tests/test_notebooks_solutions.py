@@ -117,12 +117,16 @@ def test_notebook_toy_losses_match_torch(nb1):
     w_next = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     want_next = F.cross_entropy((w_next @ t(ns["V_next"])) @ t(ns["W_out"]), t(ns["next_target_ids"]))
     _, H_next = ns["scaled_dot_product_attention"](ns["Q_next"], ns["K_next"], ns["V_next"], ns["causal_mask"](T))
-    assert np.isclose(ns["cross_entropy_loss"](H_next @ ns["W_out"], ns["next_target_ids"]), want_next.item(), rtol=1e-12)
+    assert np.isclose(
+        ns["cross_entropy_loss"](H_next @ ns["W_out"], ns["next_target_ids"]), want_next.item(), rtol=1e-12
+    )
 
 
 def test_softmax_matches_torch_softmax_on_large_logits(nb1):
     z = np.random.default_rng(4).standard_normal((3, 5, 7)) * 1000
-    np.testing.assert_allclose(nb1["softmax"](z), torch.softmax(torch.from_numpy(z), -1).numpy(), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(
+        nb1["softmax"](z), torch.softmax(torch.from_numpy(z), -1).numpy(), rtol=1e-12, atol=1e-300
+    )
 
 
 def test_masked_mean_loss_and_perplexity_match_torch(nb2):

@@ -95,8 +95,15 @@ def built(tmp_path_factory):
         code = course.main(args)
     captured = {"out": out.getvalue(), "err": err.getvalue()}
     assert code == 0, captured["err"][-2000:]
-    yield {"root": root, "corpus": corpus, "rubric": rubric, "fixtures": root / "fixtures", "lm": root / "fixtures" / "lm",
-           "args": args, "printed": captured["out"]}
+    yield {
+        "root": root,
+        "corpus": corpus,
+        "rubric": rubric,
+        "fixtures": root / "fixtures",
+        "lm": root / "fixtures" / "lm",
+        "args": args,
+        "printed": captured["out"],
+    }
     patch.undo()
 
 
@@ -120,7 +127,10 @@ def teacher_forced_nll(model, inp: np.ndarray, out: np.ndarray) -> float:
 def test_thresholds_follow_the_rule_against_figures_measured_here(built):
     lm = built["lm"]
     settings = tomllib.loads(built["rubric"].read_text())["problems"]
-    full, zero = settings["prediction"]["settings"]["full_credit_nll"], settings["prediction"]["settings"]["zero_credit_nll"]
+    full, zero = (
+        settings["prediction"]["settings"]["full_credit_nll"],
+        settings["prediction"]["settings"]["zero_credit_nll"],
+    )
     full_g = settings["generation"]["settings"]["full_credit_perplexity"]
     zero_g = settings["generation"]["settings"]["zero_credit_perplexity"]
     val, test_inp = np.load(lm / "prediction.npz"), np.load(lm / "prediction_test.npz")["inp"]
@@ -170,7 +180,9 @@ def test_rubric_records_the_corpus_hash_and_the_figures(built):
     ref = json.loads((built["lm"] / "reference_model.json").read_text())
     assert ref["inputs"]["corpus_sha256"] == hash_of(built["lm"])
     # The comments name the figures the thresholds came from, and no toy-English label.
-    row = next(r for r in json.loads((built["lm"] / "calibration.json").read_text())["models"] if r["model"] == "trigram")
+    row = next(
+        r for r in json.loads((built["lm"] / "calibration.json").read_text())["models"] if r["model"] == "trigram"
+    )
     assert f"{row['val_nll']:.3f} / {row['test_nll']:.3f}" in text
     assert "Bayes-optimal" not in text and "oracle (order-6 n-gram)" in text
     # The printed table is the README's, with the thresholds as its last row.
@@ -198,7 +210,10 @@ def test_stale_reference_or_thresholds_are_refused_with_the_command_to_run(built
         (lm / "reference_model.json").write_text(json.dumps(stale))
         why = provenance.refusal(lm, built["rubric"], reference=True)
         assert why and "reference model" in why and "make course CORPUS=" in why, why
-        assert calibrate.main(["--fixtures", str(built["fixtures"]), "--rubric", str(built["rubric"]), "--repeats", "1"]) == 2
+        assert (
+            calibrate.main(["--fixtures", str(built["fixtures"]), "--rubric", str(built["rubric"]), "--repeats", "1"])
+            == 2
+        )
         assert "retrain" in capsys.readouterr().err
     finally:
         (lm / "reference_model.json").write_text(saved)
@@ -281,11 +296,17 @@ def test_a_checkpoint_oracle_is_a_command_line_choice(built, tmp_path, capsys):
     code, out, err = run_course([*args, "--oracle", f"model:{checkpoint}"], capsys)
     assert code == 0, err[-2000:]
     lm = fixtures / "lm"
-    assert "reference model: reused" in out and "| reference-model oracle |" in out and "oracle (order-6 n-gram)" not in out
+    assert (
+        "reference model: reused" in out
+        and "| reference-model oracle |" in out
+        and "oracle (order-6 n-gram)" not in out
+    )
     named = json.loads((lm / "oracle.json").read_text())["oracle"]
     assert named["kind"] == "model" and named["from"] == "teacher.pt" and (lm / named["path"]).is_file()
     calibration = json.loads((lm / "calibration.json").read_text())
-    reported = next(m for m in calibration["models"] if m["model"].startswith("reference model"))["generation_perplexity"]
+    reported = next(m for m in calibration["models"] if m["model"].startswith("reference model"))[
+        "generation_perplexity"
+    ]
 
     model = load_model(checkpoint).double().eval()
     prompts = np.load(lm / "generation_test.npz")["inp"]
@@ -310,9 +331,14 @@ def test_the_reference_trained_for_steps_and_records_them(built):
     rows = ref["epochs"]
     nll = [r["val_prediction_nll"] for r in rows]
     assert ref["steps"] == rows[-1]["steps"] <= steps
-    assert all(b - a >= train.EVAL_EVERY for a, b in zip([0] + [r["steps"] for r in rows[:-2]], [r["steps"] for r in rows[:-1]]))
+    assert all(
+        b - a >= train.EVAL_EVERY
+        for a, b in zip([0] + [r["steps"] for r in rows[:-2]], [r["steps"] for r in rows[:-1]])
+    )
     if ref["stopped_early"]:  # the last PATIENCE records each gained less than MIN_GAIN on the one before them
-        assert ref["steps"] < steps and all(v >= nll[-train.PATIENCE - 1] - train.MIN_GAIN for v in nll[-train.PATIENCE:])
+        assert ref["steps"] < steps and all(
+            v >= nll[-train.PATIENCE - 1] - train.MIN_GAIN for v in nll[-train.PATIENCE :]
+        )
     else:
         assert ref["steps"] == steps
     best = rows[nll.index(min(nll))]
@@ -329,11 +355,25 @@ def test_every_option_of_the_course_has_its_make_variable():
               "init": "w.pt", "retrain": "1", "repeats": "2", "fixtures": "fx", "rubric": "r.toml"}
     argv = make_command(**{course.MAKE_VARS[k]: shlex.quote(v) for k, v in values.items()})
     args = course.parse_args(argv)
-    assert (str(args.corpus), args.oracle, args.steps, args.seed, args.config) == ("a b.txt", "model:t.pt", 7, 3, "d_model=32,n_layers=1")
-    assert (str(args.init), args.retrain, args.repeats, str(args.fixtures), str(args.rubric)) == ("w.pt", True, 2, "fx", "r.toml")
+    assert (str(args.corpus), args.oracle, args.steps, args.seed, args.config) == (
+        "a b.txt",
+        "model:t.pt",
+        7,
+        3,
+        "d_model=32,n_layers=1",
+    )
+    assert (str(args.init), args.retrain, args.repeats, str(args.fixtures), str(args.rubric)) == (
+        "w.pt",
+        True,
+        2,
+        "fx",
+        "r.toml",
+    )
     assert course.parse_args(make_command()) == course.parse_args([])  # no variable, no option
     line = course.make_form(args, steps=14)
-    assert line.startswith("make course CORPUS='a b.txt' ORACLE=model:t.pt STEPS=14 TRAIN_SEED=3 ") and "RETRAIN=1" in line
+    assert (
+        line.startswith("make course CORPUS='a b.txt' ORACLE=model:t.pt STEPS=14 TRAIN_SEED=3 ") and "RETRAIN=1" in line
+    )
 
 
 def test_a_course_with_only_a_corpus_trains_the_reference_with_the_defaults(built, monkeypatch):
@@ -341,7 +381,14 @@ def test_a_course_with_only_a_corpus_trains_the_reference_with_the_defaults(buil
     COURSE_VARS: the course module with the corpus alone, which in a new folder trains the reference for
     train.STEPS steps from scratch with notebook 3's CONFIG and seed 0."""
     argv = make_command(CORPUS=built["corpus"], FIXTURES=built["fixtures"], RUBRIC=built["rubric"])
-    assert argv == ["--corpus", str(built["corpus"]), "--fixtures", str(built["fixtures"]), "--rubric", str(built["rubric"])]
+    assert argv == [
+        "--corpus",
+        str(built["corpus"]),
+        "--fixtures",
+        str(built["fixtures"]),
+        "--rubric",
+        str(built["rubric"]),
+    ]
     asked = {}
 
     class Asked(Exception):
@@ -364,7 +411,9 @@ def test_messages_name_the_make_form(tmp_path, capsys):
     code, out, err = run_course(["--corpus", str(tmp_path / "missing.txt"), "--fixtures", str(tmp_path / "fx"),
                                  "--rubric", str(rubric)], capsys)
     assert code == 2 and err.startswith("course not built: CORPUS=") and "--" not in err, err
-    code, out, err = run_course(["--corpus", str(PROSE), "--oracle", "bogus", "--fixtures", str(tmp_path / "fx")], capsys)
+    code, out, err = run_course(
+        ["--corpus", str(PROSE), "--oracle", "bogus", "--fixtures", str(tmp_path / "fx")], capsys
+    )
     assert code == 2 and err.startswith("course not built: ORACLE='bogus'") and "--" not in err, err
     args = course.parse_args(["--corpus", "mine.txt", "--fixtures", str(tmp_path / "fx")])
     assert f"`make course CORPUS=mine.txt STEPS={2 * train.STEPS} FIXTURES={tmp_path / 'fx'}`" in course.remedy(args)
@@ -385,9 +434,15 @@ def test_the_course_says_when_a_5_gram_earns_full_credit(built):
     """Whether the printed note names the 5-gram follows the 5-gram's figures computed here."""
     lm = built["lm"]
     settings = tomllib.loads(built["rubric"].read_text())["problems"]
-    full, full_g = settings["prediction"]["settings"]["full_credit_nll"], settings["generation"]["settings"]["full_credit_perplexity"]
+    full, full_g = (
+        settings["prediction"]["settings"]["full_credit_nll"],
+        settings["generation"]["settings"]["full_credit_perplexity"],
+    )
     gram = NGramModel.fit((lm / "train.txt").read_text().splitlines(), 5)
-    test_inp, test_out = np.load(lm / "prediction_test.npz")["inp"], np.load(lm / "hidden" / "prediction_test_out.npz")["out"]
+    test_inp, test_out = (
+        np.load(lm / "prediction_test.npz")["inp"],
+        np.load(lm / "hidden" / "prediction_test_out.npz")["out"],
+    )
     probs = gram.next_id_probs(np.concatenate([test_inp, test_out[:, :-1]], axis=1))[:, test_inp.shape[1] - 1:]
     nll = float(-np.log(np.take_along_axis(probs, test_out[..., None], -1)).mean())
     gen_inp = np.load(lm / "generation_test.npz")["inp"]

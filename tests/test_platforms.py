@@ -47,7 +47,9 @@ def packages(tmp_path_factory):
     return {"zip": build_gradescope(out / "gradescope"), "autolab": build_autolab(out / "autolab")}
 
 
-def gradescope_run(tmp_path: Path, zip_path: Path, upload: dict[str, bytes]) -> tuple[dict, subprocess.CompletedProcess]:
+def gradescope_run(
+    tmp_path: Path, zip_path: Path, upload: dict[str, bytes]
+) -> tuple[dict, subprocess.CompletedProcess]:
     root = tmp_path / "autograder"
     for sub in ("submission", "results"):
         (root / sub).mkdir(parents=True)
@@ -59,7 +61,9 @@ def gradescope_run(tmp_path: Path, zip_path: Path, upload: dict[str, bytes]) -> 
         (root / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "submission" / name).write_bytes(data)
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
-    proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     return json.loads((root / "results" / "results.json").read_text()), proc
 
 
@@ -159,10 +163,18 @@ def test_the_slim_grading_environment_grades_the_reference_to_full_marks(tmp_pat
 
     python = _slim_environment(REPO / "build" / f"slim-venv-{os.getpid()}")
     try:
-        probe = subprocess.run([str(python), "-c", "import torch, numpy, matplotlib, tqdm\n"
-                                "for tool in ('nbformat', 'otter', 'jupyter_core', 'pytest', 'copydetect', 'nbclient'):\n"
-                                "    try:\n        __import__(tool)\n    except ImportError:\n        continue\n"
-                                "    raise SystemExit(tool + ' is importable')"], capture_output=True, text=True)
+        probe = subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import torch, numpy, matplotlib, tqdm\n"
+                "for tool in ('nbformat', 'otter', 'jupyter_core', 'pytest', 'copydetect', 'nbclient'):\n"
+                "    try:\n        __import__(tool)\n    except ImportError:\n        continue\n"
+                "    raise SystemExit(tool + ' is importable')",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert probe.returncode == 0, probe.stderr[-2000:]
         handin = reference_handin(tmp_path / "reference")
         proc = subprocess.run([str(python), "-m", "autograder", str(handin), "--out", str(tmp_path / "grades")],
@@ -170,7 +182,11 @@ def test_the_slim_grading_environment_grades_the_reference_to_full_marks(tmp_pat
         assert proc.returncode == 0, proc.stderr[-3000:]
         results = json.loads((tmp_path / "grades" / "reference" / "results.json").read_text())
         # Every line of every problem in full, and its arrays are what its model writes (no integrity flag).
-        lost = [(t["name"], t["score"], t["max_score"], t["output"][:300]) for t in results["tests"] if t["score"] < t["max_score"]]
+        lost = [
+            (t["name"], t["score"], t["max_score"], t["output"][:300])
+            for t in results["tests"]
+            if t["score"] < t["max_score"]
+        ]
         assert not lost, lost
         assert results["score"] == sum(p.points for p in rubric.load().values()), results["output"][-3000:]
         assert "flags" not in results.get("extra_data", {}), results["extra_data"]
@@ -187,7 +203,9 @@ def test_packages_are_byte_identical_when_built_twice(packages, tmp_path):
 
 def test_gradescope_grades_an_uploaded_handin_tar(packages, tmp_path):
     reference = (SOLUTIONS / "attention.py").read_bytes()
-    results, proc = gradescope_run(tmp_path, packages["zip"], {"handin.tar": _handin(tmp_path / "h.tar", {"attention.py": reference}).read_bytes()})
+    results, proc = gradescope_run(
+        tmp_path, packages["zip"], {"handin.tar": _handin(tmp_path / "h.tar", {"attention.py": reference}).read_bytes()}
+    )
     assert proc.returncode == 0, proc.stderr
     attention = [t for t in results["tests"] if t["tags"] == ["attention"]]
     assert sum(t["score"] for t in attention) == ATTENTION_MAX
@@ -223,7 +241,9 @@ def test_gradescope_grades_an_uploaded_zip(packages, tmp_path):
 
 
 def test_gradescope_grades_files_uploaded_inside_a_subfolder(packages, tmp_path):
-    results, proc = gradescope_run(tmp_path, packages["zip"], {"handin/attention.py": (SOLUTIONS / "attention.py").read_bytes()})
+    results, proc = gradescope_run(
+        tmp_path, packages["zip"], {"handin/attention.py": (SOLUTIONS / "attention.py").read_bytes()}
+    )
     assert proc.returncode == 0, proc.stderr
     assert sum(t["score"] for t in results["tests"] if t["tags"] == ["attention"]) == ATTENTION_MAX
     assert "lacks attention.py" not in results["output"]
@@ -269,7 +289,11 @@ def test_autolab_ignores_forged_score_lines_from_the_submission(packages, tmp_pa
 
 
 def test_autolab_shows_hidden_tests_by_score_only(packages, tmp_path):
-    buggy = (SOLUTIONS / "attention.py").read_text().replace("d_k = self.W_k.shape[1]\n        future", "d_k = self.W_v.shape[1]\n        future")
+    buggy = (
+        (SOLUTIONS / "attention.py")
+        .read_text()
+        .replace("d_k = self.W_k.shape[1]\n        future", "d_k = self.W_v.shape[1]\n        future")
+    )
     proc = autolab_run(tmp_path, packages, _handin(tmp_path / "h.tar", {"attention.py": buggy.encode()}).read_bytes())
     scores = json.loads(proc.stdout.strip().splitlines()[-1])["scores"]
     assert 0 < scores["attention"] < ATTENTION_MAX

@@ -69,7 +69,9 @@ def test_every_rubric_line_is_one_test_per_visibility(partly_right):
     assert names == expected
     # Each test carries its rubric line id, so reports need not parse display names.
     ids = {(t["tags"][0], t["extra_data"]["line"], t["name"].rsplit("[", 1)[1].rstrip("]")) for t in data["tests"]}
-    assert ids == {(pid, g.id, v) for pid, p in problems.items() if pid in GRADERS for g in p.groups for v in g.visibilities}
+    assert ids == {
+        (pid, g.id, v) for pid, p in problems.items() if pid in GRADERS for g in p.groups for v in g.visibilities
+    }
     for t in data["tests"]:
         vis = "hidden" if t["name"].endswith("[hidden]") else "public"
         assert t["visibility"] == GRADESCOPE_VISIBILITY[vis]
@@ -104,7 +106,9 @@ def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
     from gradelib.results import SubmissionResult, TestResult
 
     result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})
-    result.tests.append(TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format"))
+    result.tests.append(
+        TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format")
+    )
     result.flags["generated_does_not_match_model"] = "generated.npy is not what model.pt generates <b>bold</b>"
     write_merged(result, tmp_path / "mallory", {}, ["generation"], merge_old=False)
     row = read_row(tmp_path / "mallory" / "results.json", "mallory")
@@ -121,7 +125,9 @@ def test_lines_lost_only_to_todo_code_are_listed_once_at_the_end(tmp_path):
 
     lines = SOLUTIONS.joinpath("attention.py").read_text().splitlines()
     start = next(i for i, text in enumerate(lines) if text.strip().startswith("def backward("))
-    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "d_k = self.W_k.shape[1]")  # the body's first line
+    at = next(
+        i for i in range(start, len(lines)) if lines[i].strip() == "d_k = self.W_k.shape[1]"
+    )  # the body's first line
     lines.insert(at, '        raise NotImplementedError("TODO 1.1 backward: later")')
     result = grade_files(tmp_path, {"attention.py": "\n".join(lines) + "\n"}, only=["attention"])
     backward = [t for t in result.tests if "backward" in t.name]
@@ -142,16 +148,35 @@ def test_a_line_with_any_other_failure_keeps_its_details():
 
     todo = "case 'a' (T=1): 'x' was not produced (not attempted: `softmax` raises NotImplementedError('TODO')). Hint: h"
     assert not_attempted(f"failed on 2 of 2 public cases:\n{todo}\nthe same failure on 'b'") == "softmax"
-    assert not_attempted(f"failed on 3 of 3 public cases:\n{todo}\nthe same failure on 'b'\nanother failure on 'c': 'x' is NaN") == ""
+    assert (
+        not_attempted(
+            f"failed on 3 of 3 public cases:\n{todo}\nthe same failure on 'b'\nanother failure on 'c': 'x' is NaN"
+        )
+        == ""
+    )
     assert not_attempted("nb1.ipynb is missing from the handin") == ""
-    assert not_attempted("not checked on 2 of 3 public cases: forward raised NotImplementedError: TODO 1.1 forward "
-                         "(in attention.py, line 65) (see the forward lines)") == "forward (attention.py, line 65: TODO 1.1 forward)"
+    assert (
+        not_attempted(
+            "not checked on 2 of 3 public cases: forward raised NotImplementedError: TODO 1.1 forward "
+            "(in attention.py, line 65) (see the forward lines)"
+        )
+        == "forward (attention.py, line 65: TODO 1.1 forward)"
+    )
     public = f"failed on 3 of 3 public cases:\n{todo}\nanother failure on 'c': 'x' is NaN"
-    mixed = why_lost([("losses: softmax [public]", public, 1.5),
-                      ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}\nthe same failure on 'b'", 1.5)])
-    assert mixed == ["- losses: softmax [public]:", "    failed on 3 of 3 public cases:", f"    {todo}", "    another failure on 'c': 'x' is NaN",
-                     "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
-                     "    losses: `softmax`: 1 line, 1.50 points"]
+    mixed = why_lost(
+        [
+            ("losses: softmax [public]", public, 1.5),
+            ("losses: softmax [hidden]", f"failed on 2 of 2 hidden cases:\n{todo}\nthe same failure on 'b'", 1.5),
+        ]
+    )
+    assert mixed == [
+        "- losses: softmax [public]:",
+        "    failed on 3 of 3 public cases:",
+        f"    {todo}",
+        "    another failure on 'c': 'x' is NaN",
+        "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
+        "    losses: `softmax`: 1 line, 1.50 points",
+    ]
 
 
 @pytest.mark.parametrize("hi, width", [(24.0, 320), (26.0, 320), (120.0, 640), (1.28, 640), (7.0, 200)])
@@ -180,14 +205,21 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
     def failed(name: str, message: str, stage: str = "values"):
         return CaseOutcome(name, "public", f"{name} sizes"), Check("x", False, stage, message)
 
-    same = [failed("a", "'x' is off by 1 at index (0, 1). Hint: add one."),
-            failed("b", "'x' is off by 2 at index (1, 1). Hint: add one."), failed("c", "'x' is off by 3. Hint: add one."),
-            failed("d", "'x' is NaN. Hint: h."), failed("e", "'x' is inf. Hint: h."), failed("f", "'x' is None.")]
+    same = [
+        failed("a", "'x' is off by 1 at index (0, 1). Hint: add one."),
+        failed("b", "'x' is off by 2 at index (1, 1). Hint: add one."),
+        failed("c", "'x' is off by 3. Hint: add one."),
+        failed("d", "'x' is NaN. Hint: h."),
+        failed("e", "'x' is inf. Hint: h."),
+        failed("f", "'x' is None."),
+    ]
     assert _failure_text(same, 7, "public").splitlines() == [
         "failed on 6 of 7 public cases:", "case 'a' (a sizes): 'x' is off by 1 at index (0, 1). Hint: add one.",
         "the same failure on 'b'", "another failure on 'c': 'x' is off by 3.", "another failure on 'd': 'x' is NaN.",
         "and other failures on 'e', 'f'"]
-    cannot = [failed(n, "not checked: forward raised ValueError: bad (see the forward lines)", "unchecked") for n in "ab"]
+    cannot = [
+        failed(n, "not checked: forward raised ValueError: bad (see the forward lines)", "unchecked") for n in "ab"
+    ]
     assert _failure_text(cannot, 3, "public") == (
         "not checked on 2 of 3 public cases: forward raised ValueError: bad (see the forward lines)")
     withheld = "Backward points withheld: attention.py used torch.autograd.grad while running."
@@ -195,12 +227,21 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
         "- backward: dLdV:", f"    {withheld}", "- backward: dLdX: the same as the line above."]
     # A hint said for one line is not repeated for the next; the same failure on the other case set is said once.
     public = "failed on 1 of 2 public cases:\ncase 'a' (a sizes): 'x' is off by 1. Hint: add one."
-    hidden = "failed on 2 of 5 hidden cases:\ncase 'h' (h sizes): 'x' is off by 7. Hint: add one.\nthe same failure on 'i'"
+    hidden = (
+        "failed on 2 of 5 hidden cases:\ncase 'h' (h sizes): 'x' is off by 7. Hint: add one.\nthe same failure on 'i'"
+    )
     other = "failed on 1 of 2 public cases:\ncase 'a' (a sizes): 'y' is off by 1. Hint: add one."
-    assert why_lost([("p: x [public]", public, 1.0), ("p: x [hidden]", hidden, 1.0), ("p: y [public]", other, 1.0)]) == [
-        "- p: x [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'x' is off by 1. Hint: add one.",
+    assert why_lost(
+        [("p: x [public]", public, 1.0), ("p: x [hidden]", hidden, 1.0), ("p: y [public]", other, 1.0)]
+    ) == [
+        "- p: x [public]:",
+        "    failed on 1 of 2 public cases:",
+        "    case 'a' (a sizes): 'x' is off by 1. Hint: add one.",
         "- p: x [hidden]: the same failure as the line above (failed on 2 of 5 hidden cases).",
-        "- p: y [public]:", "    failed on 1 of 2 public cases:", "    case 'a' (a sizes): 'y' is off by 1. Hint: as above."]
+        "- p: y [public]:",
+        "    failed on 1 of 2 public cases:",
+        "    case 'a' (a sizes): 'y' is off by 1. Hint: as above.",
+    ]
 
 
 @pytest.mark.parametrize("shown", ["after_published", "after_due_date", "visible", "hidden"])
@@ -220,7 +261,9 @@ def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, 
 
 def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_path):
     path = tmp_path / "rubric.toml"
-    path.write_text(rubric.RUBRIC_PATH.read_text().replace('hidden_tests = "after_published"', 'hidden_tests = "after_due_date"'))
+    path.write_text(
+        rubric.RUBRIC_PATH.read_text().replace('hidden_tests = "after_published"', 'hidden_tests = "after_due_date"')
+    )
     _, data = grade_cli(tmp_path, "reference", (SOLUTIONS / "attention.py").read_text(), "--only", "attention",
                         "--rubric", str(path))
     shown = {t["name"].rsplit("[", 1)[1].rstrip("]"): t["visibility"] for t in data["tests"]}

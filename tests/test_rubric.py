@@ -112,7 +112,9 @@ def test_rubric_and_grader_use_exactly_the_five_contract_problem_ids():
 
 def test_lm_problems_grade_both_the_arrays_and_notebook_3s_functions():
     problems = rubric.load()
-    lines = {pid: {g.id: (g.points, g.visibilities) for g in problems[pid].groups} for pid in ("prediction", "generation")}
+    lines = {
+        pid: {g.id: (g.points, g.visibilities) for g in problems[pid].groups} for pid in ("prediction", "generation")
+    }
     assert lines["prediction"] == {
         "format": (2, ("public",)), "nll": (12, ("hidden",)), "predict_function": (4, ("public", "hidden")),
         "collate_and_loss": (2, ("public", "hidden")), "causal_attention": (2, ("public", "hidden")),
@@ -130,38 +132,114 @@ REAL = rubric.RUBRIC_PATH.read_text()
 
 TYPOS = [
     # (what is changed in the real rubric, from, to, what the refusal names)
-    ("a misspelt visibility drops a line's hidden points", 'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hidden"]',
-     'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hiden"]', "visibilities must be"),
+    (
+        "a misspelt visibility drops a line's hidden points",
+        'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hidden"]',
+        'id = "nll"\ntitle = "prediction NLL on the hidden targets"\npoints = 12\nvisibilities = ["hiden"]',
+        "visibilities must be",
+    ),
     ("a duplicated visibility", 'visibilities = ["public"]', 'visibilities = ["public", "public"]', "distinct values"),
     ("an empty visibility list", 'visibilities = ["public"]', "visibilities = []", "non-empty"),
     ("a misspelt setting", "full_credit_nll = 0.85", "full_credit_nl = 0.85", "unknown setting(s) ['full_credit_nl']"),
-    ("a setting given as text", "zero_credit_nll = 1.25", 'zero_credit_nll = "1.25"', "setting 'zero_credit_nll' must be number"),
-    ("thresholds the wrong way round", "full_credit_nll = 0.85", "full_credit_nll = 2.5", "'full_credit_nll' (2.5) must be below 'zero_credit_nll' (1.25)"),
-    ("a negative time limit", "settings = { cell_timeout_s = 10, call_timeout_s = 5 }",
-     "settings = { cell_timeout_s = -10, call_timeout_s = 5 }", "setting 'cell_timeout_s' must be > 0"),
-    ("smoothing outside (0, 1)", "smoothing_eps = 1e-3", "smoothing_eps = 1.5", "setting 'smoothing_eps' must be between 0 and 1"),
-    ("a misspelt share key", "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
-     "visibility_share = { public = 0.5, hiden = 0.5 }\n# Relative", "visibility_share must have exactly the keys"),
-    ("a share above 1", "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
-     "visibility_share = { public = 1.5, hidden = -0.5 }\n# Relative", "between 0 and 1"),
-    ("a tolerance for an unknown dtype", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float23 = { rtol = 1e-4, atol = 1e-5 }",
-     "tolerance for unknown dtype 'float23'"),
-    ("a misspelt tolerance key", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtoll = 1e-4, atol = 1e-5 }",
-     "tolerance.float32 must have exactly the keys ['rtol', 'atol']"),
-    ("a negative tolerance", "float32 = { rtol = 1e-4, atol = 1e-5 }", "float32 = { rtol = -1e-4, atol = 1e-5 }", "must be >= 0"),
-    ("zero points", "quantities = [\"A_sig\"]\npoints = 4", "quantities = [\"A_sig\"]\npoints = 0", "points must be > 0"),
-    ("a quantity the problem never computes", 'quantities = ["A_sig"]', 'quantities = ["A_sigma"]', "quantities ['A_sigma'] are not computed"),
-    ("a line without quantities the problem does not know", 'id = "nll"', 'id = "nl"', "line id 'nl' lists no quantities"),
-    ("two lines with one id", 'id = "forward_scores"', 'id = "forward_projections"', "line ids must be unique, repeated: ['forward_projections']"),
+    (
+        "a setting given as text",
+        "zero_credit_nll = 1.25",
+        'zero_credit_nll = "1.25"',
+        "setting 'zero_credit_nll' must be number",
+    ),
+    (
+        "thresholds the wrong way round",
+        "full_credit_nll = 0.85",
+        "full_credit_nll = 2.5",
+        "'full_credit_nll' (2.5) must be below 'zero_credit_nll' (1.25)",
+    ),
+    (
+        "a negative time limit",
+        "settings = { cell_timeout_s = 10, call_timeout_s = 5 }",
+        "settings = { cell_timeout_s = -10, call_timeout_s = 5 }",
+        "setting 'cell_timeout_s' must be > 0",
+    ),
+    (
+        "smoothing outside (0, 1)",
+        "smoothing_eps = 1e-3",
+        "smoothing_eps = 1.5",
+        "setting 'smoothing_eps' must be between 0 and 1",
+    ),
+    (
+        "a misspelt share key",
+        "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
+        "visibility_share = { public = 0.5, hiden = 0.5 }\n# Relative",
+        "visibility_share must have exactly the keys",
+    ),
+    (
+        "a share above 1",
+        "visibility_share = { public = 0.5, hidden = 0.5 }\n# Relative",
+        "visibility_share = { public = 1.5, hidden = -0.5 }\n# Relative",
+        "between 0 and 1",
+    ),
+    (
+        "a tolerance for an unknown dtype",
+        "float32 = { rtol = 1e-4, atol = 1e-5 }",
+        "float23 = { rtol = 1e-4, atol = 1e-5 }",
+        "tolerance for unknown dtype 'float23'",
+    ),
+    (
+        "a misspelt tolerance key",
+        "float32 = { rtol = 1e-4, atol = 1e-5 }",
+        "float32 = { rtoll = 1e-4, atol = 1e-5 }",
+        "tolerance.float32 must have exactly the keys ['rtol', 'atol']",
+    ),
+    (
+        "a negative tolerance",
+        "float32 = { rtol = 1e-4, atol = 1e-5 }",
+        "float32 = { rtol = -1e-4, atol = 1e-5 }",
+        "must be >= 0",
+    ),
+    ("zero points", 'quantities = ["A_sig"]\npoints = 4', 'quantities = ["A_sig"]\npoints = 0', "points must be > 0"),
+    (
+        "a quantity the problem never computes",
+        'quantities = ["A_sig"]',
+        'quantities = ["A_sigma"]',
+        "quantities ['A_sigma'] are not computed",
+    ),
+    (
+        "a line without quantities the problem does not know",
+        'id = "nll"',
+        'id = "nl"',
+        "line id 'nl' lists no quantities",
+    ),
+    (
+        "two lines with one id",
+        'id = "forward_scores"',
+        'id = "forward_projections"',
+        "line ids must be unique, repeated: ['forward_projections']",
+    ),
     ("a misspelt problem id", "[problems.masks]", "[problems.mask]", "unknown problem id 'mask'"),
     ("a misspelt top-level table", "[problems.attention]", "[problem.attention]", "unknown top-level key"),
-    ("a visibility Gradescope does not know", 'hidden_tests = "after_published"', 'hidden_tests = "after_publish"',
-     "hidden_tests must be one of ['after_published', 'after_due_date', 'visible', 'hidden'], got 'after_publish'"),
-    ("stability on a line without an edge", 'edge = "large_scores"\nstability = true', "stability = true",
-     "stability = true is for a line graded on an edge case"),
-    ("an edge that is not a name", 'edge = "single_position"', 'edge = "single position"', "edge must be a lower-case name"),
-    ("an edge on a problem whose cases carry none", 'points = 18\nvisibilities = ["hidden"]',
-     'points = 18\nvisibilities = ["hidden"]\nedge = "x"', "this problem's cases carry no edge tags"),
+    (
+        "a visibility Gradescope does not know",
+        'hidden_tests = "after_published"',
+        'hidden_tests = "after_publish"',
+        "hidden_tests must be one of ['after_published', 'after_due_date', 'visible', 'hidden'], got 'after_publish'",
+    ),
+    (
+        "stability on a line without an edge",
+        'edge = "large_scores"\nstability = true',
+        "stability = true",
+        "stability = true is for a line graded on an edge case",
+    ),
+    (
+        "an edge that is not a name",
+        'edge = "single_position"',
+        'edge = "single position"',
+        "edge must be a lower-case name",
+    ),
+    (
+        "an edge on a problem whose cases carry none",
+        'points = 18\nvisibilities = ["hidden"]',
+        'points = 18\nvisibilities = ["hidden"]\nedge = "x"',
+        "this problem's cases carry no edge tags",
+    ),
 ]
 
 
@@ -203,5 +281,7 @@ def test_the_batch_grader_refuses_an_edge_line_no_case_carries(tmp_path, monkeyp
     monkeypatch.setattr(rubric, "RUBRIC_PATH", path)
     assert cli.main([str(tmp_path), "--out", str(tmp_path / "grades")]) == 2
     err = capsys.readouterr().err
-    assert re.search(r"attention.single_position is graded on edge 'single_positon', but no (public|hidden) case", err), err
+    assert re.search(
+        r"attention.single_position is graded on edge 'single_positon', but no (public|hidden) case", err
+    ), err
     assert "Traceback" not in err and not (tmp_path / "grades").exists()

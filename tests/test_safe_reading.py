@@ -125,7 +125,10 @@ def _plant(target: Path, kind: str, secret: Path) -> None:
 
 PLANTS = ["symlink_to_other_student", "symlink_to_root_only", "symlink_to_proc_cmdline", "symlink_to_dev_zero", "fifo",
           "hard_link_to_other_student"]
-EXPECTED_REASON = {"fifo": "is a FIFO (named pipe), not a regular file", "hard_link_to_other_student": "has 2 hard links"}
+EXPECTED_REASON = {
+    "fifo": "is a FIFO (named pipe), not a regular file",
+    "hard_link_to_other_student": "has 2 hard links",
+}
 
 
 @pytest.mark.parametrize("kind", PLANTS)
@@ -211,15 +214,24 @@ REFUSED_DTYPES = {
     "structured": (npy_bytes(np.zeros(3, dtype=[("a", "<f8"), ("b", "<i4")])), "structured dtype"),
     "text": (npy_bytes(np.array(["abc"])), "has dtype <U3, expected"),
     "datetime": (npy_bytes(np.zeros(2, dtype="M8[s]")), "has dtype datetime64[s], expected"),
-    "subarray": (raw_npy("{'descr': ('<f8', (1000, 1000)), 'fortran_order': False, 'shape': (1400,), }", bytes(64)),
-                 "subarray dtype"),
-    "structured_subarray": (raw_npy("{'descr': [('a', '<f8', (1000, 1000))], 'fortran_order': False, 'shape': (1400,), }"),
-                            "structured dtype"),
-    "huge_shape": (raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000, 1000000000000), }"),
-                   "values), more than the"),
+    "subarray": (
+        raw_npy("{'descr': ('<f8', (1000, 1000)), 'fortran_order': False, 'shape': (1400,), }", bytes(64)),
+        "subarray dtype",
+    ),
+    "structured_subarray": (
+        raw_npy("{'descr': [('a', '<f8', (1000, 1000))], 'fortran_order': False, 'shape': (1400,), }"),
+        "structured dtype",
+    ),
+    "huge_shape": (
+        raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000, 1000000000000), }"),
+        "values), more than the",
+    ),
     "negative_shape": (raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (-1,), }"), "invalid shape (-1,)"),
     "truncated": (npy_bytes(np.ones(100))[:-80], "is truncated: shape (100,) of float64 needs 800 bytes"),
-    "expression_in_header": (raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (10**12,), }"), "is not a .npy array"),
+    "expression_in_header": (
+        raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (10**12,), }"),
+        "is not a .npy array",
+    ),
     "version_3": (b"\x93NUMPY\x03\x00" + bytes(60), "format version 3.0"),
     "not_npy": (b"PK\x03\x04 a zip", "is not a .npy array"),
 }

@@ -38,7 +38,9 @@ HANDINS = {
 
 
 def verdict(result) -> list[tuple]:
-    return [(t.problem, t.line, t.name, t.visibility, round(t.score, 6), t.output.split("\n", 1)[0]) for t in result.tests]
+    return [
+        (t.problem, t.line, t.name, t.visibility, round(t.score, 6), t.output.split("\n", 1)[0]) for t in result.tests
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(HANDINS))
@@ -47,7 +49,9 @@ def test_the_kit_and_the_course_grader_give_the_same_verdict(tmp_path, name):
     folder.mkdir()
     made = HANDINS[name](folder)
     handin = made if isinstance(made, Path) else folder
-    kit = grade_submission(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(min_isolation="portable", **LIMITS))
+    kit = grade_submission(
+        handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(min_isolation="portable", **LIMITS)
+    )
     course = grade_hidden(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS))
     assert kit.isolation == "portable" and course.isolation in ("namespaces", "fallback", "portable")
     assert verdict(kit) and verdict(kit) == verdict(course)

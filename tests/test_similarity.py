@@ -362,7 +362,9 @@ def test_html_is_self_contained_escaped_and_flags(cls, tmp_path):
     assert "Content-Security-Policy" in html and "<script" not in html and "http" not in html.split("</head>")[1]
     assert html.count('<tr class="flag">') == 2
     # A notebook whose code holds markup is shown as text.
-    evil = filled(NB2, {**NB2_OWN, "padding_mask": 'print("</pre><script>alert(1)</script>")\nreturn torch.ne(tokens, pad_id)'})
+    evil = filled(
+        NB2, {**NB2_OWN, "padding_mask": 'print("</pre><script>alert(1)</script>")\nreturn torch.ne(tokens, pad_id)'}
+    )
     subs = [handin(tmp_path, n, {**blank(), NB2: evil}) for n in ("x", "y")]
     sim.run_class(subs, tmp_path / "out", threshold=THRESHOLD)
     page = (tmp_path / "out" / "similarity.html").read_text()

@@ -35,8 +35,12 @@ def solved_handout(dest: Path, notebooks: tuple[str, ...] = NOTEBOOKS, run: bool
         folder = dest / "experiments" / RUNID
         folder.mkdir(parents=True)
         lm = FIXTURES / "lm"
-        for src, name in (("reference_model.pt", f"model_{EPOCH}.pt"), ("reference_predictions.npy", f"predictions_test_{EPOCH}.npy"),
-                          ("reference_generated.npy", f"generated_{EPOCH}.npy"), ("reference_generated.txt", f"generated_{EPOCH}.txt")):
+        for src, name in (
+            ("reference_model.pt", f"model_{EPOCH}.pt"),
+            ("reference_predictions.npy", f"predictions_test_{EPOCH}.npy"),
+            ("reference_generated.npy", f"generated_{EPOCH}.npy"),
+            ("reference_generated.txt", f"generated_{EPOCH}.txt"),
+        ):
             shutil.copyfile(lm / src, folder / name)
     return dest
 
@@ -45,7 +49,9 @@ def rows_of(stdout: str) -> list[dict]:
     return [m.groupdict() for m in map(ROW.match, stdout.splitlines()) if m]
 
 
-def simulated(target: str, folder: Path, *entry: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def simulated(
+    target: str, folder: Path, *entry: str, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SIM), target, str(folder), "--", *entry], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -66,13 +72,17 @@ def full_public_marks(proc: subprocess.CompletedProcess) -> list[dict]:
 @pytest.mark.parametrize("target", ["darwin", "win32"])
 def test_the_solved_handout_is_packed_and_gets_full_public_marks_at_the_portable_level(tmp_path, target):
     folder = solved_handout(tmp_path / "handout")
-    packed = simulated(target, folder, "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar")
+    packed = simulated(
+        target, folder, "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar"
+    )
     assert packed.returncode == 0, packed.stdout + packed.stderr
     assert (folder / "handin.tar").is_file() and "Traceback" not in packed.stderr
     proc = simulated(target, folder, "autograder.py", *(("--handin", "handin.tar") if target == "win32" else ()))
     rows = full_public_marks(proc)
     assert {r["problem"] for r in rows} == {"attention", "losses", "masks", "prediction", "generation"}
-    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[-2000:]
+    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[
+        -2000:
+    ]
 
 
 # The kernel's side of the notebooks' checks, on its own (no test helper of the course's): run the solved
@@ -111,7 +121,9 @@ def check_results(proc: subprocess.CompletedProcess) -> dict[str, list]:
 @pytest.mark.parametrize("target", ["darwin", "win32"])
 def test_every_grader_check_cell_passes_on_the_solved_notebooks(tmp_path, target):
     folder = solved_handout(tmp_path / "handout", run=False)
-    results = check_results(simulated(target, folder, "-c", CHECKS.format(solutions=str(SOLUTIONS), handout=str(HANDOUT), names=NOTEBOOKS)))
+    results = check_results(
+        simulated(target, folder, "-c", CHECKS.format(solutions=str(SOLUTIONS), handout=str(HANDOUT), names=NOTEBOOKS))
+    )
     assert set(results) == set(NOTEBOOKS)
     for name, checks in results.items():
         assert checks, name
@@ -158,10 +170,17 @@ def test_notebook_1_its_checks_and_make_handin_run_under_python(tmp_path, versio
     rows = full_public_marks(graded)
     assert {r["problem"] for r in rows} == {"losses"} and sum(float(r["max"]) for r in rows) == pytest.approx(10.0)
     code = CHECKS.format(solutions=str(SOLUTIONS), handout=str(HANDOUT), names=(NB1,))
-    checks = check_results(subprocess.run([str(exe), "-c", code], cwd=folder, capture_output=True, text=True, timeout=600))
+    checks = check_results(
+        subprocess.run([str(exe), "-c", code], cwd=folder, capture_output=True, text=True, timeout=600)
+    )
     assert checks[NB1] and all(ok for _q, ok, _m in checks[NB1]), checks
-    packed = subprocess.run([str(exe), "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar"],
-                            cwd=folder, capture_output=True, text=True, timeout=600)
+    packed = subprocess.run(
+        [str(exe), "-m", "gradelib.handin", "--runid", RUNID, "--epoch", EPOCH, "--out", "handin.tar"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert packed.returncode == 0 and (folder / "handin.tar").is_file(), packed.stdout + packed.stderr
 
 
@@ -170,9 +189,38 @@ def test_notebook_1_its_checks_and_make_handin_run_under_python(tmp_path, versio
 STUDENT_ENTRIES = ("gradelib.local", "gradelib.handin", "gradelib.notebook_check", "gradelib.runner.start")
 LINUX_MODULES = {"fcntl", "pwd", "grp", "resource", "termios"}
 LINUX_ATTRS = {
-    "os": {"O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_PATH", "fork", "setsid", "killpg", "getuid",
-           "geteuid", "setuid", "setgid", "setgroups", "chown", "lchown", "sched_getaffinity", "wait4", "mkfifo", "fchmod"},
-    "signal": {"SIGALRM", "SIGPROF", "SIGKILL", "SIGXCPU", "SIGHUP", "setitimer", "ITIMER_REAL", "ITIMER_PROF", "alarm"},
+    "os": {
+        "O_NOFOLLOW",
+        "O_NONBLOCK",
+        "O_CLOEXEC",
+        "O_DIRECTORY",
+        "O_PATH",
+        "fork",
+        "setsid",
+        "killpg",
+        "getuid",
+        "geteuid",
+        "setuid",
+        "setgid",
+        "setgroups",
+        "chown",
+        "lchown",
+        "sched_getaffinity",
+        "wait4",
+        "mkfifo",
+        "fchmod",
+    },
+    "signal": {
+        "SIGALRM",
+        "SIGPROF",
+        "SIGKILL",
+        "SIGXCPU",
+        "SIGHUP",
+        "setitimer",
+        "ITIMER_REAL",
+        "ITIMER_PROF",
+        "alarm",
+    },
     "socket": {"SO_PASSCRED", "SCM_CREDENTIALS", "SCM_RIGHTS", "send_fds", "recv_fds", "AF_UNIX"},
 }
 # The student kit has no Linux-only rooms (the course grader's isolation lives in autograder/isolation/): each
@@ -255,8 +303,10 @@ def guarded_lines(tree: ast.Module, source: list[str]) -> set[int]:
         if isinstance(node, (ast.If, ast.IfExp, ast.While)) and GUARDS.search(ast.unparse(node.test)):
             lines |= set(range(node.lineno, node.end_lineno + 1))
         elif isinstance(node, ast.Try) and any(
-                h.type is not None and re.search(r"ImportError|AttributeError|OSError|ModuleNotFoundError", ast.unparse(h.type))
-                for h in node.handlers):
+            h.type is not None
+            and re.search(r"ImportError|AttributeError|OSError|ModuleNotFoundError", ast.unparse(h.type))
+            for h in node.handlers
+        ):
             lines |= set(range(node.lineno, node.end_lineno + 1))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for stmt in node.body[:4]:  # an early return guard: `if not <platform test>: return`
@@ -330,4 +380,6 @@ def test_the_local_grader_gives_full_public_marks_to_a_linux_user_who_is_not_roo
         shutil.rmtree(home, ignore_errors=True)
     rows = full_public_marks(proc)
     assert {r["problem"] for r in rows} == {"attention", "losses", "masks", "prediction", "generation"}
-    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[-2000:]
+    assert "Your code ran in a separate process with time, CPU, output and memory limits." in proc.stdout, proc.stdout[
+        -2000:
+    ]

@@ -63,7 +63,9 @@ def test_unsafe_archive_is_refused_and_nothing_is_extracted(tmp_path, members, f
     assert not (tmp_path / "owned").exists() and not os.path.exists("/etc/owned")
 
 
-@pytest.mark.parametrize("data", [b"", b"hello, not a tar\n" * 50, b"PK\x03\x04" + bytes(200)], ids=["zero_bytes", "text", "zip"])
+@pytest.mark.parametrize(
+    "data", [b"", b"hello, not a tar\n" * 50, b"PK\x03\x04" + bytes(200)], ids=["zero_bytes", "text", "zip"]
+)
 def test_something_that_is_not_a_tar_is_refused(tmp_path, data):
     path = tmp_path / "handin.tar"
     path.write_bytes(data)
@@ -115,7 +117,9 @@ def test_sparse_member_is_refused(tmp_path):
 
 
 def test_single_top_folder_is_stripped_and_nested_files_are_skipped(tmp_path):
-    archive = _tar(tmp_path / "handin.tar", [("handin/attention.py", b"x = 1\n", REG, ""), ("handin/notes.txt", b"n", REG, "")])
+    archive = _tar(
+        tmp_path / "handin.tar", [("handin/attention.py", b"x = 1\n", REG, ""), ("handin/notes.txt", b"n", REG, "")]
+    )
     notes = open_handin(archive, tmp_path / "a")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["attention.py", "notes.txt"] and notes == []
     archive = _tar(tmp_path / "nested.tar", [GOOD, ("deep/dir/evil.py", b"x", REG, "")])
@@ -205,7 +209,11 @@ GRADED_SHAPES = ("folder", "zip_top_folder_macos", "folder_holding_tgz_in_subfol
 def test_every_upload_shape_is_graded_like_the_plain_folder(tmp_path, shape):
     path = _shape(tmp_path / "upload", shape)
     intake = open_upload(path, tmp_path / "files")
-    placed = {p.relative_to(tmp_path / "files").as_posix(): p.read_bytes() for p in (tmp_path / "files").rglob("*") if p.is_file()}
+    placed = {
+        p.relative_to(tmp_path / "files").as_posix(): p.read_bytes()
+        for p in (tmp_path / "files").rglob("*")
+        if p.is_file()
+    }
     assert placed == {"attention.py": REFERENCE}, (sorted(placed), intake.notes)
     if shape in GRADED_SHAPES:
         result = _grade(path)

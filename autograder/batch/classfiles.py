@@ -41,7 +41,16 @@ def log_regrades(out: Path, jobs: list[Job], before: dict[str, Row]) -> int:
         new = read_row(out / job.name / "results.json", job.name)
         for pid, reason in job.reasons.items():
             if pid in old.scores and abs(new.scores.get(pid, 0.0) - old.scores[pid]) > 1e-9:
-                lines.append([stamp, spreadsheet_cell(job.name), pid, f"{old.scores[pid]:g}", f"{new.scores.get(pid, 0.0):g}", reason])
+                lines.append(
+                    [
+                        stamp,
+                        spreadsheet_cell(job.name),
+                        pid,
+                        f"{old.scores[pid]:g}",
+                        f"{new.scores.get(pid, 0.0):g}",
+                        reason,
+                    ]
+                )
     if lines:
         path = out / REGRADE_LOG
         buf = io.StringIO()
@@ -74,8 +83,15 @@ def similarity_notes(out: Path) -> dict[str, list[str]]:
     notes = data.get("notes") if isinstance(data, dict) else None
     if not isinstance(notes, dict):
         return {}
-    return {str(name): [f"similarity: {clean_text(n)[:300]}" for n in ns if isinstance(n, str) and not n.endswith(NOT_COMPARED_MISSING)]
-            for name, ns in notes.items() if isinstance(ns, list)}
+    return {
+        str(name): [
+            f"similarity: {clean_text(n)[:300]}"
+            for n in ns
+            if isinstance(n, str) and not n.endswith(NOT_COMPARED_MISSING)
+        ]
+        for name, ns in notes.items()
+        if isinstance(ns, list)
+    }
 
 
 def write_class_files(args: argparse.Namespace, problem_ids: list[str]) -> tuple[int, str]:

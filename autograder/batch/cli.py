@@ -61,12 +61,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
     ap.add_argument("--title", default="Class report", help="heading of report.html")
     ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
-    book = ap.add_argument_group("gradebook (grades.csv, scores.csv, canvas.csv; the late policy is the rubric's [late] table)")
-    book.add_argument("--roster", type=Path, help="CSV: student id, name, email, submission (folder or file name) [, section, canvas id]")
+    book = ap.add_argument_group(
+        "gradebook (grades.csv, scores.csv, canvas.csv; the late policy is the rubric's [late] table)"
+    )
+    book.add_argument(
+        "--roster",
+        type=Path,
+        help="CSV: student id, name, email, submission (folder or file name) [, section, canvas id]",
+    )
     book.add_argument("--extensions", type=Path, help="CSV: student id or submission, extra days")
-    book.add_argument("--submitted-at", type=Path, help="CSV: submission, ISO time (else submission_metadata.json in the submission folder)")
+    book.add_argument(
+        "--submitted-at",
+        type=Path,
+        help="CSV: submission, ISO time (else submission_metadata.json in the submission folder)",
+    )
     book.add_argument("--due", help="due time, ISO 8601 (else the due date in submission_metadata.json)")
-    book.add_argument("--assignment-title", default="Self-attention and language modeling", help="the assignment's column in canvas.csv")
+    book.add_argument(
+        "--assignment-title",
+        default="Self-attention and language modeling",
+        help="the assignment's column in canvas.csv",
+    )
     ap.add_argument("--fixtures", type=Path, default=CASE_ROOT,
                     help="folder of the public and hidden cases and MANIFEST.sha256 (default: fixtures/)")
     ap.add_argument(

@@ -158,7 +158,9 @@ def parse_time(text: str, where: str) -> datetime:
     try:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise BookError(f"{where}: {text!r} is not an ISO 8601 time (expected e.g. 2025-03-01T23:59:00-05:00)") from None
+        raise BookError(
+            f"{where}: {text!r} is not an ISO 8601 time (expected e.g. 2025-03-01T23:59:00-05:00)"
+        ) from None
     return t if t.tzinfo else t.astimezone()
 
 
@@ -209,7 +211,9 @@ def round_columns(values: list[float]) -> tuple[list[Decimal], Decimal]:
     return floors, total
 
 
-def _match(students: list[Student], rows: list[Row], sources: dict[str, str]) -> tuple[dict[str, Student], list[Student]]:
+def _match(
+    students: list[Student], rows: list[Row], sources: dict[str, str]
+) -> tuple[dict[str, Student], list[Student]]:
     """Submission name -> student; students whose submission has no results."""
     by_name = {r.submission: r for r in rows}
     folded = {r.submission.casefold(): r.submission for r in rows}
@@ -224,7 +228,9 @@ def _match(students: list[Student], rows: list[Row], sources: dict[str, str]) ->
             candidates.append(Path(want).parent.name)
         name = next((c for c in candidates if c in by_name), None)
         name = name or next((folded[c.casefold()] for c in candidates if c.casefold() in folded), None)
-        name = name or next((n for n, src in sources.items() if want and (src == want or src.endswith("/" + want))), None)
+        name = name or next(
+            (n for n, src in sources.items() if want and (src == want or src.endswith("/" + want))), None
+        )
         if name is None or name in found:
             missing.append(s)
         else:
@@ -252,7 +258,13 @@ def build(
     for row in sorted(rows, key=lambda r: r.submission):
         student = owners.get(row.submission)
         cols, total = round_columns([row.scores.get(p, 0.0) for p in problem_ids])
-        entry = Entry(row, student, dict(zip(problem_ids, cols)), total, Decimal(repr(row.max)).quantize(CENT, rounding=ROUND_HALF_UP))
+        entry = Entry(
+            row,
+            student,
+            dict(zip(problem_ids, cols)),
+            total,
+            Decimal(repr(row.max)).quantize(CENT, rounding=ROUND_HALF_UP),
+        )
         keys = [row.submission] + ([student.student_id] if student else [])
         try:  # the times come partly from the submission's own metadata: whatever it holds costs this row only
             _late(entry, keys, policy, due, extensions, submitted_at, metadata.get(row.submission))
@@ -264,9 +276,15 @@ def build(
             untimed.append(row.submission)
         entry.final = total - entry.penalty
         entries.append(entry)
-    unknown = [r.submission for r in sorted(rows, key=lambda r: r.submission) if roster is not None and r.submission not in owners]
+    unknown = [
+        r.submission
+        for r in sorted(rows, key=lambda r: r.submission)
+        if roster is not None and r.submission not in owners
+    ]
     top = max_points if max_points is not None else max((r.max for r in rows), default=0.0)
-    return Book(entries, missing, unknown, untimed, Decimal(repr(float(top))).quantize(CENT, rounding=ROUND_HALF_UP), notes)
+    return Book(
+        entries, missing, unknown, untimed, Decimal(repr(float(top))).quantize(CENT, rounding=ROUND_HALF_UP), notes
+    )
 
 
 def _late(entry: Entry, keys: list[str], policy: LatePolicy | None, due: datetime | None, extensions: dict[str, float],
@@ -281,7 +299,9 @@ def _late(entry: Entry, keys: list[str], policy: LatePolicy | None, due: datetim
         entry.days_late = max(0, math.ceil(late_s / DAY_S))
     if policy is not None and entry.days_late:
         fraction = Decimal(repr(policy.penalty(entry.days_late)))
-        entry.penalty = entry.total if fraction >= 1 else (entry.total * fraction).quantize(CENT, rounding=ROUND_HALF_UP)
+        entry.penalty = (
+            entry.total if fraction >= 1 else (entry.total * fraction).quantize(CENT, rounding=ROUND_HALF_UP)
+        )
 
 
 def _csv(rows: list[list]) -> str:
@@ -321,7 +341,10 @@ def write_scores(path: Path, book: Book) -> None:
 def write_canvas(path: Path, book: Book, roster: list[Student], title: str) -> None:
     """canvas.csv for Canvas's gradebook import: a row per roster student (blank when nothing was graded)."""
     by_id = {e.student.student_id: e for e in book.entries if e.student}
-    lines = [["Student", "ID", "SIS User ID", "Section", title], ["Points Possible", "", "", "", f"{book.max_points:.2f}"]]
+    lines = [
+        ["Student", "ID", "SIS User ID", "Section", title],
+        ["Points Possible", "", "", "", f"{book.max_points:.2f}"],
+    ]
     for s in roster:
         e = by_id.get(s.student_id)
         lines.append([cell(s.name), cell(s.canvas_id), cell(s.student_id), cell(s.section),
@@ -343,8 +366,11 @@ def summary(book: Book, roster: bool) -> str:
     if late:
         lines.append(f"late: {len(late)} submissions, {sum(e.penalty > 0 for e in late)} with a penalty")
     if book.untimed:
-        lines.append(f"late policy: no submission or due time for {len(book.untimed)} submissions (no penalty applied): "
-                     + ", ".join(book.untimed[:10]) + (" ..." if len(book.untimed) > 10 else ""))
+        lines.append(
+            f"late policy: no submission or due time for {len(book.untimed)} submissions (no penalty applied): "
+            + ", ".join(book.untimed[:10])
+            + (" ..." if len(book.untimed) > 10 else "")
+        )
     if book.notes:
         lines.append(f"to look at ({len(book.notes)} submissions, also in report.html):")
         lines += [f"  {name}: {'; '.join(notes)}" for name, notes in sorted(book.notes.items())[:10]]

@@ -150,7 +150,9 @@ class Batch:
         for pid in result.problems:
             result.mark_not_graded(pid, f"the grader's own process {why}")
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
-        regrade.write_merged(result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge)
+        regrade.write_merged(
+            result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge
+        )
         self.failed.append(job.name)
 
     def _finished(self, job: Job, returncode: int | None, bar) -> None:

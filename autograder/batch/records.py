@@ -58,7 +58,9 @@ def source_key(p: Path) -> str:
     (so `student/` and `student/handin.tar` are the same submission, as their name says)."""
     path = p.resolve()
     key = str(path.parent if path.name in HANDIN_ARCHIVES else path)
-    return key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a name not in UTF-8 still has one
+    return key.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "backslashreplace"
+    )  # a name not in UTF-8 still has one
 
 
 def submission_names(paths: list[Path]) -> list[str]:
@@ -120,7 +122,9 @@ def claim(path: Path, folder: Path) -> None:
 
 def class_folders(out: Path) -> list[Path]:
     """The submission folders under `out` that hold a results.json, whichever run graded them."""
-    return sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "results.json").is_file())
+    return sorted(
+        p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "results.json").is_file()
+    )
 
 
 # ---------------------------------------------------------------- rows
@@ -195,7 +199,10 @@ def read_row(path: Path, name: str) -> Row:
         wall = finite(data.get("execution_time", 0.0))
         notes = clean_text(data.get("output", ""))
     except Exception as exc:  # whatever the file holds, the class's other rows are read
-        return Row(name, notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points")
+        return Row(
+            name,
+            notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points",
+        )
     scores: dict[str, float] = {}
     for t in tests:
         scores[t.problem] = round(scores.get(t.problem, 0.0) + t.score, 4)

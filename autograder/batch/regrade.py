@@ -182,7 +182,9 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> Submissi
                 result.problem_seconds[pid] = float(rec["seconds"])
     general = record.get("notes") if record else None
     if isinstance(general, list):
-        result.notes = [str(n) for n in general] + [n for pid in result.problems for n in result.problem_notes.get(pid, [])]
+        result.notes = [str(n) for n in general] + [
+            n for pid in result.problems for n in result.problem_notes.get(pid, [])
+        ]
     else:
         output = str(data.get("output", "") or "")
         result.notes = [output] if output else []
@@ -244,7 +246,12 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
     for pid in result.problems:
         tests = [t for t in result.tests if t.problem == pid]
         messages = {t.output.strip() for t in tests}
-        if not tests or any(t.score > 0 for t in tests) or len(messages) != 1 or all(t.visibility != "public" for t in tests):
+        if (
+            not tests
+            or any(t.score > 0 for t in tests)
+            or len(messages) != 1
+            or all(t.visibility != "public" for t in tests)
+        ):
             continue
         message = messages.pop()
         missing = MISSING.search(message)
@@ -264,7 +271,9 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     tests = []
     for t in result.tests:
         per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
-        number = f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
+        number = (
+            f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
+        )
         tests.append(t.to_gradescope(number))
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
     wall = result.wall_s if isinstance(result.wall_s, (int, float)) and math.isfinite(result.wall_s) else 0.0
@@ -309,7 +318,9 @@ def records_of(data: dict | None) -> dict[str, dict]:
             for pid, rec in record["problems"].items() if isinstance(rec, dict)}
 
 
-def write_merged(new: SubmissionResult, folder: Path, records: dict[str, dict], problem_order: list[str], merge_old: bool) -> None:
+def write_merged(
+    new: SubmissionResult, folder: Path, records: dict[str, dict], problem_order: list[str], merge_old: bool
+) -> None:
     """Write `new` to folder/results.json and feedback.txt; with merge_old, into the results already there."""
     result, all_records = new, dict(records)
     if merge_old:

@@ -76,20 +76,30 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
             f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: {plural(c, "submission")}</title></rect>'
         )
         if c:
-            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" text-anchor="middle" font-size="11">{c}</text>')
+            parts.append(
+                f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" text-anchor="middle" font-size="11">{c}</text>'
+            )
         if i % every == 0 and (HISTOGRAM_BINS - i) >= every:
-            parts.append(f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[i]}</text>')
-    parts.append(f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[-1]}</text>')
+            parts.append(
+                f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[i]}</text>'
+            )
+    parts.append(
+        f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[-1]}</text>'
+    )
     for mx, text in marks:
         if lo <= mx <= hi:
             x = x_of(mx)
             # The label goes right of its line, or left of it where it would leave the chart.
             left = x + 3 + len(text) * CHAR_PX > w
             anchor = ' text-anchor="end"' if left else ""
-            parts.append(f'<line class="mark" x1="{x:.1f}" y1="{pad_t}" x2="{x:.1f}" y2="{pad_t + plot_h}" stroke="#c00" '
-                         f'stroke-dasharray="4 3"/><text x="{x - 3 if left else x + 3:.1f}" y="{pad_t + 10}" font-size="11" '
-                         f'fill="#c00"{anchor}>{escape(text)}</text>')
-    parts.append(f'<text x="{pad_l + plot_w / 2:.1f}" y="{h - 6}" text-anchor="middle" font-size="12">{escape(xlabel)}</text>')
+            parts.append(
+                f'<line class="mark" x1="{x:.1f}" y1="{pad_t}" x2="{x:.1f}" y2="{pad_t + plot_h}" stroke="#c00" '
+                f'stroke-dasharray="4 3"/><text x="{x - 3 if left else x + 3:.1f}" y="{pad_t + 10}" font-size="11" '
+                f'fill="#c00"{anchor}>{escape(text)}</text>'
+            )
+    parts.append(
+        f'<text x="{pad_l + plot_w / 2:.1f}" y="{h - 6}" text-anchor="middle" font-size="12">{escape(xlabel)}</text>'
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -178,7 +188,9 @@ def _figure_charts(rows: list[Row], thresholds: dict[str, tuple[float, float]]) 
         pad = (hi / lo) ** 0.05 if log and lo > 0 else 0.05 * (hi - lo)
         lo, hi = (lo / pad, hi * pad) if log and lo > 0 else (lo - pad, hi + pad)
         marks = [(full, f"full credit {full:g}"), (zero, f"no credit {zero:g}")] if key in thresholds else []
-        out.append(f"<h3>{escape(label)}: {plural(len(values), 'submission')}, median {statistics.median(values):.3g}</h3>")
+        out.append(
+            f"<h3>{escape(label)}: {plural(len(values), 'submission')}, median {statistics.median(values):.3g}</h3>"
+        )
         out.append(histogram_svg(values, lo, hi, f"figure-{key}", label, label, marks, log=log and lo > 0))
     return out
 
@@ -291,8 +303,14 @@ def _page(title: str, body: list[str]) -> str:
     ])
 
 
-def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: list[dict] | None = None,
-                  thresholds: dict[str, tuple[float, float]] | None = None, needs: dict[str, list[str]] | None = None) -> str:
+def render_report(
+    rows: list[Row],
+    problem_ids: list[str],
+    title: str,
+    similar: list[dict] | None = None,
+    thresholds: dict[str, tuple[float, float]] | None = None,
+    needs: dict[str, list[str]] | None = None,
+) -> str:
     """The class report; `similar` holds the top pairs of a similarity run (similarity.py), if any;
     `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values; `needs`: the
     submissions to open and why (triage.needs_look; from the rows alone when not given)."""
@@ -306,30 +324,60 @@ def render_report(rows: list[Row], problem_ids: list[str], title: str, similar: 
                  for r in rows for key, text in sorted(r.flags.items())]
     pair_rows = _pair_rows(similar or [])
     shown_figures = [k for k in FIGURES if any(_figure_cell(r, k) for r in rows)]
-    return _page(title, [
-        f'<p id="summary">{escape(_summary(rows))}</p>',
-        f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
-        "<h2>Score distribution</h2>",
-        histogram_svg(totals, 0.0, max_score or max(totals, default=1.0) or 1.0, "score-histogram",
-                      "Distribution of total scores", "total score"),
-        "<h2>Problems</h2>",
-        _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
-        *(["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
-          if any(t.figures for r in rows for t in r.tests) else []),
-        "<h2>Pass rate per test</h2>",
-        _table(["test", "passed", "rate", "failed by"], _pass_rate_rows(rows), "pass-rates", sortable=True),
-        f"<h2>Slowest {len(slow_rows)} submissions</h2>",
-        _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
-        f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
-        _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
-        f"<h2>Integrity flags ({len(flag_rows)})</h2>",
-        _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
-        *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
-           _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar")] if similar is not None else []),
-        "<h2>All submissions</h2>",
-        _table(["submission", *problem_ids, "total", *[FIGURES[k][3] for k in shown_figures], "time (s)", "sandbox",
-                "flags"], _all_rows(rows, problem_ids, shown_figures), "all", sortable=True),
-    ])
+    return _page(
+        title,
+        [
+            f'<p id="summary">{escape(_summary(rows))}</p>',
+            f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
+            "<h2>Score distribution</h2>",
+            histogram_svg(
+                totals,
+                0.0,
+                max_score or max(totals, default=1.0) or 1.0,
+                "score-histogram",
+                "Distribution of total scores",
+                "total score",
+            ),
+            "<h2>Problems</h2>",
+            _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
+            *(
+                ["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
+                if any(t.figures for r in rows for t in r.tests)
+                else []
+            ),
+            "<h2>Pass rate per test</h2>",
+            _table(["test", "passed", "rate", "failed by"], _pass_rate_rows(rows), "pass-rates", sortable=True),
+            f"<h2>Slowest {len(slow_rows)} submissions</h2>",
+            _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
+            f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
+            _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
+            f"<h2>Integrity flags ({len(flag_rows)})</h2>",
+            _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
+            *(
+                [
+                    f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
+                    _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar"),
+                ]
+                if similar is not None
+                else []
+            ),
+            "<h2>All submissions</h2>",
+            _table(
+                [
+                    "submission",
+                    *problem_ids,
+                    "total",
+                    *[FIGURES[k][3] for k in shown_figures],
+                    "time (s)",
+                    "sandbox",
+                    "flags",
+                ],
+                _all_rows(rows, problem_ids, shown_figures),
+                "all",
+                sortable=True,
+            ),
+        ],
+    )
 
 
 def thresholds_of(problems: dict) -> dict[str, tuple[float, float]]:

@@ -26,7 +26,17 @@ from gradelib.safeio import clean_text
 from .compared_code import FILES, HANDOUT, Loaded, given_cells, handout_sources, load_submission
 from .records import submission_names
 from .similarity_report import LISTED_MIN, MAX_LISTED, Run, write_outputs
-from .winnowing import GUARANTEE_T, NOISE_T, Prints, boilerplate_hashes, compare, fingerprint, line_ranges, raw_slices, score_rows
+from .winnowing import (
+    GUARANTEE_T,
+    NOISE_T,
+    Prints,
+    boilerplate_hashes,
+    compare,
+    fingerprint,
+    line_ranges,
+    raw_slices,
+    score_rows,
+)
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -40,7 +50,9 @@ def _load_and_fingerprint(task: tuple[str, str]) -> tuple[Loaded, dict[str, Code
     try:
         loaded = load_submission(Path(path), name, _STATE["given"])
     except Exception as exc:  # whatever one handin holds, the class is compared without it
-        return Loaded(name, {}, [f"not compared: reading it failed ({type(exc).__name__}: {clean_text(exc)[:200]})"]), {}
+        return Loaded(
+            name, {}, [f"not compared: reading it failed ({type(exc).__name__}: {clean_text(exc)[:200]})"]
+        ), {}
     prints = {}
     for kind, source in loaded.sources.items():
         try:
@@ -87,7 +99,9 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
     tasks = [(str(p), n) for p, n in zip(paths, names, strict=True)]
     pool = _pool(jobs)
     try:
-        loaded = pool.map(_load_and_fingerprint, tasks, chunksize=4) if pool else list(map(_load_and_fingerprint, tasks))
+        loaded = (
+            pool.map(_load_and_fingerprint, tasks, chunksize=4) if pool else list(map(_load_and_fingerprint, tasks))
+        )
     finally:
         if pool:
             pool.close()
@@ -156,8 +170,10 @@ def summary_line(run: Run, out: Path) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m autograder.batch.similarity",
-                                 description="Similarity between submissions (winnowing, as MOSS), handout code excluded.")
+    ap = argparse.ArgumentParser(
+        prog="python -m autograder.batch.similarity",
+        description="Similarity between submissions (winnowing, as MOSS), handout code excluded.",
+    )
     ap.add_argument("submissions", nargs="+", type=Path, help="handin.tar files or folders of handin files")
     ap.add_argument("--out", type=Path, required=True, help="folder for similarity.csv, .html and .json")
     ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,

@@ -59,9 +59,16 @@ def top_pairs(run: Run, limit: int) -> list[dict]:
             continue
         score = max(sa, sb)
         seen[(a, b)] = {
-            "submission_a": a, "submission_b": b, "file": kind, "score": round(score, 4),
-            "score_a": round(sa, 4), "score_b": round(sb, 4), "flagged": score >= run.threshold,
-            "lines_a": [list(r) for r in la], "lines_b": [list(r) for r in lb], "files": {kind: [round(sa, 4), round(sb, 4)]},
+            "submission_a": a,
+            "submission_b": b,
+            "file": kind,
+            "score": round(score, 4),
+            "score_a": round(sa, 4),
+            "score_b": round(sb, 4),
+            "flagged": score >= run.threshold,
+            "lines_a": [list(r) for r in la],
+            "lines_b": [list(r) for r in lb],
+            "files": {kind: [round(sa, 4), round(sb, 4)]},
         }
     return list(seen.values())
 

@@ -82,7 +82,9 @@ def keep_metadata(submission: Path, folder: Path) -> list[str]:
     if data is None and not notes:
         (folder / METADATA).unlink(missing_ok=True)
         return []
-    write_text_atomic(folder / METADATA, json.dumps(kept_copy(data, source if data is not None else None, notes), indent=1))
+    write_text_atomic(
+        folder / METADATA, json.dumps(kept_copy(data, source if data is not None else None, notes), indent=1)
+    )
     return notes
 
 
@@ -95,5 +97,9 @@ def read_kept(folder: Path) -> tuple[dict | None, list[str]]:
     if not isinstance(data, dict) or data.get("kept_by") != KEPT_BY:
         return None, ["a submission_metadata.json kept by an older grader was not used (it may have come from inside "
                       "the upload); grade the submission again to read the platform's"]
-    notes = [clean_text(n)[:300] for n in data.get("notes", []) if isinstance(n, str)][:5] if isinstance(data.get("notes"), list) else []
+    notes = (
+        [clean_text(n)[:300] for n in data.get("notes", []) if isinstance(n, str)][:5]
+        if isinstance(data.get("notes"), list)
+        else []
+    )
     return (data if data.get("read_from") else None), notes

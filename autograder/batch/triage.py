@@ -28,8 +28,18 @@ KINDS = (
     ("internal grader error", ("internal grader error",)),
     ("time-out", ("time limit", "timed out", "ran past")),
     ("a file is missing", ("is missing from the handin", "the handin lacks")),
-    ("a file did not parse or load", ("does not parse", "could not be read", "could not be opened", "could not be loaded",
-                                      "is not valid", "syntax error", "not graded normally")),
+    (
+        "a file did not parse or load",
+        (
+            "does not parse",
+            "could not be read",
+            "could not be opened",
+            "could not be loaded",
+            "is not valid",
+            "syntax error",
+            "not graded normally",
+        ),
+    ),
 )
 
 
@@ -72,7 +82,9 @@ def _far_below(rows: list[Row], problem_ids: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def needs_look(rows: list[Row], problem_ids: list[str], extra: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+def needs_look(
+    rows: list[Row], problem_ids: list[str], extra: dict[str, list[str]] | None = None
+) -> dict[str, list[str]]:
     """Submission -> why it is listed ("kind: what"), for every submission a TA should open; in name order."""
     far = _far_below(rows, problem_ids)
     out: dict[str, list[str]] = {}

@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("submission", type=Path)
     ap.add_argument("--name", required=True, help="folder name under --out")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", action="extend", nargs="+", default=None, help="problem ids (repeat --only=ID or list them)")
+    ap.add_argument(
+        "--only", action="extend", nargs="+", default=None, help="problem ids (repeat --only=ID or list them)"
+    )
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--memory-mb", type=int, default=3072)
     ap.add_argument("--isolation", choices=ISOLATION_CHOICES, default="best",
@@ -88,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         scratch_root=args.scratch_root,
     )
     order = [p for p in problems if p in GRADERS]
-    write_merged(result, args.out / args.name, current_records(problems, list(result.problems), args.case_root), order, args.merge)
+    write_merged(
+        result,
+        args.out / args.name,
+        current_records(problems, list(result.problems), args.case_root),
+        order,
+        args.merge,
+    )
     return 0
 
 

@@ -269,9 +269,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {f.label:<{width}}  {mine / statistics.median(otter.times):6.2f} x otter   "
               f"{mine / fresh:5.2f} x fresh interpreters ({fresh:.2f} s)")
     linux = statistics.median(figures[2].times)
-    print("local, every problem, the same handin: Linux " + f"{linux:.2f} s; " + "; ".join(
-        f"{f.label.split(', ')[-1]} {statistics.median(f.times):.2f} s ({statistics.median(f.times) / linux:.2f} x Linux)"
-        for f in (figures[4], figures[6])) + " (target <= 1.5 x)")
+    print(
+        "local, every problem, the same handin: Linux "
+        + f"{linux:.2f} s; "
+        + "; ".join(
+            f"{f.label.split(', ')[-1]} {statistics.median(f.times):.2f} s ({statistics.median(f.times) / linux:.2f} x Linux)"
+            for f in (figures[4], figures[6])
+        )
+        + " (target <= 1.5 x)"
+    )
     print()
     print_class_figures(min(args.runs, 3))
     print()
@@ -363,13 +369,17 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                 handin = reference_handin(work / "files")
                 ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
                 plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
-                with sandbox.installed(), sandbox.session(work, ctx.limits,
-                                                         sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())):
+                with (
+                    sandbox.installed(),
+                    sandbox.session(work, ctx.limits, sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())),
+                ):
                     run = lm_model.model_run(ctx, settings)
             if run.problem:
                 raise BenchError(f"the reference model did not run: {run.problem}")
-            whole = "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch)" + (
-                ", matplotlib" if plots else "")
+            whole = (
+                "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch)"
+                + (", matplotlib" if plots else "")
+            )
             for name, value in {**run.steps, whole: run.seconds}.items():
                 steps.setdefault(name, []).append(value)
     finally:
@@ -379,9 +389,11 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
         print(f"  {statistics.median(values):6.2f} s  {name}")
     if complete_s is not None:
         model_s = sum(statistics.median(steps.get(name, [0.0])) for name in MODEL_COMPUTE_STEPS)
-        print(f"complete handin, hidden, one core: {complete_s:.2f} s, of which the reference model's own forward passes "
-              f"({' + '.join(MODEL_COMPUTE_STEPS)}) {model_s:.2f} s; the grader's own time: {complete_s - model_s:.2f} s "
-              "(target <= 5 s)")
+        print(
+            f"complete handin, hidden, one core: {complete_s:.2f} s, of which the reference model's own forward passes "
+            f"({' + '.join(MODEL_COMPUTE_STEPS)}) {model_s:.2f} s; the grader's own time: {complete_s - model_s:.2f} s "
+            "(target <= 5 s)"
+        )
 
 
 def print_lm_figures(runs: int) -> None:

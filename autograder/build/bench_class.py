@@ -47,14 +47,18 @@ def _run(cmd: list[str], cwd: Path = REPO) -> tuple[float, str]:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise BenchError(f"{' '.join(cmd[:4])} ... exited {proc.returncode}:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+        raise BenchError(
+            f"{' '.join(cmd[:4])} ... exited {proc.returncode}:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
+        )
     return wall, proc.stdout
 
 
 def class_figures(work: Path, jobs: int = 2, timeout: str = "10") -> dict:
     expected = make_class(work)
     subs = [str(work / "submissions" / name) for name in expected]
-    wall, stdout = _run([*CLI, *subs, "--jobs", str(jobs), "--timeout", timeout, "--out", str(work / "grades"), "--force"])
+    wall, stdout = _run(
+        [*CLI, *subs, "--jobs", str(jobs), "--timeout", timeout, "--out", str(work / "grades"), "--force"]
+    )
     if f"graded {len(subs)} of {len(subs)}" not in stdout:
         raise BenchError(f"not every submission was graded:\n{stdout[-1500:]}")
     per_kind: dict[str, list[float]] = {}
@@ -72,7 +76,12 @@ def complete_handin(dest: Path) -> tuple[Path, str]:
         return reference_handin(dest), "the reference handin of make demo"
     except FileNotFoundError:
         dest.mkdir(parents=True, exist_ok=True)
-    for name in ("attention.py", "01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb"):
+    for name in (
+        "attention.py",
+        "01_mlm_and_next_token.ipynb",
+        "02_attention_and_masks.ipynb",
+        "03_language_model.ipynb",
+    ):
         if (REPO / "solutions" / name).exists():
             shutil.copyfile(REPO / "solutions" / name, dest / name)
     rng = np.random.default_rng(0)
@@ -84,7 +93,9 @@ def complete_handin(dest: Path) -> tuple[Path, str]:
 def one_core_seconds(work: Path, runs: int) -> tuple[list[float], str]:
     handin, what = complete_handin(work / "complete")
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    times = [_run([*pin, *CLI, str(handin), "--jobs", "1", "--out", str(work / "one"), "--force"])[0] for _ in range(runs)]
+    times = [
+        _run([*pin, *CLI, str(handin), "--jobs", "1", "--out", str(work / "one"), "--force"])[0] for _ in range(runs)
+    ]
     return times, what
 
 
@@ -100,11 +111,18 @@ def notebook_vs_otter(work: Path, runs: int) -> tuple[list[float], list[float]]:
     handin = work / "nb1"
     handin.mkdir()
     shutil.copyfile(REPO / "solutions" / NOTEBOOK_1, handin / NOTEBOOK_1)
-    ours = [_run([*CLI, str(handin), "--only", "losses", "--out", str(work / "nb1_grades"), "--force"])[0] for _ in range(runs)]
+    ours = [
+        _run([*CLI, str(handin), "--only", "losses", "--out", str(work / "nb1_grades"), "--force"])[0]
+        for _ in range(runs)
+    ]
     out = work / "otter_out"
     out.mkdir()
-    otter = [_run([sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(solved)], work)[0]
-             for _ in range(runs)]
+    otter = [
+        _run(
+            [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(solved)], work
+        )[0]
+        for _ in range(runs)
+    ]
     return ours, otter
 
 

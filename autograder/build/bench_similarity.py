@@ -55,7 +55,9 @@ def make_bench_class(dest: Path, n: int, seed: int = 0) -> list[Path]:
     """n handin folders derived from the solutions, each with its own changes: a class where most pairs share code."""
     rng = np.random.default_rng(seed)
     reference = (REPO / "solutions" / PY_FILE).read_text(encoding="utf-8")
-    masters = {nb: _student_cells(json.loads((REPO / "solutions" / nb).read_text(encoding="utf-8"))) for nb in NOTEBOOKS}
+    masters = {
+        nb: _student_cells(json.loads((REPO / "solutions" / nb).read_text(encoding="utf-8"))) for nb in NOTEBOOKS
+    }
     paths = []
     for k in range(n):
         folder = dest / f"student{k:03d}"

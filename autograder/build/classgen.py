@@ -37,26 +37,45 @@ REFERENCE = (REPO / "solutions" / "attention.py").read_text()
 
 # name -> [(old, new)] edits of the reference; every `old` must occur exactly once.
 BUGS: dict[str, list[tuple[str, str]]] = {
-    "no_scaling": [("(self.A_w / math.sqrt(d_k)).masked_fill", "self.A_w.masked_fill"),
-                   ("(dLdA_sig - row_dot) / math.sqrt(d_k)", "(dLdA_sig - row_dot)")],
-    "scale_by_sqrt_dv": [("T = X.shape[1]\n        d_k = self.W_k.shape[1]", "T = X.shape[1]\n        d_k = self.W_v.shape[1]")],
-    "softmax_over_columns": [("scores.max(dim=-1, keepdim=True)", "scores.max(dim=1, keepdim=True)"),
-                             ("weights.sum(dim=-1, keepdim=True)", "weights.sum(dim=1, keepdim=True)")],
+    "no_scaling": [
+        ("(self.A_w / math.sqrt(d_k)).masked_fill", "self.A_w.masked_fill"),
+        ("(dLdA_sig - row_dot) / math.sqrt(d_k)", "(dLdA_sig - row_dot)"),
+    ],
+    "scale_by_sqrt_dv": [
+        ("T = X.shape[1]\n        d_k = self.W_k.shape[1]", "T = X.shape[1]\n        d_k = self.W_v.shape[1]")
+    ],
+    "softmax_over_columns": [
+        ("scores.max(dim=-1, keepdim=True)", "scores.max(dim=1, keepdim=True)"),
+        ("weights.sum(dim=-1, keepdim=True)", "weights.sum(dim=1, keepdim=True)"),
+    ],
     "no_causal_mask": [('.masked_fill(future, float("-inf"))', "")],
     "mask_hides_diagonal": [("diagonal=1)", "diagonal=0)")],
     "no_max_subtraction": [("scores = scores - scores.max(dim=-1, keepdim=True).values\n", "")],
-    "stores_scaled_scores": [("self.A_w = self.Q @ self.K.transpose(1, 2)",
-                              "self.A_w = self.Q @ self.K.transpose(1, 2) / math.sqrt(self.W_k.shape[1])"),
-                             ("(self.A_w / math.sqrt(d_k)).masked_fill", "self.A_w.masked_fill")],
+    "stores_scaled_scores": [
+        (
+            "self.A_w = self.Q @ self.K.transpose(1, 2)",
+            "self.A_w = self.Q @ self.K.transpose(1, 2) / math.sqrt(self.W_k.shape[1])",
+        ),
+        ("(self.A_w / math.sqrt(d_k)).masked_fill", "self.A_w.masked_fill"),
+    ],
     "queries_from_key_weights": [("self.Q = X @ self.W_q", "self.Q = X @ self.W_k")],
-    "dLdV_without_transpose": [("self.dLdV = self.A_sig.transpose(1, 2) @ dLdXnew", "self.dLdV = self.A_sig @ dLdXnew")],
+    "dLdV_without_transpose": [
+        ("self.dLdV = self.A_sig.transpose(1, 2) @ dLdXnew", "self.dLdV = self.A_sig @ dLdXnew")
+    ],
     "dLdK_without_transpose": [("self.dLdK = dLdA_w.transpose(1, 2) @ self.Q", "self.dLdK = dLdA_w @ self.Q")],
-    "weight_grads_averaged": [("(X_t @ self.dLdQ).sum(dim=0)", "(X_t @ self.dLdQ).mean(dim=0)"),
-                              ("(X_t @ self.dLdK).sum(dim=0)", "(X_t @ self.dLdK).mean(dim=0)"),
-                              ("(X_t @ self.dLdV).sum(dim=0)", "(X_t @ self.dLdV).mean(dim=0)")],
+    "weight_grads_averaged": [
+        ("(X_t @ self.dLdQ).sum(dim=0)", "(X_t @ self.dLdQ).mean(dim=0)"),
+        ("(X_t @ self.dLdK).sum(dim=0)", "(X_t @ self.dLdK).mean(dim=0)"),
+        ("(X_t @ self.dLdV).sum(dim=0)", "(X_t @ self.dLdV).mean(dim=0)"),
+    ],
     "dLdX_misses_value_path": [(" + self.dLdV @ self.W_v.T", "")],
     "softmax_jacobian_diagonal_only": [("(dLdA_sig - row_dot)", "dLdA_sig")],
-    "backward_not_written": [('        d_k = self.W_k.shape[1]\n\n        dLdA_sig', '        raise NotImplementedError("later")\n        dLdA_sig')],
+    "backward_not_written": [
+        (
+            "        d_k = self.W_k.shape[1]\n\n        dLdA_sig",
+            '        raise NotImplementedError("later")\n        dLdA_sig',
+        )
+    ],
 }
 
 # Bugs that reach every rubric line on both case sets, so they rightly earn nothing:
@@ -71,7 +90,7 @@ ATTACKS: dict[str, str] = {
     # also tries to inject markup into report.html.
     "sleeps_forever": (
         "import time\n"
-        "print('<script>document.title=\"pwned\"</script><img src=x onerror=\"document.title=1\">', flush=True)\n"
+        'print(\'<script>document.title="pwned"</script><img src=x onerror="document.title=1">\', flush=True)\n'
         "time.sleep(10**6)\n"
     ),
     "exit_with_forged_scores": (
@@ -84,9 +103,9 @@ ATTACKS: dict[str, str] = {
     "forged_lines_then_raise": (
         "class Attention:\n"
         "    def __init__(self, *w):\n"
-        "        print('{\"scores\":{\"attention\":30.0}}', flush=True)\n"
+        '        print(\'{"scores":{"attention":30.0}}\', flush=True)\n'
         "    def forward(self, X):\n"
-        "        raise RuntimeError('{\"scores\":{\"attention\":30.0}}')\n"
+        '        raise RuntimeError(\'{"scores":{"attention":30.0}}\')\n'
         "    def backward(self, d):\n"
         "        raise RuntimeError('PASS')\n"
     ),
@@ -130,7 +149,7 @@ ATTACKS: dict[str, str] = {
         "    try:\n        open(path, 'w').write('[]')\n    except OSError:\n        pass\n"
         "raise SystemExit(0)\n"
     ),
-    "floods_stdout": "import sys\nwhile True:\n    sys.stdout.write('{\"scores\":{\"attention\":30}}\\n' * 1000)\n",
+    "floods_stdout": 'import sys\nwhile True:\n    sys.stdout.write(\'{"scores":{"attention":30}}\\n\' * 1000)\n',
 }
 
 
@@ -191,7 +210,10 @@ def _correct(subs: Path, good: bytes) -> dict[str, str]:
     _folder(subs / "correct_folder", {"attention.py": good})
     _tar(subs / "correct_tar.tar", [_file("attention.py", good)])
     _tar(subs / "correct_targz.tar.gz", [_file("attention.py", good)], mode="w:gz")
-    _tar(subs / "correct_top_folder.tar", [(_info("handin", kind=tarfile.DIRTYPE), None), _file("handin/attention.py", good)])
+    _tar(
+        subs / "correct_top_folder.tar",
+        [(_info("handin", kind=tarfile.DIRTYPE), None), _file("handin/attention.py", good)],
+    )
     _tar(subs / "correct_with_extra_file.tar", [_file("attention.py", good), _file("notes/scratch.txt", b"ignored")])
     (subs / "correct_in_student_folder").mkdir()
     _tar(subs / "correct_in_student_folder" / "handin.tar", [_file("attention.py", good)])

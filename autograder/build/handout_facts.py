@@ -20,9 +20,11 @@ ORACLE_PHRASES = {
     "ngram": "a character n-gram model of the whole corpus",
     "model": "a larger language model trained on the corpus",
 }
-TOY_PARAGRAPH = ("The text is toy English written by a probabilistic grammar (words in classes, subject–verb agreement, "
-                 "sentence ends). It was made for this course, so the grader knows the true probability of every next "
-                 "character.")
+TOY_PARAGRAPH = (
+    "The text is toy English written by a probabilistic grammar (words in classes, subject–verb agreement, "
+    "sentence ends). It was made for this course, so the grader knows the true probability of every next "
+    "character."
+)
 
 
 def _chars(n: int) -> str:
@@ -49,8 +51,14 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
                      f"next characters, so the grader scores generated text with {ORACLE_PHRASES[kind]}.")
     else:
         name = "toy English made for this course"
-        paragraph = TOY_PARAGRAPH if kind == "toy_source" else (
-            TOY_PARAGRAPH.rsplit(" It was made", 1)[0] + f" The grader scores generated text with {ORACLE_PHRASES[kind]}.")
+        paragraph = (
+            TOY_PARAGRAPH
+            if kind == "toy_source"
+            else (
+                TOY_PARAGRAPH.rsplit(" It was made", 1)[0]
+                + f" The grader scores generated text with {ORACLE_PHRASES[kind]}."
+            )
+        )
     epochs = ref["epochs"]  # one record per epoch, or per few epochs of a small corpus
     n_epochs = epochs[-1]["epoch"]
     final = ref.get("float16_checkpoint", epochs[-1])

@@ -67,8 +67,10 @@ def normalise(nb: nbformat.NotebookNode) -> str:
 # Otter's init cell, as `otter assign` writes it, and what the student notebook gets instead: the same
 # client without its event log (gradelib/notebook_check.py), so grader.check leaves no .OTTER_LOG behind.
 OTTER_INIT = '# Initialize Otter\nimport otter\ngrader = otter.Notebook("{name}")'
-QUIET_INIT = ('# Initialize Otter: grader.check("...") runs the public cases the way `python autograder.py` grades them\n'
-              'from gradelib.notebook_check import Notebook\n\ngrader = Notebook("{name}")')
+QUIET_INIT = (
+    '# Initialize Otter: grader.check("...") runs the public cases the way `python autograder.py` grades them\n'
+    'from gradelib.notebook_check import Notebook\n\ngrader = Notebook("{name}")'
+)
 
 
 def quiet_init(nb: nbformat.NotebookNode, name: str) -> None:

@@ -51,7 +51,9 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_o
     lm_function_cases.build(out, seed, public_too)
     counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
     term = "" if seed is None else f"; term seed {seed}, {'all' if public_too else 'hidden'} cases rotated"
-    print(f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED}{term})")
+    print(
+        f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED}{term})"
+    )
     checksums.write(out)
 
 
@@ -63,12 +65,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m autograder.fixturegen", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("fixtures"))
     ap.add_argument("--corpus", type=Path, default=None, help="an instructor's text (plain or transcript rows)")
-    ap.add_argument("--oracle", default=None, metavar="ngram|model:PATH",
-                    help="what scores generations: the corpus' default (toy source, or its order-6 n-gram) or a checkpoint")
+    ap.add_argument(
+        "--oracle",
+        default=None,
+        metavar="ngram|model:PATH",
+        help="what scores generations: the corpus' default (toy source, or its order-6 n-gram) or a checkpoint",
+    )
     ap.add_argument("--manifest-only", action="store_true", help="only rewrite MANIFEST.sha256")
-    ap.add_argument("--seed", type=int, default=None,
-                    help="term seed: new random values for the hidden cases (attention, notebooks, notebook 3's functions)")
-    ap.add_argument("--public-too", action="store_true", help="with --seed: rotate the public cases too (the handout must be rebuilt)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="term seed: new random values for the hidden cases (attention, notebooks, notebook 3's functions)",
+    )
+    ap.add_argument(
+        "--public-too",
+        action="store_true",
+        help="with --seed: rotate the public cases too (the handout must be rebuilt)",
+    )
     args = ap.parse_args()
     if args.public_too and args.seed is None:
         ap.error("--public-too rotates cases with --seed N; give a seed")

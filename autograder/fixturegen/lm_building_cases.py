@@ -68,7 +68,9 @@ def sinusoid(T: int, C: int) -> np.ndarray:
     return pe
 
 
-def lm_forward(ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int, scaled: bool = True) -> np.ndarray:
+def lm_forward(
+    ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int, scaled: bool = True
+) -> np.ndarray:
     """Evaluation-mode logits (B, T, 30): sqrt(C)-scaled embedding + positions, pre-norm layers, LN, tied output."""
     emb = state["token_embedding.weight"]
     C = emb.shape[1]
@@ -122,7 +124,9 @@ def _f32(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, dtype=np.float32) for k, v in d.items()}
 
 
-def make(rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_ff: int, p_drop: float) -> dict[str, np.ndarray]:
+def make(
+    rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_ff: int, p_drop: float
+) -> dict[str, np.ndarray]:
     """Every building-block input and expected value of one case."""
     out: dict[str, np.ndarray] = {}
 
@@ -156,7 +160,9 @@ def make(rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_
     w64 = {k: v.astype(np.float64) for k, v in att.items()}
     out["expected_attention_out"] = causal_attention(x.astype(np.float64), w64, n_heads).astype(np.float32)
     out["expected_attention_causal"] = causal_attention(x_changed.astype(np.float64), w64, n_heads).astype(np.float32)
-    out["expected_attention_out_unscaled"] = causal_attention(x.astype(np.float64), w64, n_heads, scaled=False).astype(np.float32)
+    out["expected_attention_out_unscaled"] = causal_attention(x.astype(np.float64), w64, n_heads, scaled=False).astype(
+        np.float32
+    )
 
     # CausalLanguageModel on fixed weights (fc.weight is not given: it must be the embedding's).
     state = {"token_embedding.weight": rng.standard_normal((VOCAB_SIZE, d_model)) / math.sqrt(d_model)}
@@ -174,10 +180,16 @@ def make(rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_
     inp = rng.integers(2, VOCAB_SIZE, size=(B, T))
     inp[:, 0] = 0
     changed = inp.copy()
-    changed[:, position:] = (inp[:, position:] - 2 + rng.integers(1, VOCAB_SIZE - 2, size=(B, T - position))) % (VOCAB_SIZE - 2) + 2
+    changed[:, position:] = (inp[:, position:] - 2 + rng.integers(1, VOCAB_SIZE - 2, size=(B, T - position))) % (
+        VOCAB_SIZE - 2
+    ) + 2
     out.update({f"lmw.{k}": v for k, v in state.items()})
     out["lm_cfg"] = np.array([d_model, n_heads, n_layers, d_ff, 32], dtype=np.int64)  # ..., max_len
-    out["lm_inp"], out["lm_inp_changed"], out["lm_position"] = inp.astype(np.int64), changed.astype(np.int64), np.int64(position)
+    out["lm_inp"], out["lm_inp_changed"], out["lm_position"] = (
+        inp.astype(np.int64),
+        changed.astype(np.int64),
+        np.int64(position),
+    )
     s64 = {k: v.astype(np.float64) for k, v in state.items()}
     out["expected_model_logits"] = lm_forward(inp, s64, n_heads, n_layers).astype(np.float32)
     out["expected_model_causal"] = lm_forward(changed, s64, n_heads, n_layers).astype(np.float32)

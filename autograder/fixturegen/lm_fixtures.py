@@ -39,7 +39,13 @@ SOURCE_SEED = 0  # Zipf ranks of the words
 # The hidden prediction targets come from a 96-bit seed drawn once from os.urandom and kept out of
 # the handout (which holds the source's code): with a small seed a student could find it by trying
 # seeds until the public prediction_test inputs appear, and read off the targets.
-SEEDS = {"train": 1, "valid": 2, "prediction": 3, "prediction_test": 56008886218775764195894794573, "generation_test": 5}
+SEEDS = {
+    "train": 1,
+    "valid": 2,
+    "prediction": 3,
+    "prediction_test": 56008886218775764195894794573,
+    "generation_test": 5,
+}
 N_TRAIN = 50_000  # sentences: about 1.8 MB, learnable by a small model on 2 CPU cores in minutes
 N_VALID = 2_000
 N_ROWS = 128
@@ -66,7 +72,9 @@ def parse_oracle(choice: str | None) -> Path | None:
         raise OracleChoiceError(f"--oracle {choice!r}: expected 'ngram' (the default for your own corpus) or "
                                 "'model:PATH' with PATH a reference-model checkpoint (.pt)")
     if not Path(path).is_file():
-        raise OracleChoiceError(f"--oracle {choice!r}: {path} is not a file; expected a reference-model checkpoint (.pt)")
+        raise OracleChoiceError(
+            f"--oracle {choice!r}: {path} is not a file; expected a reference-model checkpoint (.pt)"
+        )
     return Path(path)
 
 
@@ -81,7 +89,9 @@ def _use_model_oracle(checkpoint: Path, lm: Path, info: dict) -> None:
     shutil.copyfile(checkpoint, lm / MODEL_ORACLE_FILE)
     info["oracle"] = {"kind": "model", "path": MODEL_ORACLE_FILE, "from": checkpoint.name,
                       "parameters": sum(p.numel() for p in model.parameters())}
-    print(f"lm/{MODEL_ORACLE_FILE}: the oracle is the checkpoint {checkpoint} ({info['oracle']['parameters']:,} parameters)")
+    print(
+        f"lm/{MODEL_ORACLE_FILE}: the oracle is the checkpoint {checkpoint} ({info['oracle']['parameters']:,} parameters)"
+    )
 
 
 def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> list[Path]:
@@ -91,16 +101,26 @@ def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> l
     written: list[Path] = []
     info: dict = {}
     earlier = lm / "oracle.json"
-    if checkpoint is None and earlier.is_file() and json.loads(earlier.read_text()).get("oracle", {}).get("kind") == "model":
+    if (
+        checkpoint is None
+        and earlier.is_file()
+        and json.loads(earlier.read_text()).get("oracle", {}).get("kind") == "model"
+    ):
         print("note: the earlier oracle.json named a checkpoint oracle; this build uses the corpus' default oracle "
               "(pass --oracle model:PATH to keep a checkpoint)")
-    for stale, used in (("oracle_ngram.npz", corpus is not None and checkpoint is None), (MODEL_ORACLE_FILE, checkpoint is not None)):
+    for stale, used in (
+        ("oracle_ngram.npz", corpus is not None and checkpoint is None),
+        (MODEL_ORACLE_FILE, checkpoint is not None),
+    ):
         if not used and (lm / stale).exists():  # the oracle of an earlier build
             (lm / stale).unlink()
     if corpus is None:
         source = ToySource(SOURCE_SEED)
         train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
-        held = {k: stream(toy_sentences(source, k, 3 * N_ROWS)) for k in ("prediction", "prediction_test", "generation_test")}
+        held = {
+            k: stream(toy_sentences(source, k, 3 * N_ROWS))
+            for k in ("prediction", "prediction_test", "generation_test")
+        }
         auto = source.automaton
         info = {
             "oracle": {"kind": "toy_source", "seed": SOURCE_SEED},

@@ -61,19 +61,73 @@ MARGIN = 0.05  # least gap between competing logits, and between a nucleus bound
 
 # name -> (visibility, description, kind, K, batch, prompt length, steps, specials favoured, train offset)
 CASES = {
-    "last_token": ("public", "the last token decides the logits; 4 prompts of 6 ids, 8 steps", "last", 30, 4, 6, 8, False, True),
-    "prefix_sum": ("public", "logits depend on the sum of all earlier ids; 3 prompts of 5, 10 steps", "prefix_sum", 30, 3, 5, 10, False, True),
-    "eos_favoured": (
-        "hidden", "<eos> and <pad> score highest in most rows; 4 prompts of 6, 8 steps", "last", 30, 4, 6, 8, True, True,
+    "last_token": (
+        "public",
+        "the last token decides the logits; 4 prompts of 6 ids, 8 steps",
+        "last",
+        30,
+        4,
+        6,
+        8,
+        False,
+        True,
     ),
-    "position": ("hidden", "logits depend only on the input's length; 2 prompts of 7, 12 steps", "position", 30, 2, 7, 12, False, True),
+    "prefix_sum": (
+        "public",
+        "logits depend on the sum of all earlier ids; 3 prompts of 5, 10 steps",
+        "prefix_sum",
+        30,
+        3,
+        5,
+        10,
+        False,
+        True,
+    ),
+    "eos_favoured": (
+        "hidden",
+        "<eos> and <pad> score highest in most rows; 4 prompts of 6, 8 steps",
+        "last",
+        30,
+        4,
+        6,
+        8,
+        True,
+        True,
+    ),
+    "position": (
+        "hidden",
+        "logits depend only on the input's length; 2 prompts of 7, 12 steps",
+        "position",
+        30,
+        2,
+        7,
+        12,
+        False,
+        True,
+    ),
     "long_prompts": (
-        "hidden", "generation-sized: 5 prompts of 40 ids, 30 steps, sum of all ids", "prefix_sum", 30, 5, 40, 30, True, True,
+        "hidden",
+        "generation-sized: 5 prompts of 40 ids, 30 steps, sum of all ids",
+        "prefix_sum",
+        30,
+        5,
+        40,
+        30,
+        True,
+        True,
     ),
     "one_step": ("hidden", "a single prompt of one <eos>, one step", "prefix_sum", 30, 1, 1, 1, False, False),
     # Last, so that the cases above keep their random draws.
     "specials_first": (
-        "public", "<eos> and <pad> score highest in most rows; 3 prompts of 4 ids, 6 steps", "last", 30, 3, 4, 6, True, True,
+        "public",
+        "<eos> and <pad> score highest in most rows; 3 prompts of 4 ids, 6 steps",
+        "last",
+        30,
+        3,
+        4,
+        6,
+        True,
+        True,
     ),
     # A public twin of the hidden one_step (one prompt of one id, one step): a squeeze() that drops the batch or
     # the step axis fails here too.
@@ -171,7 +225,9 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     table = separated_table(rng, K, favour)
     inp = rng.integers(2, VOCAB_SIZE, size=(B, T))
     inp[:, 0] = EOS
-    train_offset = (rng.standard_normal(VOCAB_SIZE) * 5.0).astype(np.float32) if offset else np.zeros(VOCAB_SIZE, np.float32)
+    train_offset = (
+        (rng.standard_normal(VOCAB_SIZE) * 5.0).astype(np.float32) if offset else np.zeros(VOCAB_SIZE, np.float32)
+    )
     next_logits = fixed_models.next_logits(kind, table)
     d_table = distribution_table(rng)
     return {

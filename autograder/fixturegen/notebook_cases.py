@@ -49,34 +49,156 @@ class LossesCase:
 
 
 LOSSES_CASES = (
-    LossesCase("toy_sentence", "public", 301, 7, 3, 3, 7, 10, 3, IGNORE_INDEX, 1.0, None,
-               "sizes of the notebook's sentence: T = 7, d = 3, V = 10"),
-    LossesCase("short_sequence", "public", 302, 4, 2, 3, 5, 6, 1, IGNORE_INDEX, 2.0, None, "d_k != d_v, one ignored target"),
-    LossesCase("large_logits", "hidden", 401, 5, 4, 4, 6, 12, 2, IGNORE_INDEX, 900.0, None,
-               "logits and scores large enough that exp() without max-subtraction overflows", "large_logits"),
-    LossesCase("mostly_ignored", "hidden", 402, 9, 5, 7, 12, 30, 8, IGNORE_INDEX, 3.0, None,
-               "8 of 12 targets ignored: the mean runs over 4 positions"),
-    LossesCase("custom_ignore_index", "hidden", 403, 6, 3, 2, 8, 10, 3, 3, 1.5, None,
-               "ignore_index = 3 instead of -100"),
-    LossesCase("windowed_mask", "hidden", 404, 8, 6, 5, 9, 15, 2, IGNORE_INDEX, 1.0, 3,
-               "attention mask that also blocks keys more than 2 steps back"),
-    LossesCase("single_position", "hidden", 405, 1, 2, 2, 3, 5, 0, IGNORE_INDEX, 1.0, None,
-               "T = 1 (a 1 x 1 causal mask) and no ignored target"),
+    LossesCase(
+        "toy_sentence",
+        "public",
+        301,
+        7,
+        3,
+        3,
+        7,
+        10,
+        3,
+        IGNORE_INDEX,
+        1.0,
+        None,
+        "sizes of the notebook's sentence: T = 7, d = 3, V = 10",
+    ),
+    LossesCase(
+        "short_sequence", "public", 302, 4, 2, 3, 5, 6, 1, IGNORE_INDEX, 2.0, None, "d_k != d_v, one ignored target"
+    ),
+    LossesCase(
+        "large_logits",
+        "hidden",
+        401,
+        5,
+        4,
+        4,
+        6,
+        12,
+        2,
+        IGNORE_INDEX,
+        900.0,
+        None,
+        "logits and scores large enough that exp() without max-subtraction overflows",
+        "large_logits",
+    ),
+    LossesCase(
+        "mostly_ignored",
+        "hidden",
+        402,
+        9,
+        5,
+        7,
+        12,
+        30,
+        8,
+        IGNORE_INDEX,
+        3.0,
+        None,
+        "8 of 12 targets ignored: the mean runs over 4 positions",
+    ),
+    LossesCase(
+        "custom_ignore_index", "hidden", 403, 6, 3, 2, 8, 10, 3, 3, 1.5, None, "ignore_index = 3 instead of -100"
+    ),
+    LossesCase(
+        "windowed_mask",
+        "hidden",
+        404,
+        8,
+        6,
+        5,
+        9,
+        15,
+        2,
+        IGNORE_INDEX,
+        1.0,
+        3,
+        "attention mask that also blocks keys more than 2 steps back",
+    ),
+    LossesCase(
+        "single_position",
+        "hidden",
+        405,
+        1,
+        2,
+        2,
+        3,
+        5,
+        0,
+        IGNORE_INDEX,
+        1.0,
+        None,
+        "T = 1 (a 1 x 1 causal mask) and no ignored target",
+    ),
     # Public twins of the edge cases, so that `python autograder.py` and grader.check test them too.
-    LossesCase("huge_logits", "public", 306, 4, 3, 2, 5, 8, 1, IGNORE_INDEX, 1000.0, None,
-               "logits and scores so large that exp() without max-subtraction overflows and "
-               "np.log(softmax(...)) of an unlikely target is log(0) = -inf", "large_logits"),
+    LossesCase(
+        "huge_logits",
+        "public",
+        306,
+        4,
+        3,
+        2,
+        5,
+        8,
+        1,
+        IGNORE_INDEX,
+        1000.0,
+        None,
+        "logits and scores so large that exp() without max-subtraction overflows and "
+        "np.log(softmax(...)) of an unlikely target is log(0) = -inf",
+        "large_logits",
+    ),
     # ignore_index inside the range of real ids, valid ids on both sides: `targets > ignore_index` or
     # `targets >= 0` fails here, as on the hidden custom_ignore_index, not on a hidden case alone.
-    LossesCase("ignore_index_inside", "public", 307, 5, 2, 2, 6, 7, 2, 3, 1.0, None,
-               "ignore_index = 3, a real id with valid ids on both sides, instead of -100"),
+    LossesCase(
+        "ignore_index_inside",
+        "public",
+        307,
+        5,
+        2,
+        2,
+        6,
+        7,
+        2,
+        3,
+        1.0,
+        None,
+        "ignore_index = 3, a real id with valid ids on both sides, instead of -100",
+    ),
     # A mask that is not the causal one (as the hidden windowed_mask): a function that builds its own causal
     # mask instead of adding the one it is given fails here.
-    LossesCase("windowed_causal", "public", 308, 5, 2, 3, 5, 8, 1, IGNORE_INDEX, 1.0, 2,
-               "attention mask that also blocks keys more than 1 step back: add the mask given"),
+    LossesCase(
+        "windowed_causal",
+        "public",
+        308,
+        5,
+        2,
+        3,
+        5,
+        8,
+        1,
+        IGNORE_INDEX,
+        1.0,
+        2,
+        "attention mask that also blocks keys more than 1 step back: add the mask given",
+    ),
     # T = 1 (as the hidden single_position): a squeeze() or a shape that assumes T > 1 fails here.
-    LossesCase("one_position", "public", 309, 1, 3, 2, 2, 6, 0, IGNORE_INDEX, 1.0, None,
-               "T = 1 (a 1 x 1 causal mask), two positions of logits, no ignored target"),
+    LossesCase(
+        "one_position",
+        "public",
+        309,
+        1,
+        3,
+        2,
+        2,
+        6,
+        0,
+        IGNORE_INDEX,
+        1.0,
+        None,
+        "T = 1 (a 1 x 1 causal mask), two positions of logits, no ignored target",
+    ),
 )
 # A target this far (in log-probability) below its row's best logit has softmax probability 0.0 in float64.
 LOG_UNDERFLOW_FLOAT64 = -745.2
@@ -185,7 +307,9 @@ def losses_expected(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "masked_output": masked @ t["V"],
         "predicted_ids": torch.argmax(t["logits"], dim=-1),
         "token_nll": F.cross_entropy(t["logits"], t["nll_targets"], reduction="none"),
-        "cross_entropy_loss": F.cross_entropy(t["logits"], t["targets"], ignore_index=int(x["ignore_index"]), reduction="mean"),
+        "cross_entropy_loss": F.cross_entropy(
+            t["logits"], t["targets"], ignore_index=int(x["ignore_index"]), reduction="mean"
+        ),
         "causal_mask": torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1),
     }
     return {f"expected_{k}": v.numpy() for k, v in expected.items()}
@@ -279,8 +403,12 @@ def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[
             x = losses_inputs(c)
             if c.logit_scale > 100:
                 assert np.abs(x["logits"]).max() > EXP_OVERFLOW_FLOAT64, f"{c.name}: logits too small to overflow"
-                assert (x["Q"] @ x["K"].T).max() / math.sqrt(c.d_k) > EXP_OVERFLOW_FLOAT64, f"{c.name}: scores too small"
-                log_p = torch.log_softmax(torch.from_numpy(x["logits"]), -1)[torch.arange(c.N), torch.from_numpy(x["nll_targets"])]
+                assert (x["Q"] @ x["K"].T).max() / math.sqrt(c.d_k) > EXP_OVERFLOW_FLOAT64, (
+                    f"{c.name}: scores too small"
+                )
+                log_p = torch.log_softmax(torch.from_numpy(x["logits"]), -1)[
+                    torch.arange(c.N), torch.from_numpy(x["nll_targets"])
+                ]
                 assert float(log_p.min()) < LOG_UNDERFLOW_FLOAT64, f"{c.name}: np.log(softmax(...)) would stay finite"
             npzio.save(folder / f"{c.name}.npz", {**x, **losses_expected(x)})
             index.append({"name": c.name, "problem": "losses", "seed": c.seed, "description": describe_losses(c),

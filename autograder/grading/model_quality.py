@@ -94,9 +94,13 @@ def _score(lm_dir: Path, settings: dict, prompts: np.ndarray, ids: np.ndarray):
 def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResult:
     ppl, tok, seconds = scored
     if not math.isfinite(ppl):
-        return line.result(0.0, (
-            f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
-            "please tell the course staff, since smoothed scores should always be finite."))
+        return line.result(
+            0.0,
+            (
+                f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
+                "please tell the course staff, since smoothed scores should always be finite."
+            ),
+        )
     frac = credit(math.log(ppl), math.log(full), math.log(zero))
     worst = np.argsort(-tok.mean(axis=1), kind="stable")[:2]
     said = [
@@ -108,8 +112,10 @@ def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResu
         said.append("Least likely generations (prompt -> generation, mean NLL):")
         for r in worst.tolist():
             said.append(f"  row {r}: {decode(prompts[r])[-30:]!r} -> {decode(ids[r])!r}, {tok[r].mean():.2f} nats/char")
-        said.append("Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
-                     "check that generate feeds each picked id back as input for the next step.")
+        said.append(
+            "Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
+            "check that generate feeds each picked id back as input for the next step."
+        )
     return line.result(frac, "\n".join(said), {"generation_perplexity": ppl})
 
 

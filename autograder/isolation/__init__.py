@@ -36,6 +36,20 @@ from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
 from .tmpfs import cap_folder, uncap_folder
 
 __all__ = [
-    "ISOLATING", "LEVELS", "PRELOAD", "PRELOAD_NOTEBOOKS", "ChildRun", "Limits", "abort_active", "cap_folder", "isolation_level",
-    "installed", "isolation_reason", "isolation_report", "remove_tree", "run", "session", "uncap_folder",
+    "ISOLATING",
+    "LEVELS",
+    "PRELOAD",
+    "PRELOAD_NOTEBOOKS",
+    "ChildRun",
+    "Limits",
+    "abort_active",
+    "cap_folder",
+    "isolation_level",
+    "installed",
+    "isolation_reason",
+    "isolation_report",
+    "remove_tree",
+    "run",
+    "session",
+    "uncap_folder",
 ]

@@ -30,8 +30,11 @@ def _owner_id() -> str:
     if _owner is None or _owner[2] != os.getpid():
         ident = secrets.token_hex(6)
         _lock_folder().mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(_lock_folder() / f"cgroups-{ident}.lock", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            _lock_folder() / f"cgroups-{ident}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
         fcntl.flock(fd, fcntl.LOCK_EX)
         _owner = (fd, ident, os.getpid())
     return _owner[1]

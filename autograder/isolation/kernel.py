@@ -164,14 +164,46 @@ SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 EPERM, ENOSYS = 1, 38
 DENIED_SYSCALLS = {  # name -> number, per architecture (the kernel's syscall tables)
-    "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
-               "process_vm_writev": 311, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-               "unshare": 272, "setns": 308, "socket": 41, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-               "execve": 59, "execveat": 322, "mq_open": 240},
-    "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270,
-                "process_vm_writev": 271, "perf_event_open": 241, "bpf": 280, "userfaultfd": 282,
-                "unshare": 97, "setns": 268, "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-                "execve": 221, "execveat": 281, "mq_open": 180},
+    "x86_64": {
+        "add_key": 248,
+        "request_key": 249,
+        "keyctl": 250,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "perf_event_open": 298,
+        "bpf": 321,
+        "userfaultfd": 323,
+        "unshare": 272,
+        "setns": 308,
+        "socket": 41,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "execve": 59,
+        "execveat": 322,
+        "mq_open": 240,
+    },
+    "aarch64": {
+        "add_key": 217,
+        "request_key": 218,
+        "keyctl": 219,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "perf_event_open": 241,
+        "bpf": 280,
+        "userfaultfd": 282,
+        "unshare": 97,
+        "setns": 268,
+        "socket": 198,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "execve": 221,
+        "execveat": 281,
+        "mq_open": 180,
+    },
 }
 # Refused as unknown (ENOSYS), which every caller takes for an older kernel and works without: memfd_create
 # (a JIT then maps /dev/shm files, which count).
@@ -182,7 +214,11 @@ CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
 CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
-SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word: little-endian)
+SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = (
+    0,
+    4,
+    16,
+)  # offsets in struct seccomp_data (arg0's low word: little-endian)
 
 
 class _SockFilter(ctypes.Structure):

@@ -155,7 +155,9 @@ def isolation_report() -> list[str]:
     """What `run` can apply on this machine, in words."""
     level = isolation_level()
     measure, how = sampler()
-    memory = f"memory: resident memory of a run's processes, sampled ({how})" if measure else f"memory: not limited ({how})"
+    memory = (
+        f"memory: resident memory of a run's processes, sampled ({how})" if measure else f"memory: not limited ({how})"
+    )
     if level == "namespaces":
         return [
             "namespaces: bubblewrap with fresh PID, network, IPC, UTS and mount namespaces; only the interpreter "
@@ -169,8 +171,11 @@ def isolation_report() -> list[str]:
                 "a plain child process of the same interpreter and user, ended with everything it started",
                 "wall-clock timeout, CPU time where the system has the limit, an output cap", memory,
                 "it does not stop a submission from reading or changing this user's files, or the network"]
-    report = [f"fallback: no namespaces ({isolation_reason()})", "own session, killed whole after the run",
-              "wall-clock timeout and rlimits (CPU, files, processes), seccomp (no sockets, no namespaces, no keyrings)"]
+    report = [
+        f"fallback: no namespaces ({isolation_reason()})",
+        "own session, killed whole after the run",
+        "wall-clock timeout and rlimits (CPU, files, processes), seccomp (no sockets, no namespaces, no keyrings)",
+    ]
     abi = landlock_abi()
     report.append(f"Landlock ABI {abi}: filesystem confined to the interpreter and the scratch folder" if abi
                   else "no Landlock: the run can read what its uid can read")

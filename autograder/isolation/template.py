@@ -83,10 +83,14 @@ class Session:
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         # At the namespaces level /dev/shm and System V IPC are the submission's own: the template empties them after each run.
-        config = {"control_fd": theirs.fileno(), "preload": list(self.preload), "private_ipc": self.level == "namespaces",
-                  # As a sandbox uid of its own (not the user's, at the portable level), the template ends a run's
-                  # processes with kill(-1): at the fallback it may not list /proc.
-                  "own_uid": self.level == "namespaces" or (self.level == "fallback" and os.geteuid() == 0)}
+        config = {
+            "control_fd": theirs.fileno(),
+            "preload": list(self.preload),
+            "private_ipc": self.level == "namespaces",
+            # As a sandbox uid of its own (not the user's, at the portable level), the template ends a run's
+            # processes with kill(-1): at the fallback it may not list /proc.
+            "own_uid": self.level == "namespaces" or (self.level == "fallback" and os.geteuid() == 0),
+        }
         # The template counts as one process of the run's uid and cgroup.
         limits = replace(self.limits, timeout_s=TEMPLATE_CPU_S, processes=self.limits.processes + 1)
         try:
@@ -240,7 +244,9 @@ class Session:
         killed = 0
         if reply is None:
             killed += self._kill_run()
-            if (timed_out or flooded or memory.stopped) and not gone:  # killed from here: the template now reaps it and answers
+            if (
+                timed_out or flooded or memory.stopped
+            ) and not gone:  # killed from here: the template now reaps it and answers
                 while reply is None:
                     message, _creds = self._receive(TEMPLATE_REPLY_S)
                     if message is None:

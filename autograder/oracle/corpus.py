@@ -58,14 +58,19 @@ class Corpus:
     dropped: Counter = field(default_factory=Counter)
 
     def dropped_summary(self) -> dict:
-        return {"total": int(sum(self.dropped.values())), "most_common": [[c, n] for c, n in self.dropped.most_common(10)]}
+        return {
+            "total": int(sum(self.dropped.values())),
+            "most_common": [[c, n] for c, n in self.dropped.most_common(10)],
+        }
 
     def report(self) -> str:
         total = sum(self.dropped.values())
         kept = sum(len(s) for s in self.sentences)
         top = ", ".join(f"{c!r} x{n}" for c, n in self.dropped.most_common(10)) or "nothing"
-        return (f"corpus ({self.kind}): {len(self.sentences)} sentences, {kept} characters kept of {self.chars_read} read; "
-                f"dropped {total} ({total / max(self.chars_read, 1):.2%}): {top}")
+        return (
+            f"corpus ({self.kind}): {len(self.sentences)} sentences, {kept} characters kept of {self.chars_read} read; "
+            f"dropped {total} ({total / max(self.chars_read, 1):.2%}): {top}"
+        )
 
 
 def _clean(text: str, dropped: Counter) -> str:
@@ -113,7 +118,9 @@ def load(path: Path | str) -> Corpus:
     return Corpus(sentences, "plain", len(text), dropped)
 
 
-def split(sentences: list[str], rows: int, lengths: tuple[int, int, int]) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
+def split(
+    sentences: list[str], rows: int, lengths: tuple[int, int, int]
+) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
     """(train, valid, held-out streams for prediction, prediction_test, generation_test)."""
     held: dict[str, np.ndarray] = {}
     end = len(sentences)
@@ -125,8 +132,10 @@ def split(sentences: list[str], rows: int, lengths: tuple[int, int, int]) -> tup
         while True:
             start -= 16
             if start < 0:
-                raise CorpusTooSmall(f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
-                                     f"not enough for {rows} windows of {length} characters for {name}; it {need}")
+                raise CorpusTooSmall(
+                    f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
+                    f"not enough for {rows} windows of {length} characters for {name}; it {need}"
+                )
             ids = stream(sentences[start:end])
             try:
                 windows(ids, length, rows)
@@ -138,8 +147,10 @@ def split(sentences: list[str], rows: int, lengths: tuple[int, int, int]) -> tup
     n_valid = max(1, int(VALID_FRACTION * end))
     train_chars = sum(len(s) + 1 for s in sentences[: end - n_valid])
     if train_chars < MIN_TRAIN_CHARS:
-        raise CorpusTooSmall(f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
-                             f"leave {train_chars:,} characters for training once the held-out windows are cut; it {need}")
+        raise CorpusTooSmall(
+            f"corpus too small: {len(sentences):,} sentences, {total:,} characters after cleaning, "
+            f"leave {train_chars:,} characters for training once the held-out windows are cut; it {need}"
+        )
     return sentences[: end - n_valid], sentences[end - n_valid : end], held
 
 

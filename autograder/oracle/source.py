@@ -220,7 +220,9 @@ class ToySource:
             for art, initials in (("A", consonants), ("AN", VOWELS)):
                 entries = [(self._restrict("adj", initials), P_ADJECTIVE, f"{ctx}:np_sg")]
                 for a in animacy:
-                    entries.append((self._restrict(f"noun_sg_{a}", initials), (1 - P_ADJECTIVE) / len(animacy), exits[("sg", a)]))
+                    entries.append(
+                        (self._restrict(f"noun_sg_{a}", initials), (1 - P_ADJECTIVE) / len(animacy), exits[("sg", a)])
+                    )
                 self._add(f"{ctx}:np_{art.lower()}", entries)
             start += [([("A", 1.0)], 0.12, f"{ctx}:np_a"), ([("AN", 1.0)], 0.04, f"{ctx}:np_an")]
         if pronouns:

@@ -104,8 +104,15 @@ def in_root(root: Path, script: str, *, env: dict[str, str] | None = None, docke
     if docker:
         mounts.append(f"for m in $(awk '$2 ~ \"^{root}/sys/fs/cgroup\" {{print $2}}' /proc/self/mounts); do "
                       "mount -o remount,bind,ro \"$m\" 2>/dev/null || true; done")
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                                           "HOME": "/root", "LANG": "C.UTF-8", **(env or {})}.items())
+    exports = " ".join(
+        f"{k}={shlex.quote(v)}"
+        for k, v in {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            **(env or {}),
+        }.items()
+    )
     inner = f"env -i {exports} /bin/bash -c {shlex.quote(script)}"
     if docker:
         caps = ",".join(f"+{c}" for c in DOCKER_CAPS)
@@ -152,7 +159,9 @@ def handins(dest: Path) -> dict[str, Path]:
 
 def format_problems(results: dict) -> list[str]:
     """Where a results.json departs from Gradescope's format ([] when it conforms)."""
-    wrong = [f"{k}: {type(results.get(k)).__name__}" for k, t in RESULT_KEYS.items() if not isinstance(results.get(k), t)]
+    wrong = [
+        f"{k}: {type(results.get(k)).__name__}" for k, t in RESULT_KEYS.items() if not isinstance(results.get(k), t)
+    ]
     wrong += [k for k in ("visibility", "stdout_visibility") if results.get(k) not in VISIBILITIES]
     for test in results.get("tests", []):
         wrong += [f"test {test.get('name')!r} {k}" for k, t in TEST_KEYS.items() if not isinstance(test.get(k), t)]
@@ -202,7 +211,9 @@ def gradescope(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict
         for name in ("setup.sh", "run_autograder"):
             os.chmod(root / "autograder" / "source" / name, 0o755)
         start = time.monotonic()
-        checked(in_root(root, "cd /autograder/source && bash ./setup.sh", env=env, binds=binds), "Gradescope's setup.sh")
+        checked(
+            in_root(root, "cd /autograder/source && bash ./setup.sh", env=env, binds=binds), "Gradescope's setup.sh"
+        )
         out["setup_s"] = time.monotonic() - start
         out["venv"] = size(root / "autograder" / "venv")
         out["apt"] = size(root / "var" / "cache" / "apt" / "archives")
@@ -272,7 +283,9 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
                 args.setdefault(key, default)
             elif op == "RUN":
                 script = f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)} && {arg}"
-                checked(in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}...")
+                checked(
+                    in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}..."
+                )
         out["build_s"] = time.monotonic() - start
         out["venv"] = size(root / "opt" / "grader")
         home = root / "home" / "autograde"  # where Tango's autodriver moves a job, to run `make` as `autograde`
@@ -297,7 +310,10 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
             proc = checked(in_root(root, script, env=image_env, docker=True, timeout=1800), f"Autolab's make ({case})")
             last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
             scores = json.loads(last).get("scores", {}) if last.startswith("{") else {}
-            level = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("Sandbox:")), None)
+            level = next(
+                (line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("Sandbox:")),
+                None,
+            )
             out["cases"][case] = {"seconds": time.monotonic() - start, "score": sum(scores.values()), "last": last,
                                   "isolation": level}
     return out
@@ -306,7 +322,9 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
 def report(name: str, found: dict) -> None:
     say(f"{name}: torch from {found['torch']}")
     if "setup_s" in found:
-        say(f"{name}: setup.sh {found['setup_s']:.0f} s; /autograder/venv {found['venv']}, apt's downloads {found['apt']}")
+        say(
+            f"{name}: setup.sh {found['setup_s']:.0f} s; /autograder/venv {found['venv']}, apt's downloads {found['apt']}"
+        )
     if "build_s" in found:
         say(f"{name}: the Dockerfile's steps {found['build_s']:.0f} s; /opt/grader {found['venv']}")
     for case, c in found["cases"].items():
@@ -318,7 +336,9 @@ def report(name: str, found: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.platforms.check", description=__doc__.splitlines()[0])
     ap.add_argument("--platform", choices=("gradescope", "autolab", "both"), default="both")
-    default_wheel = next(iter(sorted(Path(os.environ.get("PIP_FIND_LINKS", "/nonexistent")).glob("torch-*+cpu-cp311-*.whl"))), None)
+    default_wheel = next(
+        iter(sorted(Path(os.environ.get("PIP_FIND_LINKS", "/nonexistent")).glob("torch-*+cpu-cp311-*.whl"))), None
+    )
     ap.add_argument("--torch-wheel", type=Path, default=default_wheel,
                     help="a CPU wheel of the pinned torch for Debian 12's Python 3.11, used where PyTorch's index "
                          "is unreachable (default: one in PIP_FIND_LINKS)")
@@ -342,7 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {"reference files": full, "reference handin.tar": full}
     bad = [f"{p} {case}: {c['score']}" for p, f in found.items() for case, c in f["cases"].items()
            if case in wanted and abs(c["score"] - wanted[case]) > 1e-6]
-    bad += [f"{p} {case}: results.json {c['format']}" for p, f in found.items() for case, c in f["cases"].items() if c.get("format")]
+    bad += [
+        f"{p} {case}: results.json {c['format']}"
+        for p, f in found.items()
+        for case, c in f["cases"].items()
+        if c.get("format")
+    ]
     if bad:
         say("FAILED: " + "; ".join(bad))
         return 1

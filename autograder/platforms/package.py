@@ -74,7 +74,9 @@ def build_autolab(out: Path, torch_wheel: Path | None = None, autodriver: Path |
         (out / folder).mkdir()
         if given is not None:
             if not given.is_file():
-                raise SystemExit(f"autolab: {given} is not a file (expected {'a CPU torch wheel' if name is None else 'the autodriver program'})")
+                raise SystemExit(
+                    f"autolab: {given} is not a file (expected {'a CPU torch wheel' if name is None else 'the autodriver program'})"
+                )
             shutil.copy2(given, out / folder / (name or given.name))
     tar_path = out / "autograde.tar"
     with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -106,14 +108,18 @@ def main() -> None:
     n = len(payload())
     if args.platform == "gradescope":
         target = build_gradescope(out)
-        print(f"gradescope: wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {n + 2} files); "
-              f"upload it as the assignment's autograder (a base image with {SUPPORTED_PYTHON}, e.g. Ubuntu 22.04 or 24.04)")
+        print(
+            f"gradescope: wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {n + 2} files); "
+            f"upload it as the assignment's autograder (a base image with {SUPPORTED_PYTHON}, e.g. Ubuntu 22.04 or 24.04)"
+        )
     else:
         tar_path, makefile = build_autolab(out, args.torch_wheel, args.autodriver)
         ids = ", ".join(p.id for p in selected_problems(None))
-        print(f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
-              f"handin file name: handin.tar; problem names: {ids}; image: docker build -t attention-grader {out}"
-              + ("" if args.autodriver else " (no AUTODRIVER given: add Tango's autodriver to the image, see the README)"))
+        print(
+            f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
+            f"handin file name: handin.tar; problem names: {ids}; image: docker build -t attention-grader {out}"
+            + ("" if args.autodriver else " (no AUTODRIVER given: add Tango's autodriver to the image, see the README)")
+        )
 
 
 if __name__ == "__main__":

@@ -133,8 +133,12 @@ def _models(lm: Path, oracle, label: str) -> list[tuple]:
         name = {1: "unigram", 2: "bigram", 3: "trigram"}.get(order, f"character {order}-gram")
         models.append((name, *_ngram(NGramModel.fit(train, order))))
     phrase = np.array(encode(CONSTANT_PHRASE), dtype=np.int64)
-    models.append(("constant phrase for every prompt", *_degenerate(lambda inp, steps: np.tile(phrase[:steps], (len(inp), 1)))))
-    models.append(("copy of the prompt", *_degenerate(lambda inp, steps: np.where(inp[:, :steps] < 2, 29, inp[:, :steps]))))
+    models.append(
+        ("constant phrase for every prompt", *_degenerate(lambda inp, steps: np.tile(phrase[:steps], (len(inp), 1))))
+    )
+    models.append(
+        ("copy of the prompt", *_degenerate(lambda inp, steps: np.where(inp[:, :steps] < 2, 29, inp[:, :steps])))
+    )
     return models
 
 
@@ -231,7 +235,9 @@ def format_figures(f: dict) -> str:
     )
     lines.append("val / test: teacher-forced NLL (nats/char) on prediction.npz / prediction_test (graded, hidden);")
     lines.append("gen ppl: oracle perplexity of the model's greedy generations for generation_test.npz (graded);")
-    lines.append("halves: the same on its first and on its second half of the prompts (how much the figure depends on the draw).")
+    lines.append(
+        "halves: the same on its first and on its second half of the prompts (how much the figure depends on the draw)."
+    )
     head = (f"{'model':36s} {'val':>7s} {'test':>7s} {'credit':>7s}   {'gen ppl':>10s} {'credit':>7s} "
             f"{'halves':>19s} {'time':>6s}")
     lines += ["", head, "-" * len(head)]
@@ -242,7 +248,10 @@ def format_figures(f: dict) -> str:
         lines.append(f"{r['model']:36s} {pred}   {r['generation_perplexity']:10.2f} {r['generation_credit']:7.0%} "
                      f"{halves:>19s} {r['seconds']:5.1f}s")
     lines.append("")
-    lines.append("oracle scoring of 128 x 30 generations (median): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in f["scoring_s"].items()))
+    lines.append(
+        "oracle scoring of 128 x 30 generations (median): "
+        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in f["scoring_s"].items())
+    )
     return "\n".join(lines)
 
 
@@ -261,9 +270,11 @@ MIN_GAP_NLL = 0.05  # nats/char: below this the reference and the trigram cannot
 MIN_GAP_LOG_PPL = math.log(1.5)
 ZERO_CREDIT_PREDICTION = ("trigram", "bigram", "unigram")
 ZERO_CREDIT_GENERATION = ZERO_CREDIT_PREDICTION + ("constant phrase for every prompt", "copy of the prompt")
-RULE_TEXT = (f"full credit at the reference's figure + {FULL_AT:g} of the gap to the best baseline that must earn nothing "
-             f"(trigram and below; for generation also the constant phrase and the prompt copy), none at that baseline - "
-             f"{ZERO_AT:g} of the gap (perplexity: in log space), rounded down to 0.05 nats / 2 significant digits")
+RULE_TEXT = (
+    f"full credit at the reference's figure + {FULL_AT:g} of the gap to the best baseline that must earn nothing "
+    f"(trigram and below; for generation also the constant phrase and the prompt copy), none at that baseline - "
+    f"{ZERO_AT:g} of the gap (perplexity: in log space), rounded down to 0.05 nats / 2 significant digits"
+)
 
 
 class ThresholdError(ValueError):
@@ -318,7 +329,11 @@ def propose_thresholds(figures: dict) -> dict:
             f"the reference model's generation perplexity ({r_ppl:.2f}) is not at least x{math.exp(MIN_GAP_LOG_PPL):g} "
             f"below the {base_g}'s ({b_ppl:.2f}), so no threshold can give it full credit and the {base_g} none")
     full_g, zero_g = r_ppl * math.exp(FULL_AT * lgap), b_ppl * math.exp(-ZERO_AT * lgap)
-    full_g = _floor_2_digits(full_g) if math.log(full_g / _floor_2_digits(full_g)) <= ROUND_SLACK * lgap else round(full_g, 3)
+    full_g = (
+        _floor_2_digits(full_g)
+        if math.log(full_g / _floor_2_digits(full_g)) <= ROUND_SLACK * lgap
+        else round(full_g, 3)
+    )
     zero_g = _floor_2_digits(zero_g) if _floor_2_digits(zero_g) > full_g else round(zero_g, 3)
     out["generation"] = {"full_credit_perplexity": full_g, "zero_credit_perplexity": zero_g, "reference": r_ppl,
                          "baseline": base_g, "baseline_value": b_ppl, "log_gap": lgap}
@@ -333,7 +348,9 @@ def with_thresholds(figures: dict, t: dict) -> dict:
     g.update({k: t["generation"][k] for k in ("full_credit_perplexity", "zero_credit_perplexity")})
     for row in f["models"]:
         if "val_nll" in row:
-            row["prediction_credit"] = credit(row.get("test_nll", row["val_nll"]), p["full_credit_nll"], p["zero_credit_nll"])
+            row["prediction_credit"] = credit(
+                row.get("test_nll", row["val_nll"]), p["full_credit_nll"], p["zero_credit_nll"]
+            )
         row["generation_credit"] = credit(math.log(row["generation_perplexity"]), math.log(g["full_credit_perplexity"]),
                                           math.log(g["zero_credit_perplexity"]))
     return f
@@ -346,9 +363,11 @@ def _pred_cell(row: dict) -> str:
 
 
 def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
-    pred = [f"# Calibration, measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), oracle: {f['oracle_label']}.",
-            "# Teacher-forced NLL in nats/char of the 20 true characters after each prompt,",
-            "# on prediction.npz (validation) / prediction_test (hidden, graded):"]
+    pred = [
+        f"# Calibration, measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), oracle: {f['oracle_label']}.",
+        "# Teacher-forced NLL in nats/char of the 20 true characters after each prompt,",
+        "# on prediction.npz (validation) / prediction_test (hidden, graded):",
+    ]
     gen = ["# Calibration (as above): perplexity, under the smoothed oracle,",
            "# of what each model generates greedily after the prompts of generation_test.npz:"]
     for row in f["models"]:
@@ -357,8 +376,10 @@ def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
             pred.append(f"#   {name:36s} {_pred_cell(row):>15s}  -> {row['prediction_credit']:.0%} credit")
         gen.append(f"#   {name:36s} {row['generation_perplexity']:10.2f}  -> {row['generation_credit']:.0%} credit")
     tp, tg = t["prediction"], t["generation"]
-    pred.append(f"# Rule: full credit at the reference's {tp['reference']:.3f} + {FULL_AT:g} of the gap ({tp['gap']:.3f}) to the "
-                f"{tp['baseline']}'s {tp['baseline_value']:.3f},")
+    pred.append(
+        f"# Rule: full credit at the reference's {tp['reference']:.3f} + {FULL_AT:g} of the gap ({tp['gap']:.3f}) to the "
+        f"{tp['baseline']}'s {tp['baseline_value']:.3f},"
+    )
     pred.append(f"# none at the {tp['baseline']} - {ZERO_AT:g} of the gap, rounded down to 0.05 "
                 f"(kept unrounded when that takes over {ROUND_SLACK:g} of the gap).")
     gen.append(f"# Rule: as for prediction, in log(perplexity): the reference's {tg['reference']:.2f}, the "
@@ -396,8 +417,10 @@ def write_thresholds(rubric_path: Path, figures: dict, t: dict) -> None:
     lines = _replace_block(lines, "prediction", "# full_credit_nll /", pred)
     lines = _replace_block(lines, "generation", "# smoothing_eps:", gen)
     text = "\n".join(lines)
-    table = (f"[calibration]\ncorpus = {json.dumps(figures['corpus'])}\ncorpus_sha256 = \"{figures['corpus_sha256']}\"\n"
-             f"oracle = {json.dumps(figures['oracle_label'])}\n")
+    table = (
+        f'[calibration]\ncorpus = {json.dumps(figures["corpus"])}\ncorpus_sha256 = "{figures["corpus_sha256"]}"\n'
+        f"oracle = {json.dumps(figures['oracle_label'])}\n"
+    )
     if "\n[calibration]\n" in text:
         text = text[: text.index("\n[calibration]\n") + 1] + table
     else:

@@ -74,17 +74,24 @@ def unseparated_note(measured: dict) -> str | None:
     else None. One line alone is no news: the default course gives its 5-gram full prediction credit too (20
     characters after a 30-character prompt are mostly inside words, where a 5-gram predicts well) and tells
     it from the reference by its generations."""
-    names = [row["model"] for row in measured["models"]
-             if (order := row["model"].removeprefix("character ").removesuffix("-gram")).isdigit()
-             and int(order) >= UNSEPARATED_ORDER and row.get("prediction_credit", 0) >= 1 and row["generation_credit"] >= 1]
+    names = [
+        row["model"]
+        for row in measured["models"]
+        if (order := row["model"].removeprefix("character ").removesuffix("-gram")).isdigit()
+        and int(order) >= UNSEPARATED_ORDER
+        and row.get("prediction_credit", 0) >= 1
+        and row["generation_credit"] >= 1
+    ]
     if not names:
         return None
-    return (f"note: these thresholds give full credit on both lines to the {' and the '.join(names)} too: on this corpus "
-            f"they do not tell the reference transformer from a character n-gram of order {UNSEPARATED_ORDER} or more, "
-            "so a student's model that learnt no more than one passes (the trigram and below still earn nothing). "
-            "What helps: more text (a transformer gains more from it than an n-gram; the default corpus has 1.9 million "
-            "characters), a reference that makes more of the 30-character prompts than an n-gram's few characters of "
-            "context (CONFIG=... for a larger one, at the cost of training time), or accepting it.")
+    return (
+        f"note: these thresholds give full credit on both lines to the {' and the '.join(names)} too: on this corpus "
+        f"they do not tell the reference transformer from a character n-gram of order {UNSEPARATED_ORDER} or more, "
+        "so a student's model that learnt no more than one passes (the trigram and below still earn nothing). "
+        "What helps: more text (a transformer gains more from it than an n-gram; the default corpus has 1.9 million "
+        "characters), a reference that makes more of the 30-character prompts than an n-gram's few characters of "
+        "context (CONFIG=... for a larger one, at the cost of training time), or accepting it."
+    )
 
 
 def reusable(lm: Path, inputs: dict) -> bool:
@@ -104,8 +111,11 @@ def reference_step(lm: Path, args: argparse.Namespace) -> tuple[dict, bool]:
     config = train.initial_config(args.init, train.parse_config(args.config))
     inputs = train.training_inputs(lm, config, args.steps, args.seed, init=args.init)
     if reusable(lm, inputs) and not args.retrain:
-        print(f"reference model: reused (its inputs are unchanged: corpus {inputs['corpus_sha256'][:12]}, "
-              f"config, {args.steps} steps, seed {args.seed}; {make_form(args, retrain=True)} trains it anyway)", flush=True)
+        print(
+            f"reference model: reused (its inputs are unchanged: corpus {inputs['corpus_sha256'][:12]}, "
+            f"config, {args.steps} steps, seed {args.seed}; {make_form(args, retrain=True)} trains it anyway)",
+            flush=True,
+        )
         return json.loads((lm / provenance.REFERENCE_JSON).read_text()), False
     model, figures = train.train(lm, args.steps, args.seed, config, rubric_path=args.rubric, init=args.init)
     train.write_outputs(model, figures, lm, rubric_path=args.rubric)
@@ -119,7 +129,10 @@ def run(args: argparse.Namespace) -> dict:
     # The case sets that do not depend on the corpus are built only when missing (a new folder):
     # rebuilding them on another CPU would change float64 expectations in their last bits.
     lm_only = all((fixtures / name).is_dir() for name in fixturegen_main.CORPUS_FREE)
-    print(f"== 1. fixtures -> {fixtures}" + (" (language-model data; the other case sets are kept)" if lm_only else ""), flush=True)
+    print(
+        f"== 1. fixtures -> {fixtures}" + (" (language-model data; the other case sets are kept)" if lm_only else ""),
+        flush=True,
+    )
     fixturegen_main.build(fixtures, args.corpus, args.oracle, lm_only=lm_only)
     fixtures_s = time.perf_counter() - start
 
@@ -136,7 +149,9 @@ def run(args: argparse.Namespace) -> dict:
     calibrate.write_thresholds(rubric_path, figures, thresholds)
     measured = calibrate.with_thresholds(figures, thresholds)
     # The reference's per-epoch figures, now judged by this corpus' thresholds.
-    train.mark_full_credit(ref, (thresholds["prediction"]["full_credit_nll"], thresholds["generation"]["full_credit_perplexity"]))
+    train.mark_full_credit(
+        ref, (thresholds["prediction"]["full_credit_nll"], thresholds["generation"]["full_credit_perplexity"])
+    )
     (lm / provenance.REFERENCE_JSON).write_text(json.dumps(ref, indent=2, sort_keys=True) + "\n")
     record = {
         "corpus": figures["corpus"],
@@ -160,22 +175,32 @@ def run(args: argparse.Namespace) -> dict:
     print(calibrate.markdown_table(figures, thresholds))
     if note := record["unseparated_note"]:
         print(f"\n{note}")
-    print(f"\n{train.full_credit_text(ref)}; course built in {record['seconds']['total']:.0f} s "
-          f"(fixtures {fixtures_s:.0f} s, reference {reference_s:.0f} s, thresholds {record['seconds']['thresholds']:.0f} s)")
+    print(
+        f"\n{train.full_credit_text(ref)}; course built in {record['seconds']['total']:.0f} s "
+        f"(fixtures {fixtures_s:.0f} s, reference {reference_s:.0f} s, thresholds {record['seconds']['thresholds']:.0f} s)"
+    )
     return record
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m autograder.reference.course", description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", type=Path, default=None, help="your text (plain or transcript rows); default: toy English")
+    ap.add_argument(
+        "--corpus", type=Path, default=None, help="your text (plain or transcript rows); default: toy English"
+    )
     ap.add_argument("--oracle", default=None, metavar="ngram|model:PATH",
                     help="what scores generations: the corpus' default, or a CausalLanguageModel checkpoint")
     ap.add_argument("--fixtures", type=Path, default=REPO / "fixtures")
     ap.add_argument("--rubric", type=Path, default=None, help="rubric.toml to write (default: gradelib/rubric.toml)")
-    ap.add_argument("--steps", type=train.positive, default=train.STEPS,
-                    help=f"the reference's optimisation steps, at most (default {train.STEPS}, whatever the corpus' size)")
+    ap.add_argument(
+        "--steps",
+        type=train.positive,
+        default=train.STEPS,
+        help=f"the reference's optimisation steps, at most (default {train.STEPS}, whatever the corpus' size)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="the reference's training seed")
-    ap.add_argument("--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)")
+    ap.add_argument(
+        "--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)"
+    )
     ap.add_argument("--init", type=Path, default=None, help="start the reference from this checkpoint (a warm start)")
     ap.add_argument("--retrain", action="store_true", help="train the reference even when its inputs are unchanged")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of the oracle timing (calibrate)")

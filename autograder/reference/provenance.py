@@ -30,7 +30,9 @@ def corpus_hash(lm_dir: Path) -> str:
     for name in HASHED_FILES:
         path = Path(lm_dir) / name
         if not path.is_file():
-            raise StaleCalibration(f"{path} is missing: build the fixtures first (make fixtures, or make course CORPUS=path)")
+            raise StaleCalibration(
+                f"{path} is missing: build the fixtures first (make fixtures, or make course CORPUS=path)"
+            )
         data = path.read_bytes()
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
@@ -78,8 +80,12 @@ def check_reference(lm_dir: Path) -> None:
 def check_thresholds(lm_dir: Path, rubric_path: Path | None = None) -> None:
     """Raise StaleCalibration unless rubric.toml's thresholds were set on these fixtures."""
     name = Path(rubric_path or rubric_mod.RUBRIC_PATH).name
-    _same_corpus(lm_dir, threshold_hash(rubric_path), f"the language-model thresholds in {name} were set for another corpus",
-                 "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them")
+    _same_corpus(
+        lm_dir,
+        threshold_hash(rubric_path),
+        f"the language-model thresholds in {name} were set for another corpus",
+        "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them",
+    )
 
 
 def refusal(lm_dir: Path, rubric_path: Path | None = None, reference: bool = False) -> str | None:

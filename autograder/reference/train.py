@@ -264,7 +264,9 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
     }
     thresholds = thresholds_for(lm_dir, rubric_path)
     if thresholds is None:
-        say("  (the rubric's thresholds were set for another corpus: full credit is decided once `make course` sets them)")
+        say(
+            "  (the rubric's thresholds were set for another corpus: full credit is decided once `make course` sets them)"
+        )
     step, tokens, train_s, cpu_s, start = 0, 0, 0.0, 0.0, time.perf_counter()
     best, best_state, epoch, recorded_at = math.inf, None, 0, 0
     while step < steps and not stalled([r["val_prediction_nll"] for r in figures["epochs"]]):
@@ -335,7 +337,9 @@ def write_outputs(model: CausalLanguageModel, figures: dict, lm_dir: Path, rubri
     eps = float(rubric.load(rubric_path)["generation"].settings["smoothing_eps"])
     # The graded figures of the float16 weights, from the generations just written (evaluate() would regenerate them).
     final = {
-        "val_prediction_nll": prediction_nll(teacher_forced_logits(model, arrays["val_inp"], arrays["val_out"]), arrays["val_out"]),
+        "val_prediction_nll": prediction_nll(
+            teacher_forced_logits(model, arrays["val_inp"], arrays["val_out"]), arrays["val_out"]
+        ),
         "generation_perplexity": generation_perplexity(load_oracle(lm_dir, eps), arrays["gen_inp"], generated, eps),
     }
     figures["float16_checkpoint"] = final
@@ -368,8 +372,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lm-dir", type=Path, default=REPO / "fixtures" / "lm")
     ap.add_argument("--steps", type=positive, default=STEPS, help=f"optimisation steps (default {STEPS})")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)")
-    ap.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights and config (a warm start)")
+    ap.add_argument(
+        "--config", default=None, help="ModelConfig overrides, key=value,... (default: notebook 3's CONFIG)"
+    )
+    ap.add_argument(
+        "--init", type=Path, default=None, help="start from this checkpoint's weights and config (a warm start)"
+    )
     args = ap.parse_args(argv)
     try:
         model, figures = train(args.lm_dir, args.steps, args.seed, parse_config(args.config), init=args.init)

@@ -182,8 +182,13 @@ def main() -> None:
     cells = notebook_child.run_notebook(task, namespace, budget * 0.5)
     lap("cells")
     torch.set_num_threads(1)  # the notebook may have asked for more
-    report: dict = {"cells": cells.get("cells", []), "read_error": cells.get("read_error"), "load_error": None, "calls": {},
-                    "seconds": seconds}
+    report: dict = {
+        "cells": cells.get("cells", []),
+        "read_error": cells.get("read_error"),
+        "load_error": None,
+        "calls": {},
+        "seconds": seconds,
+    }
     if cells.get("read_error"):
         write_report(report)
         return
@@ -222,13 +227,17 @@ def main() -> None:
 
     with np.load(SCRATCH / "inputs" / "generation.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
-    ids = call(namespace, "generate", report["calls"], call_s, half_left(), model, prompts, int(task["generation_steps"]))
+    ids = call(
+        namespace, "generate", report["calls"], call_s, half_left(), model, prompts, int(task["generation_steps"])
+    )
     if ids is not None:
         save(OUTPUTS / "generated.npy", np.asarray(ids))
     lap("generate")
     with np.load(SCRATCH / "inputs" / "prediction.npz", allow_pickle=False) as data:
         prompts = torch.from_numpy(data["inp"].copy())
-    logits = call(namespace, "predict", report["calls"], call_s, half_left(), model, prompts, int(task["prediction_steps"]))
+    logits = call(
+        namespace, "predict", report["calls"], call_s, half_left(), model, prompts, int(task["prediction_steps"])
+    )
     if logits is not None:
         save(OUTPUTS / "predicted.npy", np.asarray(logits))
     lap("predict")

@@ -258,7 +258,11 @@ def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
     source = "".join(source) if isinstance(source, list) else str(source)
     tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
     count = cell.get("execution_count")
-    label = f"cell [{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"code cell {code_index} (not run when saved)"
+    label = (
+        f"cell [{count}]"
+        if isinstance(count, int) and not isinstance(count, bool)
+        else f"code cell {code_index} (not run when saved)"
+    )
     return source, tags, label
 
 

@@ -100,10 +100,16 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
     for node in ast.walk(tree):
         # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
         # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
-        others = ([a.asname or a.name.split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
-                  else [node.arg] if isinstance(node, ast.arg)
-                  else [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  or (isinstance(node, ast.ExceptHandler) and node.name) else [])
+        others = (
+            [a.asname or a.name.split(".")[0] for a in node.names]
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            else [node.arg]
+            if isinstance(node, ast.arg)
+            else [node.name]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            or (isinstance(node, ast.ExceptHandler) and node.name)
+            else []
+        )
         for name in others:
             bound.setdefault(("name", name), []).append(False)
         if isinstance(node, ast.Assign):
@@ -118,7 +124,13 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
             continue
         for target, value in [(t, v) for target, value in pairs for t, v in _element_pairs(target, value)]:
             for t in ast.walk(target):
-                key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr) if isinstance(t, ast.Attribute) else None
+                key = (
+                    ("name", t.id)
+                    if isinstance(t, ast.Name)
+                    else ("attr", t.attr)
+                    if isinstance(t, ast.Attribute)
+                    else None
+                )
                 if key is None:
                     continue
                 direct = t is target  # an element of a tuple target gets one part of the value

@@ -41,10 +41,19 @@ STEPS = GENERATION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
-        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters mixed "
-                                 "into the oracle (and its insertion-channel rate).", fraction),
-        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line earns all its points."),
-        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."),
+        "smoothing_eps": Setting(
+            (int, float),
+            None,
+            "Weight of the uniform distribution over the 28 characters mixed "
+            "into the oracle (and its insertion-channel rate).",
+            fraction,
+        ),
+        "full_credit_perplexity": Setting(
+            (int, float), None, "Perplexity at or below which the perplexity line earns all its points."
+        ),
+        "zero_credit_perplexity": Setting(
+            (int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."
+        ),
         **lm_functions.FUNCTION_SETTINGS,
         **lm_functions.SAMPLING_SETTINGS,
     },
@@ -65,8 +74,10 @@ def check_ids(arr: np.ndarray) -> str:
         hits = arr == token_id
         if hits.any():
             where = tuple(int(i) for i in np.argwhere(hits)[0])
-            return (f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
-                    "generate must never emit <eos> or <pad>: set their logits to -inf before choosing.")
+            return (
+                f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
+                "generate must never emit <eos> or <pad>: set their logits to -inf before choosing."
+            )
     return ""
 
 
@@ -102,11 +113,13 @@ def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             stuck = repetitive_rows(ids)
             if len(stuck) >= REPETITIVE_SHARE * len(ids):
                 r = stuck[0]
-                ctx.note(f"generation: {len(stuck)} of the {len(ids)} rows of {FILENAME} repeat {REPETITIVE_DISTINCT} or "
-                         f"fewer characters (row {r}: {decode(prompts[r])[-20:]!r} -> {decode(ids[r])!r}). Real "
-                         "text rarely does that, so generations like these usually earn little or nothing of the "
-                         "perplexity line: train longer (notebook 3 prints the validation NLL each epoch), and check "
-                         "that generate() feeds each picked id back as the next input.")
+                ctx.note(
+                    f"generation: {len(stuck)} of the {len(ids)} rows of {FILENAME} repeat {REPETITIVE_DISTINCT} or "
+                    f"fewer characters (row {r}: {decode(prompts[r])[-20:]!r} -> {decode(ids[r])!r}). Real "
+                    "text rarely does that, so generations like these usually earn little or nothing of the "
+                    "perplexity line: train longer (notebook 3 prints the validation NLL each epoch), and check "
+                    "that generate() feeds each picked id back as the next input."
+                )
     tests = []
     for line in lines(problem, vis):
         group = line.group

@@ -40,8 +40,12 @@ STEPS = PREDICTION_STEPS
 
 SCHEMA = ProblemSchema(
     settings={
-        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line earns all its points."),
-        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing (linear in between)."),
+        "full_credit_nll": Setting(
+            (int, float), None, "Prediction NLL (nats/char) at or below which the nll line earns all its points."
+        ),
+        "zero_credit_nll": Setting(
+            (int, float), None, "Prediction NLL at or above which the nll line earns nothing (linear in between)."
+        ),
         **lm_functions.FUNCTION_SETTINGS,
     },
     line_ids=frozenset({"format", "nll"}),
@@ -72,7 +76,12 @@ def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
     if run.problem:
         return f"there is no model to check it against: {run.said(run.problem)}"
     predicted = run.predicted
-    if predicted is None or predicted.ndim != 3 or predicted.shape[1:] != logits.shape[1:] or len(predicted) > len(logits):
+    if (
+        predicted is None
+        or predicted.ndim != 3
+        or predicted.shape[1:] != logits.shape[1:]
+        or len(predicted) > len(logits)
+    ):
         why = run.call_problems.get("predict", "predict() returned nothing the grader could compare")
         return f"your model's predict() could not be compared with it: {run.said(why)}"
     head = logits[: len(predicted)]
@@ -114,8 +123,11 @@ def _format_result(ctx: GradeContext, problem: Problem, line: Line, logits: np.n
     if why:
         return line.result(0.0, f"prediction: {FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype}), "
                                 f"but this line counts only for the arrays your handed-in model makes, and {why}.")
-    return line.result(1.0, f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are "
-                            "what model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
+    return line.result(
+        1.0,
+        f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are "
+        "what model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.",
+    )
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
@@ -135,8 +147,10 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
             ctx.note(f"{said}, but your model is not causal, so it read the characters it was to predict: the course "
                      "grader reveals each one only after your model has answered, and finds a much higher figure.")
         else:
-            ctx.note(f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
-                     f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure).")
+            ctx.note(
+                f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
+                f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure)."
+            )
     elif run.set_problems.get("validation"):
         ctx.note(f"prediction: {run.said(run.set_problems['validation'])}")
     if note:

@@ -127,7 +127,10 @@ def serve(config: dict) -> None:
     for line in requests:
         task = json.loads(line)
         before = set(sys.modules)
-        out, ev = os.open(task["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), os.open(task["events"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        out, ev = (
+            os.open(task["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+            os.open(task["events"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+        )
         for fd, onto in ((out, 1), (out, 2), (ev, events)):
             os.dup2(fd, onto)
         os.close(out), os.close(ev)

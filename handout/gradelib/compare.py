@@ -204,14 +204,23 @@ def _exact_values(name: str, arr: np.ndarray, expected: np.ndarray, tail: str) -
     got = arr.astype(expected.dtype) if arr.dtype.kind in "biu" else arr
     same = got == expected
     if np.all(same):
-        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=str(expected.dtype), trivial=not np.any(expected))
+        return Check(
+            name, True, "ok", f"'{name}' matches.", 0.0, dtype=str(expected.dtype), trivial=not np.any(expected)
+        )
     wrong = np.argwhere(~same)
     first = tuple(int(i) for i in wrong[0])
 
     def shown(value) -> str:
-        return str(bool(value)) if expected.dtype.kind == "b" else f"{value:g}" if isinstance(value, float) else str(value)
+        return (
+            str(bool(value)) if expected.dtype.kind == "b" else f"{value:g}" if isinstance(value, float) else str(value)
+        )
 
-    return Check(name, False, "values",
-                 f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first at index "
-                 f"{_fmt_index(first)}: got {shown(arr[first].item())}, expected {shown(expected[first].item())}.{tail}",
-                 float(len(wrong)), dtype=str(expected.dtype))
+    return Check(
+        name,
+        False,
+        "values",
+        f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first at index "
+        f"{_fmt_index(first)}: got {shown(arr[first].item())}, expected {shown(expected[first].item())}.{tail}",
+        float(len(wrong)),
+        dtype=str(expected.dtype),
+    )

@@ -65,7 +65,9 @@ def runs(root: Path) -> dict[str, list[int]]:
     found = {}
     folders = [p for p in (root / "experiments").glob("*") if p.is_dir()]
     for folder in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name), reverse=True):
-        epochs = sorted(int(m.stem.split("_", 1)[1]) for m in folder.glob("model_*.pt") if m.stem.split("_", 1)[1].isdigit())
+        epochs = sorted(
+            int(m.stem.split("_", 1)[1]) for m in folder.glob("model_*.pt") if m.stem.split("_", 1)[1].isdigit()
+        )
         if epochs:
             found[folder.name] = epochs
     return found
@@ -120,7 +122,9 @@ def todos(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".ipynb":
             cells = json.loads(text).get("cells", [])
-            text = "\n".join("".join(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+            text = "\n".join(
+                "".join(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
+            )
     except (OSError, ValueError, AttributeError):
         return []
     return list(dict.fromkeys(m.group(1).strip() for m in TODO_RAISE.finditer(text)))
@@ -132,7 +136,9 @@ def _check_python(path: Path) -> list[str]:
     except SafeReadError as exc:
         return [exc.detail]
     except SyntaxError as exc:
-        return [f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run `python autograder.py`"]
+        return [
+            f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run `python autograder.py`"
+        ]
     except ValueError as exc:  # e.g. NUL bytes
         return [f"is not Python source ({safeio.clean_text(exc)})"]
     return []
@@ -148,7 +154,9 @@ def _check_notebook(path: Path) -> list[str]:
     except SafeReadError as exc:
         return [exc.detail]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return [f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not edit it by hand"]
+        return [
+            f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not edit it by hand"
+        ]
     why = notebook_problem(data)
     return [f"is not a valid notebook ({why}); open it in Jupyter, fix it and save it"] if why else []
 
@@ -211,8 +219,14 @@ def _check_predictions(path: Path) -> list[str]:
 
 
 def _check_generated(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, GENERATION_SHAPE, "iu", lambda shape: (
-        f"has shape {shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"))
+    arr, problems = _load_npy(
+        path,
+        GENERATION_SHAPE,
+        "iu",
+        lambda shape: (
+            f"has shape {shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"
+        ),
+    )
     if arr is None:
         return problems
     outside = (arr < 0) | (arr >= VOCAB_SIZE)
@@ -358,7 +372,9 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
         notes.append(short_run_cost(runid))
     total = sum(p.stat().st_size for p in files.values())
     if total > MAX_TOTAL_BYTES:
-        problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB")
+        problems.append(
+            f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB"
+        )
     return Packed(files, problems, notes, refused)
 
 

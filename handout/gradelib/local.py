@@ -45,7 +45,9 @@ def handin_check_text(handin: Path, scratch: Path) -> str:
         return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
     for name, problems in check_folder(scratch).items():
-        lines.append(f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else ""))
+        lines.append(
+            f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else "")
+        )
     return clean_text("\n".join(lines)) + "\n"
 
 
@@ -59,8 +61,10 @@ def stakes(result: SubmissionResult, problems: dict[str, Problem]) -> str:
         total_public, total_hidden = total_public + public, total_hidden + hidden
         lines.append(f"  {pid:<12} public {got:6.2f} / {public:6.2f}   hidden: {hidden:6.2f} more points")
     course = sum(p.points for p in problems.values())
-    lines.append(f"  {'all':<12} public {result.score:6.2f} / {total_public:6.2f}   hidden: {total_hidden:6.2f} more points"
-                 f"   (course maximum {course:g})")
+    lines.append(
+        f"  {'all':<12} public {result.score:6.2f} / {total_public:6.2f}   hidden: {total_hidden:6.2f} more points"
+        f"   (course maximum {course:g})"
+    )
     return "\n".join(lines)
 
 
@@ -72,7 +76,11 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
     found = runs(handout)
     if epoch and not runid:
         if not found:
-            return "", "", f"No trained run under experiments/ yet, so no epoch {epoch} to grade: train in notebook 3 first."
+            return (
+                "",
+                "",
+                f"No trained run under experiments/ yet, so no epoch {epoch} to grade: train in notebook 3 first.",
+            )
         runid = next(iter(found))  # the newest run
         if not epoch.isdigit() or int(epoch) not in found[runid]:
             return "", "", (f"The newest run, experiments/{runid}, has no checkpoint for epoch {epoch}, so the "
@@ -82,25 +90,47 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
         if runid in found and (not epoch.isdigit() or int(epoch) not in found[runid]):
             return runid, epoch, (f"experiments/{runid} has no checkpoint for epoch {epoch}: its language-model "
                                   f"files are missing below; {runs_text(handout)}.")
-        return runid, epoch, f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs."
+        return (
+            runid,
+            epoch,
+            f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs.",
+        )
     if runid:
         epochs = found.get(runid)
         if not epochs:
             return runid, "", f"experiments/{runid} holds no checkpoint; {runs_text(handout)}"
-        return runid, str(epochs[-1]), f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass an epoch to choose: {CHOOSE})."
+        return (
+            runid,
+            str(epochs[-1]),
+            f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass an epoch to choose: {CHOOSE}).",
+        )
     if not found:
-        return "", "", "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained."
+        return (
+            "",
+            "",
+            "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained.",
+        )
     # The newest full run: a short one (MAX_STEPS, a quick LM_TRAIN_STEPS try) only when there is nothing else.
     full = [r for r in found if short_run(r) is None]
     newest = full[0] if full else next(iter(found))
     last = found[newest][-1]
     short = short_run(newest)
     if short is not None:
-        return newest, str(last), (f"Grading the newest run, experiments/{newest}, epoch {last}: a short run of {short} "
-                                   f"steps, whose model earns few of the model-quality points (to choose another, {CHOOSE}).")
+        return (
+            newest,
+            str(last),
+            (
+                f"Grading the newest run, experiments/{newest}, epoch {last}: a short run of {short} "
+                f"steps, whose model earns few of the model-quality points (to choose another, {CHOOSE})."
+            ),
+        )
     skipped = [r for r in found if r != newest and list(found).index(r) < list(found).index(newest)]
     also = f"; newer short runs not chosen: {', '.join(skipped)}" if skipped else ""
-    return newest, str(last), f"Grading the newest full run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE}{also})."
+    return (
+        newest,
+        str(last),
+        f"Grading the newest full run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE}{also}).",
+    )
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:

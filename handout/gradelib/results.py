@@ -38,7 +38,9 @@ class TestResult:
         if not _finite(self.max_score):
             self.max_score = 0.0
         if not _finite(self.score):
-            self.output += f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
+            self.output += (
+                f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
+            )
             self.score = 0.0
         self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if _finite(v)}
 

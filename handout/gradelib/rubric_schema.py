@@ -64,7 +64,11 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "id": (str, None, "Stable identifier of the rubric line, unique within the problem, used in reports."),
     "title": (str, None, "What the line checks, in words a student understands."),
     "points": ((int, float), None, "Points for the line (> 0), split between public and hidden cases."),
-    "quantities": (list, [], "Names of the checked quantities (ones the problem computes); all must match on every case."),
+    "quantities": (
+        list,
+        [],
+        "Names of the checked quantities (ones the problem computes); all must match on every case.",
+    ),
     "backward": (bool, False, "Line is about gradients: lost when backward uses autograd."),
     "edge": (
         str,
@@ -242,7 +246,9 @@ def _number(where: str, value: Any) -> float:
 
 def _visibility_share(where: str, share: dict) -> dict[str, float]:
     if set(share) != set(VISIBILITIES):
-        raise RubricError(f"{where}: visibility_share must have exactly the keys {list(VISIBILITIES)}, got {sorted(share)}")
+        raise RubricError(
+            f"{where}: visibility_share must have exactly the keys {list(VISIBILITIES)}, got {sorted(share)}"
+        )
     out = {v: _number(f"{where}: visibility_share.{v}", share[v]) for v in VISIBILITIES}
     if any(not 0 <= x <= 1 for x in out.values()):
         raise RubricError(f"{where}: visibility_share values must be between 0 and 1, got {share}")
@@ -258,7 +264,9 @@ def _tolerance(where: str, tolerance: dict) -> dict[str, dict[str, float]]:
             raise RubricError(f"{where}: tolerance for unknown dtype '{dtype}'; known: {list(DTYPES)}")
         if not isinstance(tol, dict) or set(tol) != set(TOLERANCE_KEYS):
             got = sorted(tol) if isinstance(tol, dict) else tol
-            raise RubricError(f"{where}: tolerance.{dtype} must have exactly the keys {list(TOLERANCE_KEYS)}, got {got}")
+            raise RubricError(
+                f"{where}: tolerance.{dtype} must have exactly the keys {list(TOLERANCE_KEYS)}, got {got}"
+            )
         out[dtype] = {k: _number(f"{where}: tolerance.{dtype}.{k}", tol[k]) for k in TOLERANCE_KEYS}
         if any(x < 0 for x in out[dtype].values()):
             raise RubricError(f"{where}: tolerance.{dtype} values must be >= 0, got {tol}")
@@ -274,23 +282,31 @@ def _group(where: str, table: Any, schema: ProblemSchema | None) -> Group:
         raise RubricError(f"{where}: points must be > 0, got {spec['points']!r}")
     vis = spec["visibilities"]
     if not vis or any(v not in VISIBILITIES for v in vis) or len(set(vis)) != len(vis):
-        raise RubricError(f"{where}: visibilities must be a non-empty list of distinct values from {list(VISIBILITIES)}, got {vis!r}")
+        raise RubricError(
+            f"{where}: visibilities must be a non-empty list of distinct values from {list(VISIBILITIES)}, got {vis!r}"
+        )
     quantities = spec["quantities"]
     if any(not isinstance(q, str) for q in quantities):
         raise RubricError(f"{where}: quantities must be strings, got {quantities!r}")
     if schema is not None:
         unknown = [q for q in quantities if q not in schema.quantities]
         if unknown:
-            raise RubricError(f"{where}: quantities {unknown} are not computed by this problem; known: {sorted(schema.quantities)}")
+            raise RubricError(
+                f"{where}: quantities {unknown} are not computed by this problem; known: {sorted(schema.quantities)}"
+            )
         if not quantities and spec["id"] not in schema.line_ids:
             known = sorted(schema.line_ids) or "none: every line of this problem lists quantities"
-            raise RubricError(f"{where}: line id '{spec['id']}' lists no quantities and is not a line this problem grades ({known})")
+            raise RubricError(
+                f"{where}: line id '{spec['id']}' lists no quantities and is not a line this problem grades ({known})"
+            )
         if spec["edge"] and not schema.edge_lines:
             raise RubricError(f"{where}: edge '{spec['edge']}': this problem's cases carry no edge tags")
     if spec["edge"] and not re.fullmatch(r"[a-z][a-z0-9_]*", spec["edge"]):
         raise RubricError(f"{where}: edge must be a lower-case name (letters, digits, _), got {spec['edge']!r}")
     if spec["edge"] and not quantities:
-        raise RubricError(f"{where}: a line graded on an edge case ('{spec['edge']}') must list the quantities it checks")
+        raise RubricError(
+            f"{where}: a line graded on an edge case ('{spec['edge']}') must list the quantities it checks"
+        )
     if spec["stability"] and not spec["edge"]:
         raise RubricError(f"{where}: stability = true is for a line graded on an edge case (set its `edge`)")
     return Group(spec["id"], spec["title"], points, tuple(quantities), spec["backward"], tuple(vis), spec["edge"],
@@ -330,7 +346,9 @@ def _late(where: str, table: Any) -> LatePolicy:
     spec = _check_keys(where, table, LATE_KEYS)
     per_day = _number(f"{where}: penalty_per_day", spec["penalty_per_day"])
     if not 0 <= per_day <= 1:
-        raise RubricError(f"{where}: penalty_per_day must be a fraction between 0 and 1 (0.1 = 10% per day), got {per_day!r}")
+        raise RubricError(
+            f"{where}: penalty_per_day must be a fraction between 0 and 1 (0.1 = 10% per day), got {per_day!r}"
+        )
     max_days = _number(f"{where}: max_days", spec["max_days"])
     if max_days < 0:
         raise RubricError(f"{where}: max_days must be >= 0 (days late after which the score is 0), got {max_days!r}")
@@ -343,11 +361,15 @@ def _read(path: Path) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise RubricError(f"{path}: not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise RubricError(f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc}); expected a rubric TOML file") from None
+        raise RubricError(
+            f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc}); expected a rubric TOML file"
+        ) from None
     unknown_top = sorted(set(data) - {"problems", "late", "calibration"})
     if unknown_top:
-        raise RubricError(f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables, "
-                          "an optional [late] table and a [calibration] table")
+        raise RubricError(
+            f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables, "
+            "an optional [late] table and a [calibration] table"
+        )
     if "late" in data:
         _late(f"{path.name} [late]", data["late"])
     _calibration(path, data)
@@ -389,8 +411,10 @@ def read(path: Path | str, schemas: dict[str, ProblemSchema]) -> dict[str, Probl
             raise RubricError(f"{where}: must be a table")
         spec = _check_keys(where, table, PROBLEM_KEYS)
         if spec["hidden_tests"] not in HIDDEN_TESTS:
-            raise RubricError(f"{where}: hidden_tests must be one of {list(HIDDEN_TESTS)}, got {spec['hidden_tests']!r} "
-                              f"({PROBLEM_KEYS['hidden_tests'][2]})")
+            raise RubricError(
+                f"{where}: hidden_tests must be one of {list(HIDDEN_TESTS)}, got {spec['hidden_tests']!r} "
+                f"({PROBLEM_KEYS['hidden_tests'][2]})"
+            )
         groups = tuple(_group(f"{where} group {i + 1}", g, schema) for i, g in enumerate(spec["groups"]))
         if not groups:
             raise RubricError(f"{where}: no groups (rubric lines)")

@@ -51,14 +51,22 @@ class SafeReadError(ValueError):
     shape, dtype: from the .npy header, when it was parsed.
     """
 
-    def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None):
+    def __init__(
+        self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None
+    ):
         super().__init__(f"{name} {detail}")
         self.name, self.detail, self.reason, self.shape, self.dtype = name, detail, reason, shape, dtype
 
 
 def _describe_mode(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+    for test, what in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return what
     return "a special file"
@@ -133,9 +141,13 @@ def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SafeReadError(path.name, f"is {_describe_mode(st.st_mode)}, not a regular file; it was not read", "not_regular")
+            raise SafeReadError(
+                path.name, f"is {_describe_mode(st.st_mode)}, not a regular file; it was not read", "not_regular"
+            )
         if single_link and st.st_nlink > 1:
-            raise SafeReadError(path.name, f"has {st.st_nlink} hard links, not a file of its own; it was not read", "not_regular")
+            raise SafeReadError(
+                path.name, f"has {st.st_nlink} hard links, not a file of its own; it was not read", "not_regular"
+            )
         return fd, st
     except BaseException:
         os.close(fd)
@@ -153,7 +165,9 @@ def _read_prefix(fd: int, name: str, n: int) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
     except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
-        raise SafeReadError(name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular") from None
+        raise SafeReadError(
+            name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular"
+        ) from None
     return b"".join(chunks)
 
 
@@ -165,12 +179,20 @@ def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
 
 
 def _truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
-    return SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
-                         f"{held}; save it again with np.save.", "format", shape, dtype)
+    return SafeReadError(
+        name,
+        f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
+        f"{held}; save it again with np.save.",
+        "format",
+        shape,
+        dtype,
+    )
 
 
 def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
-    return SafeReadError(name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read", "size")
+    return SafeReadError(
+        name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read", "size"
+    )
 
 
 def stat_regular(path: Path, *, root: Path | None = None, single_link: bool = False) -> os.stat_result:
@@ -260,11 +282,15 @@ def _parse_header(fh: io.BytesIO, name: str) -> tuple[tuple[int, ...], bool, np.
         if version == (2, 0):
             return np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
     except (ValueError, EOFError, TypeError, SyntaxError, OverflowError, RecursionError) as exc:
-        raise SafeReadError(name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.", "format") from None
+        raise SafeReadError(
+            name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.", "format"
+        ) from None
     if version == (3, 0):  # only structured dtypes with non-Latin-1 field names need it
         raise SafeReadError(name, "uses .npy format version 3.0, made only for structured arrays; save a plain numeric "
                             "array with np.save.", "format")
-    raise SafeReadError(name, f"is not a .npy array (unknown format version {version[0]}.{version[1]}); save it with np.save.", "format")
+    raise SafeReadError(
+        name, f"is not a .npy array (unknown format version {version[0]}.{version[1]}); save it with np.save.", "format"
+    )
 
 
 def read_npy(
@@ -309,16 +335,28 @@ def read_npy(
         for s in shape:
             count *= s  # Python ints: a hostile shape cannot overflow
         if max_elements is not None and count > max_elements:
-            raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; "
-                                "it was not read.", "size", shape, dtype)
+            raise SafeReadError(
+                name,
+                f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; it was not read.",
+                "size",
+                shape,
+                dtype,
+            )
         offset = fh.tell()
         needed = count * dtype.itemsize
         if needed > st.st_size - offset:
             raise _truncated(name, shape, dtype, needed, st.st_size - offset)
-        if st.st_size - offset > needed:  # np.save writes nothing after the data: padding costs the grader reads, not the writer
-            raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data its "
-                                f"shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
-                                "format", shape, dtype)
+        if (
+            st.st_size - offset > needed
+        ):  # np.save writes nothing after the data: padding costs the grader reads, not the writer
+            raise SafeReadError(
+                name,
+                f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data its "
+                f"shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
+                "format",
+                shape,
+                dtype,
+            )
         data += _read_prefix(fd, name, offset + needed - len(data))
     finally:
         os.close(fd)
@@ -331,7 +369,9 @@ def read_npy(
 
 # C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates
 # and marks, line/paragraph separators; a lone surrogate cannot be written as UTF-8.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def clean_text(text: object) -> str:

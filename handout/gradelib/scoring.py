@@ -50,7 +50,9 @@ class Case:
     edge: str = ""  # the edge case it is ('' for an ordinary case), graded by the line with that `edge`
 
 
-def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None) -> list[Case]:
+def load_cases(
+    case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None
+) -> list[Case]:
     """The cases of `folder` on these case sets (only `problem_id`'s when the index tags cases by problem)."""
     cases = []
     for vis in visibilities:

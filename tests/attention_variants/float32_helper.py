@@ -40,7 +40,9 @@ class Attention:
 
     def backward(self, dLdXnew):
         dLdA_sig = dLdXnew @ self.V.transpose(1, 2)
-        dLdA_w = self.A_sig * (dLdA_sig - (dLdA_sig * self.A_sig).sum(dim=-1, keepdim=True)) / math.sqrt(self.W_k.shape[1])
+        dLdA_w = (
+            self.A_sig * (dLdA_sig - (dLdA_sig * self.A_sig).sum(dim=-1, keepdim=True)) / math.sqrt(self.W_k.shape[1])
+        )
         self.dLdV = self.A_sig.transpose(1, 2) @ dLdXnew
         self.dLdQ = dLdA_w @ self.K
         self.dLdK = dLdA_w.transpose(1, 2) @ self.Q

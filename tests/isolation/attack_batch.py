@@ -18,10 +18,19 @@ import time
 import uuid
 from pathlib import Path
 
-from attack_tools import attack_source, leftover_cgroups, leftover_scratch, processes_named, run_cli, sandbox_uid_processes
+from attack_tools import (
+    attack_source,
+    leftover_cgroups,
+    leftover_scratch,
+    processes_named,
+    run_cli,
+    sandbox_uid_processes,
+)
 from support import REPO, SOLUTIONS
 
-BATCH_TIMEOUT_S = 20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
+BATCH_TIMEOUT_S = (
+    20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
+)
 DAEMON_SLEEP_S = 3
 
 # Each an attention.py, graded in this order: name in the batch -> (source in tests/isolation/attacks/, or a tuple of
@@ -69,9 +78,18 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     order = ["reference_before", *(attacks or BATCH_ATTACKS), "reference_after"]
     with host_listeners(marker) as host:
-        common = {"OUT": out, "REPO": REPO, "MARKER": marker, "SLEEP": DAEMON_SLEEP_S, "UDPPORT": host["udp_port"],
-                  "TCPPORT": host["tcp_port"], "SOCK": host["sock"], "ROOTSOCK": host["root_sock"], "SECRET": host["secret"],
-                  "SHMKEY": host["shm_key"]}
+        common = {
+            "OUT": out,
+            "REPO": REPO,
+            "MARKER": marker,
+            "SLEEP": DAEMON_SLEEP_S,
+            "UDPPORT": host["udp_port"],
+            "TCPPORT": host["tcp_port"],
+            "SOCK": host["sock"],
+            "ROOTSOCK": host["root_sock"],
+            "SECRET": host["secret"],
+            "SHMKEY": host["shm_key"],
+        }
         paths = []
         for name in order:
             folder = root / "submissions" / name
@@ -89,8 +107,18 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
         # One job at a time at the portable level: nothing there shares the CPU out between runs, so the setsid
         # chain's 80 spinning processes would starve the run graded beside it past its time limit.
         jobs = "1" if level == "portable" else "2"
-        proc = run_cli(*paths, "--out", str(out), "--jobs", jobs, "--timeout", str(BATCH_TIMEOUT_S), "--only", "attention",
-                       level=level)
+        proc = run_cli(
+            *paths,
+            "--out",
+            str(out),
+            "--jobs",
+            jobs,
+            "--timeout",
+            str(BATCH_TIMEOUT_S),
+            "--only",
+            "attention",
+            level=level,
+        )
         wall = time.monotonic() - start
         alive_after = processes_named(marker)
         time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write

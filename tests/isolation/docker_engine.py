@@ -178,10 +178,25 @@ def gradescope_image(engine: Engine, base: str, wheel: Path) -> str:
         for image, result, script in steps:
             name = f"gradescope-setup-{os.getpid()}"
             try:
-                engine("run", "--name", name, "--network", "host", "-v", f"{source}:/package:ro",
-                       "-v", f"{wheel.parent}:/wheels:ro", "-e", f"TORCH_WHEEL=/wheels/{wheel.name}", *host_ca(), image,
-                       "bash", "-c", f"mkdir -p /autograder; [ -d /autograder/source ] || cp -r /package /autograder/source; {script}",
-                       timeout=1800)
+                engine(
+                    "run",
+                    "--name",
+                    name,
+                    "--network",
+                    "host",
+                    "-v",
+                    f"{source}:/package:ro",
+                    "-v",
+                    f"{wheel.parent}:/wheels:ro",
+                    "-e",
+                    f"TORCH_WHEEL=/wheels/{wheel.name}",
+                    *host_ca(),
+                    image,
+                    "bash",
+                    "-c",
+                    f"mkdir -p /autograder; [ -d /autograder/source ] || cp -r /package /autograder/source; {script}",
+                    timeout=1800,
+                )
                 engine("commit", name, result, timeout=600)
             finally:
                 engine("rm", "-f", name, check=False)
@@ -190,7 +205,9 @@ def gradescope_image(engine: Engine, base: str, wheel: Path) -> str:
 
 def _wheelhouse(wheel: Path) -> Path:
     """The wheels the grading requirements need besides torch, for Debian 12's Python (pip download, cached)."""
-    reqs = [line for line in (REPO / "requirements-grading.txt").read_text().splitlines() if not line.startswith("torch==")]
+    reqs = [
+        line for line in (REPO / "requirements-grading.txt").read_text().splitlines() if not line.startswith("torch==")
+    ]
     folder = CACHE / f"wheels-{_key(*reqs, wheel.name)}"
     if not (folder / ".complete").is_file():
         listed = folder.with_suffix(".txt")
@@ -218,7 +235,9 @@ def autolab_image(engine: Engine, base: str, wheel: Path) -> str:
         build_autolab(out, torch_wheel=wheel, autodriver=driver)
         for w in wheels.glob("*.whl"):
             if not (out / "wheels" / w.name).exists():
-                os.link(w, out / "wheels" / w.name) if w.stat().st_dev == out.stat().st_dev else shutil.copy(w, out / "wheels")
+                os.link(w, out / "wheels" / w.name) if w.stat().st_dev == out.stat().st_dev else shutil.copy(
+                    w, out / "wheels"
+                )
         dockerfile = out / "Dockerfile"
         text = dockerfile.read_text()
         assert "\nFROM debian:bookworm-slim\n" in text, "the Dockerfile's base changed: update this test"

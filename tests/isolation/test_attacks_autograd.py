@@ -71,7 +71,9 @@ def test_the_static_check_reads_imported_names_and_local_holders():
     from gradelib.problems.autograd_source import autograd_uses
 
     helper = (Path(__file__).resolve().parents[1] / "attention_variants" / "helper_class_backward.py").read_text()
-    local = helper.replace("        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward(")
+    local = helper.replace(
+        "        dLdA_w = self.softmax.backward(", "        sm = self.softmax\n        dLdA_w = sm.backward("
+    )
     assert "sm.backward(" in local and autograd_uses(local) == []
     tensor = "from torch import Tensor\n\n\ndef vjp(out, g):\n    Tensor.backward(out, g)\n"
     assert autograd_uses(tensor + local) == ["line 5: Tensor.backward(out, g)"]
@@ -85,7 +87,8 @@ def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
     from gradelib.problems.autograd_source import autograd_uses
 
     honest = SOLUTIONS.joinpath("attention.py").read_text() + (
-        "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n    x.sum().backward()\n")
+        "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n    x.sum().backward()\n"
+    )
     assert autograd_uses(honest) == []
     for rebinding in ("__name__ = '__main__'\n", "globals()['__name__'] = '__main__'\n",
                       "import sys\nsetattr(sys.modules[__name__], 'x', 1)\n"):
@@ -139,11 +142,16 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
 # What the submission sends on the audit pipe -> (its parts in tests/isolation/attacks/, their fills).
 AUDIT_PIPE_ATTACKS = {
     "padding events": (("audit_padding_events", "autograd_hidden"), {}),
-    "junk on the pipe": (("audit_pipe_writer", "autograd_hidden"), {"FOREVER": "no", "PAYLOAD": "junk with no end of line "}),
+    "junk on the pipe": (
+        ("audit_pipe_writer", "autograd_hidden"),
+        {"FOREVER": "no", "PAYLOAD": "junk with no end of line "},
+    ),
     # A record's start with no end of line, written just before the autograd call: the hook's own
     # record must not become its arguments.
-    "a record-shaped prefix": (("audit_pipe_writer", "autograd_hidden", "audit_just_before_the_call"),
-                               {"FOREVER": "no", "PAYLOAD": ""}),
+    "a record-shaped prefix": (
+        ("audit_pipe_writer", "autograd_hidden", "audit_just_before_the_call"),
+        {"FOREVER": "no", "PAYLOAD": ""},
+    ),
     "a flood on the pipe": (("audit_pipe_writer", "autograd_hidden"), {"FOREVER": "yes", "PAYLOAD": ""}),
 }
 
@@ -169,7 +177,9 @@ def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit
         assert "tampered with the grader's record of autograd calls (it wrote to the grader's audit pipe)" in text, text
         assert all(t.passed for t in forward), [t.output for t in forward]
     else:
-        assert "was stopped when it sent more than 1 MB to the grader's audit pipe" in "\n".join(result.notes), result.notes
+        assert "was stopped when it sent more than 1 MB to the grader's audit pipe" in "\n".join(result.notes), (
+            result.notes
+        )
 
 
 def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():

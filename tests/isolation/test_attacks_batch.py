@@ -46,7 +46,9 @@ def test_isolation_level_is_recorded(attack_batch):
     assert result["extra_data"]["isolation"] == level
     assert f"Sandbox: {level}\n" in (attack_batch["out"] / "reference_before" / "feedback.txt").read_text()
     report = (attack_batch["out"] / "report.html").read_text()
-    assert re.search(rf'id="sandbox">sandbox: {level} \({len(attack_batch["results"])} submissions\)', report), report[:3000]
+    assert re.search(rf'id="sandbox">sandbox: {level} \({len(attack_batch["results"])} submissions\)', report), report[
+        :3000
+    ]
 
 
 def test_attacks_leave_nothing_behind(attack_batch):

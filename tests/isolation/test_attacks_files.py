@@ -59,7 +59,9 @@ def test_forged_stdout_does_not_reach_the_autolab_line(tmp_path):
     folder = tmp_path / "forger"
     folder.mkdir()
     (folder / "attention.py").write_text(attack_source("forged_stdout"))
-    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "30", "--only", "attention", timeout=120)
+    proc = run_cli(
+        str(folder), "--out", str(tmp_path / "grades"), "--timeout", "30", "--only", "attention", timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert json.loads(lines[-1]) == {"scores": {"attention": 0.0}}
@@ -83,7 +85,10 @@ def test_a_flood_of_output_is_stopped_at_its_cap_not_at_the_time_limit(tmp_path,
     if where == "attention.py":
         files, only = {"attention.py": flood + reference}, ["attention"]
     else:
-        files, only = {"attention.py": reference, "01_mlm_and_next_token.ipynb": notebook_with_first_cell(flood)}, ["attention", "losses"]
+        files, only = (
+            {"attention.py": reference, "01_mlm_and_next_token.ipynb": notebook_with_first_cell(flood)},
+            ["attention", "losses"],
+        )
     start = time.monotonic()
     result = grade_files(tmp_path, files, only=only, timeout_s=60)
     wall = time.monotonic() - start
@@ -131,7 +136,9 @@ def test_links_and_fifos_planted_in_a_childs_outputs_are_refused_unread(tmp_path
     (folder / "attention.py").write_text(source)
     out = tmp_path / "grades"
     start = time.monotonic()
-    proc = run_cli(str(folder), "--out", str(out), "--timeout", str(SAFEIO_TIMEOUT_S), "--only", "attention", timeout=180)
+    proc = run_cli(
+        str(folder), "--out", str(out), "--timeout", str(SAFEIO_TIMEOUT_S), "--only", "attention", timeout=180
+    )
     wall = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert wall < SAFEIO_TIMEOUT_S + 30, wall  # a FIFO read would have blocked until the deadline
@@ -172,7 +179,10 @@ def _strings(value):
 
 def test_control_characters_from_a_submission_reach_no_terminal_or_file(tmp_path):
     folders = []
-    sources = {"reference": SOLUTIONS.joinpath("attention.py").read_text(), **{n: attack_source(n) for n in ESCAPE_ATTACKS}}
+    sources = {
+        "reference": SOLUTIONS.joinpath("attention.py").read_text(),
+        **{n: attack_source(n) for n in ESCAPE_ATTACKS},
+    }
     for name, source in sources.items():
         folder = tmp_path / "subs" / name
         folder.mkdir(parents=True)

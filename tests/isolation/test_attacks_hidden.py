@@ -100,7 +100,9 @@ def test_a_notebook_within_the_caps_does_not_inflate_the_grader(tmp_path):
     said = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("PEAK_MB", "SAID")))
     assert proc.returncode == 0 and "SAID" in said, proc.stdout[-2000:] + proc.stderr[-2000:]
     outputs = json.loads(said["SAID"])
-    assert all("could not be read as a notebook (it holds up to" in o and "clear its outputs" in o for o in outputs), outputs
+    assert all("could not be read as a notebook (it holds up to" in o and "clear its outputs" in o for o in outputs), (
+        outputs
+    )
     assert int(said["PEAK_MB"]) < 300, said["PEAK_MB"]  # the notebook alone is 95 MB: none of it was held whole
     # make handin refuses it with the same words.
     assert handin.check_file("01_mlm_and_next_token.ipynb", handin_dir / "01_mlm_and_next_token.ipynb")[0].startswith(

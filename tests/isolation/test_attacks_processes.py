@@ -70,7 +70,9 @@ def test_huge_allocation_hits_the_memory_cap(attack_batch):
     text = outputs(attack_batch["results"]["huge_allocation"])
     # Address space is capped far above the memory limit: the run maps the 8 GB, and the memory limit stops
     # it while it fills them (the cgroup, or the grader's sampling), or the address-space cap refuses it.
-    assert "MB memory limit" in text or ("import raised" in text and ("MemoryError" in text or "Unable to allocate" in text)), text
+    assert "MB memory limit" in text or (
+        "import raised" in text and ("MemoryError" in text or "Unable to allocate" in text)
+    ), text
 
 
 def test_memory_cap_applies_to_gradual_growth(tmp_path):
@@ -126,13 +128,28 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
     handins = tmp_path / "handins"
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     (handins / "hoard").mkdir(parents=True)
-    (handins / "hoard" / "attention.py").write_text(attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5) + reference)
+    (handins / "hoard" / "attention.py").write_text(
+        attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5) + reference
+    )
     (handins / "reference").mkdir()
     (handins / "reference" / "attention.py").write_text(reference)
     extra = ("--similarity", "--jobs", "2") if shm_mb else ("--jobs", "1")
     try:
-        proc = run_cli(str(handins / "hoard"), str(handins / "reference"), "--out", str(tmp_path / "grades"),
-                       "--timeout", "30", "--memory-mb", "512", "--only", "attention", *extra, level=where, shm_mb=shm_mb)
+        proc = run_cli(
+            str(handins / "hoard"),
+            str(handins / "reference"),
+            "--out",
+            str(tmp_path / "grades"),
+            "--timeout",
+            "30",
+            "--memory-mb",
+            "512",
+            "--only",
+            "attention",
+            *extra,
+            level=where,
+            shm_mb=shm_mb,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         grades = tmp_path / "grades"
         hoard = json.loads((grades / "hoard" / "results.json").read_text())

@@ -35,8 +35,10 @@ from support import REPO
 NO_REPRODUCTION = available()
 COURSE_POINTS = sum(p.points for p in rubric.load().values())
 ATTENTION_POINTS = rubric.load()["attention"].points
-linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"),
-                                reason="needs root on Linux with unshare (PID namespaces)")
+linux_root = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root on Linux with unshare (PID namespaces)",
+)
 
 
 # ---------------------------------------------------------------- a real engine, once per run of this file
@@ -89,7 +91,9 @@ def test_gradescope_on_a_real_engine_setup_then_a_fresh_container_per_handin(tmp
         return json.loads((results / "results.json").read_text()), time.monotonic() - t
 
     reference, ref_s = run("ref", reference_handin(tmp_path / "reference"), "--cpus", "0.5", "--memory", "768m")
-    assert reference["score"] == pytest.approx(COURSE_POINTS), [t["output"] for t in reference["tests"] if t["score"] < t["max_score"]]
+    assert reference["score"] == pytest.approx(COURSE_POINTS), [
+        t["output"] for t in reference["tests"] if t["score"] < t["max_score"]
+    ]
     assert reference["extra_data"]["isolation"] == "fallback"
     broken, broken_s = run("broken", _broken(tmp_path / "broken"))
     assert broken["score"] == pytest.approx(COURSE_POINTS - ATTENTION_POINTS)
@@ -130,7 +134,9 @@ def test_autolab_on_a_real_engine_as_tango_runs_a_job(tmp_path, engine):
         elif name == "blank":
             assert set(scores.values()) == {0.0}, feedback[-3000:]
         else:
-            assert scores["attention"] == 0.0 and sum(scores.values()) == pytest.approx(COURSE_POINTS - ATTENTION_POINTS)
+            assert scores["attention"] == 0.0 and sum(scores.values()) == pytest.approx(
+                COURSE_POINTS - ATTENTION_POINTS
+            )
             assert "syntax" in feedback.lower(), feedback[-3000:]
     print(f"\nautolab on a real engine (Tango's command): image {built:.0f} s; " + "; ".join(figures), file=sys.stderr)
 
@@ -152,21 +158,27 @@ def run_autograder(tmp_path: Path, handin: Path, env: dict | None = None) -> tup
     return json.loads(path.read_text()), proc
 
 
-@pytest.mark.skipif(bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}")
+@pytest.mark.skipif(
+    bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}"
+)
 def test_the_flow_in_the_reproduced_container(tmp_path, engine):
     """The fallback where no real engine runs: Docker's default container reproduced (tests/isolation/container.py)."""
     if engine[0] is not None:
         pytest.skip("a real Docker engine ran Gradescope's and Tango's flows (the tests above): no reproduction needed")
     print(f"\nno real Docker engine ({engine[1]}): Gradescope's flow in the reproduced container", file=sys.stderr)
     reference, _ = run_autograder(tmp_path / "ref", reference_handin(tmp_path / "reference"))
-    assert reference["score"] == pytest.approx(COURSE_POINTS), [t["output"] for t in reference["tests"] if t["score"] < t["max_score"]]
+    assert reference["score"] == pytest.approx(COURSE_POINTS), [
+        t["output"] for t in reference["tests"] if t["score"] < t["max_score"]
+    ]
     assert reference["extra_data"]["isolation"] == "fallback"
     blank, _ = run_autograder(tmp_path / "blank", blank_handin(tmp_path / "blank_handin"))
     assert blank["score"] == 0.0
     assert "Traceback" not in json.dumps(blank)
 
 
-@pytest.mark.skipif(bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}")
+@pytest.mark.skipif(
+    bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}"
+)
 def test_a_refusal_reaches_gradescope_as_an_explained_results_json(tmp_path):
     """A grader that refuses (here: a rubric it cannot read) writes a results.json that says why, and no grade."""
     bad = tmp_path / "rubric.toml"
@@ -210,9 +222,11 @@ def test_a_sandbox_uid_busy_in_a_container_we_cannot_see_is_never_given_to_a_run
                for _ in range(70)]  # over a run's process limit (64): a run as this uid could not even start
     try:
         env = {"GRADELIB_SLOT_START": str(uid), "GRADELIB_SLOT_DIR": str(tmp_path / "locks"), "TMPDIR": str(tmp_path)}
-        seen_and_given = ("import os; from autograder.isolation import slots; uid = int(os.environ['GRADELIB_SLOT_START']); "
-                          "print(sum(os.stat(f'/proc/{p}').st_uid == uid for p in os.listdir('/proc') if p.isdigit()), "
-                          "slots.Slot().uid)")
+        seen_and_given = (
+            "import os; from autograder.isolation import slots; uid = int(os.environ['GRADELIB_SLOT_START']); "
+            "print(sum(os.stat(f'/proc/{p}').st_uid == uid for p in os.listdir('/proc') if p.isdigit()), "
+            "slots.Slot().uid)"
+        )
         probe = subprocess.run(_in_own_pid_namespace([sys.executable, "-c", seen_and_given], env), capture_output=True,
                                text=True, timeout=120, cwd=REPO)
         seen, given = map(int, probe.stdout.split())
@@ -247,8 +261,14 @@ def test_graders_in_other_pid_namespaces_sharing_the_temp_folder_never_sweep_eac
     cli = [sys.executable, str(REPO / "autograder" / "autograder.py"), "--only=attention"]
     first_handin, second_handin = reference_handin(tmp_path / "first"), reference_handin(tmp_path / "second")
     # The first grader is pid 2 of its namespace; the second, pid 1 of its own, sees no pid 2 when it starts.
-    first = subprocess.Popen(_in_own_pid_namespace([*cli, str(first_handin), "--out", str(tmp_path / "a")], env, pid=2),
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    first = subprocess.Popen(
+        _in_own_pid_namespace([*cli, str(first_handin), "--out", str(tmp_path / "a")], env, pid=2),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         running = []
@@ -270,7 +290,9 @@ def test_graders_in_other_pid_namespaces_sharing_the_temp_folder_never_sweep_eac
     assert not list(tmp.glob(f"{SCRATCH_PREFIX}*"))  # each removed its own at its end
 
 
-@pytest.mark.skipif(bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}")
+@pytest.mark.skipif(
+    bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}"
+)
 def test_the_student_side_grades_in_a_root_container_without_bubblewrap(tmp_path):
     """A Colab tab or a course's own container: root, no namespaces. The student kit's one runner (a plain child
     with limits, no isolation of its own) gives the solved handout full public marks there."""

@@ -88,7 +88,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         static_hits = autograd_uses(source)
     except SyntaxError as exc:
         return all_zero(
-            problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. Fix the syntax error and run the local autograder."
+            problem,
+            vis,
+            f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. Fix the syntax error and run the local autograder.",
         )
     cases = load_cases(ctx.case_root, "attention", vis)
     if not cases:
@@ -123,7 +125,9 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if tampered:  # the pipe that carries the record of autograd calls cannot be trusted
         reasons.append(f"tampered with the grader's record of autograd calls ({tampered[0]})")
     if static_hits:
-        reasons.append("uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5])))
+        reasons.append(
+            "uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5]))
+        )
     if runtime_hits:
         reasons.append("used " + ", ".join(sorted(runtime_hits)) + " while running")
     if reasons:
@@ -151,14 +155,22 @@ def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
 
 # The records attention_child.py's tripwires write; any other text on the audit pipe or in meta.json is the
 # submission's own (it could carry a hidden input) and is named, not quoted.
-KNOWN_RECORDS = frozenset({
-    "a call removing the grader's saved-tensors hook", "a saved-tensors hook pushed over the grader's",
-    "a new autograd engine", "a call switching the grader's anomaly mode",
-    "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)", "torch.autograd.backward", "torch.autograd.grad",
-    "Tensor.backward", "scaled_dot_product_attention", "an autograd graph (tensors that require grad)",
-    *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
-    *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
-})
+KNOWN_RECORDS = frozenset(
+    {
+        "a call removing the grader's saved-tensors hook",
+        "a saved-tensors hook pushed over the grader's",
+        "a new autograd engine",
+        "a call switching the grader's anomaly mode",
+        "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)",
+        "torch.autograd.backward",
+        "torch.autograd.grad",
+        "Tensor.backward",
+        "scaled_dot_product_attention",
+        "an autograd graph (tensors that require grad)",
+        *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
+        *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
+    }
+)
 
 
 # The audit events of the child's boot file that start another program (boot.py's PROGRAM_EVENTS).
@@ -294,7 +306,12 @@ def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
                 if abs(c.ratio - value) <= 1e-3 * value:
                     causes.append(f"{what} (B = {batch}): the weight gradient must be summed over the batch, "
                                   "not averaged (or summed more than once)")
-        for value, what in ((math.sqrt(dk), "sqrt(Dk)"), (1 / math.sqrt(dk), "1/sqrt(Dk)"), (float(dk), "Dk"), (1 / dk, "1/Dk")):
+        for value, what in (
+            (math.sqrt(dk), "sqrt(Dk)"),
+            (1 / math.sqrt(dk), "1/sqrt(Dk)"),
+            (float(dk), "Dk"),
+            (1 / dk, "1/Dk"),
+        ):
             if abs(c.ratio - value) <= 1e-3 * value:
                 causes.append(f"{what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores is missing, applied twice "
                               "or applied in the wrong place")

@@ -228,11 +228,15 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         for cell in report.get("cells", []):
             if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
                 continue
-            lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
-                         f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}")
+            lines.append(
+                f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
+                f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}"
+            )
     if report is not None and run.timed_out:
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
-        shown = lines[:MAX_CELL_NOTES] + ([f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else [])
+        shown = lines[:MAX_CELL_NOTES] + (
+            [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
+        )
         which = " on the hidden cases" if hidden else ""
         ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:", *shown]))

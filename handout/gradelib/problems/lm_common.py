@@ -77,10 +77,14 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
         shape, dtype_problem = arr.shape, ""
     except SafeReadError as exc:
         if exc.reason == "missing":
-            return None, f"{problem_id}: " + (missing or f"{name} is missing from the handin; {what}, saved with np.save, "
-                                                          "must be in handin.tar.")
+            return None, f"{problem_id}: " + (
+                missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
+            )
         if exc.reason == "size" and exc.shape is not None:
-            return None, f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read."
+            return (
+                None,
+                f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read.",
+            )
         if exc.reason != "dtype" or exc.shape is None:
             return None, f"{problem_id}: {exc}"
         arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"

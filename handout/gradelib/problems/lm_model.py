@@ -114,7 +114,9 @@ def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
     x = rng.integers(2, VOCAB_SIZE, size=(PROBE_ROWS, PROBE_LENGTH))
     changed = x.copy()
     tail = changed[:, PROBE_POSITION + 1 :]
-    changed[:, PROBE_POSITION + 1 :] = 2 + (tail - 2 + rng.integers(1, VOCAB_SIZE - 2, size=tail.shape)) % (VOCAB_SIZE - 2)
+    changed[:, PROBE_POSITION + 1 :] = 2 + (tail - 2 + rng.integers(1, VOCAB_SIZE - 2, size=tail.shape)) % (
+        VOCAB_SIZE - 2
+    )
     return {"x": x.astype(np.int64), "x_changed": changed.astype(np.int64)}
 
 
@@ -164,7 +166,10 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
             sets[name] = (inp, out[:, :PREDICTION_STEPS])
             if vis == "public":
                 given.add(name)
-    gen_inp, test_inp = fixture_array(lm / "generation_test.npz", "inp"), fixture_array(lm / "prediction_test.npz", "inp")
+    gen_inp, test_inp = (
+        fixture_array(lm / "generation_test.npz", "inp"),
+        fixture_array(lm / "prediction_test.npz", "inp"),
+    )
     if gen_inp is None or test_inp is None:
         return f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete."
     return _Inputs(src, hidden, sets, given, gen_inp, test_inp)
@@ -175,7 +180,9 @@ def _prepare(inputs: _Inputs, scratch: Path) -> dict:
     folder = scratch / "inputs"
     shutil.copyfile(inputs.checkpoint, scratch / "submission" / CHECKPOINT)
     np.savez(folder / "probe.npz", **probe_inputs())
-    np.savez(folder / "generation.npz", inp=inputs.generation if inputs.hidden else inputs.generation[:GENERATE_CHECK_ROWS])
+    np.savez(
+        folder / "generation.npz", inp=inputs.generation if inputs.hidden else inputs.generation[:GENERATE_CHECK_ROWS]
+    )
     np.savez(folder / "prediction.npz", inp=inputs.prediction[:PREDICT_CHECK_ROWS])
     for name, (inp, out) in inputs.sets.items():
         if name in inputs.given:  # the true characters before each step, all at once
@@ -184,8 +191,10 @@ def _prepare(inputs: _Inputs, scratch: Path) -> dict:
             np.savez(folder / f"{name}.npz", inp=inp)
     return {
         "checkpoint": f"submission/{CHECKPOINT}",
-        "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in inputs.given}
-                            for n in inputs.sets],
+        "teacher_forcing": [
+            {"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in inputs.given}
+            for n in inputs.sets
+        ],
         "generation_steps": GENERATION_STEPS,
         "prediction_steps": PREDICTION_STEPS,
     }
@@ -253,7 +262,9 @@ def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, ru
         else:
             why = (revealer.problems.get(name) if revealer is not None else "this grader reveals no hidden rows (the "
                    "course grader does)") or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
-            result.set_problems[name] = result.quoted(f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800)
+            result.set_problems[name] = result.quoted(
+                f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800
+            )
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
@@ -267,8 +278,18 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     # heaviest run of a handin, so it gets twice the time of the others.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
     run_notebook(
-        ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
-        child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs), companion=partial(_reveal, ctx, inputs),
+        ctx,
+        "model",
+        ctx.submission / NOTEBOOK,
+        NOTEBOOK,
+        [],
+        (),
+        timeouts,
+        partial(_collect, inputs, result),
+        child="model_child.py",
+        harness=HARNESS,
+        prepare=partial(_prepare, inputs),
+        companion=partial(_reveal, ctx, inputs),
         limits=limits,
     )
     result.seconds = time.monotonic() - start
@@ -290,7 +311,13 @@ def causal_note(run: ModelRun) -> str:
 def match_fraction(handed_in: np.ndarray | None, own: np.ndarray | None) -> float | None:
     """Fraction of equal ids between the handin's array and the model's own on the rows the model
     generated (all of them, or the first GENERATE_CHECK_ROWS), None if either is absent."""
-    if handed_in is None or own is None or own.ndim != 2 or handed_in.shape[1:] != own.shape[1:] or len(own) > len(handed_in):
+    if (
+        handed_in is None
+        or own is None
+        or own.ndim != 2
+        or handed_in.shape[1:] != own.shape[1:]
+        or len(own) > len(handed_in)
+    ):
         return None
     head = np.asarray(handed_in[: len(own)]).astype(np.int64)
     return float(np.mean(head == np.asarray(own).astype(np.int64)))

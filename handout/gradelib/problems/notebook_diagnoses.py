@@ -83,8 +83,10 @@ def nb2_attention_scale(masked: bool):
         empty = ~allowed.any(axis=-1)  # (B, Tq): queries with no allowed key
         nan_rows = np.isnan(got.astype(np.float64)).any(axis=-1)
         if masked and nan_rows.any() and not (nan_rows & ~empty).any():
-            return ("the rows of queries with no allowed key are NaN (the softmax of only -inf scores): give those rows "
-                    "any finite score before the softmax and zero them after it, so their row of A is all zeros.")
+            return (
+                "the rows of queries with no allowed key are NaN (the softmax of only -inf scores): give those rows "
+                "any finite score before the softmax and zero them after it, so their row of A is all zeros."
+            )
         with np.errstate(all="ignore"):
             unscaled = _softmax(np.where(allowed, q @ np.swapaxes(k, -1, -2), -np.inf))
         unscaled = np.where(empty[..., None], 0.0, unscaled)
@@ -119,7 +121,9 @@ def combined_mask_axis(got: np.ndarray, case: dict, edge: str) -> str:
     tokens, pad = case["tokens"], int(case["pad_id"])
     T = tokens.shape[1]
     real = tokens != pad
-    if got.shape == (len(tokens), T, T) and np.array_equal(got, np.tril(np.ones((T, T), bool))[None] & real[:, :, None]):
+    if got.shape == (len(tokens), T, T) and np.array_equal(
+        got, np.tril(np.ones((T, T), bool))[None] & real[:, :, None]
+    ):
         return ("padding blocks the query axis here: a padded token must not be attended to, so it blocks the key "
                 "axis (the last): mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id.")
     return ""

@@ -29,7 +29,9 @@ from .handin_runs import observed, run_notebook_sets
 CASE_FOLDER = "notebooks"
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
 NOTEBOOK_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."),
+    "cell_timeout_s": Setting(
+        (int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."
+    ),
     "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
 }
 
@@ -69,8 +71,11 @@ class NotebookSpec:
     def schema(self, edge_lines: bool = False, **settings: Setting) -> ProblemSchema:
         """What a problem graded from this notebook may list in the rubric (`edge_lines`: its cases tag edges)."""
         outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(settings={**NOTEBOOK_SETTINGS, **settings}, quantities=frozenset(self.quantities) | outputs,
-                             edge_lines=edge_lines)
+        return ProblemSchema(
+            settings={**NOTEBOOK_SETTINGS, **settings},
+            quantities=frozenset(self.quantities) | outputs,
+            edge_lines=edge_lines,
+        )
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -99,7 +104,9 @@ def _outcome(
 ) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-    return judge_case(problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused))
+    return judge_case(
+        problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
+    )
 
 
 def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:
@@ -128,7 +135,9 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
 def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
     expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
     if not quantity.additive_mask:
-        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=quantity.hint)
+        return check(
+            name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=quantity.hint
+        )
     # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
     finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
     early = check(

@@ -37,8 +37,13 @@ def _isolated_path() -> list[str]:
         import subprocess
 
         try:
-            out = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys, site; site.main(); print(repr(sys.path))"],
-                                 capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL).stdout
+            out = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", "import sys, site; site.main(); print(repr(sys.path))"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            ).stdout
             _isolated_cache = [str(p) for p in __import__("ast").literal_eval(out.strip() or "[]")]
         except (OSError, ValueError, SyntaxError, subprocess.SubprocessError):
             _isolated_cache = []
