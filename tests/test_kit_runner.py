@@ -69,8 +69,8 @@ def test_output_exit_code_memory_and_events_are_the_runs_own(runs):
 
 def test_a_harness_with_tripwires_in_torch_runs_where_no_run_has_been(tmp_path):
     """attention_child.py sets tripwires inside torch, which a warm process keeps: a run before it (a notebook,
-    the public run of the same file) could take them off for it, or they could fire in a later run. So it runs
-    in a process that has run nothing before, and the next run gets another."""
+    the public run of the same file) could take them off for it, or set its own to fire in it. So it runs in a
+    process that has run nothing before."""
     marks = "import sys\nprint('mark', getattr(sys, '_left_here', None))\nsys._left_here = {name!r}\n"
     seen = {}
     with runner.session(tmp_path, LIMITS, ()) as warm:
@@ -80,7 +80,8 @@ def test_a_harness_with_tripwires_in_torch_runs_where_no_run_has_been(tmp_path):
             work.mkdir()
             (work / name).write_text(marks.format(name=name))
             seen[i] = runner.run([name], work, LIMITS).log_tail.strip()
-    assert seen == {0: "mark None", 1: "mark None", 2: "mark None", 3: "mark None", 4: "mark plain.py"}, seen
+    assert seen == {0: "mark None", 1: "mark None", 2: "mark None", 3: "mark attention_child.py",
+                    4: "mark plain.py"}, seen
 
 
 def test_the_reference_attention_keeps_every_point_graded_public_then_hidden_in_one_session(tmp_path):

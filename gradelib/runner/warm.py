@@ -31,8 +31,9 @@ from .streams import new_sinks, over_cap, stream_fields
 ISOLATION = "portable: no isolation (the user's own account); one warm process per grading"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
 # Harnesses that set tripwires inside torch itself (module state a warm process keeps from run to run): each
-# runs in a process that has run nothing before and is then retired, so no earlier run (a notebook, the
-# public run of the same file) can have taken its tripwires off, and its tripwires cannot fire in a later run.
+# runs in a process that has run nothing before, so no earlier run (a notebook, the public run of the same file)
+# can have taken its tripwires off, and an earlier run's tripwires cannot fire in it. Later runs of other
+# harnesses may share its process: its tripwires only report, and only the attention problem reads them.
 CLEAN_SLATE = frozenset({"attention_child.py"})
 
 
@@ -126,9 +127,6 @@ class Warm:
             self.proc = None
         else:
             killed = _end_children(self.proc.pid)
-            if clean_slate:  # retired; its successor imports torch while this run's results are read
-                self.close()
-                self._start()
         _follow(out, log, offsets, 0)
         _follow(events_file, events, offsets, 1)
         for path in (out, events_file):
