@@ -17,10 +17,15 @@ passed in.
 
 `Notebook(path)` is otter's client without its event log: `grader.check` writes no
 .OTTER_LOG file into the student's folder.
+
+`python -m gradelib.notebook_check [NOTEBOOK ...]` (the handout's `make checks`) runs every check cell
+headless: each notebook in a fresh kernel, without the cells tagged skip-grading (notebook 3's training),
+so no run is made and nothing is written.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import importlib
@@ -290,3 +295,47 @@ def check(problem_id: str, line: str, **namespace) -> None:
         # otter shows str(exception).strip("'"): a message ending in a quoted case name ('padded_words') would
         # lose its closing quote; a newline after it keeps it (otter strips the whitespace after).
         raise AssertionError(said + "\n" if said.endswith("'") else said)
+
+
+def run_headless(notebook: Path) -> list[tuple[str, str]]:
+    """(question, what its grader.check cell showed) for each check cell of `notebook`, run in a fresh kernel in its
+    folder as the grader runs it (every cell but those tagged skip-grading); the notebook file is not changed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells = [c for c in nb.cells if not set(SKIP_TAGS) & set(c.metadata.get("tags", []))]
+    NotebookClient(nb, timeout=600, allow_errors=True,
+                   resources={"metadata": {"path": str(notebook.resolve().parent)}}).execute()
+    shown = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.startswith("grader.check("):
+            texts = [o.get("data", {}).get("text/plain", "") for o in cell.outputs if o.output_type == "execute_result"]
+            errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+            shown.append((cell.source.split('"')[1], "\n".join(["".join(texts), *errors]).strip()))
+    return shown
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gradelib.notebook_check", description=(
+        "Run the notebooks' grader.check cells headless: each notebook in a fresh kernel, without the cells tagged "
+        "skip-grading (notebook 3's training: no run is made); nothing is written. Exit status 1 if a check fails."))
+    ap.add_argument("notebooks", nargs="*", type=Path, help="default: the handout's three notebooks")
+    args = ap.parse_args(argv)
+    notebooks = args.notebooks or sorted(Path.cwd().glob("0[1-3]_*.ipynb"))
+    if not notebooks:
+        ap.error(f"no notebook named: give one, or run this in the handout folder (none in {Path.cwd()})")
+    failed = 0
+    for notebook in notebooks:
+        if not notebook.is_file():
+            ap.error(f"{notebook} is not a file: give the path of a notebook (.ipynb)")
+        for question, text in run_headless(notebook):
+            passed = text.endswith("All test cases passed!")
+            failed += not passed
+            print(f"{question}: passes" if passed else text, flush=True)
+    print(f"{failed} check(s) failed" if failed else "every check passes")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

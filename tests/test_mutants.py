@@ -1,9 +1,12 @@
 """A fixed sample of `make mutants`: single-point mutants of the reference attention.py, two for each rubric line
-(those failing the fewest other lines) and the equivalent ones, each graded by the course grader.
+(those failing the fewest other lines) and the equivalent ones, each graded by the course grader; and single-point
+mutants of the notebooks' graded functions, one for each rubric line judged and one equivalent per notebook, graded
+three at a time (a handin holding a mutant of each notebook).
 
 What each mutant must lose comes from autograder/build/mutants.py's oracle (the equations in float64 and torch
-autograd, sharing no code with the grader) and the rubric file's rule for edge lines: a rubric or comparison
-change that lets a slip through, or takes points from correct code, fails here. `make mutants` grades them all.
+autograd, sharing no code with the grader; for the notebooks, mutants_notebooks.py's torch.nn.functional references) and
+the rubric file's rule for edge lines: a rubric or comparison change that lets a slip through, or takes points from
+correct code, fails here. `make mutants` grades them all.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from autograder.build import mutants as mm
+from autograder.build import mutants_notebooks as mn
 from gradelib import rubric
 
 from support import FIXTURES, SOLUTIONS
@@ -54,3 +58,65 @@ def test_each_mutant_loses_exactly_the_oracles_lines(judged, name):
     assert mm.verdict(PROBLEM, m) in ("killed", "equivalent"), (m.diff, sorted(m.expected), sorted(m.graded))
     assert m.score == pytest.approx(PROBLEM.points - mm.lost(PROBLEM, m.expected))
     assert m.first_line == mm.first_expected(PROBLEM, m.expected)
+
+
+# --- the notebooks: autograder/build/mutants_notebooks.py ------------------------------------------------------------
+
+# `python -m autograder.build.mutants_notebooks --pick`: for each rubric line judged (notebooks 1 and 2, notebook 3's
+# collate_and_loss and causal_attention) the mutant failing it with the fewest other lines, and one equivalent
+# mutant per notebook.
+NOTEBOOK_SAMPLE = (
+    "losses:cell10:_tensor_operators@9#9", "losses:cell20:operator_number@11#3",
+    "losses:cell32:operator_arg_removal@7#3", "losses:cell42:operator_arg_removal@10#9",
+    "losses:cell65:operator_arg_removal@10#3", "losses:cell10:operator_swap_op@9#2",
+    "losses:cell20:operator_swap_op@11#2", "masks:cell9:operator_arg_removal@9#6",
+    "masks:cell18:operator_swap_op@12#2", "masks:cell28:operator_arg_removal@7#4",
+    "masks:cell38:operator_swap_op@7#1", "masks:cell53:operator_arg_removal@9#4",
+    "masks:cell9:operator_arg_removal@9#4", "prediction:cell9:operator_swap_op@7#2",
+    "prediction:cell30:operator_swap_op@4#1", "prediction:cell9:operator_arg_removal@8#10",
+)
+
+
+@pytest.fixture(scope="module")
+def notebook_judged() -> dict[str, tuple]:
+    found = {}
+    for target in mn.TARGETS:
+        notebook, problem = SOLUTIONS / target.notebook, mn.problem_of(target)
+        mine = [m for m in mn.mutants(target, notebook) if m.name in NOTEBOOK_SAMPLE]
+        cases = mn.cases(target, FIXTURES)
+        for m in mine:
+            m.expected = mm.failing_lines(problem, mn.judge(target, notebook, m, cases))
+            found[m.name] = (target, problem, m)
+    assert set(found) == set(NOTEBOOK_SAMPLE), f"the solutions changed: pick a new sample ({set(NOTEBOOK_SAMPLE) - set(found)})"
+    return found
+
+
+def test_the_notebook_sample_covers_every_judged_line_and_has_equivalent_mutants(notebook_judged):
+    for target in mn.TARGETS:
+        problem = mn.problem_of(target)
+        mine = [m for t, _, m in notebook_judged.values() if t == target]
+        assert {line for m in mine for line, _ in m.expected} == {g.id for g in problem.groups}, target.problem
+        assert sum(not m.expected for m in mine) == 1, target.problem
+
+
+def test_the_oracle_finds_the_solutions_right_everywhere():
+    """No mutant: every quantity right on every case (else each verdict above would be the oracle's mistake)."""
+    for target in mn.TARGETS:
+        judged = mn.judge(target, SOLUTIONS / target.notebook, None, mn.cases(target, FIXTURES))
+        assert judged and not [(c["inputs"].keys(), c["fails"]) for c in judged if any(c["fails"].values())]
+
+
+def _batches() -> list[list[str]]:
+    """The sample in handins of one mutant per notebook: one grading each."""
+    per = {t.problem: [n for n in NOTEBOOK_SAMPLE if n.startswith(f"{t.problem}:")] for t in mn.TARGETS}
+    return [[names[i] for names in per.values() if i < len(names)] for i in range(max(map(len, per.values())))]
+
+
+@pytest.mark.parametrize("batch", _batches(), ids=lambda names: names[0].split(":", 1)[1])
+def test_each_notebook_mutant_loses_exactly_the_oracles_lines(notebook_judged, batch):
+    graded = [notebook_judged[name] for name in batch]
+    mn.grade(graded, SOLUTIONS, FIXTURES)
+    for _, problem, m in graded:
+        assert mm.verdict(problem, m) in ("killed", "equivalent"), (m.name, m.diff, sorted(m.expected), sorted(m.graded))
+        assert m.score == pytest.approx(problem.points - mm.lost(problem, m.expected)), m.name
+        assert m.first_line == mm.first_expected(problem, m.expected), m.name

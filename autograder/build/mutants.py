@@ -67,13 +67,14 @@ def _tensor_operators(node: cst.CSTNode):
         yield node.with_changes(body=[cst.Pass()])  # a deleted statement
 
 
-def mutants(source: str) -> list[Mutant]:
-    """Every single-point mutant of the methods MUTATED of `source`, that still compiles and differs."""
+def mutants(source: str, functions: tuple[str, ...] = MUTATED) -> list[Mutant]:
+    """Every single-point mutant of the `functions` of `source` (a name, or Class.method for one class's method),
+    that still compiles and differs."""
     module = cst.parse_module(source)
     wrapper = cst.MetadataWrapper(module)
     positions = wrapper.resolve(cst.metadata.PositionProvider)
     module = wrapper.module
-    targets = [f for f in _walk(module) if isinstance(f, cst.FunctionDef) and f.name.value in MUTATED]
+    targets = [f for f, qualname in _functions(module) if qualname in functions or f.name.value in functions]
     found: dict[str, Mutant] = {}
     for function in targets:
         for node in _walk(function.body):
@@ -86,13 +87,22 @@ def mutants(source: str) -> list[Mutant]:
                     if text == source or text in found:
                         continue
                     try:
-                        compile(text, "attention.py", "exec")
+                        compile(text, "<mutant>", "exec")
                     except SyntaxError:
                         continue
                     line = positions[node].start.line if node in positions else 0
                     diff = "".join(difflib.unified_diff(source.splitlines(True), text.splitlines(True), n=0))
                     found[text] = Mutant(f"{op.__name__}@{line}#{len(found)}", text, diff)
     return list(found.values())
+
+
+def _functions(module: cst.Module):
+    """(function, its name or Class.method) for the module's functions and its classes' methods, in source order."""
+    for node in module.body:
+        if isinstance(node, cst.FunctionDef):
+            yield node, node.name.value
+        elif isinstance(node, cst.ClassDef):
+            yield from ((f, f"{node.name.value}.{f.name.value}") for f in node.body.body if isinstance(f, cst.FunctionDef))
 
 
 def _walk(node: cst.CSTNode):
