@@ -175,7 +175,7 @@ def test_local_check_of_a_built_handin_reads_it_like_the_grader(student):
     for name in ("attention.py", *NOTEBOOKS, "predictions.npy", "generated.npy", "generated.txt"):
         assert f"ok      {name}" in out, out[:1500]
     assert "Submission: handin.tar" in out
-    assert "attention: forward: projections Q, K, V [public]" in out
+    assert re.search(r"^attention [\d.]+ / [\d.]+: all \d+ lines pass$", out, re.MULTILINE), out
 
 
 def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_path):
@@ -187,7 +187,8 @@ def test_local_check_explains_an_archive_the_grader_would_refuse(student, tmp_pa
     proc = subprocess.run(
         [sys.executable, "autograder.py", "--handin", str(bad)], cwd=student, capture_output=True, text=True
     )
-    assert "cannot be opened by the grader" in proc.stdout and "is a link" in proc.stdout
+    said = " ".join(proc.stdout.split())  # the report wraps at 100 columns
+    assert "cannot be opened by the grader" in said and "is a link" in said, proc.stdout
 
 
 def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
@@ -259,7 +260,8 @@ def test_a_short_run_is_graded_by_default_only_when_no_full_run_exists(tmp_path)
 
 def test_problem_aliases_name_the_notebooks(student):
     out, rows = local_rows(student, "--only", "nb1")
-    assert rows and all(name.startswith("losses: ") for name, _, _ in rows), out
+    problems = [m.group("problem") for m in map(ROW.match, rows) if m.group("problem")]
+    assert problems == ["losses"], out
 
 
 def test_handin_tar_is_readable_and_todos_left_are_named(student, capsys):
