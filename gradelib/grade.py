@@ -121,7 +121,10 @@ def grade_submission(
                 result.tests += all_zero(p, visibilities, f"not graded: {why}")
             return result
         except Exception as exc:  # an intake bug must not cost the student a results file
-            message = f"The handin could not be opened: internal grader error ({type(exc).__name__}); please tell the course staff."
+            message = (
+                f"The handin could not be opened: internal grader error ({type(exc).__name__}); "
+                "please tell the course staff."
+            )
             result.notes.append(message)
             for p in selected:
                 result.tests += all_zero(p, visibilities, f"not graded: {message}")

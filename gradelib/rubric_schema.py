@@ -77,7 +77,8 @@ GROUP_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
         "fixture generator tags them and refuses a line without cases or a case without a line); every other line "
         "then skips those cases. A failure there is forgiven only "
         "when the same kind (raise, non-finite, finite but wrong) shows for that quantity on an ordinary case of "
-        "the same dtype, never a NaN on a `stability` line, and only on a line one of whose cases produced over a quarter "
+        "the same dtype, never a NaN on a `stability` line, and only on a line one of whose cases produced "
+        "over a quarter "
         "of its quantities, one right (gradelib/scoring.py). '' (the default): the ordinary cases.",
     ),
     "stability": (

@@ -22,7 +22,8 @@ from support import SOLUTIONS  # noqa: E402
 
 @pytest.fixture(scope="session")
 def otter_build(tmp_path_factory) -> tuple[dict[str, bytes], Path]:
-    """One run of otter assign per test run, shared by the workers: (student files by handout path, staff output folder).
+    """One run of otter assign per test run, shared by the workers: (student files by handout path, staff output
+    folder).
 
     Under pytest-xdist the first worker that asks builds into the run's common temporary folder
     while holding a lock; the others wait for it and read what it wrote (the tests only read it).

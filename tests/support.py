@@ -81,11 +81,23 @@ def child_module(name: str):
 
 # Notebook 3's function lines, by the title prefix of their tests -> a short name.
 LM_LINES = {
-    "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps; the model's mode restored": "predict",
-    "generation: generate(): greedy by default and at temperature 0, never <eos>/<pad>; the model's mode restored": "greedy",
+    (
+        "prediction: predict(): raw logits of each step after the greedy picks of the earlier steps; "
+        "the model's mode restored"
+    ): "predict",
+    (
+        "generation: generate(): greedy by default and at temperature 0, never <eos>/<pad>; "
+        "the model's mode restored"
+    ): "greedy",
     "generation: generate(): temperature, top_k (ties kept) and top_p (the crossing token kept) sampling": "sampling",
-    "prediction: collate(): shifted inputs and targets padded with <pad>; lm_loss(): mean NLL over non-<pad> targets": "collate_loss",
-    "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, outputs unchanged by later inputs": "attention",
+    (
+        "prediction: collate(): shifted inputs and targets padded with <pad>; "
+        "lm_loss(): mean NLL over non-<pad> targets"
+    ): "collate_loss",
+    (
+        "prediction: CausalSelfAttention: masked multi-head attention on fixed weights, "
+        "outputs unchanged by later inputs"
+    ): "attention",
     "prediction: CausalLanguageModel on fixed weights (causal, eval mode), weight tying, embedding_dropout": "model",
 }
 

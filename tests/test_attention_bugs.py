@@ -467,7 +467,8 @@ def test_requires_grad_keyword_is_found():
 
 
 def test_backward_that_hangs_keeps_the_forward_points(tmp_path):
-    # It sleeps rather than spins: the time limit stops both alike (the attack tests spin), and a spin burns 8 CPU-seconds.
+    # It sleeps rather than spins: the time limit stops both alike (the attack tests spin), and a spin burns 8
+    # CPU-seconds.
     source = edit(
         REFERENCE,
         [

@@ -117,7 +117,7 @@ def test_a_gradebook_row_whose_times_cannot_be_used_costs_that_row_only():
     assert "zed: late policy not applied" in gradebook.summary(book, roster=False)
 
 
-# ---------------------------------------------------------------- submission times only from the platform or the instructor
+# ------------------------------------------------- submission times only from the platform or the instructor
 
 
 def _graded(out: Path, name: str, path: Path, scores: dict[str, float]) -> None:
@@ -148,7 +148,8 @@ def test_a_metadata_file_inside_the_upload_sets_no_submission_time(tmp_path, lat
     export, out = tmp_path / "export", tmp_path / "grades"
     due = "2025-03-01T23:59:00+00:00"
     forged = _metadata("2025-03-01T12:00:00+00:00", due)  # "on time", written by the student
-    # alice, in Gradescope's layout: her upload (holding a forged copy) and the platform's metadata beside it, 3 days late.
+    # alice, in Gradescope's layout: her upload (holding a forged copy) and the platform's metadata beside it,
+    # 3 days late.
     alice = _handin(export / "alice" / "submission", {"attention.py": REFERENCE, "submission_metadata.json": forged})
     (export / "alice" / "submission_metadata.json").write_text(_metadata("2025-03-04T12:00:00+00:00", due))
     # bob: a folder handin holding a forged copy, and no platform metadata at all; dave: the copy one folder down.

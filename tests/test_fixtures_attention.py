@@ -79,7 +79,8 @@ def test_large_magnitude_cases_exist_in_both_sets():
 
 
 def test_each_edge_has_a_public_case_and_a_hidden_one():
-    """Scaling by sqrt(Dv), or a slip only T = 1 shows, fails a public case the student sees, not a hidden case alone."""
+    """Scaling by sqrt(Dv), or a slip only T = 1 shows, fails a public case the student sees, not a hidden case
+    alone."""
     dims = {vis: [arrays(vis, c["name"]) for c in cases(vis)] for vis in ("public", "hidden")}
     for vis, found in dims.items():
         assert any(a["W_k"].shape[1] != a["W_v"].shape[1] for a in found), vis

@@ -41,7 +41,8 @@ def _absolute(module: str, is_package: bool, level: int, target: str | None) -> 
 
 
 def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that `module` imports anywhere in its file: at the top, in a function, under a condition."""
+    """The modules of `known` that `module` imports anywhere in its file: at the top, in a function, under a
+    condition."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_package = path.name == "__init__.py"
     found = set()

@@ -18,7 +18,8 @@ BUGS = {
     "predict_in_training_mode_and_sampling_ignores_temperature": (
         [
             (
-                "    model.eval()\n    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []",
+                "    model.eval()\n    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n"
+                "    steps = []",
                 "    x = torch.as_tensor(inp, dtype=torch.long)                        # (B, T)\n    steps = []",
             ),
             ("    logits = logits / temperature\n", ""),
@@ -34,7 +35,8 @@ BUGS = {
     "generate_feeds_only_the_last_token": (
         [
             (
-                "        logits = model(x)[:, -1, :]                                   # (B, V)\n        if temperature == 0:",
+                "        logits = model(x)[:, -1, :]                                   # (B, V)\n"
+                "        if temperature == 0:",
                 "        logits = model(x[:, -1:])[:, -1, :]\n        if temperature == 0:",
             )
         ],
@@ -45,7 +47,8 @@ BUGS = {
         [
             (
                 "        if temperature == 0:\n            next_id = filter_logits",
-                "        if temperature == 0 or top_k is not None or top_p is not None:\n            next_id = filter_logits",
+                "        if temperature == 0 or top_k is not None or top_p is not None:\n"
+                "            next_id = filter_logits",
             )
         ],
         {("sampling", "public"), ("sampling", "hidden")},

@@ -239,8 +239,14 @@ def test_grader_check_in_a_plain_python_script(folder):
     import subprocess
     import sys
 
-    head = "import numpy as np\nfrom gradelib.notebook_check import Notebook\ngrader = Notebook('01_mlm_and_next_token.ipynb')\n"
-    body = "def softmax(z):\n    e = np.exp(z - z.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)\n"
+    head = (
+        "import numpy as np\nfrom gradelib.notebook_check import Notebook\n"
+        "grader = Notebook('01_mlm_and_next_token.ipynb')\n"
+    )
+    body = (
+        "def softmax(z):\n    e = np.exp(z - z.max(axis=-1, keepdims=True))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n"
+    )
     scripts = {"top_level": head + body + "print(grader.check('nb1_softmax'))\n",
                "inside_a_function": head + "def main():\n" + "".join(f"    {ln}\n" for ln in body.splitlines())
                + "    print(grader.check('nb1_softmax'))\n\nmain()\n"}

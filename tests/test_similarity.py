@@ -1,4 +1,5 @@
-"""Similarity between submissions (autograder/batch/similarity.py and the modules it uses): copies are found, honest work is not.
+"""Similarity between submissions (autograder/batch/similarity.py and the modules it uses): copies are found, honest
+work is not.
 
 Every handin is built here in tmp dirs: attention.py variants written below or
 derived from solutions/attention.py, notebooks made from handout/ with the

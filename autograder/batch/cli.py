@@ -1,4 +1,5 @@
-"""Command line of the instructor grader (see autograder/autograder.py): what to grade, then the pool, then the class files.
+"""Command line of the instructor grader (see autograder/autograder.py): what to grade, then the pool, then the class
+files.
 
 Results are written atomically, so a run stopped at any point (Ctrl-C,
 SIGTERM) leaves every submission either graded or not; the same command run
@@ -120,7 +121,8 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
             return known, f"Not grading: {why}."
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
         return known, (
-            f"--isolation strict: not grading, namespaces are unavailable on this machine ({sandbox.isolation_reason()}). "
+            f"--isolation strict: not grading, namespaces are unavailable on this machine "
+            f"({sandbox.isolation_reason()}). "
             "Expected: root with bubblewrap and setpriv installed (make setup installs bubblewrap); "
             "or run without --isolation strict to use the fallback."
         )
@@ -235,7 +237,10 @@ def finish_class(args: argparse.Namespace, names: list[str], jobs: list[Job], ba
         try:  # each handin's reading is guarded in the run; this keeps the class files whatever else goes wrong
             similar = "\n" + summary_line(run_class(list(args.submissions), args.out, jobs=max(1, args.jobs)), args.out)
         except Exception as exc:
-            similar = f"\nsimilarity: not finished ({type(exc).__name__}: {clean_text(exc)[:300]}); the class files are written without it"
+            similar = (
+                f"\nsimilarity: not finished ({type(exc).__name__}: {clean_text(exc)[:300]}); "
+                "the class files are written without it"
+            )
     book, book_lines = write_class_files(args, known)
     exports = f"\nexports:   {args.out / 'scores.csv'}" + (f", {args.out / 'canvas.csv'}" if args.roster else "")
     changes = f"; {changed} score(s) changed by the regrade: {args.out / REGRADE_LOG}" if changed else ""

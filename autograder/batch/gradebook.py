@@ -34,7 +34,8 @@ from .records import Row
 from .records import spreadsheet_cell as cell
 
 CENT = Decimal("0.01")
-METADATA = "submission_metadata.json"  # Gradescope's, beside the upload; a copy is kept in grades/<name>/ (submission_times.py)
+# Gradescope's, beside the upload; a copy is kept in grades/<name>/ (submission_times.py)
+METADATA = "submission_metadata.json"
 MAX_TABLE_BYTES = 16 * 1024 * 1024
 DAY_S = 86400.0
 
@@ -51,7 +52,8 @@ REQUIRED_ROSTER = ("student_id", "name", "email", "submission")
 
 
 class BookError(ValueError):
-    """A roster, extensions or times file that cannot be used; the message names the file, line and what was expected."""
+    """A roster, extensions or times file that cannot be used; the message names the file, line and what was
+    expected."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ def _table(path: Path, what: str) -> list[list[str]]:
 
 
 def read_roster(path: Path) -> list[Student]:
-    """roster.csv: a header naming student id, name, email and submission (folder or file name) columns; section and canvas id optional."""
+    """roster.csv: a header naming student id, name, email and submission (folder or file name) columns; section and
+    canvas id optional."""
     rows = _table(path, "roster")
     header = [_key(h) for h in rows[0]]
     where: dict[str, int] = {}
@@ -120,7 +123,8 @@ def read_roster(path: Path) -> list[Student]:
     if missing:
         raise BookError(
             f"roster {path}: no column for {', '.join(missing)} in the header {rows[0]}; expected columns "
-            f"'student id', 'name', 'email', 'submission' (the submission's folder or file name), optionally 'section', 'canvas id'"
+            f"'student id', 'name', 'email', 'submission' (the submission's folder or file name), "
+            f"optionally 'section', 'canvas id'"
         )
     students, seen = [], set()
     for n, r in enumerate(rows[1:], start=2):
@@ -181,7 +185,8 @@ def read_submitted_at(path: Path) -> dict[str, datetime]:
 
 def metadata_times(data) -> tuple[datetime | None, datetime | None, list[dict]]:
     """(submitted, due, users) from Gradescope's submission_metadata.json or the copy kept of it (the same shape);
-    what is missing or malformed is None. A user's own due date (Gradescope's extension) comes before the assignment's."""
+    what is missing or malformed is None. A user's own due date (Gradescope's extension) comes before the
+    assignment's."""
     if not isinstance(data, dict):
         return None, None, []
 

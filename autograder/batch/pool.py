@@ -141,7 +141,8 @@ class Batch:
 
     def _record_failure(self, job: Job, why: str) -> None:
         message = (
-            f"This submission could not be graded: the grader's own process {why}. Its zeros are no grade: it is marked "
+            f"This submission could not be graded: the grader's own process {why}. Its zeros are no grade: "
+            f"it is marked "
             f"for regrading, which the next run of the same command does."
         )
         # The worker's log is the staff's (grades/.logs/): it can hold what the submission's code printed.

@@ -1,4 +1,5 @@
-"""The batch's records: a submission's folder name, which path it was graded from, and its row read back from results.json.
+"""The batch's records: a submission's folder name, which path it was graded from, and its row read back from
+results.json.
 
 results.json (Gradescope's format) is the one record of a graded submission;
 every class file (grades.csv, report.html, the exports) is derived from the

@@ -262,7 +262,8 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
 
 
 def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
-    """Gradescope's results.json of `result`, with the grader record of each of its problems (records: id -> rubric/fixtures).
+    """Gradescope's results.json of `result`, with the grader record of each of its problems
+    (records: id -> rubric/fixtures).
 
     Its top-level `output` is the notes, then what happened to each problem that could not be graded normally,
     then the sandbox level that graded it (students see it: what ran their code, and how confined). The one

@@ -73,18 +73,22 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
         x = pad_l + i * bar_w
         parts.append(
             f'<rect class="bar" data-count="{c}" x="{x + 2:.1f}" y="{pad_t + plot_h - bh:.1f}" width="{bar_w - 4:.1f}" '
-            f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: {plural(c, "submission")}</title></rect>'
+            f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: '
+            f'{plural(c, "submission")}</title></rect>'
         )
         if c:
             parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" text-anchor="middle" font-size="11">{c}</text>'
+                f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" '
+                f'text-anchor="middle" font-size="11">{c}</text>'
             )
         if i % every == 0 and (HISTOGRAM_BINS - i) >= every:
             parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[i]}</text>'
+                f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" '
+                f'text-anchor="middle" font-size="11">{edges[i]}</text>'
             )
     parts.append(
-        f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" text-anchor="middle" font-size="11">{edges[-1]}</text>'
+        f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" '
+        f'text-anchor="middle" font-size="11">{edges[-1]}</text>'
     )
     for mx, text in marks:
         if lo <= mx <= hi:
@@ -159,7 +163,8 @@ def _head(text: str, lines: int = 6, width: int = 200) -> str:
     return "\n".join(kept)
 
 
-# Figures a line records (TestResult.figures) -> (rubric problem, full-credit setting, zero-credit setting, label, log axis).
+# Figures a line records (TestResult.figures) ->
+# (rubric problem, full-credit setting, zero-credit setting, label, log axis).
 FIGURES = {
     "prediction_nll": ("prediction", "full_credit_nll", "zero_credit_nll", "prediction NLL (nats/char)", False),
     "generation_perplexity": ("generation", "full_credit_perplexity", "zero_credit_perplexity",
@@ -283,7 +288,8 @@ CSS = (
     "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
     "table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
     "vertical-align:top}th{background:#f0f0f0}.rate{display:inline-block;width:120px;height:10px;background:#eee;"
-    "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}pre{margin:0;white-space:pre-wrap;font-size:12px}"
+    "margin-left:6px}.rate span{display:block;height:10px;background:#5a9e4b}"
+    "pre{margin:0;white-space:pre-wrap;font-size:12px}"
     "details summary{cursor:pointer}input[type=search]{width:24em;padding:3px}"
 )
 

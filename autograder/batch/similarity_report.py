@@ -160,10 +160,13 @@ def render_html(run: Run) -> str:
         )
     notes = [f"<li><b>{escape(name)}</b>: {escape(note)}</li>" for name, ns in sorted(run.notes.items()) for note in ns]
     css = (
-        "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f0f0f0}tr.flag td{background:#fde2e2}"
+        "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
+        "table{border-collapse:collapse;margin:0.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f0f0f0}"
+        "tr.flag td{background:#fde2e2}"
         "h3.flag{color:#a40000}.side{display:grid;grid-template-columns:1fr 1fr;gap:1em}"
-        "pre{margin:0 0 0.5em;font-size:12px;white-space:pre-wrap;background:#f7f7f7;padding:4px}.where{font-size:12px;color:#555}"
+        "pre{margin:0 0 0.5em;font-size:12px;white-space:pre-wrap;background:#f7f7f7;padding:4px}"
+        ".where{font-size:12px;color:#555}"
     )
     csp = "default-src 'none'; style-src 'unsafe-inline'"
     return "\n".join([

@@ -28,7 +28,8 @@ IGNORED = ("a submission_metadata.json inside the upload was ignored: a submissi
 
 
 def platform_metadata(submission: Path) -> Path | None:
-    """The platform's submission_metadata.json for `submission`, beside Gradescope's upload folder; None where there is none."""
+    """The platform's submission_metadata.json for `submission`, beside Gradescope's upload folder; None where there
+    is none."""
     beside = submission.parent / METADATA
     if submission.name == UPLOAD_FOLDER and submission.is_dir() and beside.is_file():
         return beside
@@ -36,7 +37,8 @@ def platform_metadata(submission: Path) -> Path | None:
 
 
 def copies_inside(submission: Path) -> bool:
-    """Whether a folder upload holds a submission_metadata.json at its top level or one folder down (a student's, never read)."""
+    """Whether a folder upload holds a submission_metadata.json at its top level or one folder down (a student's,
+    never read)."""
     if not submission.is_dir() or submission.is_symlink():
         return False
     if (submission / METADATA).exists():
@@ -49,7 +51,8 @@ def copies_inside(submission: Path) -> bool:
 
 
 def kept_copy(data, source: Path | None, notes: list[str]) -> dict:
-    """What is kept of the platform's metadata `data` (None: there was none), in Gradescope's shape, with the run's notes."""
+    """What is kept of the platform's metadata `data` (None: there was none), in Gradescope's shape, with the run's
+    notes."""
     submitted, _, users = metadata_times(data)
     assignment = data.get("assignment") if isinstance(data, dict) and isinstance(data.get("assignment"), dict) else {}
     _, assignment_due, _ = metadata_times({"assignment": assignment})

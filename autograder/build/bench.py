@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> None:
         "local, every problem, the same handin: Linux "
         + f"{linux:.2f} s; "
         + "; ".join(
-            f"{f.label.split(', ')[-1]} {statistics.median(f.times):.2f} s ({statistics.median(f.times) / linux:.2f} x Linux)"
+            f"{f.label.split(', ')[-1]} {statistics.median(f.times):.2f} s "
+            f"({statistics.median(f.times) / linux:.2f} x Linux)"
             for f in (figures[4], figures[6])
         )
         + " (target <= 1.5 x)"

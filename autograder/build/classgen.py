@@ -145,7 +145,8 @@ ATTACKS: dict[str, str] = {
     ),
     "writes_outside_scratch": (
         "import os\n"
-        f"for path in ({str(REPO / 'fixtures' / 'attention' / 'hidden' / 'cases.json')!r}, '/tmp/owned', '../../owned'):\n"
+        f"for path in ({str(REPO / 'fixtures' / 'attention' / 'hidden' / 'cases.json')!r}, "
+        f"'/tmp/owned', '../../owned'):\n"
         "    try:\n        open(path, 'w').write('[]')\n    except OSError:\n        pass\n"
         "raise SystemExit(0)\n"
     ),

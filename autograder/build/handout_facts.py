@@ -1,4 +1,5 @@
-"""The corpus facts the handout states (its README, notebook 3's markdown), read from fixtures/lm/: `{{name}}` placeholders."""
+"""The corpus facts the handout states (its README, notebook 3's markdown), read from fixtures/lm/:
+`{{name}}` placeholders."""
 
 from __future__ import annotations
 

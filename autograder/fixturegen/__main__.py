@@ -52,7 +52,8 @@ def build(out: Path, corpus: Path | None = None, oracle: str | None = None, lm_o
     counts = {v: sum(1 for s in lm_function_cases.CASES.values() if s[0] == v) for v in ("public", "hidden")}
     term = "" if seed is None else f"; term seed {seed}, {'all' if public_too else 'hidden'} cases rotated"
     print(
-        f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases (seed {lm_function_cases.SEED}{term})"
+        f"lm_functions: {counts['public']} public and {counts['hidden']} hidden cases "
+        f"(seed {lm_function_cases.SEED}{term})"
     )
     checksums.write(out)
 

@@ -90,7 +90,8 @@ def _use_model_oracle(checkpoint: Path, lm: Path, info: dict) -> None:
     info["oracle"] = {"kind": "model", "path": MODEL_ORACLE_FILE, "from": checkpoint.name,
                       "parameters": sum(p.numel() for p in model.parameters())}
     print(
-        f"lm/{MODEL_ORACLE_FILE}: the oracle is the checkpoint {checkpoint} ({info['oracle']['parameters']:,} parameters)"
+        f"lm/{MODEL_ORACLE_FILE}: the oracle is the checkpoint {checkpoint} "
+        f"({info['oracle']['parameters']:,} parameters)"
     )
 
 

@@ -97,7 +97,8 @@ def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResu
         return line.result(
             0.0,
             (
-                f"generation: the perplexity of your model's generations is not a finite number ({ppl}), so this line scores 0; "
+                f"generation: the perplexity of your model's generations is not a finite number ({ppl}), "
+                "so this line scores 0; "
                 "please tell the course staff, since smoothed scores should always be finite."
             ),
         )

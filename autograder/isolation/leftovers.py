@@ -1,6 +1,7 @@
 """What a run leaves on the host at the fallback level, removed after each run: the entries its uid owns in
 /dev/shm and /dev/mqueue, whatever modes it gave them (and, where Landlock is missing and the run could
-write there, in /tmp and /var/tmp) and the System V segments, queues and semaphore sets it made. At the namespaces level all of these are the run's
+write there, in /tmp and /var/tmp) and the System V segments, queues and semaphore sets it made. At the namespaces
+level all of these are the run's
 own and go with it (or the template empties them).
 
 The removal runs as the run's own uid, in a short process of its own: removing another user's System V

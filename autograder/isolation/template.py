@@ -82,7 +82,8 @@ class Session:
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
-        # At the namespaces level /dev/shm and System V IPC are the submission's own: the template empties them after each run.
+        # At the namespaces level /dev/shm and System V IPC are the submission's own: the template empties them after
+        # each run.
         config = {
             "control_fd": theirs.fileno(),
             "preload": list(self.preload),

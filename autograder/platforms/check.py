@@ -323,7 +323,8 @@ def report(name: str, found: dict) -> None:
     say(f"{name}: torch from {found['torch']}")
     if "setup_s" in found:
         say(
-            f"{name}: setup.sh {found['setup_s']:.0f} s; /autograder/venv {found['venv']}, apt's downloads {found['apt']}"
+            f"{name}: setup.sh {found['setup_s']:.0f} s; /autograder/venv {found['venv']}, "
+            f"apt's downloads {found['apt']}"
         )
     if "build_s" in found:
         say(f"{name}: the Dockerfile's steps {found['build_s']:.0f} s; /opt/grader {found['venv']}")

@@ -75,7 +75,8 @@ def build_autolab(out: Path, torch_wheel: Path | None = None, autodriver: Path |
         if given is not None:
             if not given.is_file():
                 raise SystemExit(
-                    f"autolab: {given} is not a file (expected {'a CPU torch wheel' if name is None else 'the autodriver program'})"
+                    f"autolab: {given} is not a file "
+                    f"(expected {'a CPU torch wheel' if name is None else 'the autodriver program'})"
                 )
             shutil.copy2(given, out / folder / (name or given.name))
     tar_path = out / "autograde.tar"
@@ -110,7 +111,8 @@ def main() -> None:
         target = build_gradescope(out)
         print(
             f"gradescope: wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {n + 2} files); "
-            f"upload it as the assignment's autograder (a base image with {SUPPORTED_PYTHON}, e.g. Ubuntu 22.04 or 24.04)"
+            f"upload it as the assignment's autograder "
+            f"(a base image with {SUPPORTED_PYTHON}, e.g. Ubuntu 22.04 or 24.04)"
         )
     else:
         tar_path, makefile = build_autolab(out, args.torch_wheel, args.autodriver)

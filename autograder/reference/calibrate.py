@@ -120,7 +120,8 @@ def oracle_label(spec: dict) -> str:
 
 
 def _models(lm: Path, oracle, label: str) -> list[tuple]:
-    """(name, teacher-forced NLL or None, generate) of every model measured: the oracle, the reference, n-grams, degenerate text."""
+    """(name, teacher-forced NLL or None, generate) of every model measured: the oracle, the reference, n-grams,
+    degenerate text."""
     models = [(
         label,
         lambda inp, o: nll_of(teacher_forced_probs(oracle.next_id_probs, inp, o), o),
@@ -143,7 +144,8 @@ def _models(lm: Path, oracle, label: str) -> list[tuple]:
 
 
 def _model_row(name: str, tf_nll, generated: np.ndarray, data: dict, oracle, settings: dict, eps: float) -> dict:
-    """One model's figures and credits: NLL on the validation and hidden prediction sets, perplexity of its generations."""
+    """One model's figures and credits: NLL on the validation and hidden prediction sets, perplexity of its
+    generations."""
     p_set, g_set = settings["prediction"], settings["generation"]
     row = {"model": name}
     if tf_nll is not None:
@@ -364,7 +366,8 @@ def _pred_cell(row: dict) -> str:
 
 def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
     pred = [
-        f"# Calibration, measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), oracle: {f['oracle_label']}.",
+        f"# Calibration, measured on {f['corpus']} (corpus sha256 {f['corpus_sha256'][:12]}), "
+        f"oracle: {f['oracle_label']}.",
         "# Teacher-forced NLL in nats/char of the 20 true characters after each prompt,",
         "# on prediction.npz (validation) / prediction_test (hidden, graded):",
     ]
@@ -377,7 +380,8 @@ def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
         gen.append(f"#   {name:36s} {row['generation_perplexity']:10.2f}  -> {row['generation_credit']:.0%} credit")
     tp, tg = t["prediction"], t["generation"]
     pred.append(
-        f"# Rule: full credit at the reference's {tp['reference']:.3f} + {FULL_AT:g} of the gap ({tp['gap']:.3f}) to the "
+        f"# Rule: full credit at the reference's {tp['reference']:.3f} + {FULL_AT:g} of the gap "
+        f"({tp['gap']:.3f}) to the "
         f"{tp['baseline']}'s {tp['baseline_value']:.3f},"
     )
     pred.append(f"# none at the {tp['baseline']} - {ZERO_AT:g} of the gap, rounded down to 0.05 "
@@ -388,7 +392,8 @@ def _comment_blocks(f: dict, t: dict) -> tuple[list[str], list[str]]:
 
 
 def _replace_block(lines: list[str], section: str, anchor: str, block: list[str]) -> list[str]:
-    """Replace the '# Calibration' comment block of [problems.<section>] that ends before the line starting with `anchor`."""
+    """Replace the '# Calibration' comment block of [problems.<section>] that ends before the line starting with
+    `anchor`."""
     top = lines.index(f"[problems.{section}]")
     end = next(i for i in range(top, len(lines)) if lines[i].startswith(anchor))
     start = next((i for i in range(top, end) if lines[i].startswith("# Calibration")), end)

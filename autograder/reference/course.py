@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> dict:
         print(f"\n{note}")
     print(
         f"\n{train.full_credit_text(ref)}; course built in {record['seconds']['total']:.0f} s "
-        f"(fixtures {fixtures_s:.0f} s, reference {reference_s:.0f} s, thresholds {record['seconds']['thresholds']:.0f} s)"
+        f"(fixtures {fixtures_s:.0f} s, reference {reference_s:.0f} s, "
+        f"thresholds {record['seconds']['thresholds']:.0f} s)"
     )
     return record
 

@@ -64,7 +64,8 @@ def _short(h: str | None) -> str:
 
 
 def _same_corpus(lm_dir: Path, got: str | None, what: str, remedy: str) -> None:
-    """Raise StaleCalibration, saying `what` was measured elsewhere and the `remedy`, unless `got` is lm_dir's corpus hash."""
+    """Raise StaleCalibration, saying `what` was measured elsewhere and the `remedy`, unless `got` is lm_dir's corpus
+    hash."""
     want = corpus_hash(lm_dir)
     if got != want:
         raise StaleCalibration(f"{what} (corpus hash {_short(got)}) than the fixtures' ({_short(want)}, "

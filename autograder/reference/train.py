@@ -223,7 +223,10 @@ def full_credit_text(figures: dict) -> str:
     if figures.get("wall_s_to_full_credit") is None:
         return f"full credit not reached in {last['steps']} steps ({last['epoch']} epochs)"
     row = next(r for r in figures["epochs"] if r["passes_full_credit"])
-    return f"full credit reached after {figures['wall_s_to_full_credit']:.0f} s (step {row['steps']}, epoch {row['epoch']})"
+    return (
+        f"full credit reached after {figures['wall_s_to_full_credit']:.0f} s "
+        f"(step {row['steps']}, epoch {row['epoch']})"
+    )
 
 
 def initial_config(init: Path | None, config: ModelConfig) -> ModelConfig:
@@ -265,7 +268,8 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
     thresholds = thresholds_for(lm_dir, rubric_path)
     if thresholds is None:
         say(
-            "  (the rubric's thresholds were set for another corpus: full credit is decided once `make course` sets them)"
+            "  (the rubric's thresholds were set for another corpus: "
+            "full credit is decided once `make course` sets them)"
         )
     step, tokens, train_s, cpu_s, start = 0, 0, 0.0, 0.0, time.perf_counter()
     best, best_state, epoch, recorded_at = math.inf, None, 0, 0
@@ -302,7 +306,8 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
         credit_g = "" if thresholds is None else f" (full credit <= {thresholds[1]:g})"
         say(
             f"epoch {epoch}, step {step}: train loss {row['train_loss']:.3f}  validation prediction NLL "
-            f"{row['val_prediction_nll']:.3f}{credit}  generation perplexity {row['generation_perplexity']:.2f}{credit_g}  "
+            f"{row['val_prediction_nll']:.3f}{credit}  "
+            f"generation perplexity {row['generation_perplexity']:.2f}{credit_g}  "
             f"{row['wall_s']:.0f} s",
             flush=True,
         )
@@ -352,7 +357,8 @@ def write_outputs(model: CausalLanguageModel, figures: dict, lm_dir: Path, rubri
     say(f"wrote {lm_dir}/reference_model.json")
     say(
         f"reference: {figures['parameters']:,} parameters, {figures['train_tokens_per_s']:,.0f} training tokens/s, "
-        f"trained in {figures['train_s']:.0f} s ({figures['wall_s']:.0f} s with evaluation); {full_credit_text(figures)}"
+        f"trained in {figures['train_s']:.0f} s ({figures['wall_s']:.0f} s with evaluation); "
+        f"{full_credit_text(figures)}"
     )
     say(
         f"float16 checkpoint: validation prediction NLL {nll:.4f} nats/char (perplexity {math.exp(nll):.3f}), "

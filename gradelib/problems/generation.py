@@ -75,7 +75,8 @@ def check_ids(arr: np.ndarray) -> str:
         if hits.any():
             where = tuple(int(i) for i in np.argwhere(hits)[0])
             return (
-                f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
+                f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times "
+                f"(first at index {where}); "
                 "generate must never emit <eos> or <pad>: set their logits to -inf before choosing."
             )
     return ""

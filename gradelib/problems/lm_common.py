@@ -58,7 +58,10 @@ def course_line(ctx: GradeContext, problem, line):
 
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
-    return f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete (download the handout again)."
+    return (
+        f"{problem_id}: {rel} is missing under {ctx.case_root}: "
+        "the case files are incomplete (download the handout again)."
+    )
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
@@ -83,7 +86,8 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
         if exc.reason == "size" and exc.shape is not None:
             return (
                 None,
-                f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; it was not read.",
+                f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; "
+                "it was not read.",
             )
         if exc.reason != "dtype" or exc.shape is None:
             return None, f"{problem_id}: {exc}"

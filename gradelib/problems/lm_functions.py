@@ -57,6 +57,7 @@ from ..results import TestResult
 from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
 from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
+from .lm_hints import HINTS
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -65,7 +66,9 @@ HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
 # Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
 # imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
 FUNCTION_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells never run)."),
+    "cell_timeout_s": Setting(
+        (int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells never run)."
+    ),
     "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
 }
 # A correct sampler stays below this total-variation distance with overwhelming probability at
@@ -91,8 +94,10 @@ SPEC = NotebookSpec(
         Call("generate", (MODEL, "tensor:inp", STEPS), {"zero_temperature_ids": None},
              kwargs={"temperature": "float:zero_temperature", "top_k": "int:top_k", "top_p": "float:top_p"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_k1_ids": None}, kwargs={**SAMPLE, "top_k": "int:one"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_tiny_ids": None}, kwargs={**SAMPLE, "top_p": "float:tiny_p"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"cold_ids": None}, kwargs={"temperature": "float:cold_temperature"}),
+        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_tiny_ids": None},
+             kwargs={**SAMPLE, "top_p": "float:tiny_p"}),
+        Call("generate", (MODEL, "tensor:inp", STEPS), {"cold_ids": None},
+             kwargs={"temperature": "float:cold_temperature"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_k_ids": None}, kwargs={**SAMPLE, "top_k": "int:top_k"}),
         Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_ids": None}, kwargs={**SAMPLE, "top_p": "float:top_p"}),
         Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_ids": None},
@@ -108,7 +113,8 @@ SPEC = NotebookSpec(
         Call("collate", ("pieces:pieces",), {"collate_inputs": 0, "collate_targets": 1}),
         Call("lm_loss", ("tensor:loss_logits", "tensor:loss_targets"), {"lm_loss": None}),
         # Classes: child/lm_child.py builds them, loads the case's weights and runs them in eval mode.
-        Call("CausalSelfAttention", ("tensor:att_x", "tensor:att_x_changed"), {"attention_out": 0, "attention_causal": 1}),
+        Call("CausalSelfAttention", ("tensor:att_x", "tensor:att_x_changed"),
+             {"attention_out": 0, "attention_causal": 1}),
         Call("CausalLanguageModel", ("tensor:lm_inp", "tensor:lm_inp_changed"),
              {"model_logits": 0, "model_causal": 1, "weight_tied": 2}),
         Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:true"), {"emb_dropout_train": None}),
@@ -123,52 +129,6 @@ DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # embedding_dropout's count of dropped rows may be this many binomial standard deviations
 # from p * rows: a correct implementation falls outside with probability below 2e-9.
 DROPPED_ROWS_SD = 6.0
-
-HINTS = {
-    "predict_logits": "step t is model(inp + greedy picks of steps < t)[:, -1]: raw logits (no softmax), the argmax "
-    "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
-    "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
-    "append each pick and run the model on the whole sequence again; call model.eval() first.",
-    "predict_mode": "predict() runs the model in eval mode and then restores the mode it found: `was = model.training; "
-    "model.eval(); ...; model.train(was)`.",
-    "generate_mode": "generate() runs the model in eval mode and then restores the mode it found: `was = model.training; "
-    "model.eval(); ...; model.train(was)`.",
-    "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
-    "no sampling and no division by 0.",
-    "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
-    "with the k-th are all kept (e.g. logits < torch.topk(logits, k).values[:, -1:] set to -inf).",
-    "sampled_top_p_edge_ids": "the nucleus is the smallest set of most probable tokens whose probabilities reach top_p: "
-    "the token that carries the sum past top_p is kept (drop a token when the mass ranked above it is >= top_p).",
-    "top_k1_ids": "top_k=1 keeps only the best allowed token, so sampling must return the greedy ids.",
-    "top_p_tiny_ids": "a tiny top_p keeps only the most probable allowed token (the nucleus always holds at least one).",
-    "cold_ids": "temperature 0.01 divides the logits by 0.01 before the softmax: almost all mass on the greedy token.",
-    "top_k_ids": "after excluding <eos>/<pad>, keep the k highest logits and sample among those only.",
-    "top_p_ids": "keep the smallest set of most probable allowed tokens whose probabilities sum to at least top_p.",
-    "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial).",
-    "sampled_top_k_ids": "with temperature > 0 and top_k, sample (torch.multinomial) from the softmax of the k best "
-    "allowed logits divided by the temperature.",
-    "sampled_top_p_ids": "with temperature > 0 and top_p, sample (torch.multinomial) from the softmax, renormalised, "
-    "of the nucleus computed on logits / temperature.",
-    "collate_inputs": "row b is piece_b[:-1] followed by PAD (id 1) up to T = the longest piece's length - 1, int64.",
-    "collate_targets": "row b is piece_b[1:] followed by PAD (id 1), int64: the inputs shifted by one.",
-    "lm_loss": "the mean of -log softmax(logits)[target] over the positions whose target is not PAD "
-    "(F.cross_entropy on flattened (N, V) logits with ignore_index=PAD), a scalar.",
-    "attention_out": "per head softmax(Q K^T / sqrt(hs)) V with the causal mask, heads side by side, then self.proj; "
-    "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
-    "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
-    "(with -inf) before the softmax.",
-    "attention_out_unscaled": "divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) before the "
-    "softmax.",
-    "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
-    "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
-    "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
-    "model_logits_unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size) before "
-    "the softmax.",
-    "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
-    "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
-    "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
-    "emb_dropout_eval": "when training is False (or p == 0), return the weight unchanged.",
-}
 
 
 def split_lines(problem: Problem) -> tuple[Problem, Problem]:
@@ -209,7 +169,8 @@ def _named_special_ids(result: Check, obs: Observed) -> Check:
     """A wrong id array that holds <eos> or <pad> says so first: the usual cause is not masking them."""
     if result.passed or result.stage != "values" or obs.array is None:
         return result
-    found = [f"{name} (id {token}) {int((obs.array == token).sum())} times" for name, token in (("<eos>", EOS), ("<pad>", PAD))
+    found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
+             for name, token in (("<eos>", EOS), ("<pad>", PAD))
              if (obs.array == token).any()]
     if not found:
         return result
@@ -375,9 +336,11 @@ def _causal(q: str, changed: Observed, original: Observed, position: int, values
     """Causality: before `position`, the outputs for the changed input must equal those for the original one.
     `values` (the changed input's outputs against the expected ones) decides only where that cannot be probed;
     wrong values with a causal model are the outputs' line's to report, not a fault of the mask."""
-    if values.passed or values.stage != "values" or original.array is None or original.array.shape != changed.array.shape:
+    if (values.passed or values.stage != "values" or original.array is None
+            or original.array.shape != changed.array.shape):
         return values
-    before, before_orig = changed.array[:, :position].astype(np.float64), original.array[:, :position].astype(np.float64)
+    before, before_orig = (changed.array[:, :position].astype(np.float64),
+                           original.array[:, :position].astype(np.float64))
     scale = max(1.0, float(np.abs(before_orig).max(initial=0.0)))
     moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
     if moved.any():
@@ -388,7 +351,8 @@ def _causal(q: str, changed: Observed, original: Observed, position: int, values
             f"{t} (row {b}): a position saw later ones. Hint: {HINTS[q]}",
             float("inf"),
         )
-    return Check(q, True, "ok", f"'{q}': no output before position {position} moved when the later inputs changed.", 0.0)
+    return Check(q, True, "ok",
+                 f"'{q}': no output before position {position} moved when the later inputs changed.", 0.0)
 
 
 def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Check:
@@ -402,7 +366,8 @@ def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Ch
         r = int(np.argmax(odd))
         return Check(
             q, False, "values",
-            f"'{q}' (p = {p:g}, training): {int(odd.sum())} of {len(odd)} rows are neither all zero nor the weight's row "
+            f"'{q}' (p = {p:g}, training): {int(odd.sum())} of {len(odd)} rows are neither all zero "
+            f"nor the weight's row "
             f"times 1/(1-p) = {1 / (1 - p):g}, e.g. row {r}: got {np.round(got64[r, :3], 4).tolist()}..., weight "
             f"{np.round(weight[r, :3].astype(np.float64), 4).tolist()}.... Hint: {HINTS[q]}",
             float("inf"),
@@ -456,12 +421,16 @@ def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarr
     return Check(q, True, "ok", f"'{q}': every id lies in its allowed set.", 0.0)
 
 
-def _frequencies(q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float, max_tv: float) -> Check:
-    """Samples of one step: none outside `keep` (all allowed ids when None), frequencies close to the softmax over it."""
+def _frequencies(
+    q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float, max_tv: float
+) -> Check:
+    """Samples of one step: none outside `keep` (all allowed ids when None), frequencies close to the softmax over
+    it."""
     flat = ids.reshape(-1)
     special = np.isin(flat, [EOS, PAD]) | (flat < 0) | (flat >= VOCAB_SIZE)
     if special.any():
-        return Check(q, False, "values", f"'{q}' holds {int(special.sum())} ids that are <eos>, <pad> or outside 0..29. Hint: {HINTS[q]}")
+        return Check(q, False, "values",
+                     f"'{q}' holds {int(special.sum())} ids that are <eos>, <pad> or outside 0..29. Hint: {HINTS[q]}")
     logits = tempered.copy()
     what = "softmax(logits / temperature)"
     if keep is not None:

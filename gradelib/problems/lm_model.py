@@ -171,7 +171,10 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
         fixture_array(lm / "prediction_test.npz", "inp"),
     )
     if gen_inp is None or test_inp is None:
-        return f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are incomplete."
+        return (
+            f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: "
+            "the case files are incomplete."
+        )
     return _Inputs(src, hidden, sets, given, gen_inp, test_inp)
 
 

@@ -109,7 +109,10 @@ def cross_entropy_reduction(got: np.ndarray, case: dict, edge: str) -> str:
     """The scored positions' NLL summed, or divided by N instead of by their count."""
     nll, n = _scored_nll(case)
     if _same(got, np.asarray(nll.sum())):
-        return f"the loss is the sum over the {len(nll)} scored positions: divide it by their number (average, do not sum)."
+        return (
+            f"the loss is the sum over the {len(nll)} scored positions: "
+            "divide it by their number (average, do not sum)."
+        )
     if len(nll) != n and _same(got, np.asarray(nll.sum() / n)):
         return (f"the loss is divided by N = {n}, every position: divide by the {len(nll)} positions whose target is "
                 "not ignore_index, not by N.")
@@ -169,5 +172,8 @@ def perplexity_of_sum(got: np.ndarray, case: dict, edge: str) -> str:
     with np.errstate(over="ignore"):
         summed = np.exp(nll[valid].sum())
     if valid.sum() > 1 and np.isfinite(summed) and _same(got, np.asarray(summed)):
-        return "the perplexity is exp of the summed NLL: it is exp of the mean NLL per valid token, not exp of the summed NLL."
+        return (
+            "the perplexity is exp of the summed NLL: "
+            "it is exp of the mean NLL per valid token, not exp of the summed NLL."
+        )
     return ""

@@ -1,1 +1,2 @@
-"""The grading library that ships to students: one handin graded on any case set, the same code for course staff and students."""
+"""The grading library that ships to students: one handin graded on any case set, the same code for course staff and
+students."""

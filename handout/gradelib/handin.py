@@ -155,7 +155,8 @@ def _check_notebook(path: Path) -> list[str]:
         return [exc.detail]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return [
-            f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not edit it by hand"
+            f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); "
+            "save it from Jupyter and do not edit it by hand"
         ]
     why = notebook_problem(data)
     return [f"is not a valid notebook ({why}); open it in Jupyter, fix it and save it"] if why else []
@@ -224,7 +225,8 @@ def _check_generated(path: Path) -> list[str]:
         GENERATION_SHAPE,
         "iu",
         lambda shape: (
-            f"has shape {shape}, expected {GENERATION_SHAPE}: generate(inp, 30) for the 128 prompts of generation_test.npz"
+            f"has shape {shape}, expected {GENERATION_SHAPE}: "
+            "generate(inp, 30) for the 128 prompts of generation_test.npz"
         ),
     )
     if arr is None:
@@ -239,7 +241,8 @@ def _check_generated(path: Path) -> list[str]:
             where = tuple(int(i) for i in np.argwhere(hits)[0])
             return [
                 f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
-                f"generate must never emit {' or '.join(SPECIAL_IDS.values())}: mask their logits to -inf before choosing"
+                f"generate must never emit {' or '.join(SPECIAL_IDS.values())}: "
+                f"mask their logits to -inf before choosing"
             ]
     return []
 

@@ -43,7 +43,8 @@ needs_root = pytest.mark.skipif(
 
 
 def attack_source(*parts: str, **fills: object) -> str:
-    """The text of tests/isolation/attacks/<part>.py for each part, joined, with every @KEY@ replaced by str(fills[KEY]).
+    """The text of tests/isolation/attacks/<part>.py for each part, joined, with every @KEY@ replaced by
+    str(fills[KEY]).
 
     Placeholders sit inside string literals, so each file stays valid Python. Fills are applied in the
     order given: a value may itself hold a placeholder given after it. One left unfilled is an error.

@@ -1,5 +1,6 @@
 """Docker's default container, reproduced on this machine for one command: the fallback of the container tests
-where no real Docker engine can be had (tests/isolation/docker_engine.py), and the level for what a real engine cannot show
+where no real Docker engine can be had (tests/isolation/docker_engine.py), and the level for what a real engine
+cannot show
 cheaply (the student's side, attack batches).
 
 Gradescope and Autolab run the grader as root in a container with Docker's default privileges:

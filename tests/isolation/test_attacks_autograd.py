@@ -87,7 +87,8 @@ def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
     from gradelib.problems.autograd_source import autograd_uses
 
     honest = SOLUTIONS.joinpath("attention.py").read_text() + (
-        "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n    x.sum().backward()\n"
+        "\n\nif __name__ == '__main__':\n    import torch\n    x = torch.ones(2, requires_grad=True)\n"
+        "    x.sum().backward()\n"
     )
     assert autograd_uses(honest) == []
     for rebinding in ("__name__ = '__main__'\n", "globals()['__name__'] = '__main__'\n",

@@ -90,7 +90,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return all_zero(
             problem,
             vis,
-            f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. Fix the syntax error and run the local autograder.",
+            f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
+            "Fix the syntax error and run the local autograder.",
         )
     cases = load_cases(ctx.case_root, "attention", vis)
     if not cases:

@@ -25,7 +25,8 @@ class Limits:
 
 
 ISOLATION_CHOICES = ("best", "strict", "portable")
-# Address space a run may map beyond its memory limit (kernel.rlimits). A CUDA build of torch maps over 3 GB at import and
+# Address space a run may map beyond its memory limit (kernel.rlimits). A CUDA build of torch maps over 3 GB at
+# import and
 # touches about 0.5 GB of it: the limit that matters is resident memory (a memory cgroup, or the grader's
 # sampling), and this cap only stops one allocation far past it before a byte of it is touched.
 ADDRESS_SPACE_SLACK_MB = 16384
@@ -60,13 +61,19 @@ class ChildRun:
     def describe(self) -> str:
         """How the run ended, as the end of a sentence about the submission's process (e.g. "was stopped when ...")."""
         if self.output_capped_mb:
-            return f"was stopped when its output passed {self.output_capped_mb} MB (print less: the grader keeps only the last lines)"
+            return (
+                f"was stopped when its output passed {self.output_capped_mb} MB "
+                "(print less: the grader keeps only the last lines)"
+            )
         if self.events_capped_mb:
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
         if self.memory_limit_mb:
             held = f"held {self.memory_used_mb} MB" if self.memory_used_mb else "held more"
-            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit{self.memory_where}"
+            return (
+                f"was stopped when its processes {held}, "
+                f"over the {self.memory_limit_mb} MB memory limit{self.memory_where}"
+            )
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:
