@@ -238,7 +238,9 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     # Interval timers stop a call that runs too long; without them (Windows) a thread interrupts it.
     timers = hasattr(signal, "setitimer")
     in_main = threading.current_thread() is threading.main_thread()
-    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main and timers else {}
+    old_handlers = (
+        {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if in_main and timers else {}
+    )
     old_limit = base.time_limit
     torch = sys.modules.get("torch")
     rng = torch.get_rng_state() if torch is not None else None

@@ -87,7 +87,9 @@ def notebook_judged() -> dict[str, tuple]:
         for m in mine:
             m.expected = mm.failing_lines(problem, mn.judge(target, notebook, m, cases))
             found[m.name] = (target, problem, m)
-    assert set(found) == set(NOTEBOOK_SAMPLE), f"the solutions changed: pick a new sample ({set(NOTEBOOK_SAMPLE) - set(found)})"
+    assert set(found) == set(NOTEBOOK_SAMPLE), (
+        f"the solutions changed: pick a new sample ({set(NOTEBOOK_SAMPLE) - set(found)})"
+    )
     return found
 
 
@@ -117,6 +119,11 @@ def test_each_notebook_mutant_loses_exactly_the_oracles_lines(notebook_judged, b
     graded = [notebook_judged[name] for name in batch]
     mn.grade(graded, SOLUTIONS, FIXTURES)
     for _, problem, m in graded:
-        assert mm.verdict(problem, m) in ("killed", "equivalent"), (m.name, m.diff, sorted(m.expected), sorted(m.graded))
+        assert mm.verdict(problem, m) in ("killed", "equivalent"), (
+            m.name,
+            m.diff,
+            sorted(m.expected),
+            sorted(m.graded),
+        )
         assert m.score == pytest.approx(problem.points - mm.lost(problem, m.expected)), m.name
         assert m.first_line == mm.first_expected(problem, m.expected), m.name

@@ -198,7 +198,10 @@ def test_local_autograder_grades_the_notebooks_on_public_cases(tmp_path):
 
 # Wrong solutions of notebook 3, each pasted once into its answer cell: (solution text, wrong text).
 NB3_BUGS = (
-    ('inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)', 'inputs = torch.full((len(pieces), T), EOS, dtype=torch.long)'),
+    (
+        "inputs = torch.full((len(pieces), T), PAD, dtype=torch.long)",
+        "inputs = torch.full((len(pieces), T), EOS, dtype=torch.long)",
+    ),
     ('att = att.masked_fill(~self.causal[:T, :T], float("-inf"))', "att = att"),
     ("weight.new_empty(weight.size(0), 1)", "weight.new_empty(weight.shape)"),
     ('logits[:, [EOS, PAD]] = float("-inf")', "pass"),

@@ -102,7 +102,9 @@ def _functions(module: cst.Module):
         if isinstance(node, cst.FunctionDef):
             yield node, node.name.value
         elif isinstance(node, cst.ClassDef):
-            yield from ((f, f"{node.name.value}.{f.name.value}") for f in node.body.body if isinstance(f, cst.FunctionDef))
+            yield from (
+                (f, f"{node.name.value}.{f.name.value}") for f in node.body.body if isinstance(f, cst.FunctionDef)
+            )
 
 
 def _walk(node: cst.CSTNode):

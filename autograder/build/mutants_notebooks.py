@@ -178,8 +178,12 @@ def reference_lm(x: dict) -> dict:
         return F.linear(y, w["proj.weight"], w["proj.bias"])
 
     return {
-        "collate_inputs": torch.nn.utils.rnn.pad_sequence([p[:-1] for p in pieces], batch_first=True, padding_value=PAD),
-        "collate_targets": torch.nn.utils.rnn.pad_sequence([p[1:] for p in pieces], batch_first=True, padding_value=PAD),
+        "collate_inputs": torch.nn.utils.rnn.pad_sequence(
+            [p[:-1] for p in pieces], batch_first=True, padding_value=PAD
+        ),
+        "collate_targets": torch.nn.utils.rnn.pad_sequence(
+            [p[1:] for p in pieces], batch_first=True, padding_value=PAD
+        ),
         "lm_loss": F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=PAD),
         "attention_out": block(_t(x, "att_x")),
         "attention_causal": block(_t(x, "att_x_changed")),
@@ -384,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="grade only the first N mutants of each notebook (0: all)")
     ap.add_argument("--names", nargs="*", default=None, help="grade only the mutants of these names")
     ap.add_argument("--every", type=int, default=1, metavar="N", help="grade every N-th mutant of each notebook")
-    ap.add_argument("--pick", action="store_true",
-                    help="judge every mutant and print a small sample that fails every rubric line, and an equivalent one")
+    ap.add_argument(
+        "--pick",
+        action="store_true",
+        help="judge every mutant and print a small sample that fails every rubric line, and an equivalent one",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "build" / "mutants_notebooks.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -421,9 +428,26 @@ def main(argv: list[str] | None = None) -> int:
         graded = {k: (p, ms[:i]) for k, (_, p, ms) in chosen.items()}
         summaries = {k: mm.report(p, ms) for k, (p, ms) in graded.items()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"summary": summaries, "mutants": [
-            {"name": m.name, "verdict": mm.verdict(p, m), "score": m.score, "diff": m.diff, "expected": sorted(m.expected),
-             "graded": sorted(m.graded)} for p, ms in graded.values() for m in ms]}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "summary": summaries,
+                    "mutants": [
+                        {
+                            "name": m.name,
+                            "verdict": mm.verdict(p, m),
+                            "score": m.score,
+                            "diff": m.diff,
+                            "expected": sorted(m.expected),
+                            "graded": sorted(m.graded),
+                        }
+                        for p, ms in graded.values()
+                        for m in ms
+                    ],
+                },
+                indent=1,
+            )
+        )
     if batches:
         print(json.dumps(summaries, indent=1))
     return 0
