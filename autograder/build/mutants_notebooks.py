@@ -9,10 +9,10 @@ with ignore_index and scaled_dot_product_attention with masks, torch.nn.utils.rn
 the solution or the case files' expected values. The rubric file's rule turns what it finds into the
 lines a mutant must lose; the course grader grades the mutated notebook; the report is mutants.py's.
 
-Notebook 3's lines graded here are collate_and_loss and causal_attention. Its other lines are out of
-scope: model_building, predict_function and the generate lines need a reference of the whole model and
-of the sampler, and format / nll / perplexity a trained run (the grader gives them their points or not
-whatever these functions do, so they are left out of both sides of the comparison).
+Notebook 3's lines graded here are collate_and_loss, causal_attention, model_building, predict_function,
+generate_greedy and generate_sampling (the model's, predict's and generate's references: mutants_lm.py);
+format / nll / perplexity need a trained run (the grader gives them their points or not whatever these
+functions do, so they are left out of both sides of the comparison).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.build import mutants as mm
+from autograder.build import mutants_lm as lm
 from gradelib import rubric
 from gradelib.problems import lm_functions, losses, masks
 
@@ -59,8 +60,12 @@ TARGETS = (
     Target("losses", losses.SPEC.notebook, tuple(losses.SPEC.functions), "notebooks"),
     Target("masks", masks.SPEC.notebook, tuple(masks.SPEC.functions), "notebooks"),
     Target("prediction", lm_functions.NOTEBOOK, ("collate", "lm_loss", "CausalSelfAttention.forward",
-                                                 "CausalSelfAttention.__init__"), "lm_functions",
-           ("collate_and_loss", "causal_attention")),
+                                                 "CausalSelfAttention.__init__", "embedding_dropout",
+                                                 "CausalLanguageModel.__init__", "CausalLanguageModel.forward",
+                                                 "predict"), "lm_functions",
+           ("collate_and_loss", "causal_attention", "model_building", "predict_function")),
+    Target("generation", lm_functions.NOTEBOOK, ("filter_logits", "generate"), "lm_functions",
+           ("generate_greedy", "generate_sampling")),
 )
 
 
@@ -190,10 +195,12 @@ def reference_lm(x: dict) -> dict:
     }
 
 
-REFERENCES = {"losses": reference_losses, "masks": reference_masks, "prediction": reference_lm}
+REFERENCES = {"losses": reference_losses, "masks": reference_masks,
+              "prediction": lambda x: {**reference_lm(x), **lm.reference_prediction(x)},
+              "generation": lm.reference_generation}
 # What a right value is: its container (a scalar may be a plain float) and its dtype kind (f: the float64 inputs'
 # dtype for notebooks 1 and 2, float32 for notebook 3's float32 model; b: bool; i: any integer).
-CONTAINER = {"losses": np.ndarray, "masks": torch.Tensor, "prediction": torch.Tensor}
+CONTAINER = {"losses": np.ndarray, "masks": torch.Tensor, "prediction": torch.Tensor, "generation": torch.Tensor}
 TOLERANCE = {"float64": {"rtol": 1e-7, "atol": 1e-9}, "float32": {"rtol": 1e-4, "atol": 1e-5}}
 
 
@@ -234,6 +241,8 @@ def _argument(spec: str, x: dict, problem: str):
     kind, key = spec.split(":", 1)
     if kind == "int":
         return int(x[key])
+    if kind in ("model", "float", "bool"):
+        return lm.argument(kind, key, x)
     if kind == "pieces":
         ends = np.cumsum(x[f"{key}_lengths"])
         return [torch.from_numpy(x[f"{key}_flat"][e - n: e].copy()) for n, e in zip(x[f"{key}_lengths"].tolist(), ends)]
@@ -243,18 +252,24 @@ def _argument(spec: str, x: dict, problem: str):
 def observe(problem: str, namespace: dict, x: dict) -> dict:
     """quantity -> what the notebook's function returned for it on the case `x` (None: raised or absent)."""
     got: dict = {}
-    calls = {"losses": losses.SPEC, "masks": masks.SPEC, "prediction": lm_functions.SPEC}[problem].calls
+    calls = {"losses": losses.SPEC, "masks": masks.SPEC}.get(problem, lm_functions.SPEC).calls
+    wanted = {q for g in problem_of(next(t for t in TARGETS if t.problem == problem)).groups for q in g.quantities}
     for call in calls:
-        if problem == "prediction" and call.function not in ("collate", "lm_loss", "CausalSelfAttention"):
+        if problem in ("prediction", "generation") and not set(call.outputs) & wanted:
             continue
         try:
             with _time_limit():
+                torch.manual_seed(int(x.get("seed", 0)))  # as the grader's child: each call from the case's seed
                 if call.function == "CausalSelfAttention":
                     values = _attention(namespace, x)
+                elif call.function == "CausalLanguageModel":
+                    values = lm.language_model(namespace, x)
                 else:
                     args = [_argument(a, x, problem) for a in call.args]
                     kwargs = {k: _argument(a, x, problem) for k, a in call.kwargs.items()}
-                    values = namespace[call.function](*args, **kwargs)
+                    function = namespace[call.function]
+                    values = (lm.mode_after(function) if any(q.endswith("_mode") for q in call.outputs)
+                              else function)(*args, **kwargs)
         except BaseException:  # noqa: BLE001
             continue
         for q, index in call.outputs.items():
@@ -323,7 +338,8 @@ def judge(target: Target, notebook: Path, m: mm.Mutant | None, all_cases: list[d
         observed = [observe(target.problem, namespace, case["inputs"]) for case in all_cases]
     for case, got in zip(all_cases, observed):
         expected = REFERENCES[target.problem](case["inputs"])
-        judged.append({**case, "fails": {q: how(target.problem, got.get(q), e) for q, e in expected.items()}})
+        judged.append({**case, "fails": {q: e(got.get(q)) if callable(e) else how(target.problem, got.get(q), e)
+                                         for q, e in expected.items()}})
     return judged
 
 
@@ -380,11 +396,20 @@ def _crashes(m: mm.Mutant) -> bool:
     return any(line.strip().startswith("pass") or "None" in line for line in added)
 
 
+def handins(chosen: list[tuple]) -> list[list[tuple]]:
+    """(target, problem, mutants) lists -> handins of one mutant per notebook: one grading for up to three mutants
+    (the targets of one notebook, prediction and generation, take turns)."""
+    per: dict[str, list] = {}
+    for t, p, ms in chosen:
+        per.setdefault(t.notebook, []).extend((t, p, m) for m in ms)
+    return [[q[i] for q in per.values() if i < len(q)] for i in range(max(map(len, per.values()), default=0))]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixtures", type=Path, default=REPO / "fixtures")
     ap.add_argument("--solutions", type=Path, default=REPO / "solutions")
-    ap.add_argument("--only", nargs="*", default=None, help="problem ids (losses, masks, prediction)")
+    ap.add_argument("--only", nargs="*", default=None, help="problem ids (losses, masks, prediction, generation)")
     ap.add_argument("--limit", type=int, default=0, help="grade only the first N mutants of each notebook (0: all)")
     ap.add_argument("--names", nargs="*", default=None, help="grade only the mutants of these names")
     ap.add_argument("--every", type=int, default=1, metavar="N", help="grade every N-th mutant of each notebook")
@@ -403,18 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         notebook, problem = args.solutions / target.notebook, problem_of(target)
         all_cases = cases(target, args.fixtures)
         found = mutants(target, notebook)
-        for m in found:
+        mine = [m for m in found if args.names is None or m.name in args.names][:: args.every]
+        mine = found if args.pick else mine[: args.limit] if args.limit else mine
+        for m in mine:  # judged only when graded (about 2 s a mutant of notebook 3)
             m.expected = mm.failing_lines(problem, judge(target, notebook, m, all_cases))
         if args.pick:
             print("\n".join(m.name for m in cover(problem, found)), flush=True)
             continue
-        mine = [m for m in found if args.names is None or m.name in args.names][:: args.every]
-        mine = mine[: args.limit] if args.limit else mine
         chosen[target.problem] = (target, problem, mine)
         print(f"{target.problem}: {len(found)} mutants of {target.notebook}, grading {len(mine)}", flush=True)
-    # One handin holds a mutant of each notebook: one grading for up to three mutants.
-    batches = [[(t, p, ms[i]) for t, p, ms in chosen.values() if i < len(ms)]
-               for i in range(max((len(ms) for _, _, ms in chosen.values()), default=0))]
+    batches = handins(list(chosen.values()))
     for i, batch in enumerate(batches, 1):
         grade(batch, args.solutions, args.fixtures)
         for target, problem, m in batch:
