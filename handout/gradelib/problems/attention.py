@@ -22,6 +22,7 @@ from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema
+from ..runner.start import PROGRAM_EVENTS  # the events the child's start file refuses and records
 from ..safeio import SafeReadError, clean_text, quote
 from ..scoring import (
     Case,
@@ -172,11 +173,6 @@ KNOWN_RECORDS = frozenset(
         *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
     }
 )
-
-
-# The audit events of the child's boot file that start another program (boot.py's PROGRAM_EVENTS).
-PROGRAM_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-                            "_winapi.CreateProcess"})
 
 
 def said_program(label: object) -> str:
