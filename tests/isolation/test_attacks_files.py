@@ -224,15 +224,18 @@ def test_outputs_padded_with_holes_or_folders_nested_deep_cost_the_grader_nothin
     # A fresh interpreter per run, whose exit runs the attack's atexit padding (a run forked from the template
     # ends without the submission's exit handlers, so there the outputs stay as the harness wrote them).
     monkeypatch.setenv("GRADELIB_TEMPLATE", "off")
-    start = time.monotonic()
-    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
-    wall = time.monotonic() - start
+    # The grader's own CPU time, not the wall clock (which a busy machine stretches): reading the padding would be
+    # spent in this process, which grades in-process (8 GB of reads: about 9 s of system time; refused from the
+    # header: 0.2 s); the children's runs are not counted.
+    start = time.process_time()
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=60)
+    grader_cpu_s = time.process_time() - start
     said = "\n".join(t.output for t in result.tests)
     assert "internal grader error" not in said, said
     if attack == "padded outputs":
         assert result.score == 0.0
         assert "bytes after the" in said and "it was not read" in said, said
-        assert wall < 15, wall
+        assert grader_cpu_s < 5, grader_cpu_s
     else:
         assert result.score == POINTS, said
 
