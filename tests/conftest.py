@@ -153,3 +153,42 @@ def pytest_collection_modifyitems(items) -> None:
         return levels.index(level) if level in levels else len(levels) + 1
 
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), batch_order(item)))
+
+
+# TEST_FILE_TIMES=path: each worker appends a JSON line per test file (its wall span and the CPU-seconds of this
+# process and of the children it reaped), to see which files make the suite's critical path.
+_file_span: dict = {}
+
+
+def _cpu_s() -> float:
+    import resource
+
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def _close_file_span() -> None:
+    import json
+    import time
+
+    if _file_span:
+        cpu0 = _file_span.pop("cpu0")
+        record = {**_file_span, "end": time.time(), "cpu_s": round(_cpu_s() - cpu0, 1),
+                  "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+        with open(os.environ["TEST_FILE_TIMES"], "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        _file_span.clear()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    import time
+
+    if os.environ.get("TEST_FILE_TIMES") and _file_span.get("file") != item.path.name:
+        _close_file_span()
+        _file_span.update(file=item.path.name, start=time.time(), cpu0=_cpu_s())
+
+
+def pytest_sessionfinish(session) -> None:
+    if os.environ.get("TEST_FILE_TIMES"):
+        _close_file_span()
