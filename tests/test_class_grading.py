@@ -275,10 +275,10 @@ def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path
     (sub / "attention.py").write_text("while True:\n    pass\n")
     start = time.monotonic()
     rc, stdout, stderr = _run(
-        [str(sub), "--out", str(tmp_path / "out"), "--timeout", "30", "--submission-timeout", "2"], dict(os.environ)
+        [str(sub), "--out", str(tmp_path / "out"), "--timeout", "180", "--submission-timeout", "2"], dict(os.environ)
     )
     assert rc == 0, stderr
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 90  # the 2 s deadline, not the run's 180 s limit (generous: a busy machine)
     data = json.loads((tmp_path / "out" / "hang" / "results.json").read_text())
     assert data["score"] == 0 and "ran past the 2 s limit" in data["output"]
 

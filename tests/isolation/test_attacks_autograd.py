@@ -165,8 +165,8 @@ def test_the_autograd_record_survives_whatever_the_submission_sends_on_the_audit
     parts, fills = AUDIT_PIPE_ATTACKS[attack]
     source = attack_source(*parts, **fills)
     start = time.monotonic()
-    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=30)
-    assert time.monotonic() - start < 20
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=180)
+    assert time.monotonic() - start < 120  # far below the limit a flood would run to; generous for a busy machine
     backward = [t for t in result.tests if "backward" in t.name]
     forward = [t for t in result.tests if "forward" in t.name]
     assert backward and all(t.score == 0.0 for t in backward), [t.output for t in backward]

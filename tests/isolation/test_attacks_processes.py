@@ -77,9 +77,9 @@ def test_huge_allocation_hits_the_memory_cap(attack_batch):
 
 def test_memory_cap_applies_to_gradual_growth(tmp_path):
     start = time.monotonic()
-    result = grade_files(tmp_path, {"attention.py": attack_source("memory_growth")}, only=["attention"], timeout_s=30,
+    result = grade_files(tmp_path, {"attention.py": attack_source("memory_growth")}, only=["attention"], timeout_s=180,
                          memory_mb=1536)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 120  # stopped by the memory cap, far below the time limit
     assert result.score == 0.0
     text = "\n".join(t.output for t in result.tests)
     assert "MB memory limit" in text or "MemoryError" in text, text
