@@ -95,4 +95,5 @@ def test_the_reference_attention_keeps_every_point_graded_public_then_hidden_in_
     (tmp_path / "handin" / "attention.py").write_bytes((REPO / "solutions" / "attention.py").read_bytes())
     result = grade_submission(tmp_path / "handin", case_root=REPO / "fixtures", only=["attention"], limits=LIMITS)
     full = rubric.load()["attention"].points
-    assert result.flags == {} and sum(t.score for t in result.tests) == full, result.flags
+    assert result.flags == {} and sum(t.score for t in result.tests) == full, (
+        result.flags, [t.output[:300] for t in result.tests if not t.passed])
