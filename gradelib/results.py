@@ -1,13 +1,11 @@
-"""Test results and the formats they are written in.
+"""Test results and the score table a student reads.
 
-One TestResult is one Gradescope test: a rubric line on one case set. The same
-list renders as a score table for a terminal, as Gradescope's results.json
-and as Autolab's {"scores": {...}} line.
+One TestResult is one test: a rubric line on one case set. The course grader writes the same list as
+Gradescope's results.json and Autolab's line (autograder/batch/).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import textwrap
@@ -15,8 +13,6 @@ from dataclasses import dataclass, field
 
 from .handin_contract import RUN_FILES
 from .safeio import clean_text
-
-VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
 
 
 @dataclass
@@ -29,8 +25,7 @@ class TestResult:
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
     figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
-    # Gradescope's visibility of a hidden test, as the rubric sets it (its hidden_tests); '' for the default.
-    shown: str = ""
+    shown: str = ""  # a hidden test's visibility on Gradescope, the rubric's hidden_tests; '' for the default
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -47,20 +42,6 @@ class TestResult:
     @property
     def passed(self) -> bool:
         return self.score >= self.max_score - 1e-9
-
-    def to_gradescope(self, number: str) -> dict:
-        return {
-            "name": self.name,
-            "number": number,
-            "score": round(_number(self.score), 4),
-            "max_score": round(_number(self.max_score), 4),
-            "status": "passed" if self.passed else "failed",
-            "output": clean_text(self.output),
-            "visibility": self.shown or VISIBILITY_TO_GRADESCOPE[self.visibility],
-            "tags": [self.problem],
-            **({"extra_data": {"line": self.line, **({"figures": self.figures} if self.figures else {})}}
-               if self.line else {}),
-        }
 
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
@@ -92,22 +73,13 @@ class SubmissionResult:
         """The problems the grader failed on (mark_not_graded)."""
         return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
-    def problem_scores(self) -> dict[str, float]:
-        scores = {pid: 0.0 for pid in self.problems}
-        for t in self.tests:
-            scores[t.problem] = scores.get(t.problem, 0.0) + _number(t.score)
-        return {k: round(v, 4) for k, v in scores.items()}
-
     @property
     def score(self) -> float:
-        return round(sum(_number(t.score) for t in self.tests), 4)
+        return round(sum(score_number(t.score) for t in self.tests), 4)
 
     @property
     def max_score(self) -> float:
-        return round(sum(_number(v) for v in self.max_points.values()), 4)
-
-    def autolab_line(self) -> str:
-        return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
+        return round(sum(score_number(v) for v in self.max_points.values()), 4)
 
     def table(self, show_hidden_output: bool = True) -> str:
         """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
@@ -326,6 +298,6 @@ def _finite(x) -> bool:
         return False
 
 
-def _number(x) -> float:
+def score_number(x) -> float:
     """`x` as a float, 0.0 when it is not a finite number."""
     return float(x) if _finite(x) else 0.0

@@ -247,14 +247,16 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
 @pytest.mark.parametrize("shown", ["after_published", "after_due_date", "visible", "hidden"])
 def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, shown):
     """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
+    from autograder.batch.regrade import gradescope_test
+    from autograder.grading import rubric_check
     from gradelib.scoring import all_zero
 
     text = rubric.RUBRIC_PATH.read_text()
     path = tmp_path / "rubric.toml"
     path.write_text(text.replace('hidden_tests = "after_published"', f'hidden_tests = "{shown}"'))
-    problem = rubric.load(path)["attention"]
+    problem = rubric_check.load(path)["attention"]
     assert problem.hidden_tests == shown
-    tests = [t.to_gradescope("1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
+    tests = [gradescope_test(t, "1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
     assert {t["visibility"] for t in tests if t["name"].endswith("[hidden]")} == {shown}
     assert {t["visibility"] for t in tests if t["name"].endswith("[public]")} == {"visible"}
 
@@ -273,13 +275,13 @@ def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_pa
 def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
     """A rerun that regrades one problem writes the others' tests back as read from results.json: their
     visibility (the rubric's hidden_tests) is kept, not reset to after_published."""
-    from autograder.batch.regrade import from_gradescope
+    from autograder.batch.regrade import from_gradescope, gradescope_test
 
     data = {"tests": [{"name": f"attention: l [{v}]", "score": 1.0, "max_score": 1.0, "output": "",
                        "visibility": shown, "tags": ["attention"]}
                       for v, shown in (("public", "visible"), ("hidden", "after_due_date"), ("hidden", "hidden"))]}
     back = from_gradescope(data, "alice", ["attention"])
-    assert [t.to_gradescope("1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
+    assert [gradescope_test(t, "1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
     assert [t.visibility for t in back.tests] == ["public", "hidden", "hidden"]
 
 

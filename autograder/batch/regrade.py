@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
-from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult
+from gradelib.results import SubmissionResult, TestResult, score_number
 from gradelib.safeio import SafeReadError, clean_text
 
 from .atomic import write_json_atomic, write_text_atomic
@@ -44,6 +44,7 @@ PROBLEM_FIXTURES: dict[str, tuple[str, ...]] = {
     "prediction": LM_RUN,
     "generation": (*LM_RUN, "lm/oracle.json"),
 }
+VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
 FROM_GRADESCOPE = {v: k for k, v in VISIBILITY_TO_GRADESCOPE.items()}
 GRADESCOPE_VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
@@ -261,6 +262,22 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
     return out
 
 
+def gradescope_test(t: TestResult, number: str) -> dict:
+    """Test `t` as one entry of results.json's tests, numbered `number` (e.g. "1.2"); a hidden test's visibility is
+    the rubric's hidden_tests (t.shown)."""
+    return {
+        "name": t.name,
+        "number": number,
+        "score": round(score_number(t.score), 4),
+        "max_score": round(score_number(t.max_score), 4),
+        "status": "passed" if t.passed else "failed",
+        "output": clean_text(t.output),
+        "visibility": t.shown or VISIBILITY_TO_GRADESCOPE[t.visibility],
+        "tags": [t.problem],
+        **({"extra_data": {"line": t.line, **({"figures": t.figures} if t.figures else {})}} if t.line else {}),
+    }
+
+
 def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems
     (records: id -> rubric/fixtures).
@@ -275,7 +292,7 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
         number = (
             f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
         )
-        tests.append(t.to_gradescope(number))
+        tests.append(gradescope_test(t, number))
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
     wall = result.wall_s if isinstance(result.wall_s, (int, float)) and math.isfinite(result.wall_s) else 0.0
     data = {
