@@ -10,6 +10,7 @@ import math
 import re
 import textwrap
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .handin_contract import RUN_FILES
 from .safeio import clean_text
@@ -33,10 +34,8 @@ class TestResult:
         if not _finite(self.max_score):
             self.max_score = 0.0
         if not _finite(self.score):
-            self.output += (
-                f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
-            )
-            self.score = 0.0
+            said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
+            self.output, self.score = f"{self.output}\n({said})", 0.0
         self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if _finite(v)}
 
     @property
@@ -57,8 +56,7 @@ class SubmissionResult:
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
     isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
-    # Per problem id: the notes and flag keys its grading added, and the seconds it took (notes and
-    # flags hold them too); a regrade of some problems keeps the others' with these.
+    # Per problem id, its notes, flag keys (in notes and flags too) and seconds: a regrade keeps the others'.
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)
@@ -69,10 +67,6 @@ class SubmissionResult:
         self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
         self.problem_flags.setdefault(problem_id, []).append(key)
 
-    def not_graded(self) -> list[str]:
-        """The problems the grader failed on (mark_not_graded)."""
-        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
-
     @property
     def score(self) -> float:
         return round(sum(score_number(t.score) for t in self.tests), 4)
@@ -81,17 +75,17 @@ class SubmissionResult:
     def max_score(self) -> float:
         return round(sum(score_number(v) for v in self.max_points.values()), 4)
 
-    def table(self, show_hidden_output: bool = True) -> str:
+    def table(self, withhold: Callable[[str, list[TestResult], list[TestResult]], list[str]] | None = None) -> str:
         """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
         pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
         (root causes before the lines that fail because of them), then its passing lines folded into one line.
-        A hidden test's message only with `show_hidden_output` or where the rubric shows hidden tests at once
-        (hidden_tests = "visible"). Every row at most WIDTH columns; the staff's report.html lists every line."""
+        Every row at most WIDTH columns. `withhold` (the course grader's feedback, autograder/batch/regrade.py):
+        given a problem's id, its failed tests shown and its failed hidden tests whose messages are not (unless
+        the rubric shows hidden tests at once), the lines said of those instead."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
         lines += [ln for n in self.notes for ln in wrap(f"  note: {n}")]
-        unshown = 0
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
@@ -99,51 +93,26 @@ class SubmissionResult:
             said = "all" if len(passing) == len(mine) and mine else f"{len(passing)} of"
             lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
             failed = [t for t in mine if not t.passed]
-            shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
+            shown = [t for t in failed if not withhold or t.visibility != "hidden" or t.shown == "visible"]
             prefix = f"{pid}: "
             # A line that grades a training run's files (predictions.npy's format, a figure: notebook 3's NLL) after
             # the code lines whose bug it may follow from (the attention line before predictions.npy's).
-            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or _short(t.name, prefix).startswith(
+            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or t.name.removeprefix(prefix).startswith(
                 tuple(f"{name}:" for name in RUN_FILES))))
-            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)}", t.output, t.max_score)
+            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(prefix)}", t.output, t.max_score)
                      for t in shown]
             lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
             lines += [ln for line in lost for ln in wrap(f"  {line}")]
-            hidden = [t for t in failed if t not in shown]
-            # A hidden line failing with its public twin is folded (its public message said why); one whose public
-            # twin passed is named: a slip only the hidden cases show.
-            public_failed = {_twin(t.name) for t in shown if t.visibility == "public"}
-            twins = [t for t in hidden if _twin(t.name) in public_failed]
-            for t in (t for t in hidden if t not in twins):
-                lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)} "
-                              "(its message names hidden cases: not shown here)")
-            if twins:
-                said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
-                lines += wrap(f"  the {said} on the hidden cases too "
-                              f"({sum(t.score for t in twins):.2f} / {sum(t.max_score for t in twins):.2f})")
-            unshown += len(hidden)
+            if len(shown) < len(failed):
+                lines += withhold(pid, shown, [t for t in failed if t not in shown])
             if passing and failed:
-                points = sum(t.score for t in passing)
                 lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
-                             f"({points:.2f} points)")
+                             f"({sum(t.score for t in passing):.2f} points)")
         lines.append(f"TOTAL {self.score:.2f} / {self.max_score:.2f}")
-        if unshown:
-            lines += wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
-                          "cases); the course staff publish them with the grades.")
         return clean_text("\n".join(lines))
 
 
 WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
-
-
-def _twin(name: str) -> str:
-    """A test's name without its case set: a line's public and hidden tests share it."""
-    return name.rsplit(" [", 1)[0]
-
-
-def _short(name: str, prefix: str) -> str:
-    """A test's name without its problem's prefix (the problem's header says it)."""
-    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def wrapped(text: str) -> str:
@@ -159,9 +128,8 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
 
 
-# How a failure text says it follows from another quantity's failure, said on its own line.
-_KNOCK_ON = ("which probably follows from", "(see the forward lines)", "stopped before storing it",
-             "(see that line)")
+# How a failure text says it follows from another quantity's failure.
+_KNOCK_ON = ("which probably follows from", "(see the forward lines)", "stopped before storing it", "(see that line)")
 
 
 def knock_on(output: str) -> bool:

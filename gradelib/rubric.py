@@ -1,7 +1,7 @@
 """The course's rubric: gradelib/rubric.toml read into the types of gradelib/rubric_schema.py.
 
-The kit trusts the rubric it ships: the course grader checks every key and value of a rubric before
-it grades with one (autograder/grading/rubric_check.py), and a test checks the shipped one there.
+The kit trusts the rubric it ships (it states every setting); the course grader checks every key and value of
+a rubric before it grades with one, filling in the settings it leaves out (autograder/grading/rubric_check.py).
 """
 
 from __future__ import annotations
@@ -13,35 +13,29 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
     import tomli as tomllib
 
-from .problems import SCHEMAS
-from .rubric_schema import VISIBILITIES, Group, Problem, ProblemSchema, RubricError, Setting
+from .rubric_schema import VISIBILITIES, Group, Problem, ProblemSchema, RubricError
 
-__all__ = ["RUBRIC_PATH", "Group", "Problem", "ProblemSchema", "RubricError", "Setting", "load"]
+__all__ = ["RUBRIC_PATH", "Problem", "ProblemSchema", "RubricError", "load"]
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.toml")
 
 
-def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
-    """The rubric at `path` (default RUBRIC_PATH) as problems by id, in file order; `schemas` (problem id ->
-    ProblemSchema, default the graded problems' own) give the settings the file leaves out. RubricError when
-    the file cannot be read as a rubric."""
+def load(path: Path | str | None = None) -> dict[str, Problem]:
+    """The rubric at `path` (default RUBRIC_PATH) as problems by id, in file order; RubricError when the file
+    cannot be read as a rubric."""
     path = Path(path or RUBRIC_PATH)
-    schemas = SCHEMAS if schemas is None else schemas
     try:
-        tables = tomllib.loads(path.read_text())["problems"]
-        return {pid: _problem(pid, table, schemas[pid].settings) for pid, table in tables.items()}
+        return {pid: _problem(pid, table) for pid, table in tomllib.loads(path.read_text())["problems"].items()}
     except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:  # TOML and decoding errors: ValueError
         raise RubricError(f"{path}: cannot be read as a rubric ({type(exc).__name__}: {exc})") from None
 
 
-def _problem(pid: str, table: dict, settings: dict[str, Setting]) -> Problem:
+def _problem(pid: str, table: dict) -> Problem:
     """Problem `pid` from its [problems.<pid>] table, every number a float, defaults where a key is left out."""
     groups = tuple(Group(**{**g, "points": float(g["points"]), "quantities": tuple(g.get("quantities", ())),
                             "visibilities": tuple(g.get("visibilities", VISIBILITIES))}) for g in table["groups"])
     share = table.get("visibility_share", {"public": 0.5, "hidden": 0.5})
     tolerance = {dtype: {"rtol": float(tol["rtol"]), "atol": float(tol["atol"])}
                  for dtype, tol in table.get("tolerance", {}).items()}
-    given = table.get("settings", {})
     return Problem(pid, table["title"], {v: float(share[v]) for v in VISIBILITIES}, tolerance, groups,
-                   {key: given.get(key, s.default) for key, s in settings.items()},
-                   table.get("hidden_tests", "after_published"))
+                   dict(table.get("settings", {})), table.get("hidden_tests", "after_published"))

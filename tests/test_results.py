@@ -322,6 +322,7 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
 def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_others():
     """feedback.txt (hidden messages not shown): a hidden line failing with its public twin is counted in one line,
     one whose public twin passed (a slip only hidden cases show) is named; passing lines are folded."""
+    from autograder.batch.regrade import feedback
     from gradelib.results import SubmissionResult, TestResult
 
     def test(line: str, vis: str, score: float) -> TestResult:
@@ -332,7 +333,7 @@ def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_o
     result.tests = [test("a", "public", 0), test("a", "hidden", 0), test("b", "public", 1), test("b", "hidden", 0),
                     test("c", "public", 1), test("c", "hidden", 1),
                     TestResult("q", "q: d [public]", 1.0, 1.0, "public", "", line="d")]
-    assert result.table(show_hidden_output=False).splitlines()[1:] == [
+    assert feedback(result).splitlines()[1:] == [
         "p 3.00 / 6.00: 3 of 6 lines pass",
         "  FAIL 0.00 / 1.00 a [public]:", "      failed on 1 of 1 public cases:", "      case 'x' (B=1): 'y' is wrong.",
         "  FAIL 0.00 / 1.00 b [hidden] (its message names hidden cases: not shown here)",

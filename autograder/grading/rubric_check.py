@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -332,9 +332,11 @@ def check(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | No
 
 def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
     """The rubric at `path` (default gradelib/rubric.toml), checked (check), as the kit reads it: problems by
-    id, in file order."""
+    id, in file order, each setting the file leaves out at its default (`schemas`, default the problems' own)."""
     check(path, schemas)
-    return rubric.load(path, schemas)
+    schemas = SCHEMAS if schemas is None else schemas
+    return {pid: replace(p, settings={key: p.settings.get(key, s.default) for key, s in schemas[pid].settings.items()})
+            for pid, p in rubric.load(path).items()}
 
 
 def late_policy(path: Path | str | None = None) -> LatePolicy | None:
