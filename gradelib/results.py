@@ -101,7 +101,7 @@ class SubmissionResult:
                 tuple(f"{name}:" for name in RUN_FILES))))
             items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(prefix)}", t.output, t.max_score)
                      for t in shown]
-            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
+            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items)]
             lines += [ln for line in lost for ln in wrap(f"  {line}")]
             if len(shown) < len(failed):
                 lines += withhold(pid, shown, [t for t in failed if t not in shown])
@@ -170,20 +170,17 @@ def not_attempted(output: str) -> str:
     return " and ".join(sorted(found))
 
 
-def why_lost(failed: list[tuple[str, str, float]], problem: str | None = None) -> list[str]:
-    """The lines of 'Why points were lost' for (test name, its output, its points): one block per test,
-    except that tests lost only to code not written yet are named in one short list at the end (`problem`:
-    the one problem they all belong to, said above them; else read from each name)."""
+def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
+    """The lines of 'Why points were lost' for (test name, its output, its points) of one problem: one block per
+    test, except that tests lost only to code not written yet are named in one short list at the end."""
     lines: list[str] = []
     todo: dict[str, list[float]] = {}
     previous = None
     hints: set[str] = set()
     for name, output, points in failed:
         what = not_attempted(output)
-        if what:
-            pid = "" if problem is not None else name.split(":", 1)[0] if ":" in name else ""
-            shown = what if "(" in what else f"`{what}`"  # a function's name, or a stage with its file and line
-            todo.setdefault(f"{pid}: {shown}" if pid else shown, []).append(points)
+        if what:  # a function's name, or a stage with its file and line
+            todo.setdefault(what if "(" in what else f"`{what}`", []).append(points)
             continue
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")

@@ -1,7 +1,7 @@
 """The rubric's types: a problem, its lines (groups), its settings, and what each problem can grade.
 
-gradelib/rubric.py reads rubric.toml into these, trusting the file the kit ships; the course grader
-checks every key and value of a rubric before it grades with one (autograder/grading/rubric_check.py).
+gradelib/rubric.py reads rubric.toml into these; the course grader checks a rubric against the problems'
+schemas (autograder/grading/rubric_check.py).
 """
 
 from __future__ import annotations
@@ -38,13 +38,9 @@ class Setting:
 
 @dataclass(frozen=True)
 class ProblemSchema:
-    """What a problem can grade, declared beside its code.
-
-    line_ids: ids of lines graded without quantities (e.g. "nll"); quantities: names a line
-    may list; settings: the keys of [problems.<id>].settings; relations: checks across
-    settings, each returning a complaint or None; edge_lines: its cases come from case files whose
-    tags a line may be graded on alone (`edge`, any name: the fixture generator checks both sides).
-    """
+    """What a problem can grade, declared beside its code: line_ids, of lines graded without quantities (e.g.
+    "nll"); quantities, names a line may list; settings, the keys of its settings; relations, checks across
+    settings, each returning a complaint or None; edge_lines, whether a line may be graded on its cases' edge tags."""
 
     settings: dict[str, Setting] = field(default_factory=dict)
     line_ids: frozenset[str] = frozenset()

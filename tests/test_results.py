@@ -175,7 +175,7 @@ def test_a_line_with_any_other_failure_keeps_its_details():
         f"    {todo}",
         "    another failure on 'c': 'x' is NaN",
         "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
-        "    losses: `softmax`: 1 line, 1.50 points",
+        "    `softmax`: 1 line, 1.50 points",
     ]
 
 
