@@ -44,10 +44,10 @@ class Case:
 def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None
                ) -> list[Case]:
     """The cases of `folder` on these case sets (only `problem_id`'s when the index tags cases by problem)."""
-    indexes = [index for vis in visibilities if (index := case_root / folder / vis / "cases.json").exists()]
+    indexes = [case_root / folder / vis / "cases.json" for vis in visibilities]
     return [Case(e["name"], index.parent.name, e["description"], index.parent / f"{e['name']}.npz",
                  e.get("dtype", ""), e.get("edge", ""))
-            for index in indexes for e in json.loads(index.read_text())
+            for index in indexes if index.exists() for e in json.loads(index.read_text())
             if problem_id is None or e.get("problem") == problem_id]
 
 
