@@ -1,7 +1,7 @@
 """Test results and the score table a student reads.
 
 One TestResult is one test: a rubric line on one case set. The course grader writes the same list as
-Gradescope's results.json and Autolab's line (autograder/batch/).
+Gradescope's results.json and Autolab's line.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class SubmissionResult:
         """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
         pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
         (root causes before the lines that fail because of them), then its passing lines folded into one line.
-        Every row at most WIDTH columns. `withhold` (the course grader's feedback, autograder/batch/regrade.py):
+        Every row at most WIDTH columns. `withhold` (the course grader's feedback to students):
         given a problem's id, its failed tests shown and its failed hidden tests whose messages are not (unless
         the rubric shows hidden tests at once), the lines said of those instead."""
         lines = [f"Submission: {self.submission}"]

@@ -1,7 +1,7 @@
 """The course's rubric: gradelib/rubric.toml read into the types of gradelib/rubric_schema.py.
 
 The kit trusts the rubric it ships (it states every setting); the course grader checks every key and value of
-a rubric before it grades with one, filling in the settings it leaves out (autograder/grading/rubric_check.py).
+a rubric before it grades with one, and fills in the settings it leaves out.
 """
 
 from __future__ import annotations

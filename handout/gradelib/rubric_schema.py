@@ -1,7 +1,7 @@
 """The rubric's types: a problem, its lines (groups), its settings, and what each problem can grade.
 
 gradelib/rubric.py reads rubric.toml into these; the course grader checks a rubric against the problems'
-schemas (autograder/grading/rubric_check.py).
+schemas.
 """
 
 from __future__ import annotations
