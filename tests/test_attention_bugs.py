@@ -216,6 +216,8 @@ def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attentio
 def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
     """The public narrow_keys case shows it (the student can fix it locally), the hidden dk_ne_dv grades it too;
     the report's first failed line is that edge line with its case and cause."""
+    from autograder.batch.regrade import feedback
+
     result = graded_bug("scale_by_sqrt_dv")
     for vis, case in (("public", "narrow_keys"), ("hidden", "dk_ne_dv")):
         softmax = next(t for t in result.tests if line_of(t) == ("key_value_widths", vis))
@@ -223,7 +225,7 @@ def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
         assert "A_w / sqrt(Dv): the scale uses the value width Dv" in softmax.output, softmax.output
     group = GROUPS["key_value_widths"]
     assert result.score == pytest.approx(PROBLEM.points - group.points)
-    lines = result.table(show_hidden_output=False).splitlines()
+    lines = feedback(result).splitlines()
     at = lines.index(f"attention {PROBLEM.points - group.points:.2f} / {PROBLEM.points:.2f}: "
                      f"{len(result.tests) - 2} of {len(result.tests)} lines pass")
     assert lines[at + 1].startswith(f"  FAIL 0.00 / {PROBLEM.share(group, 'public'):.2f} edge case Dk != Dv"), lines

@@ -23,8 +23,8 @@ import pytest
 from autograder.batch import regrade
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.build.classgen import BUGS, _edit
+from autograder.grading import rubric_check as rubric_mod
 from gradelib import results as results_mod
-from gradelib import rubric as rubric_mod
 
 from support import FIXTURES, REPO, SOLUTIONS
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from autograder.batch import gradebook, regrade
+from autograder.grading import rubric_check as rubric_mod
 from gradelib import results as results_mod
-from gradelib import rubric as rubric_mod
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS
 

@@ -175,7 +175,7 @@ def test_a_line_with_any_other_failure_keeps_its_details():
         f"    {todo}",
         "    another failure on 'c': 'x' is NaN",
         "- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:",
-        "    losses: `softmax`: 1 line, 1.50 points",
+        "    `softmax`: 1 line, 1.50 points",
     ]
 
 
@@ -247,14 +247,16 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
 @pytest.mark.parametrize("shown", ["after_published", "after_due_date", "visible", "hidden"])
 def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, shown):
     """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
+    from autograder.batch.regrade import gradescope_test
+    from autograder.grading import rubric_check
     from gradelib.scoring import all_zero
 
     text = rubric.RUBRIC_PATH.read_text()
     path = tmp_path / "rubric.toml"
     path.write_text(text.replace('hidden_tests = "after_published"', f'hidden_tests = "{shown}"'))
-    problem = rubric.load(path)["attention"]
+    problem = rubric_check.load(path)["attention"]
     assert problem.hidden_tests == shown
-    tests = [t.to_gradescope("1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
+    tests = [gradescope_test(t, "1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
     assert {t["visibility"] for t in tests if t["name"].endswith("[hidden]")} == {shown}
     assert {t["visibility"] for t in tests if t["name"].endswith("[public]")} == {"visible"}
 
@@ -273,13 +275,13 @@ def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_pa
 def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
     """A rerun that regrades one problem writes the others' tests back as read from results.json: their
     visibility (the rubric's hidden_tests) is kept, not reset to after_published."""
-    from autograder.batch.regrade import from_gradescope
+    from autograder.batch.regrade import from_gradescope, gradescope_test
 
     data = {"tests": [{"name": f"attention: l [{v}]", "score": 1.0, "max_score": 1.0, "output": "",
                        "visibility": shown, "tags": ["attention"]}
                       for v, shown in (("public", "visible"), ("hidden", "after_due_date"), ("hidden", "hidden"))]}
     back = from_gradescope(data, "alice", ["attention"])
-    assert [t.to_gradescope("1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
+    assert [gradescope_test(t, "1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
     assert [t.visibility for t in back.tests] == ["public", "hidden", "hidden"]
 
 
@@ -320,6 +322,7 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
 def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_others():
     """feedback.txt (hidden messages not shown): a hidden line failing with its public twin is counted in one line,
     one whose public twin passed (a slip only hidden cases show) is named; passing lines are folded."""
+    from autograder.batch.regrade import feedback
     from gradelib.results import SubmissionResult, TestResult
 
     def test(line: str, vis: str, score: float) -> TestResult:
@@ -330,7 +333,7 @@ def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_o
     result.tests = [test("a", "public", 0), test("a", "hidden", 0), test("b", "public", 1), test("b", "hidden", 0),
                     test("c", "public", 1), test("c", "hidden", 1),
                     TestResult("q", "q: d [public]", 1.0, 1.0, "public", "", line="d")]
-    assert result.table(show_hidden_output=False).splitlines()[1:] == [
+    assert feedback(result).splitlines()[1:] == [
         "p 3.00 / 6.00: 3 of 6 lines pass",
         "  FAIL 0.00 / 1.00 a [public]:", "      failed on 1 of 1 public cases:", "      case 'x' (B=1): 'y' is wrong.",
         "  FAIL 0.00 / 1.00 b [hidden] (its message names hidden cases: not shown here)",

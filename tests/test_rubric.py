@@ -1,4 +1,5 @@
-"""The rubric file is validated: typos are refused by name, points add up."""
+"""The rubric file is validated by the course grader (autograder/grading/rubric_check.py): typos are refused by
+name, points add up; the kit reads the shipped file as the check passed it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import pytest
 import tomllib
 
+from autograder.grading import rubric_check
 from gradelib import rubric
 from gradelib.problems import GRADERS, SCHEMAS
 
@@ -36,7 +38,7 @@ DEMO = {"demo": rubric.ProblemSchema(line_ids=frozenset({"b"}), quantities=froze
 def load_text(tmp_path, text: str, schemas=DEMO):
     path = tmp_path / "rubric.toml"
     path.write_text(text)
-    return rubric.load(path, schemas)
+    return rubric_check.load(path, schemas)
 
 
 def test_valid_rubric_loads_with_defaults(tmp_path):
@@ -44,6 +46,18 @@ def test_valid_rubric_loads_with_defaults(tmp_path):
     assert [g.id for g in demo.groups] == ["a", "b"]
     assert demo.groups[0].visibilities == ("public", "hidden") and demo.groups[0].backward is False
     assert demo.points == 6
+
+
+def test_the_shipped_rubric_passes_the_course_check_which_the_kit_trusts(tmp_path):
+    """The kit reads gradelib/rubric.toml without checking it: the course's check passes it here. A file the kit
+    cannot read at all is a RubricError (the local grader says so in a line), not a traceback."""
+    rubric_check.check()
+    assert rubric_check.load() == rubric.load()
+    path = tmp_path / "rubric.toml"
+    for broken in ("[problems.attention", "[problems.attention]\ntitle = 1\n", "x = 1\n"):
+        path.write_text(broken)
+        with pytest.raises(rubric.RubricError, match="cannot be read as a rubric"):
+            rubric.load(path)
 
 
 def test_unknown_problem_key_is_refused_by_name(tmp_path):
@@ -249,7 +263,7 @@ def test_a_typo_in_a_value_is_refused_at_start_up_by_name(tmp_path, what, old, n
     path = tmp_path / "rubric.toml"
     path.write_text(REAL.replace(old, new, 1))
     with pytest.raises(rubric.RubricError) as refused:
-        rubric.load(path)
+        rubric_check.load(path)
     assert named in str(refused.value)
 
 

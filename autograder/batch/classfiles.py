@@ -13,7 +13,7 @@ import io
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gradelib import rubric as rubric_mod
+from autograder.grading import rubric_check as rubric_mod
 from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 

@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 
 from autograder import isolation as sandbox
+from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import levels
-from gradelib import rubric as rubric_mod
 from gradelib import safeio
 from gradelib.problems import GRADERS
 from gradelib.runner.limits import ISOLATION_CHOICES

@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+from autograder.grading.rubric_check import LatePolicy
 from gradelib import safeio
-from gradelib.rubric import LatePolicy
 from gradelib.safeio import SafeReadError, clean_text
 
 from .atomic import write_text_atomic

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import isolation as sandbox
+from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import cgroups, kernel, processes, slots
 from autograder.isolation.kernel import PR_SET_PDEATHSIG
-from gradelib import rubric as rubric_mod
 from gradelib.problems import GRADERS
 from gradelib.results import SubmissionResult
 from gradelib.scoring import all_zero

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
-from gradelib.results import VISIBILITY_TO_GRADESCOPE, SubmissionResult, TestResult
+from gradelib.results import NOT_GRADED, SubmissionResult, TestResult, score_number, wrap
 from gradelib.safeio import SafeReadError, clean_text
 
 from .atomic import write_json_atomic, write_text_atomic
@@ -44,6 +44,7 @@ PROBLEM_FIXTURES: dict[str, tuple[str, ...]] = {
     "prediction": LM_RUN,
     "generation": (*LM_RUN, "lm/oracle.json"),
 }
+VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
 FROM_GRADESCOPE = {v: k for k, v in VISIBILITY_TO_GRADESCOPE.items()}
 GRADESCOPE_VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
@@ -261,6 +262,50 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
     return out
 
 
+def gradescope_test(t: TestResult, number: str) -> dict:
+    """Test `t` as one entry of results.json's tests, numbered `number` (e.g. "1.2"); a hidden test's visibility is
+    the rubric's hidden_tests (t.shown)."""
+    return {
+        "name": t.name,
+        "number": number,
+        "score": round(score_number(t.score), 4),
+        "max_score": round(score_number(t.max_score), 4),
+        "status": "passed" if t.passed else "failed",
+        "output": clean_text(t.output),
+        "visibility": t.shown or VISIBILITY_TO_GRADESCOPE[t.visibility],
+        "tags": [t.problem],
+        **({"extra_data": {"line": t.line, **({"figures": t.figures} if t.figures else {})}} if t.line else {}),
+    }
+
+
+def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> list[str]:
+    """What feedback says of problem `pid`'s failed `hidden` tests, whose messages name hidden cases: one failing with
+    its public twin, among the `shown` failures, is counted (its public message said why); one whose public twin
+    passed is named, a slip only the hidden cases show."""
+    public_failed = {t.name.rsplit(" [", 1)[0] for t in shown if t.visibility == "public"}
+    twins = [t for t in hidden if t.name.rsplit(" [", 1)[0] in public_failed]
+    lines = []
+    for t in (t for t in hidden if t not in twins):
+        lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')} "
+                      "(its message names hidden cases: not shown here)")
+    if twins:
+        said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
+        lines += wrap(f"  the {said} on the hidden cases too "
+                      f"({sum(t.score for t in twins):.2f} / {sum(t.max_score for t in twins):.2f})")
+    return lines
+
+
+def feedback(result: SubmissionResult) -> str:
+    """feedback.txt, the report a student reads on Gradescope: the kit's table, a hidden test's message shown only
+    where the rubric shows hidden tests at once (hidden_tests = "visible"); the staff's report.html lists every
+    line."""
+    unshown = sum(not t.passed and t.visibility == "hidden" and t.shown != "visible"
+                  for pid in result.problems for t in result.tests if t.problem == pid)
+    said = wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
+                "cases); the course staff publish them with the grades.") if unshown else []
+    return "\n".join([result.table(withhold=_withheld), *said])
+
+
 def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems
     (records: id -> rubric/fixtures).
@@ -275,7 +320,7 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
         number = (
             f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
         )
-        tests.append(t.to_gradescope(number))
+        tests.append(gradescope_test(t, number))
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
     wall = result.wall_s if isinstance(result.wall_s, (int, float)) and math.isfinite(result.wall_s) else 0.0
     data = {
@@ -293,7 +338,7 @@ def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
     if result.isolation:
         extra["isolation"] = result.isolation
     problems = {}
-    not_graded = set(result.not_graded())
+    not_graded = {k[len(NOT_GRADED):] for k in result.flags if k.startswith(NOT_GRADED)}  # mark_not_graded's
     for pid in result.problems:
         rec = records.get(pid)
         if rec is None or pid in not_graded:
@@ -330,5 +375,5 @@ def write_merged(
             old = from_gradescope(old_data, new.submission, problem_order)
             result = merge(old, new, problem_order)
             all_records = {p: r for p, r in records_of(old_data).items() if p not in new.problems} | records
-    write_text_atomic(folder / "feedback.txt", result.table(show_hidden_output=False) + "\n")
+    write_text_atomic(folder / "feedback.txt", feedback(result) + "\n")
     write_json_atomic(folder / "results.json", to_results_json(result, all_records))

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from autograder import isolation as sandbox
+from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import kernel
-from gradelib import rubric as rubric_mod
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 from gradelib.runner.limits import ISOLATION_CHOICES

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradelib import rubric
+from autograder.grading import rubric_check as rubric
 
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 

@@ -2,5 +2,6 @@
 
 The student kit (gradelib/) grades on the cases the handout holds; what the course grader adds
 on top of it lives here, beside the isolation (autograder/isolation/), and uses the kit through
-its interfaces: uploads.py reads every shape an upload comes in.
+its interfaces: uploads.py reads every shape an upload comes in; rubric_check.py checks a rubric before
+grading with it.
 """

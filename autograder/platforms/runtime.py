@@ -33,7 +33,7 @@ from ..batch import cli
 from ..batch.atomic import write_json_atomic
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
-from ..batch.regrade import from_gradescope
+from ..batch.regrade import feedback, from_gradescope
 from ..grading.uploads import resolve_upload
 
 NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "
@@ -75,7 +75,7 @@ def student_text(results: dict) -> str:
     result = from_gradescope(results, "this handin", [p.id for p in selected_problems(None)])
     result.isolation = ""
     result.notes = str(results.get("output") or "").splitlines()
-    return result.table(show_hidden_output=False)
+    return feedback(result)
 
 
 def gradescope(root: Path, timeout: float) -> int:

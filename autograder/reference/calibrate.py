@@ -40,8 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autograder.grading import rubric_check as rubric_mod
 from autograder.oracle import metrics as M
-from gradelib import rubric as rubric_mod
 from gradelib.lm.vocab import EOS, PAD, encode
 from gradelib.problems.lm_common import credit
 

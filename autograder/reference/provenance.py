@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from gradelib import rubric as rubric_mod
+from autograder.grading import rubric_check as rubric_mod
 
 HASHED_FILES = ("train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz")
 REFERENCE_JSON = "reference_model.json"

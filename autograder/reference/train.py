@@ -55,7 +55,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gradelib import rubric
+from autograder.grading import rubric_check as rubric
 from gradelib.lm.vocab import decode, stream
 
 from ..oracle.metrics import generation_perplexity, prediction_nll

@@ -1,22 +1,19 @@
-"""Test results and the formats they are written in.
+"""Test results and the score table a student reads.
 
-One TestResult is one Gradescope test: a rubric line on one case set. The same
-list renders as a score table for a terminal, as Gradescope's results.json
-and as Autolab's {"scores": {...}} line.
+One TestResult is one test: a rubric line on one case set. The course grader writes the same list as
+Gradescope's results.json and Autolab's line.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import textwrap
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .handin_contract import RUN_FILES
 from .safeio import clean_text
-
-VISIBILITY_TO_GRADESCOPE = {"public": "visible", "hidden": "after_published"}
 
 
 @dataclass
@@ -29,8 +26,7 @@ class TestResult:
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
     figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
-    # Gradescope's visibility of a hidden test, as the rubric sets it (its hidden_tests); '' for the default.
-    shown: str = ""
+    shown: str = ""  # a hidden test's visibility on Gradescope, the rubric's hidden_tests; '' for the default
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
@@ -38,29 +34,13 @@ class TestResult:
         if not _finite(self.max_score):
             self.max_score = 0.0
         if not _finite(self.score):
-            self.output += (
-                f"\n(the score computed for this line was {self.score!r}, not a finite number; it counts as 0)"
-            )
-            self.score = 0.0
+            said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
+            self.output, self.score = f"{self.output}\n({said})", 0.0
         self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if _finite(v)}
 
     @property
     def passed(self) -> bool:
         return self.score >= self.max_score - 1e-9
-
-    def to_gradescope(self, number: str) -> dict:
-        return {
-            "name": self.name,
-            "number": number,
-            "score": round(_number(self.score), 4),
-            "max_score": round(_number(self.max_score), 4),
-            "status": "passed" if self.passed else "failed",
-            "output": clean_text(self.output),
-            "visibility": self.shown or VISIBILITY_TO_GRADESCOPE[self.visibility],
-            "tags": [self.problem],
-            **({"extra_data": {"line": self.line, **({"figures": self.figures} if self.figures else {})}}
-               if self.line else {}),
-        }
 
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
@@ -76,8 +56,7 @@ class SubmissionResult:
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
     isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
-    # Per problem id: the notes and flag keys its grading added, and the seconds it took (notes and
-    # flags hold them too); a regrade of some problems keeps the others' with these.
+    # Per problem id, its notes, flag keys (in notes and flags too) and seconds: a regrade keeps the others'.
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)
@@ -88,38 +67,25 @@ class SubmissionResult:
         self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
         self.problem_flags.setdefault(problem_id, []).append(key)
 
-    def not_graded(self) -> list[str]:
-        """The problems the grader failed on (mark_not_graded)."""
-        return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
-
-    def problem_scores(self) -> dict[str, float]:
-        scores = {pid: 0.0 for pid in self.problems}
-        for t in self.tests:
-            scores[t.problem] = scores.get(t.problem, 0.0) + _number(t.score)
-        return {k: round(v, 4) for k, v in scores.items()}
-
     @property
     def score(self) -> float:
-        return round(sum(_number(t.score) for t in self.tests), 4)
+        return round(sum(score_number(t.score) for t in self.tests), 4)
 
     @property
     def max_score(self) -> float:
-        return round(sum(_number(v) for v in self.max_points.values()), 4)
+        return round(sum(score_number(v) for v in self.max_points.values()), 4)
 
-    def autolab_line(self) -> str:
-        return json.dumps({"scores": self.problem_scores()}, separators=(",", ":"), allow_nan=False)
-
-    def table(self, show_hidden_output: bool = True) -> str:
+    def table(self, withhold: Callable[[str, list[TestResult], list[TestResult]], list[str]] | None = None) -> str:
         """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
         pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
         (root causes before the lines that fail because of them), then its passing lines folded into one line.
-        A hidden test's message only with `show_hidden_output` or where the rubric shows hidden tests at once
-        (hidden_tests = "visible"). Every row at most WIDTH columns; the staff's report.html lists every line."""
+        Every row at most WIDTH columns. `withhold` (the course grader's feedback to students):
+        given a problem's id, its failed tests shown and its failed hidden tests whose messages are not (unless
+        the rubric shows hidden tests at once), the lines said of those instead."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
         lines += [ln for n in self.notes for ln in wrap(f"  note: {n}")]
-        unshown = 0
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
@@ -127,51 +93,26 @@ class SubmissionResult:
             said = "all" if len(passing) == len(mine) and mine else f"{len(passing)} of"
             lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
             failed = [t for t in mine if not t.passed]
-            shown = [t for t in failed if t.visibility != "hidden" or show_hidden_output or t.shown == "visible"]
+            shown = [t for t in failed if not withhold or t.visibility != "hidden" or t.shown == "visible"]
             prefix = f"{pid}: "
             # A line that grades a training run's files (predictions.npy's format, a figure: notebook 3's NLL) after
             # the code lines whose bug it may follow from (the attention line before predictions.npy's).
-            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or _short(t.name, prefix).startswith(
+            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or t.name.removeprefix(prefix).startswith(
                 tuple(f"{name}:" for name in RUN_FILES))))
-            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)}", t.output, t.max_score)
+            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(prefix)}", t.output, t.max_score)
                      for t in shown]
-            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items, problem=pid)]
+            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items)]
             lines += [ln for line in lost for ln in wrap(f"  {line}")]
-            hidden = [t for t in failed if t not in shown]
-            # A hidden line failing with its public twin is folded (its public message said why); one whose public
-            # twin passed is named: a slip only the hidden cases show.
-            public_failed = {_twin(t.name) for t in shown if t.visibility == "public"}
-            twins = [t for t in hidden if _twin(t.name) in public_failed]
-            for t in (t for t in hidden if t not in twins):
-                lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {_short(t.name, prefix)} "
-                              "(its message names hidden cases: not shown here)")
-            if twins:
-                said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
-                lines += wrap(f"  the {said} on the hidden cases too "
-                              f"({sum(t.score for t in twins):.2f} / {sum(t.max_score for t in twins):.2f})")
-            unshown += len(hidden)
+            if len(shown) < len(failed):
+                lines += withhold(pid, shown, [t for t in failed if t not in shown])
             if passing and failed:
-                points = sum(t.score for t in passing)
                 lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
-                             f"({points:.2f} points)")
+                             f"({sum(t.score for t in passing):.2f} points)")
         lines.append(f"TOTAL {self.score:.2f} / {self.max_score:.2f}")
-        if unshown:
-            lines += wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
-                          "cases); the course staff publish them with the grades.")
         return clean_text("\n".join(lines))
 
 
 WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
-
-
-def _twin(name: str) -> str:
-    """A test's name without its case set: a line's public and hidden tests share it."""
-    return name.rsplit(" [", 1)[0]
-
-
-def _short(name: str, prefix: str) -> str:
-    """A test's name without its problem's prefix (the problem's header says it)."""
-    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def wrapped(text: str) -> str:
@@ -187,9 +128,8 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
 
 
-# How a failure text says it follows from another quantity's failure, said on its own line.
-_KNOCK_ON = ("which probably follows from", "(see the forward lines)", "stopped before storing it",
-             "(see that line)")
+# How a failure text says it follows from another quantity's failure.
+_KNOCK_ON = ("which probably follows from", "(see the forward lines)", "stopped before storing it", "(see that line)")
 
 
 def knock_on(output: str) -> bool:
@@ -230,20 +170,17 @@ def not_attempted(output: str) -> str:
     return " and ".join(sorted(found))
 
 
-def why_lost(failed: list[tuple[str, str, float]], problem: str | None = None) -> list[str]:
-    """The lines of 'Why points were lost' for (test name, its output, its points): one block per test,
-    except that tests lost only to code not written yet are named in one short list at the end (`problem`:
-    the one problem they all belong to, said above them; else read from each name)."""
+def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
+    """The lines of 'Why points were lost' for (test name, its output, its points) of one problem: one block per
+    test, except that tests lost only to code not written yet are named in one short list at the end."""
     lines: list[str] = []
     todo: dict[str, list[float]] = {}
     previous = None
     hints: set[str] = set()
     for name, output, points in failed:
         what = not_attempted(output)
-        if what:
-            pid = "" if problem is not None else name.split(":", 1)[0] if ":" in name else ""
-            shown = what if "(" in what else f"`{what}`"  # a function's name, or a stage with its file and line
-            todo.setdefault(f"{pid}: {shown}" if pid else shown, []).append(points)
+        if what:  # a function's name, or a stage with its file and line
+            todo.setdefault(what if "(" in what else f"`{what}`", []).append(points)
             continue
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")
@@ -326,6 +263,6 @@ def _finite(x) -> bool:
         return False
 
 
-def _number(x) -> float:
+def score_number(x) -> float:
     """`x` as a float, 0.0 when it is not a finite number."""
     return float(x) if _finite(x) else 0.0

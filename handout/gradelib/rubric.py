@@ -1,39 +1,41 @@
-"""The course's rubric: gradelib/rubric.toml read and checked against the graded problems' own schemas.
+"""The course's rubric: gradelib/rubric.toml read into the types of gradelib/rubric_schema.py.
 
-The schema of every key and the reader are in gradelib/rubric_schema.py; what each
-problem can grade (its SCHEMA) is declared beside its code and collected in
-gradelib/problems/ (SCHEMAS). This module puts the two together for every caller
-that reads the course's rubric (another file with --rubric), and names the
-rubric's types for them.
+The kit trusts the rubric it ships (it states every setting); the course grader checks every key and value of
+a rubric before it grades with one, and fills in the settings it leaves out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import rubric_schema
-from .problems import SCHEMAS
-from .rubric_schema import Group, LatePolicy, Problem, ProblemSchema, RubricError, Setting
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 
-__all__ = ["RUBRIC_PATH", "Group", "LatePolicy", "Problem", "ProblemSchema", "RubricError", "Setting", "calibration",
-           "late_policy", "load"]
+from .rubric_schema import VISIBILITIES, Group, Problem, ProblemSchema, RubricError
+
+__all__ = ["RUBRIC_PATH", "Problem", "ProblemSchema", "RubricError", "load"]
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.toml")
 
 
-def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
-    """Read and validate the rubric (default RUBRIC_PATH); return problems by id, in file order.
-
-    `schemas` (problem id -> ProblemSchema) defaults to the graded problems' own (problems.SCHEMAS).
-    """
-    return rubric_schema.read(path or RUBRIC_PATH, SCHEMAS if schemas is None else schemas)
-
-
-def late_policy(path: Path | str | None = None) -> LatePolicy | None:
-    """The rubric's [late] table, validated; None when the rubric has none."""
-    return rubric_schema.late_policy(path or RUBRIC_PATH)
+def load(path: Path | str | None = None) -> dict[str, Problem]:
+    """The rubric at `path` (default RUBRIC_PATH) as problems by id, in file order; RubricError when the file
+    cannot be read as a rubric."""
+    path = Path(path or RUBRIC_PATH)
+    try:
+        return {pid: _problem(pid, table) for pid, table in tomllib.loads(path.read_text())["problems"].items()}
+    except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:  # TOML and decoding errors: ValueError
+        raise RubricError(f"{path}: cannot be read as a rubric ({type(exc).__name__}: {exc})") from None
 
 
-def calibration(path: Path | str | None = None) -> dict[str, str]:
-    """The rubric's [calibration] table (corpus, corpus_sha256, oracle), each key "" when absent."""
-    return rubric_schema.calibration(path or RUBRIC_PATH)
+def _problem(pid: str, table: dict) -> Problem:
+    """Problem `pid` from its [problems.<pid>] table, every number a float, defaults where a key is left out."""
+    groups = tuple(Group(**{**g, "points": float(g["points"]), "quantities": tuple(g.get("quantities", ())),
+                            "visibilities": tuple(g.get("visibilities", VISIBILITIES))}) for g in table["groups"])
+    share = table.get("visibility_share", {"public": 0.5, "hidden": 0.5})
+    tolerance = {dtype: {"rtol": float(tol["rtol"]), "atol": float(tol["atol"])}
+                 for dtype, tol in table.get("tolerance", {}).items()}
+    return Problem(pid, table["title"], {v: float(share[v]) for v in VISIBILITIES}, tolerance, groups,
+                   dict(table.get("settings", {})), table.get("hidden_tests", "after_published"))

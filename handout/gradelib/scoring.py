@@ -1,16 +1,9 @@
 """Turn per-case checks into rubric lines, and read what a child process left.
 
-A rubric line (group) on a visibility is one test: it earns its points when
-every case of that visibility passes every quantity of the line. Its message
-shows the first failing case in full and counts the others. A case may carry an
-edge (large scores, T = 1, ...): a line graded on that edge alone (`edge` in the
-rubric) takes those cases, every other line skips them. An edge line passes when
-its quantities are right on its cases; a failure there is forgiven (left to the
-ordinary lines) only when the same kind of failure (raise, non-finite, finite but
-wrong) shows for that quantity on an ordinary case of the same dtype, and only on a
-line that produced over a quarter of its quantities on one of its cases, one of them right and not all
-zeros (what blank output gets right shows nothing of the code). A NaN never passes
-a stability line (rubric `stability`).
+A rubric line (group) on a case set is one test: it earns its points when every case of that set passes every
+quantity of the line; its message shows the first failing case in full and counts the others. A line with an
+`edge` (large scores, T = 1, ...) is graded on that edge's cases alone, and every other line skips them; what
+fails there the same way as on an ordinary case is forgiven (_first_failure, _ran_through).
 """
 
 from __future__ import annotations
@@ -29,9 +22,7 @@ from .results import TestResult, gist
 from .rubric_schema import Group, Problem
 from .safeio import SafeReadError, quote
 
-# A child's array is the value of one quantity on one small case (the largest expected
-# one holds 18 kB); a larger one is refused rather than loaded into the grader.
-MAX_ARRAY_BYTES = 64 * 1024 * 1024
+MAX_ARRAY_BYTES = 64 * 1024 * 1024  # one quantity on one small case (the largest expected holds 18 kB)
 MAX_META_BYTES = 1_000_000
 MAX_CASE_NAMES_SHOWN = 6
 MAX_OTHER_FAILURES_SHOWN = 2  # failures other than the first case's, each said in one line
@@ -50,20 +41,14 @@ class Case:
     edge: str = ""  # the edge case it is ('' for an ordinary case), graded by the line with that `edge`
 
 
-def load_cases(
-    case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None
-) -> list[Case]:
+def load_cases(case_root: Path, folder: str, visibilities: tuple[str, ...], problem_id: str | None = None
+               ) -> list[Case]:
     """The cases of `folder` on these case sets (only `problem_id`'s when the index tags cases by problem)."""
-    cases = []
-    for vis in visibilities:
-        index = case_root / folder / vis / "cases.json"
-        if not index.exists():
-            continue
-        for entry in json.loads(index.read_text()):
-            if problem_id is None or entry.get("problem") == problem_id:
-                cases.append(Case(entry["name"], vis, entry["description"], index.parent / f"{entry['name']}.npz",
-                                  entry.get("dtype", ""), entry.get("edge", "")))
-    return cases
+    indexes = [case_root / folder / vis / "cases.json" for vis in visibilities]
+    return [Case(e["name"], index.parent.name, e["description"], index.parent / f"{e['name']}.npz",
+                 e.get("dtype", ""), e.get("edge", ""))
+            for index in indexes if index.exists() for e in json.loads(index.read_text())
+            if problem_id is None or e.get("problem") == problem_id]
 
 
 @dataclass(frozen=True)
@@ -120,12 +105,8 @@ def line_cases(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis:
     return [o for o in mine if o.edge not in taken]
 
 
-def group_results(
-    problem: Problem,
-    outcomes: list[CaseOutcome],
-    visibilities: tuple[str, ...],
-    withheld: dict[str, str] | None = None,
-) -> list[TestResult]:
+def group_results(problem: Problem, outcomes: list[CaseOutcome], visibilities: tuple[str, ...],
+                  withheld: dict[str, str] | None = None) -> list[TestResult]:
     """One TestResult per (group, visibility); `withheld` maps group id -> reason it scores 0."""
     withheld = withheld or {}
     tests = []
@@ -147,10 +128,9 @@ def group_results(
         elif failed:
             tests.append(line.result(0.0, _failure_text(failed, len(cases), vis)))
         elif left:
-            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases: what fails there fails the same "
-                                          f"way on ordinary cases of the same dtype "
-                                          f"({', '.join(repr(q) for q in sorted(left))}: graded by their own lines, "
-                                          "not again here)"))
+            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases: what fails there fails the same way"
+                                          f" on ordinary cases of the same dtype ({', '.join(map(repr, sorted(left)))}:"
+                                          " graded by their own lines, not again here)"))
         else:
             tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
     return tests
@@ -191,9 +171,8 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
     return "\n".join(lines)
 
 
-# A stability line's cases exist to make exp() overflow (rubric `stability`): a NaN there is the line's own
-# failure, whatever the ordinary cases show (attention's large scores, notebook 1's large logits). An inf the
-# ordinary cases show too (A_w stored with the mask's -inf) is forgiven like any other shared failure.
+# A stability line's cases make exp() overflow: a NaN there is its own failure, whatever the ordinary cases show;
+# an inf they show too (A_w stored with the mask's -inf) is forgiven like any other shared failure.
 _NAN_SAID = re.compile(r"\b\d+ NaN (and \d+ inf )?entries")  # how compare says a quantity has NaN entries
 
 
@@ -208,10 +187,9 @@ def failure_kind(check: Check) -> str:
 
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
-    """The first quantity of the line that fails on this case. On an edge line's case, a quantity that fails the
-    same way (failure_kind) on one of the `ordinary` cases of the case's dtype is left to the ordinary lines (its
-    name is added to `left`), except a NaN on a stability edge: only what fails on the edge alone is the
-    edge line's."""
+    """The first quantity of the line that fails on this case. On an edge line's case, one that fails the same way
+    (failure_kind) on an `ordinary` case of its dtype is left to the ordinary lines (named in `left`), except a NaN
+    on a stability edge."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
@@ -229,10 +207,9 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
 
 
 def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
-    """Whether the code produced over a quarter of the line's quantities on this case (right or wrong), one of
-    them right and not all zeros: a line whose every case raised early (a blank handout, projections alone), or
-    that got right only what zeros get right (T = 1's score gradients), verified nothing of its edge, so forgiving
-    the rest would pay it for code not checked; forward alone reaches its edge."""
+    """Whether the code produced over a quarter of the line's quantities on this case, one of them right and not
+    all zeros: else (a blank handout, T = 1's zero score gradients) nothing of the edge was verified, and forgiving
+    the rest would pay for code not checked."""
     produced = [q for q in group.quantities if q in outcome.checks and failure_kind(outcome.checks[q]) != "raise"]
     return 4 * len(produced) > len(group.quantities) and any(
         outcome.checks[q].passed and not outcome.checks[q].trivial for q in produced)
@@ -300,10 +277,8 @@ def read_array(path: Path, root: Path | None = None, max_elements: int | None = 
 
 
 def load_meta(path: Path, root: Path | None = None) -> tuple[dict | None, str]:
-    """The child's JSON notes for a case, or (None, why not): "" when the child never wrote them.
-
-    `root` is the scratch folder the child owned: no folder between it and the file may be a link.
-    """
+    """The child's JSON notes for a case, or (None, why not): "" when the child never wrote them. `root`: the
+    scratch folder the child owned (no folder between it and the file may be a link)."""
     try:
         data = safeio.read_json(path, MAX_META_BYTES, root=root, single_link=True)
     except SafeReadError as exc:
