@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
-from .intake import HandinError, open_handin
+from .intake import HandinError, open_upload
 from .problems import GRADERS
 from .results import SubmissionResult, wrapped
 from .rubric import Problem, RubricError, load
@@ -40,7 +40,7 @@ ALIASES = {
 def handin_check_text(handin: Path, scratch: Path) -> str:
     """What the grader will find in a built handin: each file's problems, before any test runs."""
     try:
-        notes = open_handin(handin, scratch)
+        notes = open_upload(handin, scratch).notes
     except HandinError as exc:
         return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
