@@ -32,20 +32,14 @@ from .scoring import all_zero
 def runs_matplotlib(notebooks) -> bool:
     """Whether a cell the grader runs in one of these notebooks names matplotlib: then the warm process imports it
     once for every run (0.3 s), else no run pays for it. Only a matter of speed (a cell imports what it needs either
-    way), so a notebook that cannot be read here, or not within safeio.notebook_budget, counts as yes."""
+    way), so a notebook that cannot be read here (malformed, or past safeio.notebook_budget) counts as yes."""
     for path in notebooks:
         try:
             if notebook_budget(path):
                 return True
-            for cell in json.loads(path.read_bytes()).get("cells", []):
-                if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-                    continue
-                meta = cell.get("metadata")
-                tags = meta.get("tags", []) if isinstance(meta, dict) else []
-                if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
-                    continue
-                source = cell.get("source", "")
-                if "matplotlib" in ("".join(map(str, source)) if isinstance(source, list) else str(source)):
+            for cell in json.loads(path.read_bytes())["cells"]:
+                skipped = set(cell.get("metadata", {}).get("tags", [])) & set(SKIP_TAGS)
+                if cell["cell_type"] == "code" and not skipped and "matplotlib" in "".join(cell["source"]):
                     return True
         except Exception:  # unreadable here: the child reports it
             return True
