@@ -8,6 +8,7 @@ a link, a device or a path outside the archive is refused with the grader's word
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tarfile
 import zlib
@@ -84,15 +85,10 @@ def _open_tar(path: Path, dest: Path, intake: Intake) -> None:
 
 
 def found_text(found: list[str]) -> str:
-    """'a.py, notes/handin.tar, … (N more)' capped in length; 'nothing' for an empty upload."""
+    """'a.py, notes/handin.tar, … (N more)' capped in length (the first name always shown); 'nothing' if none."""
     if not found:
         return "nothing"
-    parts: list[str] = []
-    used = 0
-    for name in found:
-        if parts and used + len(name) + 2 > FOUND_SHOWN_CHARS:
-            break
-        parts.append(name)
-        used += len(name) + 2
-    rest = len(found) - len(parts)
-    return ", ".join(parts) + (f", … ({rest} more)" if rest else "")
+    ends = itertools.accumulate(len(name) + 2 for name in found)  # the length of the text up to each name
+    shown = max(1, sum(end <= FOUND_SHOWN_CHARS for end in ends))
+    rest = len(found) - shown
+    return ", ".join(found[:shown]) + (f", … ({rest} more)" if rest else "")
