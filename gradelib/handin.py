@@ -1,15 +1,8 @@
 """`make handin`: check every handin file the way the grader will read it, and pack handin.tar.
 
-The files themselves (HANDIN_FILES), their shapes and size caps are the handin
-contract (gradelib/handin_contract.py), which the grader reads too.
-`make handin runid=<id> epoch=<n>` runs
-
-    python -m gradelib.handin --runid <id> --epoch <n> --out handin.tar
-
-which collects the files below, checks every one of them the way the grader
-will read it (present, parses, arrays of the right shape, dtype and range),
-and writes handin.tar only when all checks pass; otherwise it prints what to
-fix and writes nothing.
+`make handin runid=<id> epoch=<n>` runs `python -m gradelib.handin --runid <id> --epoch <n> --out handin.tar`, which
+checks every file (present, parses, arrays of the right shape, dtype and range) and writes handin.tar only when all
+pass; otherwise it prints what to fix and writes nothing. The files, shapes and caps: gradelib/handin_contract.py.
 """
 
 from __future__ import annotations
@@ -38,6 +31,7 @@ from .handin_contract import (
     MAX_TOTAL_BYTES,
     OPTIONAL,
     PREDICTION_SHAPE,
+    RUN_FILES,
     SPECIAL_IDS,
     checkpoint_size_problem,
 )
@@ -48,16 +42,9 @@ from .safeio import SafeReadError
 def sources(runid: str, epoch: str) -> dict[str, str]:
     """Handin name -> where it lives in the handout folder for this experiment and epoch."""
     run = f"experiments/{runid}"
-    return {
-        "attention.py": "attention.py",
-        "01_mlm_and_next_token.ipynb": "01_mlm_and_next_token.ipynb",
-        "02_attention_and_masks.ipynb": "02_attention_and_masks.ipynb",
-        "03_language_model.ipynb": "03_language_model.ipynb",
-        "predictions.npy": f"{run}/predictions_test_{epoch}.npy",
-        "generated.npy": f"{run}/generated_{epoch}.npy",
-        "generated.txt": f"{run}/generated_{epoch}.txt",
-        "model.pt": f"{run}/model_{epoch}.pt",
-    }
+    return {**{name: name for name in HANDIN_FILES if name not in RUN_FILES},  # the code and notebooks
+            "predictions.npy": f"{run}/predictions_test_{epoch}.npy", "generated.npy": f"{run}/generated_{epoch}.npy",
+            "generated.txt": f"{run}/generated_{epoch}.txt", "model.pt": f"{run}/model_{epoch}.pt"}
 
 
 def runs(root: Path) -> dict[str, list[int]]:
@@ -65,9 +52,8 @@ def runs(root: Path) -> dict[str, list[int]]:
     found = {}
     folders = [p for p in (root / "experiments").glob("*") if p.is_dir()]
     for folder in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name), reverse=True):
-        epochs = sorted(
-            int(m.stem.split("_", 1)[1]) for m in folder.glob("model_*.pt") if m.stem.split("_", 1)[1].isdigit()
-        )
+        epochs = sorted(int(m.stem.removeprefix("model_")) for m in folder.glob("model_*.pt")
+                        if m.stem.removeprefix("model_").isdigit())
         if epochs:
             found[folder.name] = epochs
     return found
@@ -87,12 +73,10 @@ def runs_text(root: Path) -> str:
     found = runs(root)
     if not found:
         return "experiments/ holds no trained run yet: train in notebook 3 first"
-
-    def said(runid: str, epochs: list[int]) -> str:
-        short = f", a short run of {short_run(runid)} steps" if short_run(runid) is not None else ""
-        return f"runid={runid} (epoch{'s' if len(epochs) > 1 else ''} {', '.join(map(str, epochs))}{short})"
-
-    return "experiments/ holds: " + "; ".join(said(r, e) for r, e in found.items())
+    said = [f"runid={r} (epoch{'s' if len(e) > 1 else ''} {', '.join(map(str, e))}"
+            + (f", a short run of {short_run(r)} steps)" if short_run(r) is not None else ")")
+            for r, e in found.items()]
+    return "experiments/ holds: " + "; ".join(said)
 
 
 def best_full_run(root: Path) -> tuple[str, str, float] | None:
@@ -122,9 +106,8 @@ def todos(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".ipynb":
             cells = json.loads(text).get("cells", [])
-            text = "\n".join(
-                "".join(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
-            )
+            text = "\n".join("".join(c.get("source", "")) for c in cells
+                             if isinstance(c, dict) and c.get("cell_type") == "code")
     except (OSError, ValueError, AttributeError):
         return []
     return list(dict.fromkeys(m.group(1).strip() for m in TODO_RAISE.finditer(text)))
@@ -136,9 +119,8 @@ def _check_python(path: Path) -> list[str]:
     except SafeReadError as exc:
         return [exc.detail]
     except SyntaxError as exc:
-        return [
-            f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run `python autograder.py`"
-        ]
+        return [f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run "
+                "`python autograder.py`"]
     except ValueError as exc:  # e.g. NUL bytes
         return [f"is not Python source ({safeio.clean_text(exc)})"]
     return []
@@ -154,20 +136,15 @@ def _check_notebook(path: Path) -> list[str]:
     except SafeReadError as exc:
         return [exc.detail]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return [
-            f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); "
-            "save it from Jupyter and do not edit it by hand"
-        ]
+        return [f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not "
+                "edit it by hand"]
     why = notebook_problem(data)
     return [f"is not a valid notebook ({why}); open it in Jupyter, fix it and save it"] if why else []
 
 
 def notebook_problem(data) -> str:
-    """What keeps parsed JSON from being a version-4 notebook the grader can run ('' when nothing).
-
-    The parts of the nbformat 4 schema that grading reads, checked by hand: importing
-    nbformat's validator takes about a second, on every `python autograder.py`.
-    """
+    """What keeps parsed JSON from being a version-4 notebook the grader can run ('' when nothing): the parts of the
+    nbformat 4 schema that grading reads, checked by hand (nbformat's validator takes a second to import)."""
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         return "no list of cells"
     if data.get("nbformat") != 4:
@@ -190,8 +167,8 @@ def notebook_problem(data) -> str:
     return ""
 
 
-def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape) -> tuple[np.ndarray | None, list[str]]:
-    """The array, or what is wrong with it: `wrong_shape(shape)` says what a wrong shape means, and
+def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape: str) -> tuple[np.ndarray | None, list]:
+    """The array, or what is wrong with it: `wrong_shape` says what the array should be (after "has shape S,"), and
     a wrong shape is reported before a wrong dtype. The header is checked before any data is loaded."""
     try:
         arr = safeio.read_npy(path, max_bytes=MAX_FILE_BYTES, kinds=kinds, max_elements=10 * int(np.prod(expected)))
@@ -199,17 +176,15 @@ def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape) ->
         if exc.reason == "size" and exc.shape is not None:
             return None, [f"has shape {exc.shape}, far larger than a handin array"]
         if exc.reason == "dtype" and exc.shape is not None and exc.shape != expected:
-            return None, [wrong_shape(exc.shape)]
+            return None, [f"has shape {exc.shape}, {wrong_shape}"]
         return None, [exc.detail]
-    if arr.shape != expected:
-        return None, [wrong_shape(arr.shape)]
-    return arr, []
+    return (arr, []) if arr.shape == expected else (None, [f"has shape {arr.shape}, {wrong_shape}"])
 
 
 def _check_predictions(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, PREDICTION_SHAPE, "f", lambda shape: (
-        f"has shape {shape}, expected {PREDICTION_SHAPE}: raw logits of predict(inp, 20) for the 128 "
-        f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})"))
+    arr, problems = _load_npy(path, PREDICTION_SHAPE, "f", f"expected {PREDICTION_SHAPE}: raw logits of "
+                              f"predict(inp, 20) for the 128 sequences of prediction_test.npz, one per vocabulary "
+                              f"token ({VOCAB_SIZE})")
     if arr is None:
         return problems
     bad = ~np.isfinite(arr)
@@ -220,15 +195,8 @@ def _check_predictions(path: Path) -> list[str]:
 
 
 def _check_generated(path: Path) -> list[str]:
-    arr, problems = _load_npy(
-        path,
-        GENERATION_SHAPE,
-        "iu",
-        lambda shape: (
-            f"has shape {shape}, expected {GENERATION_SHAPE}: "
-            "generate(inp, 30) for the 128 prompts of generation_test.npz"
-        ),
-    )
+    arr, problems = _load_npy(path, GENERATION_SHAPE, "iu", f"expected {GENERATION_SHAPE}: generate(inp, 30) for "
+                              "the 128 prompts of generation_test.npz")
     if arr is None:
         return problems
     outside = (arr < 0) | (arr >= VOCAB_SIZE)
@@ -239,11 +207,8 @@ def _check_generated(path: Path) -> list[str]:
         hits = arr == token_id
         if hits.any():
             where = tuple(int(i) for i in np.argwhere(hits)[0])
-            return [
-                f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); "
-                f"generate must never emit {' or '.join(SPECIAL_IDS.values())}: "
-                f"mask their logits to -inf before choosing"
-            ]
+            return [f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); generate must "
+                    f"never emit {' or '.join(SPECIAL_IDS.values())}: mask their logits to -inf before choosing"]
     return []
 
 
@@ -270,42 +235,28 @@ def _check_checkpoint(path: Path) -> list[str]:
     return []
 
 
-CHECKS = {
-    "attention.py": _check_python,
-    "01_mlm_and_next_token.ipynb": _check_notebook,
-    "02_attention_and_masks.ipynb": _check_notebook,
-    "03_language_model.ipynb": _check_notebook,
-    "predictions.npy": _check_predictions,
-    "generated.npy": _check_generated,
-    "generated.txt": _check_text,
-    "model.pt": _check_checkpoint,
-}
+CHECKS = {"attention.py": _check_python, "01_mlm_and_next_token.ipynb": _check_notebook,
+          "02_attention_and_masks.ipynb": _check_notebook, "03_language_model.ipynb": _check_notebook,
+          "predictions.npy": _check_predictions, "generated.npy": _check_generated, "generated.txt": _check_text,
+          "model.pt": _check_checkpoint}
 
 
 def check_file(name: str, path: Path) -> list[str]:
-    """What is wrong with handin file `name` stored at `path` (empty when nothing).
-
-    A link, FIFO or device is refused like the grader refuses it (gradelib/safeio.py).
-    """
+    """What is wrong with handin file `name` stored at `path` (empty when nothing); a link, FIFO or device is
+    refused as the grader refuses it (gradelib/safeio.py)."""
     try:
         size = safeio.stat_regular(path).st_size
     except SafeReadError as exc:
         return [exc.detail]
     if size > MAX_FILE_BYTES:
         return [f"is larger than {MAX_FILE_BYTES // 2**20} MB, the most the grader accepts for one file"]
-    check = CHECKS.get(name)
-    return check(path) if check else []
+    return CHECKS[name](path) if name in CHECKS else []
 
 
 def check_folder(folder: Path) -> dict[str, list[str]]:
     """Problems of every handin file in an unpacked handin (missing optional files are fine)."""
-    report = {}
-    for name in HANDIN_FILES:
-        path = folder / name
-        if name in OPTIONAL and not os.path.lexists(path):
-            continue
-        report[name] = check_file(name, path)
-    return report
+    return {name: check_file(name, folder / name) for name in HANDIN_FILES
+            if name not in OPTIONAL or os.path.lexists(folder / name)}
 
 
 @dataclass
@@ -318,10 +269,8 @@ class Packed:
 
 def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed:
     """Pick and check the files of a handin from the handout folder `root`."""
-    files: dict[str, Path] = {}
-    refused: dict[str, Path] = {}
-    problems: list[str] = []
-    notes: list[str] = []
+    packed = Packed({}, [], [])
+    problems, notes = packed.problems, packed.notes
     if not runid and not epoch and not partial:
         chosen = best_full_run(root)
         if chosen is not None:
@@ -331,11 +280,9 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
                          "`make handin runid=<id> epoch=<n>`")
     have_run = bool(runid and epoch)
     if not have_run and not partial:
-        problems.append(
-            "runid= and epoch= are required: `make handin runid=<experiment folder> epoch=<n>` hands in "
-            "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
-            f"`make handin partial=1` hands in the other files without them; {runs_text(root)}"
-        )
+        problems.append("runid= and epoch= are required: `make handin runid=<experiment folder> epoch=<n>` hands in "
+                        "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
+                        f"`make handin partial=1` hands in the other files without them; {runs_text(root)}")
     # A run or an epoch of which nothing exists is said once, with the runs that do, not once per file of it.
     run_files = [rel for rel in sources(runid, epoch).values() if rel.startswith("experiments/")] if have_run else []
     no_epoch = have_run and not partial and not any((root / rel).exists() for rel in run_files)
@@ -344,41 +291,36 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
                 else f"there is no experiments/{runid}")
         problems.append(f"{what}, so predictions.npy, generated.npy and model.pt cannot be packed; {runs_text(root)}")
     for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
-        # A link in the student's own folder is theirs to make: pack what it points to.
-        path = (root / rel).resolve()
+        path = (root / rel).resolve()  # a link in the student's own folder is theirs to make: pack what it points to
         if rel.startswith("experiments/") and (not have_run or no_epoch):
             if partial and name not in OPTIONAL:
                 notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
             continue
-        if not path.exists():
-            if name in OPTIONAL:
-                notes.append(f"{name}: {rel} not found; it is optional and left out")
-            elif partial:
-                notes.append(f"{name}: {rel} not found; handed in without it (it scores 0)")
-            else:
-                where = f"; {runs_text(root)}" if rel.startswith("experiments/") else ""
-                problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]}){where}")
-            continue
-        found = check_file(name, path)
-        if found and name in OPTIONAL:
+        found = check_file(name, path) if path.exists() else None
+        if found is None and (name in OPTIONAL or partial):
+            notes.append(f"{name}: {rel} not found; " + ("it is optional and left out" if name in OPTIONAL
+                                                         else "handed in without it (it scores 0)"))
+        elif found is None:
+            where = f"; {runs_text(root)}" if rel.startswith("experiments/") else ""
+            problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]}){where}")
+        elif found and name in OPTIONAL:
             notes += [f"{name} (from {rel}) {p}; it is optional and left out" for p in found]
         elif found:
             problems += [f"{name} (from {rel}) {p}" for p in found]
-            refused[name] = path
+            packed.refused[name] = path
         else:
-            files[name] = path
+            packed.files[name] = path
             left = todos(path) if path.suffix in (".py", ".ipynb") else []
             if left:
                 shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
                 notes.append(f"{name} still raises NotImplementedError for {len(left)} TODO(s), which score 0: {shown}")
     if have_run and not no_epoch and short_run(runid) is not None:
         notes.append(short_run_cost(runid))
-    total = sum(p.stat().st_size for p in files.values())
+    total = sum(p.stat().st_size for p in packed.files.values())
     if total > MAX_TOTAL_BYTES:
-        problems.append(
-            f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most {MAX_TOTAL_BYTES // 2**20} MB"
-        )
-    return Packed(files, problems, notes, refused)
+        problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most "
+                        f"{MAX_TOTAL_BYTES // 2**20} MB")
+    return packed
 
 
 # The lines that score the trained model itself (rubric problem, line), and so what a short run costs.
@@ -435,8 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 1
     write_tar(packed.files, args.out)
-    size = args.out.stat().st_size
-    print(f"wrote {args.out} ({size / 1024:.0f} KiB): {', '.join(packed.files)}")
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB): {', '.join(packed.files)}")
     print(f"Check it the way the grader reads it: python autograder.py --handin {args.out}")
     return 0
 

@@ -1,8 +1,7 @@
 """The handin contract: which files a handin holds, which a training run writes, their shapes and size caps.
 
-One module that every reader of a handin shares: gradelib/intake.py (opening an
-upload), gradelib/handin.py (`make handin`'s checks and packing), gradelib/grade.py
-(the note on missing files) and the problems that read the language-model arrays.
+Shared by every reader of a handin: `make handin` (handin.py), the note on missing files (grade.py), the
+problems that read the language-model arrays, and the course grader's reader of uploads.
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ HANDIN_FILES: dict[str, str] = {
     "predictions.npy": "(128, 20, 30) float logits for prediction_test.npz (problem prediction)",
     "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
     "generated.txt": "the generations as readable text (optional)",
-    "model.pt": (
-        "the trained model's checkpoint: the language-model lines grade this model (problems prediction, generation)"
-    ),
+    "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, "
+                "generation)",
 }
 OPTIONAL = ("generated.txt",)
 RUN_FILES = ("predictions.npy", "generated.npy", "generated.txt", "model.pt")  # written by a training run of notebook 3

@@ -1,13 +1,12 @@
 """The student's local autograder: the same checks and messages, public cases only.
 
-    python autograder.py                 grade what `make handin` would pack: the files in
-                                         this folder and the newest run of notebook 3
+    python autograder.py                 grade what `make handin` would pack (the newest run of notebook 3)
     python autograder.py --runid <id> --epoch <n>
     python autograder.py --only attention    (or nb1, nb2, nb3, a file name)
     python autograder.py --handin handin.tar
 
-The table shows the public points and, per problem, what the hidden cases add.
-The exit code is 0 whether tests pass or fail: the score table is the result.
+The table shows the public points and, per problem, what the hidden cases add. The exit code is 0 whether
+tests pass or fail: the score table is the result.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
-from .intake import HandinError, open_handin
+from .intake import HandinError, open_upload
 from .problems import GRADERS
 from .results import SubmissionResult, wrapped
 from .rubric import Problem, RubricError, load
@@ -40,14 +39,12 @@ ALIASES = {
 def handin_check_text(handin: Path, scratch: Path) -> str:
     """What the grader will find in a built handin: each file's problems, before any test runs."""
     try:
-        notes = open_handin(handin, scratch)
+        notes = open_upload(handin, scratch).notes
     except HandinError as exc:
         return clean_text(f"{handin} cannot be opened by the grader: {exc}")
     lines = [f"{handin}: what the grader will find"] + [f"  note: {n}" for n in notes]
     for name, problems in check_folder(scratch).items():
-        lines.append(
-            f"  {'ok     ' if not problems else 'PROBLEM'} {name}" + (f": {'; '.join(problems)}" if problems else "")
-        )
+        lines.append(f"  PROBLEM {name}: {'; '.join(problems)}" if problems else f"  ok      {name}")
     return clean_text("\n".join(lines)) + "\n"
 
 
@@ -61,10 +58,8 @@ def stakes(result: SubmissionResult, problems: dict[str, Problem]) -> str:
         total_public, total_hidden = total_public + public, total_hidden + hidden
         lines.append(f"  {pid:<12} public {got:6.2f} / {public:6.2f}   hidden: {hidden:6.2f} more points")
     course = sum(p.points for p in problems.values())
-    lines.append(
-        f"  {'all':<12} public {result.score:6.2f} / {total_public:6.2f}   hidden: {total_hidden:6.2f} more points"
-        f"   (course maximum {course:g})"
-    )
+    lines.append(f"  {'all':<12} public {result.score:6.2f} / {total_public:6.2f}   hidden: {total_hidden:6.2f} more "
+                 f"points   (course maximum {course:g})")
     return "\n".join(lines)
 
 
@@ -76,11 +71,8 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
     found = runs(handout)
     if epoch and not runid:
         if not found:
-            return (
-                "",
-                "",
-                f"No trained run under experiments/ yet, so no epoch {epoch} to grade: train in notebook 3 first.",
-            )
+            return "", "", (f"No trained run under experiments/ yet, so no epoch {epoch} to grade: train in "
+                            "notebook 3 first.")
         runid = next(iter(found))  # the newest run
         if not epoch.isdigit() or int(epoch) not in found[runid]:
             return "", "", (f"The newest run, experiments/{runid}, has no checkpoint for epoch {epoch}, so the "
@@ -90,47 +82,29 @@ def choose_run(handout: Path, runid: str | None, epoch: str | None) -> tuple[str
         if runid in found and (not epoch.isdigit() or int(epoch) not in found[runid]):
             return runid, epoch, (f"experiments/{runid} has no checkpoint for epoch {epoch}: its language-model "
                                   f"files are missing below; {runs_text(handout)}.")
-        return (
-            runid,
-            epoch,
-            f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} epoch={epoch}` packs.",
-        )
+        return runid, epoch, (f"Grading experiments/{runid}, epoch {epoch}: what `make handin runid={runid} "
+                              f"epoch={epoch}` packs.")
     if runid:
-        epochs = found.get(runid)
-        if not epochs:
+        if not found.get(runid):
             return runid, "", f"experiments/{runid} holds no checkpoint; {runs_text(handout)}"
-        return (
-            runid,
-            str(epochs[-1]),
-            f"Grading experiments/{runid}, its last epoch {epochs[-1]} (pass an epoch to choose: {CHOOSE}).",
-        )
+        last = found[runid][-1]
+        return runid, str(last), (f"Grading experiments/{runid}, its last epoch {last} (pass an epoch to choose: "
+                                  f"{CHOOSE}).")
     if not found:
-        return (
-            "",
-            "",
-            "No trained run under experiments/ yet: the language-model files are graded once notebook 3 has trained.",
-        )
+        return "", "", ("No trained run under experiments/ yet: the language-model files are graded once notebook 3 "
+                        "has trained.")
     # The newest full run: a short one (MAX_STEPS, a quick LM_TRAIN_STEPS try) only when there is nothing else.
     full = [r for r in found if short_run(r) is None]
     newest = full[0] if full else next(iter(found))
     last = found[newest][-1]
-    short = short_run(newest)
-    if short is not None:
-        return (
-            newest,
-            str(last),
-            (
-                f"Grading the newest run, experiments/{newest}, epoch {last}: a short run of {short} "
-                f"steps, whose model earns few of the model-quality points (to choose another, {CHOOSE})."
-            ),
-        )
-    skipped = [r for r in found if r != newest and list(found).index(r) < list(found).index(newest)]
+    if short_run(newest) is not None:
+        return newest, str(last), (f"Grading the newest run, experiments/{newest}, epoch {last}: a short run of "
+                                   f"{short_run(newest)} steps, whose model earns few of the model-quality points (to "
+                                   f"choose another, {CHOOSE}).")
+    skipped = list(found)[:list(found).index(newest)]  # newer runs than the one chosen: short ones
     also = f"; newer short runs not chosen: {', '.join(skipped)}" if skipped else ""
-    return (
-        newest,
-        str(last),
-        f"Grading the newest full run, experiments/{newest}, epoch {last} (to choose another, {CHOOSE}{also}).",
-    )
+    return newest, str(last), (f"Grading the newest full run, experiments/{newest}, epoch {last} (to choose another, "
+                               f"{CHOOSE}{also}).")
 
 
 def main(handout: Path, argv: list[str] | None = None) -> int:
@@ -168,24 +142,18 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
                 print(wrapped(said))  # which run: only where the run's files are graded (or one was asked for)
             submission = Path(tmp) / "handin"
             submission.mkdir()
-            # Exactly the files `make handin` would pack (whatever exists of them). One that `make handin`
-            # would refuse is graded all the same, so its lines say what is wrong with it (a syntax error
-            # and its line, not "missing").
+            # Exactly the files `make handin` would pack (whatever exists of them); one it would refuse is graded
+            # all the same, so its lines say what is wrong with it (a syntax error and its line, not "missing").
             packed = collect(handout, runid, epoch, partial=True)
             for problem in packed.problems:
                 print(wrapped(f"note: make handin would refuse {problem}"))
             for name, src in {**packed.files, **packed.refused}.items():
                 shutil.copyfile(src, submission / name)
-        result = grade_submission(
-            submission,
-            case_root=handout / "tests",
-            visibilities=("public",),
-            problems=problems,
-            only=only,
-            limits=Limits(timeout_s=args.timeout, min_isolation="portable"),  # the student side grades wherever it runs
-            name=str(args.handin) if args.handin else "this folder",
-            run_expected=bool(args.handin or runid),
-        )
+        # min_isolation="portable": the student side grades wherever it runs.
+        result = grade_submission(submission, case_root=handout / "tests", visibilities=("public",), problems=problems,
+                                  only=only, limits=Limits(timeout_s=args.timeout, min_isolation="portable"),
+                                  name=str(args.handin) if args.handin else "this folder",
+                                  run_expected=bool(args.handin or runid))
     result.isolation = ""  # a level's name means nothing to a student: said in words instead
     print(f"{RAN_AS[0].upper()}{RAN_AS[1:]}.")
     print(result.table())

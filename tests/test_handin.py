@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -390,3 +391,36 @@ def test_without_runid_and_epoch_the_newest_full_runs_best_validation_epoch_is_h
     assert "handing in the newest full run, runid=run1, at its best validation epoch, epoch=3" in said, said
     with tarfile.open(student / "handin.tar") as tar:
         assert tar.extractfile("generated.npy").read() == (run / "generated_3.npy").read_bytes()
+
+
+def test_the_kits_reader_of_a_handin_tar_says_what_the_course_grader_says(tmp_path):
+    """The kit reads the student's own tar (links and paths outside refused, one top folder stripped, nested files
+    skipped) with the course grader's words; both readers put the same files in place."""
+    from autograder.grading import uploads
+    from gradelib.intake import HandinError, open_upload
+
+    def tar(name, members):
+        with tarfile.open(tmp_path / name, "w") as out:
+            for member, data, kind, link in members:
+                info = tarfile.TarInfo(member)
+                info.type, info.linkname, info.size = kind, link, len(data)
+                out.addfile(info, io.BytesIO(data))
+        return tmp_path / name
+
+    reg = tarfile.REGTYPE
+    good = tar("top.tar", [("hw/attention.py", b"x = 1\n", reg, ""), ("hw/deep/notes.txt", b"n", reg, "")])
+    kit, course = open_upload(good, tmp_path / "kit"), uploads.open_upload(good, tmp_path / "course")
+    assert [p.name for p in (tmp_path / "kit").iterdir()] == [p.name for p in (tmp_path / "course").iterdir()]
+    assert (tmp_path / "kit" / "attention.py").read_bytes() == b"x = 1\n" and kit.notes == course.notes
+    assert kit.notes == ["skipped deep/notes.txt: handin files belong at the top level of the archive"]
+    for members, said in (([("attention.py", b"", tarfile.SYMTYPE, "/etc/passwd")], "is a link"),
+                          ([("../owned.py", b"x", reg, "")], "points outside the archive"),
+                          ([("a.py", b"x", reg, ""), ("./a.py", b"y", reg, "")], "two members named a.py"),
+                          ([], "empty archive")):
+        bad = tar("bad.tar", members)
+        for reader, dest in ((open_upload, "k"), (uploads.open_upload, "c")):
+            with pytest.raises(HandinError, match=said):
+                reader(bad, tmp_path / dest / str(len(members)))
+    (tmp_path / "text.tar").write_text("not a tar\n" * 60)
+    with pytest.raises(HandinError, match="is not a tar archive.*make handin"):
+        open_upload(tmp_path / "text.tar", tmp_path / "t")

@@ -15,9 +15,9 @@ import pytest
 
 from autograder.batch.regrade import to_results_json, write_merged
 from autograder.batch.worker import grade_hidden
+from autograder.grading import uploads as submission
 from autograder.grading.uploads import HandinError, copy_capped, open_handin, open_upload, resolve_upload
 from autograder.isolation import Limits
-from gradelib import intake as submission
 from gradelib import rubric
 
 from support import FIXTURES, SOLUTIONS

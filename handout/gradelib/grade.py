@@ -1,9 +1,8 @@
 """Grade one submission: open the handin, grade each problem, collect the results.
 
-Used by the course staff's grader (public and hidden cases)
-and by the handout's local autograder (public cases only). It never raises for
-a bad submission: whatever is wrong becomes a message and a score of 0 for the
-parts it affects.
+The entry both graders share: the course grader's (public and hidden cases, every shape of upload, the
+model-quality lines) and the handout's local one (public cases). It never raises for a bad submission:
+whatever is wrong becomes a message and a score of 0 for the parts it affects.
 """
 
 from __future__ import annotations
@@ -31,23 +30,16 @@ from .scoring import all_zero
 
 
 def runs_matplotlib(notebooks) -> bool:
-    """Whether a cell the grader runs in one of these notebooks names matplotlib: then the template
-    imports it once for every run (0.3 s), else no run pays for it. Only a matter of speed: a cell
-    imports what it needs either way, so a notebook that cannot be read here (or not within the budget of
-    safeio.notebook_budget) counts as yes."""
+    """Whether a cell the grader runs in one of these notebooks names matplotlib: then the warm process imports it
+    once for every run (0.3 s), else no run pays for it. Only a matter of speed (a cell imports what it needs either
+    way), so a notebook that cannot be read here (malformed, or past safeio.notebook_budget) counts as yes."""
     for path in notebooks:
         try:
             if notebook_budget(path):
                 return True
-            for cell in json.loads(path.read_bytes()).get("cells", []):
-                if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-                    continue
-                meta = cell.get("metadata")
-                tags = meta.get("tags", []) if isinstance(meta, dict) else []
-                if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
-                    continue
-                source = cell.get("source", "")
-                if "matplotlib" in ("".join(map(str, source)) if isinstance(source, list) else str(source)):
+            for cell in json.loads(path.read_bytes())["cells"]:
+                skipped = set(cell.get("metadata", {}).get("tags", [])) & set(SKIP_TAGS)
+                if cell["cell_type"] == "code" and not skipped and "matplotlib" in "".join(cell["source"]):
                     return True
         except Exception:  # unreadable here: the child reports it
             return True
@@ -62,49 +54,31 @@ def missing_files_notes(intake: Intake, files: Path, run_expected: bool = True) 
     if not missing:
         return []
     expected = ", ".join(n if n not in OPTIONAL else f"{n} (optional)" for n in HANDIN_FILES)
-    return [
-        f"The handin lacks {', '.join(missing)}; what is missing scores 0. Expected at the top level of handin.tar "
-        f"(or of the uploaded folder or .zip): {expected}. Found: {found_text(intake.found)}."
-    ]
+    return [f"The handin lacks {', '.join(missing)}; what is missing scores 0. Expected at the top level of handin.tar "
+            f"(or of the uploaded folder or .zip): {expected}. Found: {found_text(intake.found)}."]
 
 
-def grade_submission(
-    path: Path,
-    *,
-    case_root: Path,
-    visibilities: tuple[str, ...] = ("public", "hidden"),
-    problems: dict[str, rubric_mod.Problem] | None = None,
-    only: list[str] | None = None,
-    limits: Limits = Limits(),
-    name: str | None = None,
-    course: Any = None,
-    scratch_root: Path | None = None,
-    run_expected: bool = True,
-    open_upload: Callable[[Path, Path], Intake] = open_upload,
-) -> SubmissionResult:
-    """Grade the handin at `path` on the given case sets.
+def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ...] = ("public", "hidden"),
+                     problems: dict[str, rubric_mod.Problem] | None = None, only: list[str] | None = None,
+                     limits: Limits = Limits(), name: str | None = None, course: Any = None,
+                     scratch_root: Path | None = None, run_expected: bool = True,
+                     open_upload: Callable[[Path, Path], Intake] = open_upload) -> SubmissionResult:
+    """Grade the handin at `path` on the given case sets; the SubmissionResult.
 
-    `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files
-    are not listed as missing at the top (each line that grades them still says so).
-
-    `course` scores the model-quality lines that need what the handout does not hold (the hidden
-    rows, the oracle: GradeContext.course); the course grader passes it, the local grader has
-    none. Scratch folders are made under `scratch_root` (the system temp folder if None): the batch
-    gives each worker its own and removes it whatever happens to the worker. `open_upload(path, dest)`
-    puts the handin's files in place: the kit's reads a folder or a tar, the course grader's every
-    shape of upload.
+    `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files are not listed
+    as missing at the top (each line that grades them still says so). `course` scores the model-quality lines that
+    need what the handout does not hold (the hidden rows, the oracle: GradeContext.course); the local grader has
+    none. Scratch folders are made under `scratch_root` (the system temp folder if None): the batch gives each
+    worker its own. `open_upload(path, dest)` puts the handin's files in place: the kit's reads the student's own
+    folder or tar, the course grader's every shape of upload.
     """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = SubmissionResult(
-        submission=name or Path(path).name,
-        problems=tuple(p.id for p in selected),
-        max_points={
-            p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities) for p in selected
-        },
-        isolation=runner.current().level(),
-    )
+        submission=name or Path(path).name, problems=tuple(p.id for p in selected), isolation=runner.current().level(),
+        max_points={p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities)
+                    for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     # Traversable (not listable) so a child running as another uid (the course grader's) reaches its own scratch.
     workdir.chmod(0o711)
@@ -114,20 +88,13 @@ def grade_submission(
         files.mkdir(mode=0o700)
         try:
             intake = open_upload(Path(path), files)
-        except HandinError as exc:
-            why = clean_text(exc)
+        except Exception as exc:  # an intake bug must not cost the student a results file either
+            bug = not isinstance(exc, HandinError)
+            why = (f"internal grader error ({type(exc).__name__}); please tell the course staff." if bug
+                   else clean_text(exc))
             result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
-                result.tests += all_zero(p, visibilities, f"not graded: {why}")
-            return result
-        except Exception as exc:  # an intake bug must not cost the student a results file
-            message = (
-                f"The handin could not be opened: internal grader error ({type(exc).__name__}); "
-                "please tell the course staff."
-            )
-            result.notes.append(message)
-            for p in selected:
-                result.tests += all_zero(p, visibilities, f"not graded: {message}")
+                result.tests += all_zero(p, visibilities, f"not graded: {result.notes[-1] if bug else why}")
             return result
         # With --only the other problems' files are not wanted; a note about them would mislead.
         result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
@@ -137,40 +104,33 @@ def grade_submission(
                    for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
         # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
-                            run_expected)
+            for p in selected:
+                _grade_problem(p, GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
+                                               course=course, cache=shared, run_expected=run_expected), result)
     finally:
         runner.current().release(workdir)  # everything in it, then the folder
         result.wall_s = time.monotonic() - start
     return result
 
 
-def _grade_problems(selected, files, case_root, visibilities, limits, workdir, course, shared, result,
-                    run_expected: bool = True) -> None:
-    """Grade each selected problem into `result`; a grader bug costs its own problem only."""
-    for p in selected:
-        problem_start = time.monotonic()
-        ctx = GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                           course=course, cache=shared, run_expected=run_expected)
-        try:
-            tests: list[TestResult] = GRADERS[p.id](ctx, p)
-        except Exception as exc:  # a grader bug must not cost the student a results file
-            # The traceback is for the staff (the worker's log), not for the student's feedback.
-            print(
-                clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr
-            )
-            why = quote(f"{type(exc).__name__}: {exc}", 300)
-            tests = all_zero(p, visibilities, f"not graded: internal grader error ({why}); this is no grade: the "
+def _grade_problem(p: rubric_mod.Problem, ctx: GradeContext, result: SubmissionResult) -> None:
+    """Grade problem `p` into `result`; a grader bug costs this problem only."""
+    problem_start = time.monotonic()
+    try:
+        tests: list[TestResult] = GRADERS[p.id](ctx, p)
+        failed = ""
+    except Exception as exc:  # a grader bug must not cost the student a results file
+        # The traceback is for the staff (the worker's log), not for the student's feedback.
+        print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+        failed = quote(f"{type(exc).__name__}: {exc}", 300)
+        tests = all_zero(p, ctx.visibilities, f"not graded: internal grader error ({failed}); this is no grade: the "
                                               "course staff will regrade it.")
-            ctx.flags = {}
-            failed = why
-        else:
-            failed = ""
-        result.tests += tests
-        result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
-        result.notes += result.problem_notes[p.id]
-        result.problem_flags[p.id] = list(ctx.flags)
-        result.flags.update(ctx.flags)
-        if failed:
-            result.mark_not_graded(p.id, f"internal grader error: {failed}")
-        result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)
+        ctx.flags = {}
+    result.tests += tests
+    result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
+    result.notes += result.problem_notes[p.id]
+    result.problem_flags[p.id] = list(ctx.flags)
+    result.flags.update(ctx.flags)
+    if failed:
+        result.mark_not_graded(p.id, f"internal grader error: {failed}")
+    result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)
