@@ -31,21 +31,18 @@ def load_arrays(path) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def write_json(path: Path, obj) -> None:
-    """Write `obj` to `path` as JSON, atomically: the grader never reads half a file."""
+def save(path: Path, obj) -> None:
+    """Write `obj` to `path` atomically (the grader never reads half a file): an ndarray as .npy without pickle,
+    anything else as JSON."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh)
-    os.replace(tmp, path)
-
-
-def save_array(path: Path, array: np.ndarray) -> None:
-    """Write `array` to `path` as .npy without pickle, atomically."""
-    # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
-    array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, array, allow_pickle=False)
+    if isinstance(obj, np.ndarray):
+        # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
+        obj = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        with open(tmp, "wb") as fh:
+            np.save(fh, obj, allow_pickle=False)
+    else:
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh)
     os.replace(tmp, path)
 
 
@@ -85,7 +82,7 @@ class Recorder:
                 arr = None
                 entry["note"] = f"could not be read back: {short_exception(exc)}"
             if arr is not None and arr.dtype.kind in "biuf":
-                save_array(self.dir / f"{name}.npy", arr)
+                save(self.dir / f"{name}.npy", arr)
             elif arr is not None:
                 entry["note"] = f"has non-numeric dtype {arr.dtype}"
         self.meta["quantities"][name] = entry
@@ -96,4 +93,4 @@ class Recorder:
 
     def write(self) -> None:
         """Write meta.json (atomically)."""
-        write_json(self.dir / "meta.json", self.meta)
+        save(self.dir / "meta.json", self.meta)

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import notebook_child  # noqa: E402
 import numpy as np  # noqa: E402
-from child_common import OUTPUTS, SCRATCH, load_arrays, load_task, save_array, short_exception, write_json  # noqa: E402
+from child_common import OUTPUTS, SCRATCH, load_arrays, load_task, save, short_exception  # noqa: E402
 
 POLL_S = 0.002
 REVEAL_WAIT_S = 60.0  # a grader that has not revealed a character this long after the step was answered is gone
@@ -81,11 +81,11 @@ def teacher_forced(model, name: str, prompts: np.ndarray, given: np.ndarray | No
     if given is not None:
         first = prompts.shape[1] - 1
         seq = np.concatenate([prompts, given[:, : steps - 1]], axis=1).astype(np.int64)
-        save_array(folder / "logits.npy", logits(model, seq)[:, first : first + steps, :])  # (B, steps, V)
+        save(folder / "logits.npy", logits(model, seq)[:, first : first + steps, :])  # (B, steps, V)
         return ""
     seq = prompts.astype(np.int64)
     for t in range(steps):
-        save_array(folder / f"step_{t}.npy", logits(model, seq)[:, -1, :])  # (B, V)
+        save(folder / f"step_{t}.npy", logits(model, seq)[:, -1, :])  # (B, V)
         reveal = SCRATCH / "inputs" / f"{name}_reveal_{t}.npy"
         deadline = time.monotonic() + REVEAL_WAIT_S
         while not reveal.exists():
@@ -135,15 +135,15 @@ def main() -> None:
     if not report["read_error"]:
         model, report["load_error"] = build_model(namespace, str(SCRATCH / task["checkpoint"]))
     if model is None:
-        write_json(OUTPUTS / "model.json", report)
+        save(OUTPUTS / "model.json", report)
         return
     report["parameters"] = int(sum(p.numel() for p in model.parameters()))
     lap("load")
-    write_json(OUTPUTS / "model.json", report)
+    save(OUTPUTS / "model.json", report)
     try:
         probe = load_arrays("inputs/probe.npz")
         for key, saved in (("x", "probe_x"), ("x_changed", "probe_changed")):
-            save_array(OUTPUTS / f"{saved}.npy", logits(model, probe[key]))
+            save(OUTPUTS / f"{saved}.npy", logits(model, probe[key]))
     except BaseException as exc:
         report["probe"] = f"the model raised {short_exception(exc)}"
     lap("probe")
@@ -162,9 +162,9 @@ def main() -> None:
         value = call(namespace, name, report["calls"], float(task.get("call_timeout_s", 30.0)), wall_s, model,
                      prompts, int(task[f"{steps}_steps"]))
         if value is not None:
-            save_array(OUTPUTS / f"{saved}.npy", np.asarray(value))
+            save(OUTPUTS / f"{saved}.npy", np.asarray(value))
         lap(name)
-    write_json(OUTPUTS / "model.json", report)
+    save(OUTPUTS / "model.json", report)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, short_exception, write_json  # noqa: E402
+from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, save, short_exception  # noqa: E402
 
 MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
@@ -79,7 +79,8 @@ class GradingTimeout(BaseException):
 
 class time_limit:
     """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, whichever comes first, and
-    again every 0.2 s if the code swallows it."""
+    again every 0.2 s if the code swallows it. Without interval timers (Windows) a thread interrupts the main thread
+    on the wall clock (a KeyboardInterrupt, turned into GradingTimeout on the way out)."""
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
@@ -87,37 +88,19 @@ class time_limit:
         self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
 
     def __enter__(self):
-        if not hasattr(signal, "setitimer"):  # Windows: the wall clock only, from a thread
-            self._watch = _WallClock(self.wall_s)
+        if hasattr(signal, "setitimer"):
+            signal.signal(signal.SIGPROF, _on_timer)
+            signal.signal(signal.SIGALRM, _on_timer)
+            signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
+            signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
             return self
-        signal.signal(signal.SIGPROF, _on_timer)
-        signal.signal(signal.SIGALRM, _on_timer)
-        signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
-        signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
-        return self
-
-    def __exit__(self, kind, value, tb):
-        if not hasattr(signal, "setitimer"):
-            if self._watch.stop() and kind is KeyboardInterrupt:
-                raise GradingTimeout(True) from None
-            return False
-        signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        return False
-
-
-class _WallClock:
-    """Without interval timers (Windows): after `seconds`, interrupt the main thread (a KeyboardInterrupt, turned
-    into GradingTimeout on the way out), again every 0.2 s if swallowed."""
-
-    def __init__(self, seconds: float):
         import _thread
         import threading
 
         self.done, self.fired = threading.Event(), False
 
         def watch() -> None:
-            if self.done.wait(seconds):
+            if self.done.wait(self.wall_s):
                 return
             while not self.done.is_set():
                 self.fired = True
@@ -125,10 +108,17 @@ class _WallClock:
                 self.done.wait(0.2)
 
         threading.Thread(target=watch, daemon=True).start()
+        return self
 
-    def stop(self) -> bool:
+    def __exit__(self, kind, value, tb):
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            return False
         self.done.set()
-        return self.fired
+        if self.fired and kind is KeyboardInterrupt:
+            raise GradingTimeout(True) from None
+        return False
 
 
 def first_line(source: str) -> str:
@@ -346,7 +336,7 @@ def main() -> None:
     started = time.monotonic()
     budget = float(task.get("budget_s", 60.0))
     namespace, report = run_cells(task, budget * (1 - CALLS_SHARE))
-    write_json(OUTPUTS / "notebook.json", report)
+    save(OUTPUTS / "notebook.json", report)
     if report["read_error"]:
         return
     for case in task["cases"]:
