@@ -26,8 +26,7 @@ autograd_calls: set[str] = set()
 # Bound before the submission is imported: a submission that clears autograd_calls (or this module) afterwards does
 # not take back an event already sent.
 _audit = sys.audit
-# Whether the tripwires a submission could quietly take off are still in place: asked after every stage.
-_checks: list = []
+_intact: list = []  # the check that the tripwires are in place, asked after every stage
 
 
 def _hit(label: str) -> None:
@@ -69,40 +68,31 @@ def _graph_recorded(tensor):
     return tensor
 
 
-def _graph_in_any_thread() -> None:
+def _graph_in_any_thread():
     """Anomaly mode, a switch of the whole process (saved-tensors hooks and grad mode are per thread): torch then
-    calls torch.fx.traceback.format_stack for every node it records, in any thread. Honest code records none."""
-    enable = getattr(torch, "set_anomaly_enabled", None) or getattr(torch._C, "_set_anomaly_enabled", None)
-    try:
-        import torch.fx.traceback as fx_traceback
+    calls torch.fx.traceback.format_stack for every node it records, in any thread. Honest code records none.
+    Returns the check that the switch and the patch are still in place."""
+    import torch.fx.traceback as fx_traceback
 
-        original = fx_traceback.format_stack
-    except (ImportError, AttributeError):  # a torch without them: the per-thread hook and the tripwires remain
-        return
-    if enable is None:
-        return
+    original, is_on = fx_traceback.format_stack, torch.is_anomaly_enabled
 
     def format_stack(*args, **kwargs):
         _hit(GRAPH_LABEL)
         return original(*args, **kwargs)
 
     fx_traceback.format_stack = format_stack
-    try:
-        enable(True, False)  # no NaN check: backward is never run for honest code anyway
-    except TypeError:  # a torch whose switch takes one argument
-        enable(True)
-    is_on = getattr(torch, "is_anomaly_enabled", lambda: True)
-    _checks.append(lambda: is_on() and sys.modules.get("torch.fx.traceback") is fx_traceback
-                   and fx_traceback.format_stack is format_stack)
+    torch.set_anomaly_enabled(True, False)  # no NaN check: backward is never run for honest code anyway
     for owner in (torch, torch._C, getattr(torch._C, "_autograd", None)):
         for name in ("set_anomaly_enabled", "_set_anomaly_enabled"):
             _tripwire(owner, name, "a call switching the grader's anomaly mode")
+    return lambda: is_on() and sys.modules.get("torch.fx.traceback") is fx_traceback and (
+        fx_traceback.format_stack is format_stack)
 
 
 def check_tripwires() -> None:
-    """Record TAKEN_OFF when a tripwire is no longer in place."""
+    """Record TAKEN_OFF when a tripwire a submission could quietly take off is no longer in place."""
     try:
-        intact = all(check() for check in _checks)
+        intact = _intact[0]()
     except BaseException:
         intact = False
     if not intact:
@@ -116,7 +106,7 @@ def install_tripwires() -> None:
 
     # Unpacking follows a pack, which was recorded already.
     torch.autograd.graph.saved_tensors_hooks(_graph_recorded, _graph_recorded).__enter__()
-    _graph_in_any_thread()
+    _intact.append(_graph_in_any_thread())
     autograd = getattr(torch._C, "_autograd", None)
     _tripwire(autograd, "_pop_saved_tensors_default_hooks", "a call removing the grader's saved-tensors hook")
     # A hook over the grader's (never popped) would see the graph in its place; a new engine object is not the

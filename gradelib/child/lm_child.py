@@ -1,12 +1,8 @@
-"""Runs notebook 3 and calls its functions and classes on fixed inputs and weights (inside the child).
+"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights.
 
-notebook_child.py runs the notebook (cells tagged skip-grading, such as training, are skipped). This file adds the
-arguments besides arrays (`model:<key>` a FixedModel from the case's <key>_table, <key>_kind, <key>_train_offset;
-`float:<key>`, `bool:<key>`; `pieces:<key>`, <key>_flat cut at <key>_lengths), quantities named *_mode (the function
-is called on the model in training mode, then in eval mode; model.training after each call is recorded), and the two
-classes called like functions: `CausalSelfAttention(x, x_changed)` and `CausalLanguageModel(inp, inp_changed)` build
-the module from ModelConfig with the case's sizes, load the case's weights, and run it in eval mode on both inputs
-(the model's call also returns whether fc.weight is token_embedding.weight: weight tying).
+Adds the argument kinds model (a FixedModel), float, bool and pieces (collate's input); quantities named *_mode
+(model.training after a call in training mode, then one in eval mode); and the classes called like functions on two
+inputs: built from ModelConfig with the case's sizes and weights, run in eval mode (see lm_functions.py).
 """
 
 from __future__ import annotations

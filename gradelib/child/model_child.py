@@ -1,12 +1,10 @@
 """Rebuilds the handin's trained model from notebook 3's own code and model.pt, and runs it (inside the child).
 
-After notebook_child.py's run of the cells (training cells, tagged skip-grading, never run), the child builds
-CausalLanguageModel(ModelConfig(**config)) with the checkpoint's config (or the notebook's CONFIG for a bare state
-dict), loads the weights strictly and writes, for the grader to compare: the logits of the causality probe
-(inputs/probe.npz's `x` and `x_changed`); each prediction set's teacher-forced logits; generate() and predict() on
-inputs/generation.npz and inputs/prediction.npz. outputs/model.json says how it went. A hidden set is answered one
-step at a time (outputs/<set>/step_<t>.npy), the grader revealing the true character t (inputs/<set>_reveal_<t>.npy)
-only after step t is answered, so the child never holds a target before it has answered the step the target grades.
+After notebook_child.py's run of the cells, it builds the notebook's CausalLanguageModel with the checkpoint's config
+(or the notebook's CONFIG), loads the weights strictly and writes what the grader compares (see lm_model.py): the
+causality probe's logits, each prediction set's teacher-forced logits, generate() and predict(); model.json says how
+it went. A hidden set is answered one step at a time, the grader revealing each true character only after the step
+it grades (inputs/<set>_reveal_<t>.npy), so the child never holds a target before it has answered for it.
 """
 
 from __future__ import annotations

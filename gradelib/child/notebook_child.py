@@ -1,9 +1,8 @@
 """Runs a student notebook's code cells, then calls its graded functions on each case (inside the child).
 
-The cells run in order in one namespace, like "Run All", each under a time limit; cells tagged `skip_tags` and
-otter's own cells are skipped, and a cell that fails is recorded while the next one runs anyway. Each graded
-function is called on each case's inputs and what it returned is recorded as arrays (outputs/<case>/). Why a quantity
-is missing is written as a sentence for the student; outputs/notebook.json says what happened to each cell.
+The cells run in order in one namespace, like "Run All", each under a time limit, skipping those tagged `skip_tags`
+and otter's own; a failing cell is recorded and the next runs anyway. What each call returns is recorded as arrays
+(outputs/<case>/), why a quantity is missing as a sentence for the student; outputs/notebook.json tells of each cell.
 """
 
 from __future__ import annotations
