@@ -1,26 +1,8 @@
-"""Runs notebook 3 and calls its functions and classes on fixed inputs and weights (inside the child).
+"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights.
 
-The notebook is executed by notebook_child.py's machinery (cells tagged
-skip-grading, such as training, are skipped). This file adds the arguments
-notebook 3's functions take besides arrays:
-
-    model:<key>   a FixedModel built from the case's <key>_table, <key>_kind, <key>_train_offset
-    float:<key>   a Python float
-    bool:<key>    a Python bool
-    pieces:<key>  a list of 1-D int64 tensors, <key>_flat cut at <key>_lengths (collate's input)
-
-a quantity named *_mode (the function is called on the model in training mode, then
-in eval mode, and model.training after each call is recorded), and two classes
-called like functions: `CausalSelfAttention(x, x_changed)` and
-`CausalLanguageModel(inp, inp_changed)` stand for "build the notebook's module
-from ModelConfig with the case's sizes, load the case's weights with
-load_state_dict, switch to eval mode and run it on both inputs". The model's call
-also returns whether fc.weight is token_embedding.weight (weight tying); its
-weights hold no fc.weight, so an untied output layer keeps its random init.
-
-FixedModel is the torch twin of gradelib/lm/fixed_models.py: a table lookup
-that is an nn.Module, so a student's model.eval(), model.parameters() and
-torch.no_grad() work on it as on their own model. It knows no expected value.
+Adds the argument kinds model (a FixedModel), float, bool and pieces (collate's input); quantities named *_mode
+(model.training after a call in training mode, then one in eval mode); and the classes called like functions on two
+inputs: built from ModelConfig with the case's sizes and weights, run in eval mode (see lm_functions.py).
 """
 
 from __future__ import annotations
@@ -36,10 +18,16 @@ import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 KINDS = ("last", "prefix_sum", "position")  # index = the <key>_kind code in a case file
+# Dropout probabilities of the ModelConfig the modules are built with: in eval mode dropout must do nothing.
+DROPOUT = 0.1
+# Notebook 3 asks for the masked softmax by hand: the built-in attentions do it for you.
+BUILTIN_ATTENTION = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
+                     "multi_head_attention_forward": "nn.MultiheadAttention"}
 
 
 class FixedModel(torch.nn.Module):
-    """logits[b, t] = table[key(inp[b, :t+1])] (+ train_offset in training mode); see fixed_models.py."""
+    """The torch twin of gradelib/lm/fixed_models.py, an nn.Module so that model.eval(), model.parameters() and
+    torch.no_grad() work on it: logits[b, t] = table[key(inp[b, :t+1])] (+ train_offset in training mode)."""
 
     def __init__(self, table, kind: str, train_offset):
         super().__init__()
@@ -57,56 +45,20 @@ class FixedModel(torch.nn.Module):
         else:
             key = (torch.arange(ids.shape[1]) % K).expand(ids.shape)
         out = self.table[key]  # (B, T, 30)
-        if self.training:
-            out = out + self.train_offset
-        return out
-
-
-# Dropout probabilities of the ModelConfig the modules are built with: the grader runs them
-# in eval mode, where dropout must do nothing.
-DROPOUT = 0.1
+        return out + self.train_offset if self.training else out
 
 
 class WeightsDoNotFit(Exception):
     """The module has no parameter of a name the handout's __init__ defines."""
 
 
-def _config(namespace: dict, inputs: dict, key: str):
-    ModelConfig = namespace.get("ModelConfig")
-    if not callable(ModelConfig):
-        raise NameError("`ModelConfig` is not defined after running notebook 3 (it is given in the handout)")
-    sizes = [int(v) for v in inputs[key]]
-    if key == "att_cfg":
-        d_model, n_heads, max_len = sizes
-        return ModelConfig(d_model=d_model, n_heads=n_heads, max_len=max_len, dropout=DROPOUT, emb_dropout=DROPOUT)
-    d_model, n_heads, n_layers, d_ff, max_len = sizes
-    return ModelConfig(vocab_size=30, max_len=max_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
-                       dropout=DROPOUT, emb_dropout=DROPOUT)
-
-
-def _load(module, inputs: dict, prefix: str, what: str) -> None:
-    state = {k[len(prefix):]: torch.from_numpy(v.copy()) for k, v in inputs.items() if k.startswith(prefix)}
-    # Not strict: a mask kept as a persistent buffer, or a tied fc.weight, is no fault.
-    unexpected = module.load_state_dict(state, strict=False).unexpected_keys
-    if unexpected:
-        raise WeightsDoNotFit(
-            f"{what} has no parameter {', '.join(sorted(unexpected)[:4])}: keep the names the handout's "
-            "__init__ gives (the grader loads fixed weights into them with load_state_dict)"
-        )
-
-
-# Notebook 3 asks for the masked softmax by hand: the built-in attentions do it for you.
-BUILTIN_ATTENTION = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
-                     "multi_head_attention_forward": "nn.MultiheadAttention"}
-
-
 class BuiltinAttentionUsed(RuntimeError):
-    pass
+    """The notebook's module called a built-in attention."""
 
 
 class _NoBuiltinAttention(TorchFunctionMode):
-    """While the notebook's modules run on the grader's weights, a call of a built-in attention (however
-    the notebook named it: F.scaled_dot_product_attention, an alias, nn.MultiheadAttention) raises."""
+    """While the notebook's modules run on the grader's weights, a call of a built-in attention (however the
+    notebook named it) raises."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
@@ -117,35 +69,47 @@ class _NoBuiltinAttention(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _attention(namespace: dict, inputs: dict):
+def _load(module, inputs: dict, prefix: str, what: str) -> None:
+    """Load the case's weights named `prefix`* into `module` (not strict: a mask buffer or a tied fc.weight is no
+    fault); WeightsDoNotFit when it has no parameter of such a name."""
+    state = {k[len(prefix):]: torch.from_numpy(v.copy()) for k, v in inputs.items() if k.startswith(prefix)}
+    unexpected = module.load_state_dict(state, strict=False).unexpected_keys
+    if unexpected:
+        raise WeightsDoNotFit(
+            f"{what} has no parameter {', '.join(sorted(unexpected)[:4])}: keep the names the handout's "
+            "__init__ gives (the grader loads fixed weights into them with load_state_dict)")
+
+
+def _driver(namespace: dict, inputs: dict, name: str):
+    """The notebook's class `name` as a function of two inputs: built with the case's sizes and weights, run in eval
+    mode on both (and, for the language model, whether its weights are tied)."""
+
     def run(x, x_changed):
-        module = namespace["CausalSelfAttention"](_config(namespace, inputs, "att_cfg"))
-        _load(module, inputs, "attw.", "CausalSelfAttention")
-        module.eval()
-        with torch.no_grad(), _NoBuiltinAttention():
-            return module(x), module(x_changed)
-
-    return run
-
-
-def _language_model(namespace: dict, inputs: dict):
-    def run(inp, inp_changed):
-        model = namespace["CausalLanguageModel"](_config(namespace, inputs, "lm_cfg"))
+        ModelConfig = namespace.get("ModelConfig")
+        if not callable(ModelConfig):
+            raise NameError("`ModelConfig` is not defined after running notebook 3 (it is given in the handout)")
+        if name == "CausalSelfAttention":
+            d_model, n_heads, max_len = (int(v) for v in inputs["att_cfg"])
+            cfg = ModelConfig(d_model=d_model, n_heads=n_heads, max_len=max_len, dropout=DROPOUT, emb_dropout=DROPOUT)
+        else:
+            d_model, n_heads, n_layers, d_ff, max_len = (int(v) for v in inputs["lm_cfg"])
+            cfg = ModelConfig(vocab_size=30, max_len=max_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                              d_ff=d_ff, dropout=DROPOUT, emb_dropout=DROPOUT)
+        model = namespace[name](cfg)
         fc, emb = getattr(model, "fc", None), getattr(model, "token_embedding", None)
         tied = fc is not None and emb is not None and getattr(fc, "weight", None) is getattr(emb, "weight", 0)
-        _load(model, inputs, "lmw.", "CausalLanguageModel")
+        _load(model, inputs, "attw." if name == "CausalSelfAttention" else "lmw.", name)
         model.eval()
         with torch.no_grad(), _NoBuiltinAttention():
-            return model(inp), model(inp_changed), np.asarray(bool(tied))
+            out = model(x), model(x_changed)
+        return out if name == "CausalSelfAttention" else (*out, np.asarray(bool(tied)))
 
     return run
-
-
-DRIVERS = {"CausalSelfAttention": _attention, "CausalLanguageModel": _language_model}
 
 
 def _mode_after(function):
     """The function called on its model in training mode, then in eval mode: model.training after each call."""
+
     def run(model, *args, **kwargs):
         after = []
         for training in (True, False):
@@ -158,31 +122,30 @@ def _mode_after(function):
 
 
 def seed_cpu(seed: int) -> None:
-    """torch.manual_seed for the CPU generator only, the one a sandboxed child has. torch.manual_seed
-    also queues a seed for CUDA, recording the caller's stack each time (1.5 ms a call here)."""
+    """torch.manual_seed for the CPU generator only, the one a sandboxed child has (torch.manual_seed also queues a
+    seed for CUDA, recording the caller's stack each time: 1.5 ms a call here)."""
     torch.default_generator.manual_seed(seed)
 
 
 def call_and_record(rec, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float,
                     wall_s: float | None = None) -> None:
-    # Every call starts from the case's seed: random inits and samples are the same on every run.
+    """notebook_child.call_and_record, each call from the case's seed, with the classes and *_mode wrapped."""
     seed_cpu(int(inputs.get("seed", 0)))
     name = call["function"]
-    if name in DRIVERS and callable(namespace.get(name)):
-        namespace = {**namespace, name: DRIVERS[name](namespace, inputs)}
+    if name in ("CausalSelfAttention", "CausalLanguageModel") and callable(namespace.get(name)):
+        namespace = {**namespace, name: _driver(namespace, inputs, name)}
     elif any(q.endswith("_mode") for q in call["outputs"]) and callable(namespace.get(name)):
         namespace = {**namespace, name: _mode_after(namespace[name])}
     base_call_and_record(rec, call, inputs, namespace, report, timeout_s, wall_s)
 
 
 def argument(spec: str, inputs: dict):
+    """notebook_child.argument, with the kinds model, float, bool and pieces."""
     kind, key = spec.split(":", 1)
     if kind == "model":
-        # Sampling draws from torch's global generator unless the notebook passes its own.
-        seed_cpu(int(inputs.get("seed", 0)))
-        return FixedModel(
-            inputs[f"{key}_table"], KINDS[int(inputs[f"{key}_kind"])], inputs[f"{key}_train_offset"]
-        ).train()
+        seed_cpu(int(inputs.get("seed", 0)))  # sampling draws from torch's global generator
+        table, train_offset = inputs[f"{key}_table"], inputs[f"{key}_train_offset"]
+        return FixedModel(table, KINDS[int(inputs[f"{key}_kind"])], train_offset).train()
     if kind == "float":
         return float(inputs[key])
     if kind == "bool":
@@ -194,10 +157,8 @@ def argument(spec: str, inputs: dict):
     return base_argument(spec, inputs)
 
 
-base_argument = notebook_child.argument
-notebook_child.argument = argument
-base_call_and_record = notebook_child.call_and_record
-notebook_child.call_and_record = call_and_record
+base_argument, notebook_child.argument = notebook_child.argument, argument
+base_call_and_record, notebook_child.call_and_record = notebook_child.call_and_record, call_and_record
 
 if __name__ == "__main__":
     notebook_child.main()

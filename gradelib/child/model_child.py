@@ -1,33 +1,14 @@
 """Rebuilds the handin's trained model from notebook 3's own code and model.pt, and runs it (inside the child).
 
-task.json names the notebook and the checkpoint; the child
-
-1. runs the notebook's code cells with notebook_child.py's machinery (cells tagged
-   skip-grading, i.e. training, never run), so the student's own ModelConfig,
-   CausalLanguageModel and generate() are defined;
-2. builds CausalLanguageModel(ModelConfig(**config)) with the config stored in the
-   checkpoint ({"config": ..., "state_dict": ...}), or the notebook's CONFIG for a
-   bare state dict, and loads the weights strictly; outputs/model.json says how;
-3. causality probe: logits of inputs/probe.npz's `x` and `x_changed` (the same rows
-   with the tokens after `position` replaced), for the grader to compare;
-4. teacher forcing for each prediction set the task names. A hidden set, one step at
-   a time: writes outputs/<set>/step_<t>.npy, the logits of the next character given
-   the prompt and the true characters before t, and only then waits for the grader to
-   reveal character t as inputs/<set>_reveal_<t>.npy, so the child never holds a
-   target before it has answered the step the target grades. A public set (its
-   targets are in the handout): the true characters come with the prompts, and one
-   forward pass writes outputs/<set>/logits.npy, every step at once;
-5. greedy generation with the notebook's generate(model, inp, steps) on
-   inputs/generation.npz, and predict(model, inp, steps) on inputs/prediction.npz,
-   written as outputs/generated.npy and outputs/predicted.npy (compared with the
-   handin's arrays).
-
-It knows no target it has not earned and no expected value.
+After notebook_child.py's run of the cells, it builds the notebook's CausalLanguageModel with the checkpoint's config
+(or the notebook's CONFIG), loads the weights strictly and writes what the grader compares (see lm_model.py): the
+causality probe's logits, each prediction set's teacher-forced logits, generate() and predict(); model.json says how
+it went. A hidden set is answered one step at a time, the grader revealing each true character only after the step
+it grades (inputs/<set>_reveal_<t>.npy), so the child never holds a target before it has answered for it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -36,26 +17,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import notebook_child  # noqa: E402
 import numpy as np  # noqa: E402
-from child_common import OUTPUTS, SCRATCH, load_task, short_exception  # noqa: E402
+from child_common import OUTPUTS, SCRATCH, load_arrays, load_task, save, short_exception  # noqa: E402
 
 POLL_S = 0.002
-# A grader that has not revealed a character this long after the step was answered is gone.
-REVEAL_WAIT_S = 60.0
-
-
-def save(path, array: np.ndarray) -> None:
-    """Write atomically: the grader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
-    os.replace(tmp, path)
-
-
-def write_report(report: dict) -> None:
-    tmp = OUTPUTS / "model.json.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(report, fh)
-    os.replace(tmp, OUTPUTS / "model.json")
+REVEAL_WAIT_S = 60.0  # a grader that has not revealed a character this long after the step was answered is gone
 
 
 def build_model(namespace: dict, checkpoint: str):
@@ -78,8 +43,7 @@ def build_model(namespace: dict, checkpoint: str):
         except Exception as exc:
             return None, f"ModelConfig(**config) failed for the config stored in model.pt: {short_exception(exc)}"
     else:
-        state = ckpt
-        cfg = namespace.get("CONFIG")
+        state, cfg = ckpt, namespace.get("CONFIG")
         if cfg is None:
             return None, "model.pt is a bare state dict and notebook 3 defines no CONFIG to build the model with"
     if not isinstance(state, dict):
@@ -92,58 +56,46 @@ def build_model(namespace: dict, checkpoint: str):
         result = model.load_state_dict(state, strict=False)
     except Exception as exc:  # shape mismatches raise even when strict=False
         return None, f"model.pt does not fit the notebook's model: {short_exception(exc)[:900]}"
-    if result.missing_keys or result.unexpected_keys:
-        parts = []
-        if result.missing_keys:
-            parts.append(f"missing keys {list(result.missing_keys)[:8]}")
-        if result.unexpected_keys:
-            parts.append(f"unexpected keys {list(result.unexpected_keys)[:8]}")
+    parts = [f"{what} keys {list(keys)[:8]}" for what, keys in (("missing", result.missing_keys),
+                                                                ("unexpected", result.unexpected_keys)) if keys]
+    if parts:
         return None, "model.pt does not fit the notebook's model: " + "; ".join(parts)
-    model.eval()
-    return model, None
+    return model.eval(), None
 
 
-def next_logits(model, seq: np.ndarray) -> np.ndarray:
+def logits(model, seq: np.ndarray) -> np.ndarray:
+    """The model's logits of the token ids `seq`, as float32 (B, T, V)."""
     import torch
 
     with torch.no_grad():
-        out = model(torch.as_tensor(seq, dtype=torch.long))
-    return out[:, -1, :].detach().float().cpu().numpy()  # (B, V)
+        return model(torch.as_tensor(seq, dtype=torch.long)).detach().float().cpu().numpy()
 
 
-def teacher_forced(model, name: str, prompts: np.ndarray, steps: int) -> str:
-    """Answer each step, then wait for its character; '' when all steps were answered."""
+def teacher_forced(model, name: str, prompts: np.ndarray, given: np.ndarray | None, steps: int) -> str:
+    """Write the set's teacher-forced logits; '' when all steps were answered, else why not. With the true characters
+    `given` (a public set), every step at once from one forward pass; else each step, then wait for its character."""
     folder = OUTPUTS / name
     folder.mkdir(exist_ok=True)
+    if given is not None:
+        first = prompts.shape[1] - 1
+        seq = np.concatenate([prompts, given[:, : steps - 1]], axis=1).astype(np.int64)
+        save(folder / "logits.npy", logits(model, seq)[:, first : first + steps, :])  # (B, steps, V)
+        return ""
     seq = prompts.astype(np.int64)
     for t in range(steps):
-        save(folder / f"step_{t}.npy", next_logits(model, seq))
+        save(folder / f"step_{t}.npy", logits(model, seq)[:, -1, :])  # (B, V)
         reveal = SCRATCH / "inputs" / f"{name}_reveal_{t}.npy"
         deadline = time.monotonic() + REVEAL_WAIT_S
         while not reveal.exists():
             if time.monotonic() > deadline:
                 return f"no character revealed for step {t} in time"
             time.sleep(POLL_S)
-        chars = np.load(reveal, allow_pickle=False).astype(np.int64).reshape(-1, 1)
-        seq = np.concatenate([seq, chars], axis=1)
-    return ""
-
-
-def teacher_forced_given(model, name: str, prompts: np.ndarray, given: np.ndarray, steps: int) -> str:
-    """Every step's logits from one forward pass over the prompt and the true characters."""
-    import torch
-
-    folder = OUTPUTS / name
-    folder.mkdir(exist_ok=True)
-    seq = np.concatenate([prompts, given[:, : steps - 1]], axis=1).astype(np.int64)
-    with torch.no_grad():
-        out = model(torch.as_tensor(seq, dtype=torch.long))
-    first = prompts.shape[1] - 1
-    save(folder / "logits.npy", out[:, first : first + steps, :].detach().float().cpu().numpy())  # (B, steps, V)
+        seq = np.concatenate([seq, np.load(reveal, allow_pickle=False).astype(np.int64).reshape(-1, 1)], axis=1)
     return ""
 
 
 def call(namespace: dict, name: str, report: dict, timeout_s: float, wall_s: float, *args):
+    """The notebook's `name`(*args) under a time limit, as an ndarray; None (saying why in `report`) if none."""
     fn = namespace.get(name)
     if not callable(fn):
         report[name] = f"`{name}` is not defined after running notebook 3"
@@ -162,86 +114,55 @@ def call(namespace: dict, name: str, report: dict, timeout_s: float, wall_s: flo
 
 def main() -> None:
     task = load_task()
-    started = time.monotonic()
+    started = mark = time.monotonic()
     budget = float(task.get("budget_s", 120.0))
-    OUTPUTS.mkdir(exist_ok=True)
-    sys.stdout = sys.stderr = notebook_child.BoundedSink(notebook_child.MAX_CAPTURED_OUTPUT)
+    namespace, cells = notebook_child.run_cells(task, budget * 0.5)
     import torch
 
-    torch.set_num_threads(1)
-    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": notebook_child.OfflineGrader()}
     seconds: dict[str, float] = {}  # how long each step took, for the benchmarks
-    mark = time.monotonic()
+    report: dict = {"cells": cells.get("cells", []), "read_error": cells.get("read_error"), "load_error": None,
+                    "calls": {}, "seconds": seconds}
 
     def lap(step: str) -> None:
         nonlocal mark
         now = time.monotonic()
-        seconds[step] = round(now - mark, 4)
-        mark = now
+        seconds[step], mark = round(now - mark, 4), now
 
-    cells = notebook_child.run_notebook(task, namespace, budget * 0.5)
     lap("cells")
-    torch.set_num_threads(1)  # the notebook may have asked for more
-    report: dict = {
-        "cells": cells.get("cells", []),
-        "read_error": cells.get("read_error"),
-        "load_error": None,
-        "calls": {},
-        "seconds": seconds,
-    }
-    if cells.get("read_error"):
-        write_report(report)
-        return
-    model, why = build_model(namespace, str(SCRATCH / task["checkpoint"]))
+    model = None
+    if not report["read_error"]:
+        model, report["load_error"] = build_model(namespace, str(SCRATCH / task["checkpoint"]))
     if model is None:
-        report["load_error"] = why
-        write_report(report)
+        save(OUTPUTS / "model.json", report)
         return
     report["parameters"] = int(sum(p.numel() for p in model.parameters()))
     lap("load")
-    write_report(report)
+    save(OUTPUTS / "model.json", report)
     try:
-        with np.load(SCRATCH / "inputs" / "probe.npz", allow_pickle=False) as probe:
-            save(OUTPUTS / "probe_x.npy", model(torch.as_tensor(probe["x"], dtype=torch.long)).detach().float().numpy())
-            save(OUTPUTS / "probe_changed.npy",
-                 model(torch.as_tensor(probe["x_changed"], dtype=torch.long)).detach().float().numpy())
+        probe = load_arrays("inputs/probe.npz")
+        for key, saved in (("x", "probe_x"), ("x_changed", "probe_changed")):
+            save(OUTPUTS / f"{saved}.npy", logits(model, probe[key]))
     except BaseException as exc:
         report["probe"] = f"the model raised {short_exception(exc)}"
     lap("probe")
     for entry in task["teacher_forcing"]:
         try:
-            with np.load(SCRATCH / entry["inputs"], allow_pickle=False) as data:
-                prompts = data["inp"]
-                given = data["given"] if entry.get("given") else None
-            if given is not None:
-                report[entry["name"]] = teacher_forced_given(model, entry["name"], prompts, given, int(entry["steps"]))
-            else:
-                report[entry["name"]] = teacher_forced(model, entry["name"], prompts, int(entry["steps"]))
+            data = load_arrays(entry["inputs"])
+            given = data["given"] if entry.get("given") else None
+            report[entry["name"]] = teacher_forced(model, entry["name"], data["inp"], given, int(entry["steps"]))
         except BaseException as exc:
             report[entry["name"]] = f"the model raised {short_exception(exc)}"
         lap(f"teacher_forcing_{entry['name']}")
-    call_s = float(task.get("call_timeout_s", 30.0))
-
-    def half_left() -> float:  # the wall-clock cap of a call: generate and predict both get their turn
-        return max((budget - (time.monotonic() - started)) / 2, 0.5)
-
-    with np.load(SCRATCH / "inputs" / "generation.npz", allow_pickle=False) as data:
-        prompts = torch.from_numpy(data["inp"].copy())
-    ids = call(
-        namespace, "generate", report["calls"], call_s, half_left(), model, prompts, int(task["generation_steps"])
-    )
-    if ids is not None:
-        save(OUTPUTS / "generated.npy", np.asarray(ids))
-    lap("generate")
-    with np.load(SCRATCH / "inputs" / "prediction.npz", allow_pickle=False) as data:
-        prompts = torch.from_numpy(data["inp"].copy())
-    logits = call(
-        namespace, "predict", report["calls"], call_s, half_left(), model, prompts, int(task["prediction_steps"])
-    )
-    if logits is not None:
-        save(OUTPUTS / "predicted.npy", np.asarray(logits))
-    lap("predict")
-    write_report(report)
+    for name, steps, saved in (("generate", "generation", "generated"), ("predict", "prediction", "predicted")):
+        prompts = torch.from_numpy(load_arrays(f"inputs/{steps}.npz")["inp"])
+        # The wall-clock cap of a call is half the time left: generate and predict both get their turn.
+        wall_s = max((budget - (time.monotonic() - started)) / 2, 0.5)
+        value = call(namespace, name, report["calls"], float(task.get("call_timeout_s", 30.0)), wall_s, model,
+                     prompts, int(task[f"{steps}_steps"]))
+        if value is not None:
+            save(OUTPUTS / f"{saved}.npy", np.asarray(value))
+        lap(name)
+    save(OUTPUTS / "model.json", report)
 
 
 if __name__ == "__main__":

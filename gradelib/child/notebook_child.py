@@ -1,18 +1,8 @@
-"""Runs a student notebook's code and calls its graded functions (inside the child).
+"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child).
 
-task.json names the notebook, the cells to skip, the timeouts, the calls to make
-and the cases whose inputs feed them. The child
-
-1. executes the notebook's code cells in order, in one namespace, like "Run All":
-   markdown and raw cells, cells tagged `skip_tags` and otter's own cells
-   (`grader = otter.Notebook(...)`, `grader.check(...)`) are skipped; a cell that
-   raises or runs past its timeout is recorded and the next cell runs anyway;
-2. calls every graded function on every case's inputs, each call under a limit on its CPU time,
-   and records what it returned as arrays (outputs/<case>/<quantity>.npy + meta.json).
-
-It knows the inputs and the notebook, never an expected value. Why a quantity is
-missing (not attempted, not defined, raised, timed out) is written as a sentence
-for the student; outputs/notebook.json says what happened to each cell.
+The cells run in order in one namespace, like "Run All", each under a time limit, skipping those tagged `skip_tags`
+and otter's own; a failing cell is recorded and the next runs anyway. What each call returns is recorded as arrays
+(outputs/<case>/), why a quantity is missing as a sentence for the student; outputs/notebook.json tells of each cell.
 """
 
 from __future__ import annotations
@@ -29,14 +19,19 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from child_common import OUTPUTS, SCRATCH, Recorder, load_task, short_exception  # noqa: E402
+from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, save, short_exception  # noqa: E402
 
 MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
+# A block under a time limit is stopped once it has used its seconds of CPU time (every thread counted), so a busy
+# machine costs it nothing; one that waits instead (sleep, a lock) is stopped on the wall clock after WALL_FACTOR
+# times its seconds plus WALL_SLACK_S, or earlier where the caller's budget ends first.
+WALL_FACTOR = 3.0
+WALL_SLACK_S = 2.0
 
 
 class BoundedSink:
-    """Stands in for stdout/stderr while student code runs: keeps the first bytes, drops the rest."""
+    """Stands in for stdout/stderr while student code runs: keeps the first `limit` characters, drops the rest."""
 
     def __init__(self, limit: int):
         self.left = limit
@@ -62,36 +57,29 @@ class OfflineGrader:
         return lambda *args, **kwargs: None
 
 
-# A block under a time limit is stopped once it has used its seconds of CPU time (every thread of
-# the process counted), so a busy or throttled machine costs it nothing; one that waits instead of
-# computing (sleep, a lock) is stopped on the wall clock after WALL_FACTOR times its seconds plus
-# WALL_SLACK_S, or earlier where the caller's budget ends first.
-WALL_FACTOR = 3.0
-WALL_SLACK_S = 2.0
-
-
 def _on_timer(signum, frame):
     raise GradingTimeout(signum == getattr(signal, "SIGALRM", None))
 
 
 class GradingTimeout(BaseException):
-    """Raised in the student's code when its time is up (BaseException: `except Exception` cannot catch it).
-
-    `wall` is True when the wall-clock backstop stopped it rather than the CPU-time limit."""
+    """Raised in the student's code when its time is up (`except Exception` cannot catch it); `wall` is True when
+    the wall-clock backstop stopped it rather than the CPU-time limit."""
 
     def __init__(self, wall: bool = False):
         super().__init__()
         self.wall = wall
 
-    def describe(self, limit: "time_limit") -> str:
+    def describe(self, limit: time_limit) -> str:
+        """The limit that stopped the code, in words."""
         if self.wall:
             return f"{limit.wall_s:.1f} s on the wall clock (it waited rather than computed)"
         return f"{limit.seconds:g} s of CPU time"
 
 
 class time_limit:
-    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, whichever comes
-    first, and keep interrupting every 0.2 s if the code swallows it."""
+    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, whichever comes first, and
+    again every 0.2 s if the code swallows it. Without interval timers (Windows) a thread interrupts the main thread
+    on the wall clock (a KeyboardInterrupt, turned into GradingTimeout on the way out)."""
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
@@ -99,38 +87,19 @@ class time_limit:
         self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
 
     def __enter__(self):
-        if not hasattr(signal, "setitimer"):  # Windows: the wall clock only, from a thread
-            self._watch = _WallClock(self.wall_s)
+        if hasattr(signal, "setitimer"):
+            signal.signal(signal.SIGPROF, _on_timer)
+            signal.signal(signal.SIGALRM, _on_timer)
+            signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
+            signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
             return self
-        signal.signal(signal.SIGPROF, _on_timer)
-        signal.signal(signal.SIGALRM, _on_timer)
-        signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
-        signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
-        return self
-
-    def __exit__(self, kind, value, tb):
-        if not hasattr(signal, "setitimer"):
-            fired = self._watch.stop()
-            if fired and kind is KeyboardInterrupt:
-                raise GradingTimeout(True) from None
-            return False
-        signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        return False
-
-
-class _WallClock:
-    """Where there are no interval timers (Windows): after `seconds`, interrupt the main thread (a
-    KeyboardInterrupt there, turned into GradingTimeout on the way out), again every 0.2 s if swallowed."""
-
-    def __init__(self, seconds: float):
         import _thread
         import threading
 
         self.done, self.fired = threading.Event(), False
 
         def watch() -> None:
-            if self.done.wait(seconds):
+            if self.done.wait(self.wall_s):
                 return
             while not self.done.is_set():
                 self.fired = True
@@ -138,41 +107,40 @@ class _WallClock:
                 self.done.wait(0.2)
 
         threading.Thread(target=watch, daemon=True).start()
+        return self
 
-    def stop(self) -> bool:
+    def __exit__(self, kind, value, tb):
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            return False
         self.done.set()
-        return self.fired
+        if self.fired and kind is KeyboardInterrupt:
+            raise GradingTimeout(True) from None
+        return False
 
 
 def first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            text = line.strip()
-            return text if len(text) <= 60 else text[:57] + "..."
-    return "(empty)"
-
-
-def strip_magics(source: str) -> str:
-    """IPython-only lines (%magic, !shell) are not Python: blank them, keeping line numbers."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """The first non-blank line of `source`, at most 60 characters."""
+    text = next((line.strip() for line in source.splitlines() if line.strip()), "(empty)")
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
     """Top-level functions of a cell -> whether their body still holds a `...` or NotImplementedError."""
     found = {}
     for node in getattr(tree, "body", []):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        marked = False
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Constant) and sub.value is Ellipsis:
-                marked = True
-            elif isinstance(sub, ast.Raise) and sub.exc is not None:
-                target = sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc
-                if isinstance(target, ast.Name) and target.id == "NotImplementedError":
-                    marked = True
-        found[node.name] = marked
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = any(
+                isinstance(sub, ast.Constant) and sub.value is Ellipsis
+                or isinstance(sub, ast.Raise) and sub.exc is not None and _names_not_implemented(sub.exc)
+                for sub in ast.walk(node))
     return found
+
+
+def _names_not_implemented(exc: ast.expr) -> bool:
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(target, ast.Name) and target.id == "NotImplementedError"
 
 
 def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
@@ -180,74 +148,62 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
         with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
-            nb = json.load(fh)
-        cells = nb["cells"]
+            cells = json.load(fh)["cells"]
         if not isinstance(cells, list):
             raise ValueError("'cells' is not a list")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
         return report
-
     skip_tags = set(task.get("skip_tags", []))
     skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
     graded = set(task["functions"])
     defined_in: dict[str, dict] = {}
     deadline = time.monotonic() + budget_s
-    code_index = 0
-    for cell in cells:
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        code_index += 1
+    code_cells = [cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"]
+    for code_index, cell in enumerate(code_cells, 1):
         source, tags, label = cell_facts(cell, code_index)
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
-        names = set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded
-        for name in names:
+        for name in set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded:
             defined_in[name] = entry
-        if isinstance(tags, list) and skip_tags & set(map(str, tags)):
-            entry["status"] = "skipped"
-            entry["message"] = f"tagged {', '.join(sorted(skip_tags & set(map(str, tags))))}"
+        tagged = skip_tags & set(map(str, tags)) if isinstance(tags, list) else set()
+        if tagged:
+            entry.update(status="skipped", message=f"tagged {', '.join(sorted(tagged))}")
             for name in skipped_names(source):
                 report["skipped_defs"].setdefault(name, f"{label} (`{entry['first_line']}`)")
             continue
         if any(p.search(source) for p in skip_patterns):
-            entry["status"] = "skipped"
-            entry["message"] = "otter's own cell"
+            entry.update(status="skipped", message="otter's own cell")
             continue
         # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless two cells share that name.
         filename = f"<{label}>" if f"<{label}>" not in linecache.cache else f"<code cell {code_index}>"
-        source = strip_magics(source)
+        # IPython-only lines (%magic, !shell) are not Python: blanked, keeping line numbers.
+        source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         try:
             tree = ast.parse(source, filename)
             code = compile(tree, filename, "exec")
         except SyntaxError as exc:
-            entry["status"] = "syntax error"
-            entry["message"] = f"line {exc.lineno}: {exc.msg}"
+            entry.update(status="syntax error", message=f"line {exc.lineno}: {exc.msg}")
             continue
         for name, marked in placeholder_functions(tree).items():
             if name in graded:
                 report["functions"].setdefault(name, {})["placeholder"] = marked
-        remaining = deadline - time.monotonic()
-        seconds = min(float(task["cell_timeout_s"]), max(remaining, 0.5))
-        limit = time_limit(seconds, wall_s=max(remaining, 0.5))
+        remaining = max(deadline - time.monotonic(), 0.5)
+        limit = time_limit(min(float(task["cell_timeout_s"]), remaining), wall_s=remaining)
         try:
             with limit:
                 exec(code, namespace)
         except GradingTimeout as exc:
-            entry["status"] = "timed out"
-            entry["message"] = f"stopped after {exc.describe(limit)}"
+            entry.update(status="timed out", message=f"stopped after {exc.describe(limit)}")
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
-            entry["status"] = "raised"
-            entry["message"] = short_exception(exc) + skipped_rule(exc, report, "this cell")
+            entry.update(status="raised", message=short_exception(exc) + skipped_rule(exc, report, "this cell"))
     for name in graded:
         info = report["functions"].setdefault(name, {})
         info.setdefault("placeholder", False)
-        where = defined_in.get(name)
-        info["cell"] = where["cell"] if where else None
-        info["cell_label"] = where["label"] if where else ""
-        info["cell_status"] = f"{where['status']}{': ' + where['message'] if where['message'] else ''}" if where else ""
-        info["cell_first_line"] = where["first_line"] if where else ""
+        where = defined_in.get(name) or {"cell": None, "label": "", "status": "", "message": "", "first_line": ""}
+        info["cell"], info["cell_label"], info["cell_first_line"] = where["cell"], where["label"], where["first_line"]
+        info["cell_status"] = where["status"] + (f": {where['message']}" if where["message"] else "")
     return report
 
 
@@ -258,12 +214,8 @@ def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
     source = "".join(source) if isinstance(source, list) else str(source)
     tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
     count = cell.get("execution_count")
-    label = (
-        f"cell [{count}]"
-        if isinstance(count, int) and not isinstance(count, bool)
-        else f"code cell {code_index} (not run when saved)"
-    )
-    return source, tags, label
+    counted = isinstance(count, int) and not isinstance(count, bool)
+    return source, tags, f"cell [{count}]" if counted else f"code cell {code_index} (not run when saved)"
 
 
 def skipped_names(source: str) -> list[str]:
@@ -286,15 +238,6 @@ def skipped_rule(exc: BaseException, report: dict, who: str) -> str:
             f"{who} must not use anything defined there, so move it to a cell without that tag")
 
 
-def not_defined_reason(name: str, info: dict) -> str:
-    if info.get("cell") is None:
-        return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
-    return (
-        f"`{name}` is not defined after running the notebook: {info.get('cell_label') or 'its cell'} "
-        f"(`{info.get('cell_first_line', '')}`) {info.get('cell_status', '')}"
-    )
-
-
 def convert(obj):
     """A returned value as an ndarray, for the types the grader accepts; None otherwise."""
     if type(obj) is np.ndarray:
@@ -310,76 +253,68 @@ def convert(obj):
 def argument(spec: str, inputs: dict):
     """'kind:key' -> the input `key` as a numpy array, torch tensor or Python int."""
     kind, key = spec.split(":", 1)
-    value = inputs[key]
     if kind == "array":
-        return value.copy()
+        return inputs[key].copy()
     if kind == "tensor":
         import torch
 
-        return torch.from_numpy(value.copy())
+        return torch.from_numpy(inputs[key].copy())
     if kind == "int":
-        return int(value)
+        return int(inputs[key])
     raise ValueError(f"unknown argument kind {kind!r}")
 
 
 def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, report: dict, timeout_s: float,
                     wall_s: float | None = None) -> None:
-    name = call["function"]
+    """Call `call`'s function on the case's `inputs` under a time limit; record its outputs or why they are missing."""
+    name, outputs = call["function"], call["outputs"]
     info = report["functions"].get(name, {})
-    outputs: dict = call["outputs"]
-    fn = namespace.get(name)
-
-    def absent(why: str) -> None:
-        for q in outputs:
-            rec.record(q, None, convert=convert)
-            rec.meta["errors"][q] = why
-
-    if not callable(fn):
-        absent(not_defined_reason(name, info))
-        return
-    placeholder = info.get("placeholder", False)
+    placeholder, why, value, fn = info.get("placeholder", False), "", None, namespace.get(name)
     try:
-        args = [argument(a, inputs) for a in call.get("args", [])]
-        kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
-        limit = time_limit(timeout_s, wall_s)
-        with limit:
-            value = fn(*args, **kwargs)
+        if not callable(fn):
+            why = not_defined_reason(name, info)
+        else:
+            args = [argument(a, inputs) for a in call.get("args", [])]
+            kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
+            limit = time_limit(timeout_s, wall_s)
+            with limit:
+                value = fn(*args, **kwargs)
     except GradingTimeout as exc:
-        absent(f"`{name}` did not return within {exc.describe(limit)}{'' if exc.wall else ' (an endless loop?)'}")
-        return
+        why = f"`{name}` did not return within {exc.describe(limit)}{'' if exc.wall else ' (an endless loop?)'}"
     except NotImplementedError as exc:
-        absent(f"not attempted: `{name}` raises NotImplementedError({str(exc)[:200]!r})")
-        return
+        why = f"not attempted: `{name}` raises NotImplementedError({str(exc)[:200]!r})"
     except BaseException as exc:
-        if placeholder:
-            absent(f"not attempted: `{name}` still has a `...` placeholder and raised {short_exception(exc)}")
-        else:
-            absent(f"`{name}` raised {short_exception(exc)}{skipped_rule(exc, report, 'a graded function')}")
-        return
-    if value is None or value is Ellipsis:
-        if placeholder:
-            absent(f"not attempted: `{name}` still has a `...` placeholder and returned {value!r}")
-        else:
-            absent(f"`{name}` returned {value!r}; it must return a value (did you forget `return`?)")
-        return
+        why = (f"not attempted: `{name}` still has a `...` placeholder and raised {short_exception(exc)}" if placeholder
+               else f"`{name}` raised {short_exception(exc)}{skipped_rule(exc, report, 'a graded function')}")
+    if not why and (value is None or value is Ellipsis):
+        why = (f"not attempted: `{name}` still has a `...` placeholder and returned {value!r}" if placeholder
+               else f"`{name}` returned {value!r}; it must return a value (did you forget `return`?)")
     for quantity, index in outputs.items():
-        part = value
-        if index is not None:
-            if not isinstance(value, tuple) or len(value) <= index:
+        part = None if why else value
+        if part is not None and index is not None:
+            if isinstance(value, tuple) and len(value) > index:
+                part = value[index]
+            else:
                 what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
-                rec.record(quantity, None, convert=convert)
+                part = None
                 rec.meta["errors"][quantity] = (
-                    f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})"
-                )
-                continue
-            part = value[index]
+                    f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})")
         rec.record(quantity, part, convert=convert)
+        if why:
+            rec.meta["errors"][quantity] = why
 
 
-def main() -> None:
-    task = load_task()
-    started = time.monotonic()
-    budget = float(task.get("budget_s", 60.0))
+def not_defined_reason(name: str, info: dict) -> str:
+    """Why `name` is not in the namespace: which cell should have defined it and what happened to it."""
+    if info.get("cell") is None:
+        return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
+    return (f"`{name}` is not defined after running the notebook: {info.get('cell_label') or 'its cell'} "
+            f"(`{info.get('cell_first_line', '')}`) {info.get('cell_status', '')}")
+
+
+def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
+    """Run the notebook's cells as the grader does (output capped, one torch thread, `budget_s` seconds at most):
+    (the namespace they filled, their report)."""
     OUTPUTS.mkdir(exist_ok=True)
     sys.stdout = sys.stderr = BoundedSink(MAX_CAPTURED_OUTPUT)
     try:
@@ -389,18 +324,23 @@ def main() -> None:
     except ImportError:
         pass
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
-    report = run_notebook(task, namespace, budget * (1 - CALLS_SHARE))
+    report = run_notebook(task, namespace, budget_s)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)  # the notebook may have asked for more
-    with open(OUTPUTS / "notebook.json.tmp", "w") as fh:
-        json.dump(report, fh)
-    os.replace(OUTPUTS / "notebook.json.tmp", OUTPUTS / "notebook.json")
+    return namespace, report
+
+
+def main() -> None:
+    task = load_task()
+    started = time.monotonic()
+    budget = float(task.get("budget_s", 60.0))
+    namespace, report = run_cells(task, budget * (1 - CALLS_SHARE))
+    save(OUTPUTS / "notebook.json", report)
     if report["read_error"]:
         return
     for case in task["cases"]:
         rec = Recorder(case["name"])
-        with np.load(SCRATCH / case["inputs"], allow_pickle=False) as data:
-            inputs = {k: data[k] for k in data.files}
+        inputs = load_arrays(case["inputs"])
         for call in task["calls"]:
             # A quarter of what is left, at most, so calls that wait (and use no CPU) never run the process
             # past its time limit: each later call still has its turn.

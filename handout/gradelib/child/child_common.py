@@ -1,16 +1,13 @@
-"""Helpers for code that runs inside the submission's process.
+"""What the child harnesses share: the task and inputs in, outputs out, exceptions described.
 
-This file is copied into the scratch folder beside a problem's harness. It
-knows the inputs and the submission, never an expected value. What it writes
-is read back by the grader as data it does not trust: plain .npy arrays
-(loaded without pickle) and a small JSON file of type names and messages.
+Copied beside a harness into the scratch folder. It knows the inputs and the submission, never an expected value;
+the grader reads what it writes as untrusted data: .npy arrays (loaded without pickle) and small JSON files.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 from pathlib import Path
 
@@ -23,30 +20,48 @@ MAX_MESSAGE = 2000
 
 
 def load_task() -> dict:
+    """task.json, as the grader wrote it."""
     with open(SCRATCH / "task.json") as fh:
         return json.load(fh)
 
 
+def load_arrays(path) -> dict[str, np.ndarray]:
+    """The arrays of the .npz file `path` (relative to the scratch folder), read without pickle."""
+    with np.load(SCRATCH / path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def save(path: Path, obj) -> None:
+    """Write `obj` to `path` atomically (the grader never reads half a file): an ndarray as .npy without pickle,
+    anything else as JSON."""
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(obj, np.ndarray):
+        # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
+        obj = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        with open(tmp, "wb") as fh:
+            np.save(fh, obj, allow_pickle=False)
+    else:
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
 def short_exception(exc: BaseException) -> str:
     """The exception and the deepest frame in the submission's own files."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if str(SUBMISSION) in (f.filename or "") or f.filename.startswith("<")]
+    mine = [f for f in traceback.extract_tb(exc.__traceback__)
+            if str(SUBMISSION) in (f.filename or "") or f.filename.startswith("<")]
     where = ""
     if mine:
-        f = mine[-1]
-        code = (f.line or "").strip()
+        code = (mine[-1].line or "").strip()
         shown = "" if code.startswith("raise ") else f": {code}"
-        where = f" (in {Path(f.filename).name}, line {f.lineno}{shown})"
-    text = f"{type(exc).__name__}: {exc}{where}"
-    return text[:MAX_MESSAGE]
+        where = f" (in {Path(mine[-1].filename).name}, line {mine[-1].lineno}{shown})"
+    return f"{type(exc).__name__}: {exc}{where}"[:MAX_MESSAGE]
 
 
 def type_name(obj) -> str:
+    """The qualified name of obj's type (builtins unqualified)."""
     cls = type(obj)
-    module = cls.__module__
-    if module == "builtins":
-        return cls.__qualname__
-    return f"{module}.{cls.__qualname__}"
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 class Recorder:
@@ -66,27 +81,16 @@ class Recorder:
             except BaseException as exc:  # a hostile object may raise anything
                 arr = None
                 entry["note"] = f"could not be read back: {short_exception(exc)}"
-            if arr is not None:
-                # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
-                arr = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-                if arr.dtype.kind in "biuf":
-                    np.save(self.dir / f"{name}.npy", arr, allow_pickle=False)
-                else:
-                    entry["note"] = f"has non-numeric dtype {arr.dtype}"
+            if arr is not None and arr.dtype.kind in "biuf":
+                save(self.dir / f"{name}.npy", arr)
+            elif arr is not None:
+                entry["note"] = f"has non-numeric dtype {arr.dtype}"
         self.meta["quantities"][name] = entry
 
     def error(self, stage: str, exc: BaseException) -> None:
+        """Record why `stage` failed."""
         self.meta["errors"][stage] = short_exception(exc)
 
-    def flag(self, name: str, value) -> None:
-        self.meta["flags"][name] = value
-
     def write(self) -> None:
-        tmp = self.dir / "meta.json.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.meta, fh)
-        os.replace(tmp, self.dir / "meta.json")
-
-
-def add_submission_to_path() -> None:
-    sys.path.insert(0, str(SUBMISSION))
+        """Write meta.json (atomically)."""
+        save(self.dir / "meta.json", self.meta)
