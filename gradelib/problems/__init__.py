@@ -2,25 +2,14 @@
 
 from . import attention, generation, lm_model, losses, masks, prediction
 
-GRADERS = {
-    "attention": attention.grade,
-    "losses": losses.grade,
-    "masks": masks.grade,
-    "prediction": prediction.grade,
-    "generation": generation.grade,
-}
+_MODULES = {"attention": attention, "losses": losses, "masks": masks, "prediction": prediction,
+            "generation": generation}
+GRADERS = {pid: module.grade for pid, module in _MODULES.items()}
 # What each problem can grade: the rubric is checked against these when it is loaded.
-SCHEMAS = {
-    "attention": attention.SCHEMA,
-    "losses": losses.SCHEMA,
-    "masks": masks.SCHEMA,
-    "prediction": prediction.SCHEMA,
-    "generation": generation.SCHEMA,
-}
-# The handin file whose code each problem runs in the sandbox, and how many runs it makes when the
-# file is there (notebook 3: the trained model, which both language-model problems share, then the
-# functions on fixed weights). A submission with a single run to make gains nothing from a template
-# process: grade.py starts none for it.
+SCHEMAS = {pid: module.SCHEMA for pid, module in _MODULES.items()}
+# The handin file whose code each problem runs in the sandbox, and how many runs it makes when the file is there
+# (notebook 3: the trained model, which both language-model problems share, then the functions on fixed weights).
+# A submission with a single run to make gains nothing from a template process: grade.py starts none for it.
 RUNS = {
     "attention": (attention.FILENAME, 1),
     "losses": (losses.SPEC.notebook, 1),

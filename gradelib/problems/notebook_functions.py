@@ -1,13 +1,8 @@
-"""Grade a notebook problem: run the student's notebook in the sandboxed child, judge here.
+"""Grade a notebook problem: run the student's notebook in the child, judge here.
 
-A notebook problem (problems/losses.py, problems/masks.py) is plain data, a
-NotebookSpec: the notebook's file name, the calls to make (graded function,
-arguments taken from a case's inputs, which return value is which quantity)
-and, per quantity, the types accepted and a hint. Cases live in
-<case_root>/notebooks/<visibility>/cases.json, each tagged with its problem id;
-a case's .npz holds the inputs and expected_<quantity> arrays, and only the
-inputs are copied to the child (child/notebook_child.py), which executes the
-notebook cell by cell and calls the functions. The comparison happens here.
+A notebook problem (losses.py, masks.py) is plain data, a NotebookSpec: the notebook, the calls to make and, per
+quantity, the types accepted and a hint. Cases (<case_root>/notebooks/<visibility>/cases.json) are tagged with their
+problem id; only a case's inputs reach the child (child/notebook_child.py), never its expected_<quantity> arrays.
 """
 
 from __future__ import annotations
@@ -29,9 +24,8 @@ from .handin_runs import observed, run_notebook_sets
 CASE_FOLDER = "notebooks"
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
 NOTEBOOK_SETTINGS = {
-    "cell_timeout_s": Setting(
-        (int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."
-    ),
+    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it "
+                                                  "and moves on."),
     "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
 }
 
@@ -68,14 +62,11 @@ class NotebookSpec:
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
 
-    def schema(self, edge_lines: bool = False, **settings: Setting) -> ProblemSchema:
+    def schema(self, edge_lines: bool = False) -> ProblemSchema:
         """What a problem graded from this notebook may list in the rubric (`edge_lines`: its cases tag edges)."""
         outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(
-            settings={**NOTEBOOK_SETTINGS, **settings},
-            quantities=frozenset(self.quantities) | outputs,
-            edge_lines=edge_lines,
-        )
+        return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(self.quantities) | outputs,
+                             edge_lines=edge_lines)
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -87,34 +78,26 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
     cases = load_cases(ctx.case_root, CASE_FOLDER, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    settings = problem.settings
-
     outcomes, unread = run_notebook_sets(
-        ctx, problem, src, spec.notebook, cases, spec.calls, settings,
-        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report),
-    )
+        ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
+        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report))
     if unread:
         return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
 
 
-def _outcome(
-    problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
-) -> CaseOutcome:
+def _outcome(problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun,
+             report: dict | None) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-    return judge_case(
-        problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
-    )
+    return judge_case(problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch,
+                                                              refused=refused))
 
 
 def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:
-    """Every quantity of `spec` (or the `wanted` ones) on one case: observe(q) -> Observed, compared here.
-
-    The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
-    notebooks' grader.check) observes the same calls made in the student's kernel.
-    """
+    """Every quantity of `spec` (or the `wanted` ones) on one case: observe(q) -> Observed, compared here (from
+    what the child wrote, or, for notebook_check.py's grader.check, the same calls made in the student's kernel)."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
@@ -135,20 +118,12 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
 def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
     expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
     if not quantity.additive_mask:
-        return check(
-            name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=quantity.hint
-        )
+        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
+                     hint=quantity.hint)
     # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
     finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
-    early = check(
-        name,
-        Observed(got.present, got.type_name, finite, got.note),
-        np.nan_to_num(expected, neginf=0.0),
-        rtol=0.0,
-        atol=0.0,
-        expected_type=expected_type,
-        hint=quantity.hint,
-    )
+    early = check(name, Observed(got.present, got.type_name, finite, got.note), np.nan_to_num(expected, neginf=0.0),
+                  rtol=0.0, atol=0.0, expected_type=expected_type, hint=quantity.hint)
     if early.stage in ("present", "type", "shape", "dtype"):
         return early
     # ... then exact values, where -inf is a value like any other.
@@ -158,11 +133,6 @@ def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, t
         return Check(name, True, "ok", f"'{name}' matches.", 0.0)
     wrong = np.argwhere(~same)
     first = tuple(int(i) for i in wrong[0])
-    return Check(
-        name,
-        False,
-        "values",
-        f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, first at index "
-        f"({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. Hint: {quantity.hint}",
-        float("inf"),
-    )
+    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, "
+                 f"first at index ({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. "
+                 f"Hint: {quantity.hint}", float("inf"))
