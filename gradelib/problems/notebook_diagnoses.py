@@ -91,17 +91,17 @@ def nb2_attention_scale(masked: bool):
     return diagnose
 
 
-def _scored_nll(case: dict) -> tuple[np.ndarray, int]:
-    """Notebook 1: -log p(target) of the positions whose target is not ignore_index, and N."""
+def _nll(case: dict, skipped: str) -> tuple[np.ndarray, np.ndarray]:
+    """-log p(target) at every position (ignore_index = -100 reads id 0), and which targets are not case[skipped]."""
     logits, targets = case["logits"].astype(np.float64), case["targets"]
-    scored = targets != int(case["ignore_index"])
-    logp = _log_softmax(logits[scored])
-    return -logp[np.arange(int(scored.sum())), targets[scored]], len(targets)
+    nll = -np.take_along_axis(_log_softmax(logits), np.clip(targets, 0, None)[..., None], -1)[..., 0]
+    return nll, targets != int(case[skipped])
 
 
 def cross_entropy_reduction(got: np.ndarray, case: dict, edge: str) -> str:
     """The scored positions' NLL summed, or divided by N instead of by their count."""
-    nll, n = _scored_nll(case)
+    nll, scored = _nll(case, "ignore_index")
+    nll, n = nll[scored], scored.size
     if _same(got, np.asarray(nll.sum())):
         return (f"the loss is the sum over the {len(nll)} scored positions: divide it by their number (average, do "
                 "not sum).")
@@ -136,16 +136,9 @@ def wrong_side(additive: bool):
     return diagnose
 
 
-def _nb2_nll(case: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Notebook 2: -log p(target) at every position, and which positions are not padding."""
-    logits, targets = case["logits"].astype(np.float64), case["targets"]
-    nll = -np.take_along_axis(_log_softmax(logits), targets[..., None], -1)[..., 0]
-    return nll, targets != int(case["pad_id"])
-
-
 def masked_mean(got: np.ndarray, case: dict, edge: str) -> str:
     """The mean taken over every position, padded ones included."""
-    nll, valid = _nb2_nll(case)
+    nll, valid = _nll(case, "pad_id")
     if not valid.all() and _same(got, np.asarray(nll.mean())):
         return ("the mean includes the padded positions: average only over the targets that are not pad_id "
                 f"({int(valid.sum())} of {valid.size} here).")
@@ -158,7 +151,7 @@ def masked_mean(got: np.ndarray, case: dict, edge: str) -> str:
 
 def perplexity_of_sum(got: np.ndarray, case: dict, edge: str) -> str:
     """exp of the summed NLL instead of the mean."""
-    nll, valid = _nb2_nll(case)
+    nll, valid = _nll(case, "pad_id")
     with np.errstate(over="ignore"):
         summed = np.exp(nll[valid].sum())
     if valid.sum() > 1 and np.isfinite(summed) and _same(got, np.asarray(summed)):
