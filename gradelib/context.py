@@ -24,7 +24,8 @@ class GradeContext:
         and no oracle): course.score_line(ctx, problem, line), the TestResult of a
         model-quality line only it scores (problems/lm_common.course_line), and
         course.reveal(outputs, inputs, sets), which reveals the hidden rows' characters to
-        the handed-in model one step at a time (problems/lm_model.py).
+        the handed-in model one step at a time (problems/lm_model.py), and course.said_record and
+        said_program, which name the child's records without quoting a hidden run (problems/attention.py).
     run_expected: False for the local grader before notebook 3 has trained: a missing
         run file is said to be not trained yet rather than missing from the handin.
     """

@@ -31,7 +31,7 @@ from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 from gradelib.runner.limits import ISOLATION_CHOICES
 
-from ..grading import model_quality
+from ..grading import course_side
 from ..grading.uploads import open_upload
 from .regrade import current_records, write_merged
 
@@ -43,7 +43,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     (generations scored by the oracle)."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
     with sandbox.installed():  # the problems' runs go through the isolation levels
-        return grade_submission(path, case_root=case_root, course=model_quality, open_upload=open_upload, **kwargs)
+        return grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from autograder.build import mutants as mm
 from autograder.build import mutants_lm as lm
 from gradelib import rubric
-from gradelib.problems import lm_functions, losses, masks
+from gradelib.problems import lm_functions
+from gradelib.problems.notebook_functions import LOSSES, MASKS, SPECS
 
 REPO = mm.REPO
 TEST_CELL = '""" # BEGIN TEST CONFIG'
@@ -57,8 +58,8 @@ class Target:
 
 
 TARGETS = (
-    Target("losses", losses.SPEC.notebook, tuple(losses.SPEC.functions), "notebooks"),
-    Target("masks", masks.SPEC.notebook, tuple(masks.SPEC.functions), "notebooks"),
+    Target("losses", LOSSES.notebook, tuple(LOSSES.functions), "notebooks"),
+    Target("masks", MASKS.notebook, tuple(MASKS.functions), "notebooks"),
     Target("prediction", lm_functions.NOTEBOOK, ("collate", "lm_loss", "CausalSelfAttention.forward",
                                                  "CausalSelfAttention.__init__", "embedding_dropout",
                                                  "CausalLanguageModel.__init__", "CausalLanguageModel.forward",
@@ -252,7 +253,7 @@ def _argument(spec: str, x: dict, problem: str):
 def observe(problem: str, namespace: dict, x: dict) -> dict:
     """quantity -> what the notebook's function returned for it on the case `x` (None: raised or absent)."""
     got: dict = {}
-    calls = {"losses": losses.SPEC, "masks": masks.SPEC}.get(problem, lm_functions.SPEC).calls
+    calls = SPECS.get(problem, lm_functions.SPEC).calls
     wanted = {q for g in problem_of(next(t for t in TARGETS if t.problem == problem)).groups for q in g.quantities}
     for call in calls:
         if problem in ("prediction", "generation") and not set(call.outputs) & wanted:

@@ -1,8 +1,6 @@
 """Problem `attention`: grade attention.py's forward and backward passes.
 
-The submission runs in a sandboxed child (child/attention_child.py) on the
-inputs of every case; this module compares what it returns with the expected
-values stored in the case files, which never leave this process.
+The submission runs in a child (child/attention_child.py) on every case's inputs; the expected values stay here.
 """
 
 from __future__ import annotations
@@ -16,27 +14,17 @@ from pathlib import Path
 import numpy as np
 
 from .. import runner as sandbox
-from .. import safeio
+from .. import safeio, scoring
 from ..compare import Observed, check
 from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema
-from ..runner.start import PROGRAM_EVENTS  # the events the child's start file refuses and records
 from ..safeio import SafeReadError, clean_text, quote
-from ..scoring import (
-    Case,
-    CaseOutcome,
-    all_zero,
-    follow_upstream,
-    group_results,
-    load_cases,
-    load_meta,
-    name_float32,
-    observed_from_child,
-)
+from ..scoring import Case, CaseOutcome
 from .autograd_source import autograd_uses
 from .handin_runs import by_visibility, next_limits, run_child
+from .notebook_diagnoses import softmax
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
@@ -75,28 +63,25 @@ UPSTREAM = {
     "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",), "dLdX": ("dLdQ", "dLdK", "dLdV"),
 }
 
+
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade attention.py on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     vis = ctx.visibilities
     src = ctx.submission / FILENAME
     if not src.is_file():
-        return all_zero(problem, vis, f"{FILENAME} is missing from the handin; add it and submit again.")
+        return scoring.all_zero(problem, vis, f"{FILENAME} is missing from the handin; add it and submit again.")
     try:
         source = safeio.read_text(src, MAX_FILE_BYTES)
     except SafeReadError as exc:
-        return all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
+        return scoring.all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
     try:
         static_hits = autograd_uses(source)
     except SyntaxError as exc:
-        return all_zero(
-            problem,
-            vis,
-            f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
-            "Fix the syntax error and run the local autograder.",
-        )
-    cases = load_cases(ctx.case_root, "attention", vis)
+        return scoring.all_zero(problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
+                                              "Fix the syntax error and run the local autograder.")
+    cases = scoring.load_cases(ctx.case_root, "attention", vis)
     if not cases:
-        return all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
+        return scoring.all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
     # The public cases and the hidden ones run in two processes: the public run never has a hidden input at hand,
     # so its words (messages, type names, values, what it printed) can be shown; the hidden run's reach the
@@ -105,11 +90,14 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     runtime_hits: set[str] = set()
     tampered: list[str] = []
     used = 0.0
+    stored = stored_at(source)
+    # How the records of the runs are repeated: the course grader's words, which never quote a hidden run's.
+    said = (ctx.course.said_record, ctx.course.said_program) if ctx.course else (said_record, clean_text)
     for mine in by_visibility(cases):
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
-            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run, stored_at(source)),
+            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run, stored, said),
             limits=next_limits(ctx.limits, used),
         )
         used += run.wall_s
@@ -118,30 +106,26 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         if run.events_tampered:
             tampered.append(run.events_tampered)
         _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
-    name_float32(outcomes)
+    scoring.name_float32(outcomes)
     for outcome in outcomes:
-        follow_upstream(outcome, UPSTREAM)
+        scoring.follow_upstream(outcome, UPSTREAM)
 
     withheld = {}
     reasons = []
     if tampered:  # the pipe that carries the record of autograd calls cannot be trusted
         reasons.append(f"tampered with the grader's record of autograd calls ({tampered[0]})")
     if static_hits:
-        reasons.append(
-            "uses automatic differentiation or a built-in attention: " + clean_text("; ".join(static_hits[:5]))
-        )
+        lines = clean_text("; ".join(static_hits[:5]))
+        reasons.append(f"uses automatic differentiation or a built-in attention: {lines}")
     if runtime_hits:
         reasons.append("used " + ", ".join(sorted(runtime_hits)) + " while running")
     if reasons:
-        msg = (
-            f"Backward points withheld: {FILENAME} "
-            + " and ".join(reasons)
-            + ". This assignment asks for hand-derived gradients with plain tensor operations; "
-            "remove torch.autograd, .backward(), requires_grad and scaled_dot_product_attention."
-        )
+        msg = (f"Backward points withheld: {FILENAME} " + " and ".join(reasons) + ". This assignment asks for "
+               "hand-derived gradients with plain tensor operations; remove torch.autograd, .backward(), "
+               "requires_grad and scaled_dot_product_attention.")
         withheld = {g.id: msg for g in problem.groups if g.backward}
         ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
-    return group_results(problem, outcomes, vis, withheld)
+    return scoring.group_results(problem, outcomes, vis, withheld)
 
 
 def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
@@ -155,39 +139,11 @@ def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
              + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
 
 
-# The records attention_child.py's tripwires write; any other text on the audit pipe or in meta.json is the
-# submission's own (it could carry a hidden input) and is named, not quoted.
-KNOWN_RECORDS = frozenset(
-    {
-        "a call removing the grader's saved-tensors hook",
-        "a saved-tensors hook pushed over the grader's",
-        "a new autograd engine",
-        "a call switching the grader's anomaly mode",
-        "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)",
-        "torch.autograd.backward",
-        "torch.autograd.grad",
-        "Tensor.backward",
-        "scaled_dot_product_attention",
-        "an autograd graph (tensors that require grad)",
-        *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
-        *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
-    }
-)
-
-
-def said_program(label: object) -> str:
-    """An attempt to start another program as the grader may repeat it: a known event, or that it was one."""
-    return str(label) if str(label) in PROGRAM_EVENTS else "an attempt the grader's harness recorded"
-
-
 def said_record(label: object) -> str:
-    """A record of an autograd call as the grader may repeat it: a known label, or what kind of record it is."""
-    text = str(label)
-    if text in KNOWN_RECORDS:
-        return text
-    if text.startswith("the autograd engine ("):
-        return "the autograd engine"
-    return "an autograd call the grader's harness recorded"
+    """A record of an autograd call as the local grader repeats it: on one line, the engine's attribute left out.
+    The course grader (ctx.course.said_record) names any label the child's tripwires do not write, never quotes it."""
+    text = quote(label, 200)
+    return "the autograd engine" if text.startswith("the autograd engine (") else text
 
 
 def stored_at(source: str) -> dict[int, str]:
@@ -204,26 +160,29 @@ def stored_at(source: str) -> dict[int, str]:
     return found
 
 
-def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun,
-             stored: dict[int, str] | None = None):
-    outcomes = []
+def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun, stored: dict[int, str],
+             said: tuple):
+    """Every case's outcome from what the child left in `scratch`, and the autograd calls it recorded (`said`: how
+    to repeat an autograd record and a program's start)."""
+    said_record, said_program = said
     # Events reached the grader as they happened; meta.json is the child's own (editable) record.
     runtime_hits: set[str] = {said_record(label) for label in run.event_args("autograd")}
     # Another program (a fresh interpreter, free of every tripwire) is refused; trying is reported with the rest.
     runtime_hits |= {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}
+    outcomes = []
     for case in cases:
         case_dir = scratch / "outputs" / case.name
-        meta, refused = load_meta(case_dir / "meta.json", root=scratch)
+        meta, refused = scoring.load_meta(case_dir / "meta.json", root=scratch)
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
-        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits,
-                                 stored or {}))
+        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits, stored,
+                                 said_record))
     return outcomes, runtime_hits
 
 
 def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case_dir: Path, meta: dict | None,
              refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str],
-             stored: dict[int, str]) -> CaseOutcome:
+             stored: dict[int, str], said_record) -> CaseOutcome:
     """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`.
     A crash on a line that stores one quantity (`stored`) is said on that quantity; the quantities left unstored
     after it point there. Backward is judged after a failed forward when forward stored all it reads."""
@@ -248,29 +207,28 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
                if (m := re.search(r"\(in attention\.py, line (\d+)", str(errors.get(step, ""))))}
     for q in QUANTITIES:
         stage = "backward" if q.startswith("dLd") else "forward"
-        note = ""
-        hint = HINTS[q]
-        for step in ("import", "init", stage):
-            if step in errors:
-                said = quote(errors[step], 600)
-                if DTYPE_CLASH.search(said):
-                    hint = DTYPE_CLASH_HINT
-                culprit = crashed.get(step) if step == stage else None
-                if culprit and culprit != q:
-                    note = f"{step} stopped before storing it: it raised while computing '{culprit}' (see that line)"
-                else:
-                    note = f"{step} raised {said}"
-                if step == "backward" and "forward" in errors:
-                    note += "; forward had failed first"
-                break
-        if not note and q not in quantities:
+        step = next((s for s in ("import", "init", stage) if s in errors), None)  # the first stage that raised
+        said = quote(errors[step], 600) if step else ""
+        hint = DTYPE_CLASH_HINT if DTYPE_CLASH.search(said) else HINTS[q]
+        culprit = crashed.get(step) if step == stage else None
+        if culprit and culprit != q:
+            note = f"{step} stopped before storing it: it raised while computing '{culprit}' (see that line)"
+        elif step:
+            note = f"{step} raised {said}"
+        elif q not in quantities:
             note = f"{stage} never finished: the submission's process {run.describe()}"
-        if not note:
+        else:
             note = f"{stage} did not store it on self" if q not in ("X_new", "dLdX") else f"{stage} returned None"
+        if step == "backward" and "forward" in errors:
+            note += "; forward had failed first"
         # A wrong shape is reported as such; one far larger than expected is not even read.
-        obs = observed_from_child(case_dir, meta, q, note, root=scratch, max_elements=64 * expected[q].size + 64)
-        if stage == "backward" and "forward" in errors and not fed and not _not_written(errors.get("backward")):
-            # Backward ran on what a failed forward left unstored: nothing it returned can be judged.
+        obs = scoring.observed_from_child(case_dir, meta, q, note, root=scratch,
+                                          max_elements=64 * expected[q].size + 64)
+        backward_error = errors.get("backward")
+        # Backward ran on what a failed forward left unstored (unless it is the handout's NotImplementedError):
+        # nothing it returned can be judged.
+        if stage == "backward" and "forward" in errors and not fed and not (
+                isinstance(backward_error, str) and backward_error.startswith("NotImplementedError")):
             obs = replace(obs, unchecked=f"forward raised {quote(errors['forward'], 600)} (see the forward lines)")
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
@@ -278,16 +236,6 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
         outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
     name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
     return outcome
-
-
-def _not_written(error) -> bool:
-    """Whether a stage's error is the handout's TODO (NotImplementedError): that stage was never written."""
-    return isinstance(error, str) and error.startswith("NotImplementedError")
-
-
-
-
-WEIGHT_GRADIENTS = ("dLdWq", "dLdWk", "dLdWv")
 
 
 def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
@@ -298,17 +246,13 @@ def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
         if c.ratio is None:
             continue
         causes = []
-        if q in WEIGHT_GRADIENTS and batch > 1:
+        if q in ("dLdWq", "dLdWk", "dLdWv") and batch > 1:
             for value, what in ((1 / batch, "1/B"), (float(batch), "B")):
                 if abs(c.ratio - value) <= 1e-3 * value:
                     causes.append(f"{what} (B = {batch}): the weight gradient must be summed over the batch, "
                                   "not averaged (or summed more than once)")
-        for value, what in (
-            (math.sqrt(dk), "sqrt(Dk)"),
-            (1 / math.sqrt(dk), "1/sqrt(Dk)"),
-            (float(dk), "Dk"),
-            (1 / dk, "1/Dk"),
-        ):
+        for value, what in ((math.sqrt(dk), "sqrt(Dk)"), (1 / math.sqrt(dk), "1/sqrt(Dk)"), (float(dk), "Dk"),
+                            (1 / dk, "1/Dk")):
             if abs(c.ratio - value) <= 1e-3 * value:
                 causes.append(f"{what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores is missing, applied twice "
                               "or applied in the wrong place")
@@ -348,15 +292,6 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
     return ""
 
 
-def _causal_softmax(scores: np.ndarray) -> np.ndarray:
-    """Row softmax of (B, T, T) scores with -inf above the diagonal, in float64."""
-    T = scores.shape[-1]
-    masked = np.where(np.triu(np.ones((T, T), dtype=bool), k=1), -np.inf, scores.astype(np.float64))
-    masked = masked - masked.max(axis=-1, keepdims=True)
-    e = np.exp(masked)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
     """Name a wrong scale of the scores when A_sig is the causal softmax of the raw scores A_w times
     another factor than 1/sqrt(Dk) ('' when it is none of them). The grader's own A_w is used, so the
@@ -378,7 +313,9 @@ def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
     if d not in (dk, dv):
         candidates.append((1 / math.sqrt(d), f"A_sig is the causal softmax of A_w / sqrt(D): the scale uses the "
                                              f"input width D = {d}; it is the key/query width Dk = {dk}."))
+    above = np.triu(np.ones(a_w.shape[-2:], dtype=bool), k=1)
     for factor, said in candidates:
-        if np.allclose(a_sig.astype(np.float64), _causal_softmax(a_w * factor), rtol=1e-4, atol=1e-5):
+        if np.allclose(a_sig.astype(np.float64), softmax(np.where(above, -np.inf, a_w * factor)), rtol=1e-4,
+                       atol=1e-5):
             return said
     return ""

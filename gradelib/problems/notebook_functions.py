@@ -1,13 +1,8 @@
-"""Grade a notebook problem: run the student's notebook in the sandboxed child, judge here.
+"""Problems `losses` and `masks` (notebooks 1 and 2): run the student's notebook in the child, judge here.
 
-A notebook problem (problems/losses.py, problems/masks.py) is plain data, a
-NotebookSpec: the notebook's file name, the calls to make (graded function,
-arguments taken from a case's inputs, which return value is which quantity)
-and, per quantity, the types accepted and a hint. Cases live in
-<case_root>/notebooks/<visibility>/cases.json, each tagged with its problem id;
-a case's .npz holds the inputs and expected_<quantity> arrays, and only the
-inputs are copied to the child (child/notebook_child.py), which executes the
-notebook cell by cell and calls the functions. The comparison happens here.
+Each is plain data, a NotebookSpec: the notebook, the calls to make and, per quantity, the types accepted and a hint.
+Cases (<case_root>/notebooks/<visibility>/cases.json) are tagged with their problem id; only a case's inputs reach the
+child (child/notebook_child.py), never its expected_<quantity> arrays.
 """
 
 from __future__ import annotations
@@ -24,14 +19,14 @@ from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting
 from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
+from . import notebook_diagnoses as D
 from .handin_runs import observed, run_notebook_sets
 
 CASE_FOLDER = "notebooks"
 # Settings of every notebook problem (rubric.toml [problems.<id>].settings).
 NOTEBOOK_SETTINGS = {
-    "cell_timeout_s": Setting(
-        (int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it and moves on."
-    ),
+    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it "
+                                                  "and moves on."),
     "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
 }
 
@@ -63,19 +58,106 @@ class NotebookSpec:
     notebook: str
     calls: tuple[Call, ...]
     quantities: dict[str, Quantity]
+    edge_lines: bool = False  # its case files tag edge cases (cases.json "edge")
 
     @property
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
 
-    def schema(self, edge_lines: bool = False, **settings: Setting) -> ProblemSchema:
-        """What a problem graded from this notebook may list in the rubric (`edge_lines`: its cases tag edges)."""
+    def schema(self) -> ProblemSchema:
+        """What a problem graded from this notebook may list in the rubric."""
         outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(
-            settings={**NOTEBOOK_SETTINGS, **settings},
-            quantities=frozenset(self.quantities) | outputs,
-            edge_lines=edge_lines,
-        )
+        return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(self.quantities) | outputs,
+                             edge_lines=self.edge_lines)
+
+
+# Notebook 1: masked-LM and next-token losses in numpy.
+ARRAY = ("numpy.ndarray",)
+NP_SCALAR = ("numpy.float64", "float", "numpy.ndarray")
+NP_QKV = ("array:Q", "array:K", "array:V")
+
+LOSSES = NotebookSpec(
+    notebook="01_mlm_and_next_token.ipynb",
+    calls=(
+        Call("softmax", ("array:z",), {"softmax": None}),
+        Call("scaled_dot_product_attention", NP_QKV, {"attn_weights": 0, "attn_output": 1}),
+        Call("scaled_dot_product_attention", (*NP_QKV, "array:mask"), {"masked_weights": 0, "masked_output": 1}),
+        Call("predicted_ids", ("array:logits",), {"predicted_ids": None}),
+        Call("token_nll", ("array:logits", "array:nll_targets"), {"token_nll": None}),
+        Call("cross_entropy_loss", ("array:logits", "array:targets"), {"cross_entropy_loss": None},
+             kwargs={"ignore_index": "int:ignore_index"}),
+        Call("causal_mask", ("int:T",), {"causal_mask": None}),
+    ),
+    quantities={
+        "softmax": Quantity(ARRAY, "softmax(z) = exp(z - max) / sum(exp(z - max)) over the last axis, each row "
+                                   "summing to 1.", diagnose=D.softmax_axis),
+        "attn_weights": Quantity(ARRAY, "weights = softmax(Q K^T / sqrt(d_k)) over the last (key) axis, with d_k = "
+                                        "K.shape[-1].", diagnose=D.nb1_attention_scale(masked=False),
+                                 upstream=("softmax",)),
+        "attn_output": Quantity(ARRAY, "output = weights @ V, shape (Tq, d_v).", upstream=("attn_weights",)),
+        "masked_weights": Quantity(ARRAY, "add the mask to the scaled scores before the softmax; -inf entries get "
+                                          "weight exactly 0.", diagnose=D.nb1_attention_scale(masked=True),
+                                   upstream=("softmax",)),
+        "masked_output": Quantity(ARRAY, "output = weights @ V with the masked weights.", upstream=("masked_weights",)),
+        "predicted_ids": Quantity(ARRAY, "take the arg-max over the vocabulary axis (axis=-1): one id per position, "
+                                         "shape (N,)."),
+        "token_nll": Quantity(ARRAY, "nll[i] = -log softmax(logits[i])[target_ids[i]] from the max-subtracted "
+                                     "log-softmax, shape (N,).", diagnose=D.overflow("token_nll")),
+        "cross_entropy_loss": Quantity(NP_SCALAR, "the mean of -log p(target) over the positions whose target is not "
+                                            "ignore_index (a scalar).", diagnose=D.cross_entropy_reduction,
+                                       upstream=("token_nll",)),
+        "causal_mask": Quantity(ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.",
+                                additive_mask=True, diagnose=D.wrong_side(additive=True)),
+    },
+    edge_lines=True,
+)
+
+# Notebook 2: attention with causal and padding masks in torch.
+TENSOR = ("torch.Tensor",)
+PT_SCALAR = ("torch.Tensor", "float", "numpy.float64")
+PT_QKV = ("tensor:Q", "tensor:K", "tensor:V")
+LOSS_ARGS = ("tensor:logits", "tensor:targets", "int:pad_id")
+
+MASKS = NotebookSpec(
+    notebook="02_attention_and_masks.ipynb",
+    calls=(
+        Call("uniform_attention", ("tensor:X",), {"uniform": None}),
+        Call("attention", PT_QKV, {"A": 0, "C": 1}),
+        Call("attention", (*PT_QKV, "tensor:mask"), {"A_masked": 0, "C_masked": 1}),
+        Call("causal_mask", ("int:T",), {"causal_mask": None}),
+        Call("padding_mask", ("tensor:tokens", "int:pad_id"), {"padding_mask": None}),
+        Call("combined_mask", ("tensor:tokens", "int:pad_id"), {"combined_mask": None}),
+        Call("masked_mean_loss", LOSS_ARGS, {"masked_mean_loss": None}),
+        Call("perplexity", LOSS_ARGS, {"perplexity": None}),
+    ),
+    quantities={
+        "uniform": Quantity(TENSOR, "H[b, t] is the mean of X[b, 0..t]: cumsum over dim 1 divided by 1..T."),
+        "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes.",
+                      diagnose=D.nb2_attention_scale(masked=False)),
+        "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv).", upstream=("A",)),
+        "A_masked": Quantity(TENSOR, "fill blocked scores (mask False) with -inf before the softmax; a query with no "
+                                     "allowed key gets a row of zeros, not NaN.",
+                             diagnose=D.nb2_attention_scale(masked=True)),
+        "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector.",
+                             upstream=("A_masked",)),
+        "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included).",
+                                diagnose=D.wrong_side(additive=False)),
+        "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
+        "combined_mask": Quantity(TENSOR, "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id (padding on the key "
+                                          "axis, the last).", diagnose=D.combined_mask_axis),
+        "masked_mean_loss": Quantity(PT_SCALAR, "average -log_softmax(logits)[target] over the targets that are not "
+                                          "pad_id.", diagnose=D.masked_mean),
+        "perplexity": Quantity(PT_SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss).",
+                               diagnose=D.perplexity_of_sum, upstream=("masked_mean_loss",)),
+    },
+)
+
+SPECS = {"losses": LOSSES, "masks": MASKS}
+
+
+def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
+    """Grade notebook 1 (`losses`) or 2 (`masks`) on ctx's case sets: a TestResult per (line, visibility)."""
+    return grade_notebook(ctx, problem, SPECS[problem.id])
 
 
 def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
@@ -87,34 +169,26 @@ def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> l
     cases = load_cases(ctx.case_root, CASE_FOLDER, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    settings = problem.settings
-
     outcomes, unread = run_notebook_sets(
-        ctx, problem, src, spec.notebook, cases, spec.calls, settings,
-        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report),
-    )
+        ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
+        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report))
     if unread:
         return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
 
 
-def _outcome(
-    problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun, report: dict | None
-) -> CaseOutcome:
+def _outcome(problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun,
+             report: dict | None) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-    return judge_case(
-        problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused)
-    )
+    return judge_case(problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch,
+                                                              refused=refused))
 
 
 def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:
-    """Every quantity of `spec` (or the `wanted` ones) on one case: observe(q) -> Observed, compared here.
-
-    The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
-    notebooks' grader.check) observes the same calls made in the student's kernel.
-    """
+    """Every quantity of `spec` (or the `wanted` ones) on one case: observe(q) -> Observed, compared here (from
+    what the child wrote, or, for notebook_check.py's grader.check, the same calls made in the student's kernel)."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
@@ -135,20 +209,12 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
 def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
     expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
     if not quantity.additive_mask:
-        return check(
-            name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=quantity.hint
-        )
+        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
+                     hint=quantity.hint)
     # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
     finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
-    early = check(
-        name,
-        Observed(got.present, got.type_name, finite, got.note),
-        np.nan_to_num(expected, neginf=0.0),
-        rtol=0.0,
-        atol=0.0,
-        expected_type=expected_type,
-        hint=quantity.hint,
-    )
+    early = check(name, Observed(got.present, got.type_name, finite, got.note), np.nan_to_num(expected, neginf=0.0),
+                  rtol=0.0, atol=0.0, expected_type=expected_type, hint=quantity.hint)
     if early.stage in ("present", "type", "shape", "dtype"):
         return early
     # ... then exact values, where -inf is a value like any other.
@@ -158,11 +224,6 @@ def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, t
         return Check(name, True, "ok", f"'{name}' matches.", 0.0)
     wrong = np.argwhere(~same)
     first = tuple(int(i) for i in wrong[0])
-    return Check(
-        name,
-        False,
-        "values",
-        f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, first at index "
-        f"({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. Hint: {quantity.hint}",
-        float("inf"),
-    )
+    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, "
+                 f"first at index ({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. "
+                 f"Hint: {quantity.hint}", float("inf"))

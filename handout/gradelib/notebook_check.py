@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .compare import Observed
-from .problems import lm_functions, losses, masks, notebook_functions
+from .problems import lm_functions, notebook_functions
 from .problems.handin_runs import SKIP_TAGS
 from .rubric import Problem, load
 from .safeio import clean_text
@@ -189,7 +189,7 @@ def _as_the_grader_runs_it(objects, skipped: dict[str, str]):
 
 def _spec(problem_id: str):
     if problem_id in ("losses", "masks"):
-        return {"losses": losses.SPEC, "masks": masks.SPEC}[problem_id], "notebooks", "notebook_child"
+        return notebook_functions.SPECS[problem_id], "notebooks", "notebook_child"
     if problem_id in ("prediction", "generation"):
         return lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child"
     raise ValueError(f"no notebook check for problem {problem_id!r}")

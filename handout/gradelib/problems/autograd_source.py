@@ -1,7 +1,6 @@
 """The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation.
 
-The run-time half is the child's tripwires (child/attention_child.py); together they decide whether the backward
-lines may pay. Read from the source alone, so nothing of the submission runs here.
+The run-time half is the child's tripwires (child/attention_child.py). Read from the source: nothing of it runs here.
 """
 
 from __future__ import annotations
@@ -9,31 +8,18 @@ from __future__ import annotations
 import ast
 
 # Names whose use means gradients came from automatic differentiation.
-AUTOGRAD_NAMES = {
-    "autograd",
-    "requires_grad",
-    "requires_grad_",
-    "enable_grad",
-    "grad_fn",
-    "scaled_dot_product_attention",
-    "vjp",
-    "jacrev",
-    "jacfwd",
-    "functorch",
-}
+AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
+                  "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
     """`if __name__ == "__main__":` (either order)."""
-    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
-        return False
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+    test = node.test if isinstance(node, ast.If) else None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False
     sides = [test.left, *test.comparators]
     return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
-        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides
-    )
+        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
 
 
 # Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
@@ -45,19 +31,14 @@ META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval",
 def _main_guards_never_run(tree: ast.Module) -> bool:
     """Whether the module's `if __name__ == "__main__":` blocks surely do not run when it is imported:
     it never binds __name__ itself (`__name__ = "__main__"` first would run them) nor uses META_NAMES."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
-                                           or node.id in META_NAMES):
-            return False
-        if isinstance(node, ast.Attribute) and node.attr in META_NAMES:
-            return False
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names:
-            return False
-        if isinstance(node, ast.Constant) and node.value == "__name__":
-            return False
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names):
-            return False
-    return True
+    return not any(
+        (isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
+                                         or node.id in META_NAMES))
+        or (isinstance(node, ast.Attribute) and node.attr in META_NAMES)
+        or (isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names)
+        or (isinstance(node, ast.Constant) and node.value == "__name__")
+        or (isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names))
+        for node in ast.walk(tree))
 
 
 def _own_backward_classes(tree: ast.Module) -> set[str]:
@@ -100,16 +81,13 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
     for node in ast.walk(tree):
         # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
         # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
-        others = (
-            [a.asname or a.name.split(".")[0] for a in node.names]
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            else [node.arg]
-            if isinstance(node, ast.arg)
-            else [node.name]
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            or (isinstance(node, ast.ExceptHandler) and node.name)
-            else []
-        )
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            others = [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.arg):
+            others = [node.arg]
+        else:
+            named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler))
+            others = [node.name] if named and node.name else []
         for name in others:
             bound.setdefault(("name", name), []).append(False)
         if isinstance(node, ast.Assign):
@@ -124,15 +102,9 @@ def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[s
             continue
         for target, value in [(t, v) for target, value in pairs for t, v in _element_pairs(target, value)]:
             for t in ast.walk(target):
-                key = (
-                    ("name", t.id)
-                    if isinstance(t, ast.Name)
-                    else ("attr", t.attr)
-                    if isinstance(t, ast.Attribute)
-                    else None
-                )
-                if key is None:
+                if not isinstance(t, (ast.Name, ast.Attribute)):
                     continue
+                key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr)
                 direct = t is target  # an element of a tuple target gets one part of the value
                 none = isinstance(value, ast.Constant) and value.value is None
                 bound.setdefault(key, []).append(direct and (is_own(value) or none))
@@ -175,11 +147,9 @@ def autograd_uses(source: str) -> list[str]:
     for node in ast.walk(tree):
         bad = False
         if isinstance(node, ast.Attribute):
-            bad = node.attr in AUTOGRAD_NAMES or (
-                node.attr == "func" and isinstance(node.value, ast.Name) and node.value.id == "torch"
-            )
-            if node.attr == "backward" and not _calls_own_backward(node, own, names, attrs):
-                bad = True
+            bad = node.attr in AUTOGRAD_NAMES or (node.attr == "func" and isinstance(node.value, ast.Name)
+                                                  and node.value.id == "torch") or (
+                node.attr == "backward" and not _calls_own_backward(node, own, names, attrs))
         elif isinstance(node, ast.keyword):
             bad = node.arg in AUTOGRAD_NAMES
         elif isinstance(node, ast.Name):

@@ -1,11 +1,7 @@
 """Tested causes for the notebooks' wrong values: each names a mistake only when the student's array is what it gives.
 
-A diagnosis takes the array a graded function returned, the case's arrays (its
-inputs and expected values) and the case's edge, recomputes on those inputs what
-one named mistake would give (a missing scale, the wrong axis, a sum for a mean,
-...) and returns a sentence naming it when the array matches, '' otherwise. So a
-hint names a cause only when the grader has checked it against the evidence;
-otherwise the quantity's formula is all the student reads.
+A diagnosis (got, the case's arrays, the case's edge) -> str recomputes what one mistake gives on the case's inputs and
+names it when the array matches, '' otherwise: a hint names only a cause checked against the evidence.
 """
 
 from __future__ import annotations
@@ -20,11 +16,11 @@ MATCH = {"rtol": 1e-6, "atol": 1e-9}
 
 def _same(got: np.ndarray, candidate: np.ndarray) -> bool:
     with np.errstate(all="ignore"):
-        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, equal_nan=False,
-                                                                 **MATCH))
+        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, **MATCH))
 
 
-def _softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax of `z` over `axis`, the row's maximum subtracted first (float64 in, float64 out)."""
     with np.errstate(all="ignore"):
         shifted = z - np.max(z, axis=axis, keepdims=True)
         e = np.exp(shifted)
@@ -51,7 +47,7 @@ def softmax_axis(got: np.ndarray, case: dict, edge: str) -> str:
     """softmax(z) normalised over another axis than the last."""
     z = case["z"].astype(np.float64)
     for axis in range(z.ndim - 1):
-        if _same(got, _softmax(z, axis)):
+        if _same(got, softmax(z, axis)):
             return f"the rows are normalised over axis {axis}: take max, exp and sum over the last axis (axis=-1)."
     return overflow("softmax")(got, case, edge)
 
@@ -69,7 +65,7 @@ def nb1_attention_scale(masked: bool):
             candidates.append((1 / math.sqrt(d_v), f"the scores are divided by sqrt(d_v), V's width ({d_v}); d_k is "
                                                    f"K.shape[-1] = {d_k}"))
         for factor, said in candidates:
-            if _same(got, _softmax(raw * factor + mask)):
+            if _same(got, softmax(raw * factor + mask)):
                 return f"the weights are the softmax of Q K^T times another factor: {said}."
         return overflow("the weights")(got, case, edge)
     return diagnose
@@ -83,12 +79,10 @@ def nb2_attention_scale(masked: bool):
         empty = ~allowed.any(axis=-1)  # (B, Tq): queries with no allowed key
         nan_rows = np.isnan(got.astype(np.float64)).any(axis=-1)
         if masked and nan_rows.any() and not (nan_rows & ~empty).any():
-            return (
-                "the rows of queries with no allowed key are NaN (the softmax of only -inf scores): give those rows "
-                "any finite score before the softmax and zero them after it, so their row of A is all zeros."
-            )
+            return ("the rows of queries with no allowed key are NaN (the softmax of only -inf scores): give those "
+                    "rows any finite score before the softmax and zero them after it, so their row of A is all zeros.")
         with np.errstate(all="ignore"):
-            unscaled = _softmax(np.where(allowed, q @ np.swapaxes(k, -1, -2), -np.inf))
+            unscaled = softmax(np.where(allowed, q @ np.swapaxes(k, -1, -2), -np.inf))
         unscaled = np.where(empty[..., None], 0.0, unscaled)
         if _same(got, unscaled):
             return (f"A is the softmax of the unscaled scores: the 1/sqrt(D) scaling is missing (divide Q K^T by "
@@ -97,22 +91,20 @@ def nb2_attention_scale(masked: bool):
     return diagnose
 
 
-def _scored_nll(case: dict) -> tuple[np.ndarray, int]:
-    """Notebook 1: -log p(target) of the positions whose target is not ignore_index, and N."""
+def _nll(case: dict, skipped: str) -> tuple[np.ndarray, np.ndarray]:
+    """-log p(target) at every position (ignore_index = -100 reads id 0), and which targets are not case[skipped]."""
     logits, targets = case["logits"].astype(np.float64), case["targets"]
-    scored = targets != int(case["ignore_index"])
-    logp = _log_softmax(logits[scored])
-    return -logp[np.arange(int(scored.sum())), targets[scored]], len(targets)
+    nll = -np.take_along_axis(_log_softmax(logits), np.clip(targets, 0, None)[..., None], -1)[..., 0]
+    return nll, targets != int(case[skipped])
 
 
 def cross_entropy_reduction(got: np.ndarray, case: dict, edge: str) -> str:
     """The scored positions' NLL summed, or divided by N instead of by their count."""
-    nll, n = _scored_nll(case)
+    nll, scored = _nll(case, "ignore_index")
+    nll, n = nll[scored], scored.size
     if _same(got, np.asarray(nll.sum())):
-        return (
-            f"the loss is the sum over the {len(nll)} scored positions: "
-            "divide it by their number (average, do not sum)."
-        )
+        return (f"the loss is the sum over the {len(nll)} scored positions: divide it by their number (average, do "
+                "not sum).")
     if len(nll) != n and _same(got, np.asarray(nll.sum() / n)):
         return (f"the loss is divided by N = {n}, every position: divide by the {len(nll)} positions whose target is "
                 "not ignore_index, not by N.")
@@ -123,10 +115,8 @@ def combined_mask_axis(got: np.ndarray, case: dict, edge: str) -> str:
     """Padding applied to the query axis instead of the key axis."""
     tokens, pad = case["tokens"], int(case["pad_id"])
     T = tokens.shape[1]
-    real = tokens != pad
-    if got.shape == (len(tokens), T, T) and np.array_equal(
-        got, np.tril(np.ones((T, T), bool))[None] & real[:, :, None]
-    ):
+    wrong = np.tril(np.ones((T, T), bool))[None] & (tokens != pad)[:, :, None]
+    if got.shape == (len(tokens), T, T) and np.array_equal(got, wrong):
         return ("padding blocks the query axis here: a padded token must not be attended to, so it blocks the key "
                 "axis (the last): mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id.")
     return ""
@@ -146,16 +136,9 @@ def wrong_side(additive: bool):
     return diagnose
 
 
-def _nb2_nll(case: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Notebook 2: -log p(target) at every position, and which positions are not padding."""
-    logits, targets = case["logits"].astype(np.float64), case["targets"]
-    nll = -np.take_along_axis(_log_softmax(logits), targets[..., None], -1)[..., 0]
-    return nll, targets != int(case["pad_id"])
-
-
 def masked_mean(got: np.ndarray, case: dict, edge: str) -> str:
     """The mean taken over every position, padded ones included."""
-    nll, valid = _nb2_nll(case)
+    nll, valid = _nll(case, "pad_id")
     if not valid.all() and _same(got, np.asarray(nll.mean())):
         return ("the mean includes the padded positions: average only over the targets that are not pad_id "
                 f"({int(valid.sum())} of {valid.size} here).")
@@ -168,12 +151,10 @@ def masked_mean(got: np.ndarray, case: dict, edge: str) -> str:
 
 def perplexity_of_sum(got: np.ndarray, case: dict, edge: str) -> str:
     """exp of the summed NLL instead of the mean."""
-    nll, valid = _nb2_nll(case)
+    nll, valid = _nll(case, "pad_id")
     with np.errstate(over="ignore"):
         summed = np.exp(nll[valid].sum())
     if valid.sum() > 1 and np.isfinite(summed) and _same(got, np.asarray(summed)):
-        return (
-            "the perplexity is exp of the summed NLL: "
-            "it is exp of the mean NLL per valid token, not exp of the summed NLL."
-        )
+        return ("the perplexity is exp of the summed NLL: it is exp of the mean NLL per valid token, not exp of the "
+                "summed NLL.")
     return ""

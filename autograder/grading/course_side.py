@@ -1,0 +1,47 @@
+"""What the course grader adds to the kit's grading, passed as grade_submission's `course` (GradeContext.course).
+
+The model-quality lines (model_quality.py: score_line, reveal), and the words in which attention's grading repeats
+what the child's tripwires recorded: a run with a hidden input at hand may write anything on the audit pipe or in
+meta.json, so a label the tripwires do not write is named, never quoted.
+"""
+
+from __future__ import annotations
+
+from gradelib.runner.start import PROGRAM_EVENTS  # the events the child's start file refuses and records
+
+from .model_quality import reveal, score_line
+
+__all__ = ["reveal", "score_line", "said_program", "said_record"]
+
+# The records attention_child.py's tripwires write.
+KNOWN_RECORDS = frozenset(
+    {
+        "a call removing the grader's saved-tensors hook",
+        "a saved-tensors hook pushed over the grader's",
+        "a new autograd engine",
+        "a call switching the grader's anomaly mode",
+        "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)",
+        "torch.autograd.backward",
+        "torch.autograd.grad",
+        "Tensor.backward",
+        "scaled_dot_product_attention",
+        "an autograd graph (tensors that require grad)",
+        *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
+        *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
+    }
+)
+
+
+def said_program(label: object) -> str:
+    """An attempt to start another program as the grader may repeat it: a known event, or that it was one."""
+    return str(label) if str(label) in PROGRAM_EVENTS else "an attempt the grader's harness recorded"
+
+
+def said_record(label: object) -> str:
+    """A record of an autograd call as the grader may repeat it: a known label, or what kind of record it is."""
+    text = str(label)
+    if text in KNOWN_RECORDS:
+        return text
+    if text.startswith("the autograd engine ("):
+        return "the autograd engine"
+    return "an autograd call the grader's harness recorded"
