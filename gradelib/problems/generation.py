@@ -32,12 +32,10 @@ SCHEMA = ProblemSchema(
     settings={
         "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters "
                                  "mixed into the oracle (and its insertion-channel rate).", fraction),
-        "full_credit_perplexity": Setting(
-            (int, float), None, "Perplexity at or below which the perplexity line earns all its points."
-        ),
-        "zero_credit_perplexity": Setting(
-            (int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."
-        ),
+        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line "
+                                          "earns all its points."),
+        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear "
+                                          "in log in between)."),
         **lm_functions.FUNCTION_SETTINGS,
         **lm_functions.SAMPLING_SETTINGS,
     },

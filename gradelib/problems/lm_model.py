@@ -11,7 +11,6 @@ calls the notebook's generate() and predict(), to score generations and to compa
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -58,7 +57,6 @@ class ModelRun:
     generated: np.ndarray | None = None
     predicted: np.ndarray | None = None
     call_problems: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
     # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
     # predict): for the benchmarks only, never for a grade, since the child could say anything.
     steps: dict[str, float] = field(default_factory=dict)
@@ -224,7 +222,6 @@ def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, ru
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
-    start = time.monotonic()
     inputs = _inputs(ctx)
     if isinstance(inputs, str):
         return ModelRun(inputs)
@@ -236,7 +233,6 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
                  child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs),
                  companion=partial(_reveal, ctx, inputs), limits=limits)
-    result.seconds = time.monotonic() - start
     return result
 
 

@@ -23,12 +23,10 @@ INPUTS = "lm/prediction_test.npz"
 
 SCHEMA = ProblemSchema(
     settings={
-        "full_credit_nll": Setting(
-            (int, float), None, "Prediction NLL (nats/char) at or below which the nll line earns all its points."
-        ),
-        "zero_credit_nll": Setting(
-            (int, float), None, "Prediction NLL at or above which the nll line earns nothing (linear in between)."
-        ),
+        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line "
+                                   "earns all its points."),
+        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing "
+                                   "(linear in between)."),
         **lm_functions.FUNCTION_SETTINGS,
     },
     line_ids=frozenset({"format", "nll"}),
