@@ -178,12 +178,10 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
     elif not hidden:
         for cell in report.get("cells", []):
-            if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
-                continue
-            lines.append(
-                f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
-                f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}"
-            )
+            if isinstance(cell, dict) and cell.get("status") in ("raised", "syntax error", "timed out"):
+                lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
+                             f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: "
+                             f"{quote(cell.get('message'), 320)}")
     if report is not None and run.timed_out:
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
