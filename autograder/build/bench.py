@@ -374,14 +374,16 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                     sandbox.installed(),
                     sandbox.session(work, ctx.limits, sandbox.PRELOAD + (sandbox.PRELOAD_NOTEBOOKS if plots else ())),
                 ):
+                    start = time.monotonic()
                     run = lm_model.model_run(ctx, settings)
+                    seconds = time.monotonic() - start
             if run.problem:
                 raise BenchError(f"the reference model did not run: {run.problem}")
             whole = (
                 "the whole run as the grader sees it, with the template process starting (interpreter, numpy, torch)"
                 + (", matplotlib" if plots else "")
             )
-            for name, value in {**run.steps, whole: run.seconds}.items():
+            for name, value in {**run.steps, whole: seconds}.items():
                 steps.setdefault(name, []).append(value)
     finally:
         os.sched_setaffinity(0, before)

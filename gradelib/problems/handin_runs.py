@@ -1,13 +1,7 @@
 """Run a handin's code in the sandbox for every problem that needs it: attention.py, a notebook, a trained model.
 
-Each run gets a scratch folder holding the handin file it runs (under submission/),
-the inputs of every case (a case file's arrays without its expected_* ones, which
-never leave the grader's process), the child harness scripts of gradelib/child/ and a
-task.json; the child writes its results under outputs/, and `collect` reads them
-back before the folder is removed. A notebook's child (child/notebook_child.py and
-the scripts built on it) runs the code cells first, then calls the graded functions:
-`run_notebook` writes its task, `observed` reads a quantity back and `note_cells`
-tells the student which cells failed.
+Each run's scratch folder holds the handin file (under submission/), each case's inputs (never its expected_*
+arrays, which stay in the grader's process), the child harness scripts and task.json; the child writes outputs/.
 """
 
 from __future__ import annotations
@@ -59,35 +53,16 @@ def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
     return replace(limits, timeout_s=max(limits.timeout_s - used_s, limits.timeout_s / 2))
 
 
-def case_inputs(path: Path) -> dict[str, np.ndarray]:
-    """A case file's inputs: every array but the expected_* ones."""
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files if not k.startswith("expected_")}
-
-
-def run_child(
-    ctx: GradeContext,
-    label: str,
-    *,
-    src: Path,
-    name: str,
-    cases: list[tuple[str, Path]],
-    child: str,
-    harness: tuple[str, ...],
-    task: dict,
-    collect: Callable,
-    prepare: Callable[[Path], dict] | None = None,
-    companion: Callable | None = None,
-    limits: sandbox.Limits | None = None,
-):
+def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: list[tuple[str, Path]], child: str,
+              harness: tuple[str, ...], task: dict, collect: Callable, prepare: Callable[[Path], dict] | None = None,
+              companion: Callable | None = None, limits: sandbox.Limits | None = None):
     """Run `child` in the sandbox on the handin file `src` (copied as submission/<name>) and each case's inputs.
 
-    `cases` are (case name, path of its .npz); `task` is written as task.json with the cases listed
-    in it. `prepare(scratch)` adds files and returns more task entries; `companion(scratch)` starts work
-    that runs beside the child and returns a function, called once the child is gone, whose result is
-    passed to `collect` as a last argument. `collect(scratch, run[, companion's result])` reads the
-    child's outputs before the scratch folder is removed. `limits` replaces ctx.limits for this run.
-    Returns (what collect returned, the ChildRun).
+    `cases` are (case name, path of its .npz); `task` is written as task.json with the cases listed in it.
+    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)` starts work beside the child
+    and returns a function, called once the child is gone, whose result is passed to `collect` as a last argument.
+    `collect(scratch, run[, companion's result])` reads the child's outputs before the scratch folder is removed.
+    `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
     """
     scratch = ctx.new_scratch(label)
     try:
@@ -95,7 +70,9 @@ def run_child(
         shutil.copyfile(src, scratch / "submission" / name)
         (scratch / "inputs").mkdir()
         for case_name, path in cases:
-            np.savez(scratch / "inputs" / f"{case_name}.npz", **case_inputs(path))
+            with np.load(path, allow_pickle=False) as data:
+                np.savez(scratch / "inputs" / f"{case_name}.npz",
+                         **{k: data[k] for k in data.files if not k.startswith("expected_")})
         for script in harness:
             shutil.copyfile(CHILD / script, scratch / script)
         task = {**task, "cases": [{"name": n, "inputs": f"inputs/{n}.npz"} for n, _ in cases]}
@@ -111,64 +88,39 @@ def run_child(
         sandbox.remove_tree(scratch)
 
 
-def notebook_task(notebook: str, calls, settings: dict, limits: sandbox.Limits) -> dict:
-    """task.json for a notebook child: the cells to skip, the time limits, the calls to make."""
-    return {
-        "notebook": f"submission/{notebook}",
-        "skip_tags": list(SKIP_TAGS),
-        "skip_patterns": [OTTER_CELL],
-        "cell_timeout_s": float(settings["cell_timeout_s"]),
-        "call_timeout_s": float(settings["call_timeout_s"]),
-        # Leave the sandbox's own kill a margin, so a slow notebook ends with results.
-        "budget_s": max(1.0, limits.timeout_s * 0.85 - 2.0),
-        "functions": sorted({c.function for c in calls}),
-        "calls": [
-            {"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
-            for c in calls
-        ],
-    }
-
-
-def run_notebook(
-    ctx: GradeContext,
-    label: str,
-    src: Path,
-    notebook: str,
-    cases: list[tuple[str, Path]],
-    calls,
-    settings: dict,
-    collect: Callable,
-    child: str = "notebook_child.py",
-    harness: tuple[str, ...] = NOTEBOOK_HARNESS,
-    prepare: Callable[[Path], dict] | None = None,
-    companion: Callable | None = None,
-    limits: sandbox.Limits | None = None,
-):
+def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases: list[tuple[str, Path]], calls,
+                 settings: dict, collect: Callable, child: str = "notebook_child.py",
+                 harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None,
+                 companion: Callable | None = None, limits: sandbox.Limits | None = None):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
-    `collect(scratch, run, report[, companion's result])` reads the child's outputs, `report` being
-    the child's notebook report (outputs/notebook.json, None when the child never wrote it). Returns
-    (what collect returned, the ChildRun, the report); see run_child for the other arguments.
+    `collect(scratch, run, report[, companion's result])` reads the child's outputs, `report` being the child's
+    notebook report (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned,
+    the ChildRun, the report); see run_child for the other arguments.
     """
     limits = limits or ctx.limits
+    task = {
+        "notebook": f"submission/{notebook}", "skip_tags": list(SKIP_TAGS), "skip_patterns": [OTTER_CELL],
+        "cell_timeout_s": float(settings["cell_timeout_s"]), "call_timeout_s": float(settings["call_timeout_s"]),
+        "budget_s": max(1.0, limits.timeout_s * 0.85 - 2.0),  # a margin before the sandbox's kill: results come back
+        "functions": sorted({c.function for c in calls}),
+        "calls": [{"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
+                  for c in calls],
+    }
     reports: list[dict | None] = []
 
     def collect_with_report(scratch: Path, run: sandbox.ChildRun, *finished):
         reports.append(read_meta(scratch / "outputs" / "notebook.json", root=scratch))
         return collect(scratch, run, reports[0], *finished)
 
-    collected, run = run_child(
-        ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness,
-        task=notebook_task(notebook, calls, settings, limits), collect=collect_with_report,
-        prepare=prepare, companion=companion, limits=limits,
-    )
+    collected, run = run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness,
+                               task=task, collect=collect_with_report, prepare=prepare, companion=companion,
+                               limits=limits)
     return collected, run, reports[0] if reports else None
 
 
-def observed(
-    q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None, root: Path | None = None,
-    refused: str = "",
-) -> Observed:
+def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None,
+             root: Path | None = None, refused: str = "") -> Observed:
     """What a notebook's child recorded for quantity q of a case, or why there is nothing (`refused`: why its
     meta.json was not read)."""
     if meta is None and refused:
@@ -226,17 +178,14 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
     elif not hidden:
         for cell in report.get("cells", []):
-            if not isinstance(cell, dict) or cell.get("status") not in ("raised", "syntax error", "timed out"):
-                continue
-            lines.append(
-                f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
-                f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: {quote(cell.get('message'), 320)}"
-            )
+            if isinstance(cell, dict) and cell.get("status") in ("raised", "syntax error", "timed out"):
+                lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
+                             f"(`{quote(cell.get('first_line'), 60)}`) {cell.get('status')}: "
+                             f"{quote(cell.get('message'), 320)}")
     if report is not None and run.timed_out:
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
-        shown = lines[:MAX_CELL_NOTES] + (
-            [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        )
+        more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
+        shown = lines[:MAX_CELL_NOTES] + more
         which = " on the hidden cases" if hidden else ""
         ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:", *shown]))

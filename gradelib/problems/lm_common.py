@@ -1,9 +1,4 @@
-"""What the two language-model problems share: the handin's arrays read safely, the fixture prompts, credit.
-
-problems/prediction.py and problems/generation.py each grade an array the trained
-run wrote (predictions.npy, generated.npy) and a figure of the handed-in model
-between two thresholds; these helpers are the parts they have in common.
-"""
+"""What the two language-model problems share: the handin's arrays read safely, the fixture prompts, credit."""
 
 from __future__ import annotations
 
@@ -13,7 +8,9 @@ import numpy as np
 
 from .. import safeio
 from ..context import GradeContext
+from ..results import TestResult
 from ..safeio import SafeReadError
+from ..scoring import lines
 
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
@@ -58,20 +55,42 @@ def course_line(ctx: GradeContext, problem, line):
 
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
-    return (
-        f"{problem_id}: {rel} is missing under {ctx.case_root}: "
-        "the case files are incomplete (download the handout again)."
-    )
+    return (f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete "
+            "(download the handout again).")
+
+
+def format_verdict(problem_id: str, well_formed: str, why: str, ok: str) -> tuple[float, str]:
+    """The 'format' line's (fraction, message): full points for a well-formed array that the handed-in model made
+    (`why` is ''), none for any other."""
+    if why:
+        return 0.0, (f"{problem_id}: {well_formed}, but this line counts only for the arrays your handed-in model "
+                     f"makes, and {why}.")
+    return 1.0, ok
+
+
+def array_results(ctx: GradeContext, problem, scored: str, verdict: tuple[float, str] | None,
+                  message: str) -> list[TestResult]:
+    """A TestResult per array line of `problem`: `scored` is the course grader's (course_line), 'format' gets
+    `verdict` (format_verdict), or `message` when the array could not be read (`verdict` None)."""
+    tests = []
+    for line in lines(problem, ctx.visibilities):
+        if line.group.id == scored:
+            tests.append(course_line(ctx, problem, line))
+        elif verdict is None:
+            tests.append(line.result(0.0, message))
+        elif line.group.id == "format":
+            tests.append(line.result(*verdict))
+        else:
+            tests.append(line.result(0.0, f"{problem.id}: unknown rubric line '{line.group.id}'"))
+    return tests
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
              missing: str = "") -> tuple[np.ndarray | None, str]:
     """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
 
-    gradelib/safeio.py reads it: a link or special file, pickled (object), structured,
-    complex or long-double arrays and arrays far larger than expected are refused from
-    the header, before any data is loaded. A wrong row count or shape is reported
-    before a wrong dtype: it says more about what went wrong.
+    safeio refuses links, special files and pickled, structured, complex or far too large arrays from the header,
+    before any data is loaded. A wrong row count or shape is reported before a wrong dtype: it says more.
     """
     name = path.name
     size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
@@ -84,11 +103,8 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
                 missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
             )
         if exc.reason == "size" and exc.shape is not None:
-            return (
-                None,
-                f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected {expected_shape}; "
-                "it was not read.",
-            )
+            return None, (f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected "
+                          f"{expected_shape}; it was not read.")
         if exc.reason != "dtype" or exc.shape is None:
             return None, f"{problem_id}: {exc}"
         arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"

@@ -1,50 +1,18 @@
 """Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models.
 
-Problems `prediction` and `generation` each have two kinds of rubric lines:
-lines about the arrays the trained model wrote (no `quantities`; graded by
-problems/prediction.py and problems/generation.py) and lines about the notebook
-functions that wrote them (with `quantities`; graded here, independent of
-training quality). The notebook runs in the sandboxed child (child/lm_child.py
-on top of child/notebook_child.py; cells tagged skip-grading, such as training, are
-skipped); predict() and generate() are called on the table-lookup models of
-gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weights.
-The child returns arrays; the judging happens here. Each problem runs the child
-once, with only the calls its own lines need.
-
-Cases: <case_root>/lm_functions/<visibility>/ (the handout's public ones in tests/lm_functions/).
-Function lines (rubric.toml), by the quantities they need:
-
-    prediction  predict_function   predict_logits: exact logits, step t after the greedy picks of steps < t;
-                                   predict_mode: the model's train/eval mode restored after the call
-    prediction  collate_and_loss   collate_inputs, collate_targets (exact), lm_loss (float32 tolerance)
-    prediction  causal_attention   attention_causal, attention_out: CausalSelfAttention on fixed weights, eval
-                                   mode, on x and on x with the positions from att_position on changed;
-                                   outputs before that position must not move
-    prediction  model_building     model_causal, model_logits (the same for CausalLanguageModel), weight_tied
-                                   (fc.weight is token_embedding.weight), emb_dropout_train (whole rows
-                                   dropped, kept ones scaled by 1/(1-p), about p of them dropped),
-                                   emb_dropout_eval (the weight unchanged)
-    generation  generate_greedy    greedy_ids: greedy by default, never <eos>/<pad>; zero_temperature_ids:
-                                   temperature 0 is greedy whatever top_k/top_p say; generate_mode: the
-                                   model's mode restored after the call
-    generation  generate_sampling  top_k1_ids, top_p_tiny_ids, cold_ids (each equal to greedy),
-                                   top_k_ids, top_p_ids (inside the top-k set / nucleus),
-                                   sampled_ids (frequencies close to softmax(logits / temperature)),
-                                   sampled_top_k_ids, sampled_top_p_ids (never outside the top-k set /
-                                   nucleus, frequencies close to the softmax renormalised over it),
-                                   sampled_top_k_tie_ids (tokens tied with the k-th best logit are all
-                                   kept), sampled_top_p_edge_ids (the token that carries the cumulative
-                                   probability past top_p is kept)
-
-Expected values are stored in the case files, computed by numpy implementations
-independent of the solution notebook. Sampled ids are
-checked as samples: 8000 draws of one step from a model whose greedy token holds
-under half of every filtered distribution's mass, so greedy ids are far off.
+Problems `prediction` and `generation` grade here the rubric lines that list `quantities` (the others, about the
+trained model's arrays, are prediction.py's and generation.py's), whatever the quality of training. The notebook runs
+in the sandboxed child (child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and
+generate() on the table-lookup models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and
+weights; the child returns arrays, judged here against expected values that independent numpy implementations stored
+in the case files (<case_root>/lm_functions/<visibility>/). Sampled ids are judged as samples: 8000 draws of one
+step from a model whose greedy token holds under half of every filtered distribution's mass.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +25,6 @@ from ..results import TestResult
 from ..rubric_schema import Problem, Setting, fraction
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
 from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
-from .lm_hints import HINTS
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -66,9 +33,8 @@ HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
 # Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
 # imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
 FUNCTION_SETTINGS = {
-    "cell_timeout_s": Setting(
-        (int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells never run)."
-    ),
+    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells "
+                              "never run)."),
     "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
 }
 # A correct sampler stays below this total-variation distance with overwhelming probability at
@@ -79,9 +45,16 @@ SAMPLING_SETTINGS = {
                                "of generate()'s samples and softmax(logits / temperature).", fraction),
 }
 
-MODEL = "model:m"
-STEPS = "int:steps"
-SAMPLE = {"temperature": "float:unit_temperature"}
+MODEL, STEPS, UNIT, DIST = "model:m", "int:steps", "float:unit_temperature", "float:dist_temperature"
+
+
+def _generate(q: str, model: str = MODEL, **kwargs: str) -> Call:
+    """The generate() call for quantity q: on the prompts of `model` (the case's table model m), or one step on
+    dist_inp of a distribution model."""
+    args = (model, "tensor:inp", STEPS) if model == MODEL else (model, "tensor:dist_inp", "int:one")
+    return Call("generate", args, {q: None}, kwargs=kwargs)
+
+
 SPEC = NotebookSpec(
     notebook=NOTEBOOK,
     calls=(
@@ -89,27 +62,19 @@ SPEC = NotebookSpec(
         # A quantity named *_mode: child/lm_child.py calls the function on the model in training mode,
         # then in eval mode, and records model.training after each call.
         Call("predict", (MODEL, "tensor:inp", STEPS), {"predict_mode": None}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"greedy_ids": None}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"generate_mode": None}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"zero_temperature_ids": None},
-             kwargs={"temperature": "float:zero_temperature", "top_k": "int:top_k", "top_p": "float:top_p"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_k1_ids": None}, kwargs={**SAMPLE, "top_k": "int:one"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_tiny_ids": None},
-             kwargs={**SAMPLE, "top_p": "float:tiny_p"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"cold_ids": None},
-             kwargs={"temperature": "float:cold_temperature"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_k_ids": None}, kwargs={**SAMPLE, "top_k": "int:top_k"}),
-        Call("generate", (MODEL, "tensor:inp", STEPS), {"top_p_ids": None}, kwargs={**SAMPLE, "top_p": "float:top_p"}),
-        Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_ids": None},
-             kwargs={"temperature": "float:dist_temperature"}),
-        Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_top_k_ids": None},
-             kwargs={"temperature": "float:dist_temperature", "top_k": "int:top_k"}),
-        Call("generate", ("model:d", "tensor:dist_inp", "int:one"), {"sampled_top_p_ids": None},
-             kwargs={"temperature": "float:dist_temperature", "top_p": "float:dist_top_p"}),
-        Call("generate", ("model:t", "tensor:dist_inp", "int:one"), {"sampled_top_k_tie_ids": None},
-             kwargs={"temperature": "float:unit_temperature", "top_k": "int:tie_k"}),
-        Call("generate", ("model:e", "tensor:dist_inp", "int:one"), {"sampled_top_p_edge_ids": None},
-             kwargs={"temperature": "float:unit_temperature", "top_p": "float:edge_p"}),
+        _generate("greedy_ids"),
+        _generate("generate_mode"),
+        _generate("zero_temperature_ids", temperature="float:zero_temperature", top_k="int:top_k", top_p="float:top_p"),
+        _generate("top_k1_ids", temperature=UNIT, top_k="int:one"),
+        _generate("top_p_tiny_ids", temperature=UNIT, top_p="float:tiny_p"),
+        _generate("cold_ids", temperature="float:cold_temperature"),
+        _generate("top_k_ids", temperature=UNIT, top_k="int:top_k"),
+        _generate("top_p_ids", temperature=UNIT, top_p="float:top_p"),
+        _generate("sampled_ids", "model:d", temperature=DIST),
+        _generate("sampled_top_k_ids", "model:d", temperature=DIST, top_k="int:top_k"),
+        _generate("sampled_top_p_ids", "model:d", temperature=DIST, top_p="float:dist_top_p"),
+        _generate("sampled_top_k_tie_ids", "model:t", temperature=UNIT, top_k="int:tie_k"),
+        _generate("sampled_top_p_edge_ids", "model:e", temperature=UNIT, top_p="float:edge_p"),
         Call("collate", ("pieces:pieces",), {"collate_inputs": 0, "collate_targets": 1}),
         Call("lm_loss", ("tensor:loss_logits", "tensor:loss_targets"), {"lm_loss": None}),
         # Classes: child/lm_child.py builds them, loads the case's weights and runs them in eval mode.
@@ -129,6 +94,54 @@ DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # embedding_dropout's count of dropped rows may be this many binomial standard deviations
 # from p * rows: a correct implementation falls outside with probability below 2e-9.
 DROPPED_ROWS_SD = 6.0
+# The hint a failure of each quantity gives.
+HINTS = {
+    "predict_logits": "step t is model(inp + greedy picks of steps < t)[:, -1]: raw logits (no softmax), the argmax "
+    "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
+    "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
+    "append each pick and run the model on the whole sequence again; call model.eval() first.",
+    "predict_mode": "predict() runs the model in eval mode and then restores the mode it found: `was = model.training; "
+    "model.eval(); ...; model.train(was)`.",
+    "generate_mode": "generate() runs the model in eval mode and then restores the mode it found: "
+    "`was = model.training; model.eval(); ...; model.train(was)`.",
+    "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
+    "no sampling and no division by 0.",
+    "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
+    "with the k-th are all kept (e.g. logits < torch.topk(logits, k).values[:, -1:] set to -inf).",
+    "sampled_top_p_edge_ids": "the nucleus is the smallest set of most probable tokens whose probabilities reach "
+    "top_p: the token that carries the sum past top_p is kept "
+    "(drop a token when the mass ranked above it is >= top_p).",
+    "top_k1_ids": "top_k=1 keeps only the best allowed token, so sampling must return the greedy ids.",
+    "top_p_tiny_ids": "a tiny top_p keeps only the most probable allowed token "
+    "(the nucleus always holds at least one).",
+    "cold_ids": "temperature 0.01 divides the logits by 0.01 before the softmax: almost all mass on the greedy token.",
+    "top_k_ids": "after excluding <eos>/<pad>, keep the k highest logits and sample among those only.",
+    "top_p_ids": "keep the smallest set of most probable allowed tokens whose probabilities sum to at least top_p.",
+    "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial).",
+    "sampled_top_k_ids": "with temperature > 0 and top_k, sample (torch.multinomial) from the softmax of the k best "
+    "allowed logits divided by the temperature.",
+    "sampled_top_p_ids": "with temperature > 0 and top_p, sample (torch.multinomial) from the softmax, renormalised, "
+    "of the nucleus computed on logits / temperature.",
+    "collate_inputs": "row b is piece_b[:-1] followed by PAD (id 1) up to T = the longest piece's length - 1, int64.",
+    "collate_targets": "row b is piece_b[1:] followed by PAD (id 1), int64: the inputs shifted by one.",
+    "lm_loss": "the mean of -log softmax(logits)[target] over the positions whose target is not PAD "
+    "(F.cross_entropy on flattened (N, V) logits with ignore_index=PAD), a scalar.",
+    "attention_out": "per head softmax(Q K^T / sqrt(hs)) V with the causal mask, heads side by side, then self.proj; "
+    "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
+    "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
+    "(with -inf) before the softmax.",
+    "attention_out_unscaled": "divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) before the "
+    "softmax.",
+    "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
+    "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
+    "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
+    "model_logits_unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size) "
+    "before the softmax.",
+    "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
+    "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
+    "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
+    "emb_dropout_eval": "when training is False (or p == 0), return the weight unchanged.",
+}
 
 
 def split_lines(problem: Problem) -> tuple[Problem, Problem]:
@@ -143,8 +156,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     problem = split_lines(problem)[1]
     if not problem.groups:
         return []
-    vis = ctx.visibilities
-    src = ctx.submission / NOTEBOOK
+    vis, src = ctx.visibilities, ctx.submission / NOTEBOOK
     if not src.is_file():
         return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} is missing from the handin; "
                         "its predict() and generate() are graded from it: add it and submit again.")
@@ -153,12 +165,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return all_zero(problem, vis, f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
-
-    outcomes, unread = run_notebook_sets(
-        ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
-        lambda case, scratch, run, report: _outcome(problem, case, scratch, run, report),
-        child="lm_child.py", harness=HARNESS,
-    )
+    outcomes, unread = run_notebook_sets(ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
+                                         partial(_outcome, problem), child="lm_child.py", harness=HARNESS)
     if unread:
         return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
@@ -170,19 +178,11 @@ def _named_special_ids(result: Check, obs: Observed) -> Check:
     if result.passed or result.stage != "values" or obs.array is None:
         return result
     found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
-             for name, token in (("<eos>", EOS), ("<pad>", PAD))
-             if (obs.array == token).any()]
+             for name, token in (("<eos>", EOS), ("<pad>", PAD)) if (obs.array == token).any()]
     if not found:
         return result
     return replace(result, message=f"'{result.name}' holds {' and '.join(found)}: generate must never emit them; "
                    f"set their logits to -inf before choosing (filter_logits). {result.message}")
-
-
-def _as(got: Observed, kind: str, dtype) -> Observed:
-    """Any float (logits) or integer (ids) dtype is accepted: compare in the contract's dtype."""
-    if got.array is not None and got.array.dtype.kind in kind:
-        return replace(got, array=got.array.astype(dtype))
-    return got
 
 
 def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
@@ -192,11 +192,8 @@ def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOu
 
 
 def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
-    """The quantities of `problem`'s lines on one case: observe(q) -> Observed, judged here.
-
-    The course grader observes what its sandboxed child wrote; gradelib/notebook_check.py (the
-    notebook's grader.check) observes the same calls made in the student's kernel.
-    """
+    """The quantities of `problem`'s lines on one case: observe(q) -> Observed (what the sandboxed child wrote, or
+    for notebook_check.py's grader.check the same calls made in the student's kernel), judged here."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
         judge = _Judge(problem, {k: data[k] for k in data.files}, observe)
@@ -216,16 +213,20 @@ class _Judge:
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
 
     def got(self, q: str, kind: str, dtype) -> Observed:
-        return _as(self.observe(q), kind, dtype)
+        """What the notebook returned for q: any float (logits) or integer (ids) dtype, in the contract's dtype."""
+        got = self.observe(q)
+        if got.array is not None and got.array.dtype.kind in kind:
+            return replace(got, array=got.array.astype(dtype))
+        return got
 
-    def exact(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
+    def exact(self, q: str, obs: Observed, expected: np.ndarray, tol: dict | None = None) -> Check:
+        """q's check against `expected`, exact unless `tol` is given; a tensor or an array is accepted."""
+        tol = tol or {"rtol": 0.0, "atol": 0.0}
         expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
-        return check(q, obs, expected, rtol=0.0, atol=0.0, expected_type=expected_type, hint=HINTS[q])
+        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
 
-    def close(self, q: str, obs: Observed, expected: np.ndarray, hint: str = "") -> Check:
-        expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
-        return check(q, obs, expected, rtol=self.tol["rtol"], atol=self.tol["atol"], expected_type=expected_type,
-                     hint=hint or HINTS[q])
+    def close(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
+        return self.exact(q, obs, expected, self.tol)
 
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
@@ -260,12 +261,9 @@ class _Judge:
             if q in self.wanted:
                 obs = self.got(q, "b", np.bool_)
                 first = self.exact(q, obs, c["expected_mode"])
-                out[q] = first if first.passed or first.stage != "values" else Check(
-                    q, False, "values",
-                    f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval "
-                    f"mode; expected {c['expected_mode'].tolist()} (the mode the model had before the call). "
-                    f"Hint: {HINTS[q]}",
-                )
+                out[q] = first if first.passed or first.stage != "values" else _wrong(
+                    q, f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval "
+                    f"mode; expected {c['expected_mode'].tolist()} (the mode the model had before the call).")
         return out
 
     def greedy_ids(self) -> dict[str, Check]:
@@ -317,10 +315,8 @@ class _Judge:
         if "weight_tied" in wanted:
             obs = self.got("weight_tied", "b", np.bool_)
             first = self.exact("weight_tied", obs, c["expected_weight_tied"])
-            out["weight_tied"] = first if first.passed or first.stage != "values" else Check(
-                "weight_tied", False, "values",
-                f"'weight_tied': model.fc.weight is not model.token_embedding.weight. Hint: {HINTS['weight_tied']}",
-            )
+            out["weight_tied"] = first if first.passed or first.stage != "values" else _wrong(
+                "weight_tied", "'weight_tied': model.fc.weight is not model.token_embedding.weight.")
         if "emb_dropout_eval" in wanted:
             out["emb_dropout_eval"] = self.exact("emb_dropout_eval", self.got("emb_dropout_eval", "f", np.float32),
                                                  c["ed_weight"])
@@ -330,6 +326,11 @@ class _Judge:
             out["emb_dropout_train"] = first if first.stage != "values" and not first.passed else _row_dropout(
                 obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
         return out
+
+
+def _wrong(q: str, message: str, error: float | None = None) -> Check:
+    """A failed check of q's values: `message`, then q's hint."""
+    return Check(q, False, "values", f"{message} Hint: {HINTS[q]}", error)
 
 
 def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:
@@ -345,14 +346,10 @@ def _causal(q: str, changed: Observed, original: Observed, position: int, values
     moved = np.abs(before - before_orig) > tol["atol"] * scale + tol["rtol"] * np.abs(before_orig)
     if moved.any():
         b, t = (int(i) for i in np.argwhere(moved)[0][:2])
-        return Check(
-            q, False, "values",
-            f"'{q}': changing only the inputs at positions {position} and after changed the output at position "
-            f"{t} (row {b}): a position saw later ones. Hint: {HINTS[q]}",
-            float("inf"),
-        )
-    return Check(q, True, "ok",
-                 f"'{q}': no output before position {position} moved when the later inputs changed.", 0.0)
+        return _wrong(q, f"'{q}': changing only the inputs at positions {position} and after changed the output at "
+                         f"position {t} (row {b}): a position saw later ones.", float("inf"))
+    return Check(q, True, "ok", f"'{q}': no output before position {position} moved when the later inputs changed.",
+                 0.0)
 
 
 def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Check:
@@ -364,23 +361,15 @@ def _row_dropout(got: np.ndarray, weight: np.ndarray, p: float, tol: dict) -> Ch
     odd = ~(dropped | kept)
     if odd.any():
         r = int(np.argmax(odd))
-        return Check(
-            q, False, "values",
-            f"'{q}' (p = {p:g}, training): {int(odd.sum())} of {len(odd)} rows are neither all zero "
-            f"nor the weight's row "
-            f"times 1/(1-p) = {1 / (1 - p):g}, e.g. row {r}: got {np.round(got64[r, :3], 4).tolist()}..., weight "
-            f"{np.round(weight[r, :3].astype(np.float64), 4).tolist()}.... Hint: {HINTS[q]}",
-            float("inf"),
-        )
+        return _wrong(q, f"'{q}' (p = {p:g}, training): {int(odd.sum())} of {len(odd)} rows are neither all zero nor "
+                         f"the weight's row times 1/(1-p) = {1 / (1 - p):g}, e.g. row {r}: got "
+                         f"{np.round(got64[r, :3], 4).tolist()}..., weight "
+                         f"{np.round(weight[r, :3].astype(np.float64), 4).tolist()}....", float("inf"))
     n, rows = int(dropped.sum()), len(dropped)
     spread = DROPPED_ROWS_SD * float(np.sqrt(rows * p * (1 - p)))
     if abs(n - p * rows) > spread:
-        return Check(
-            q, False, "values",
-            f"'{q}' (p = {p:g}, training) dropped {n} of {rows} rows; about {p * rows:.0f} expected (between "
-            f"{p * rows - spread:.0f} and {p * rows + spread:.0f}). Hint: {HINTS[q]}",
-            float("inf"),
-        )
+        return _wrong(q, f"'{q}' (p = {p:g}, training) dropped {n} of {rows} rows; about {p * rows:.0f} expected "
+                         f"(between {p * rows - spread:.0f} and {p * rows + spread:.0f}).", float("inf"))
     return Check(q, True, "ok", f"'{q}': whole rows dropped ({n} of {rows}), the rest scaled by 1/(1-p).", 0.0)
 
 
@@ -413,24 +402,20 @@ def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarr
     for b, t in np.ndindex(ids.shape):
         allowed = keep(table[rows[b, t]])
         if int(ids[b, t]) not in allowed:
-            return Check(
-                q, False, "values",
-                f"'{q}' has id {int(ids[b, t])} at index ({b}, {t}), outside the allowed set {sorted(allowed)} for "
-                f"that step (logits of the fixed model given the prompt and your earlier ids). Hint: {HINTS[q]}",
-            )
+            return _wrong(q, f"'{q}' has id {int(ids[b, t])} at index ({b}, {t}), outside the allowed set "
+                             f"{sorted(allowed)} for that step (logits of the fixed model given the prompt and your "
+                             "earlier ids).")
     return Check(q, True, "ok", f"'{q}': every id lies in its allowed set.", 0.0)
 
 
-def _frequencies(
-    q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float, max_tv: float
-) -> Check:
+def _frequencies(q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float,
+                 max_tv: float) -> Check:
     """Samples of one step: none outside `keep` (all allowed ids when None), frequencies close to the softmax over
     it."""
     flat = ids.reshape(-1)
     special = np.isin(flat, [EOS, PAD]) | (flat < 0) | (flat >= VOCAB_SIZE)
     if special.any():
-        return Check(q, False, "values",
-                     f"'{q}' holds {int(special.sum())} ids that are <eos>, <pad> or outside 0..29. Hint: {HINTS[q]}")
+        return _wrong(q, f"'{q}' holds {int(special.sum())} ids that are <eos>, <pad> or outside 0..29.")
     logits = tempered.copy()
     what = "softmax(logits / temperature)"
     if keep is not None:
@@ -438,11 +423,8 @@ def _frequencies(
         what = f"softmax(logits / temperature) renormalised over the ids {sorted(keep)}"
         outside = ~np.isin(flat, sorted(keep))
         if outside.any():
-            return Check(
-                q, False, "values",
-                f"'{q}': {int(outside.sum())} of {flat.size} samples at temperature {temperature:g} are outside the "
-                f"allowed ids {sorted(keep)} (e.g. id {int(flat[np.argmax(outside)])}). Hint: {HINTS[q]}",
-            )
+            return _wrong(q, f"'{q}': {int(outside.sum())} of {flat.size} samples at temperature {temperature:g} are "
+                             f"outside the allowed ids {sorted(keep)} (e.g. id {int(flat[np.argmax(outside)])}).")
     expected = np.exp(logits - logits.max())
     expected /= expected.sum()
     freq = np.bincount(flat, minlength=VOCAB_SIZE) / flat.size
@@ -451,11 +433,7 @@ def _frequencies(
     if tv > max_tv:
         greedy = (" Every sample is that most likely id: generate returned the argmax instead of sampling."
                   if np.all(flat == top) else "")
-        return Check(
-            q, False, "values",
-            f"'{q}': the frequencies of {flat.size} samples at temperature {temperature:g} are {tv:.3f} (total "
-            f"variation) from {what}, more than {max_tv:g}; e.g. id {top}: sampled "
-            f"{freq[top]:.3f}, expected {expected[top]:.3f}.{greedy} Hint: {HINTS[q]}",
-            tv,
-        )
+        return _wrong(q, f"'{q}': the frequencies of {flat.size} samples at temperature {temperature:g} are {tv:.3f} "
+                         f"(total variation) from {what}, more than {max_tv:g}; e.g. id {top}: sampled "
+                         f"{freq[top]:.3f}, expected {expected[top]:.3f}.{greedy}", tv)
     return Check(q, True, "ok", f"'{q}': frequencies within {tv:.3f} of {what}.", tv)

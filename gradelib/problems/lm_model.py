@@ -1,33 +1,16 @@
 """Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
 
-The language-model quality lines grade the model itself, never an array the
-student wrote: problems/prediction.py scores its teacher-forced NLL and
-problems/generation.py the perplexity of what it generates. Both read one
-ModelRun, made here the first time either asks (cached on the GradeContext).
-
-The child (child/model_child.py) rebuilds the model with the notebook's own
-classes, and answers the prediction rows one step at a time: for step t it writes
-the logits of the next character given the prompt and the true characters before
-t, and only then does the course grader reveal character t (GradeContext.course:
-a file written through a directory descriptor opened before the child started,
-O_EXCL | O_NOFOLLOW, so the child cannot redirect it). No look-ahead or stateful trick can see a target
-before the step it grades. The grader also probes causality (logits at t must
-not change when later tokens change) and runs the notebook's generate() and
-predict(), to score generations and to compare with the handin's arrays.
-
-What runs depends on what is graded. Hidden grading: 20 revealed steps on the
-128 test rows and generate() on all 128 generation prompts (the two scored
-lines). The local grader, which scores neither: the 128 validation rows, whose
-targets are public, in one forward pass as notebook 3 computes its figure each
-epoch (the causality probe says when that figure cannot be trusted), and
-generate() on the first 8 prompts, enough to tell whether generated.npy is
-what model.pt writes.
+The language-model quality lines grade the model itself, never an array the student wrote. The child
+(child/model_child.py) answers a hidden set's rows one step at a time: the course grader (GradeContext.course)
+reveals character t only once the logits of step t are written, so no look-ahead can see a target before the step
+it grades. A public set's targets are in the handout: one forward pass, as notebook 3 computes its figure, which
+the causality probe (logits at t must not change when later tokens change) says when not to trust. The run also
+calls the notebook's generate() and predict(), to score generations and to compare with the handin's arrays.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -45,15 +28,13 @@ from .lm_common import fixture_array
 CHECKPOINT = "model.pt"
 NOTEBOOK = "03_language_model.ipynb"
 HARNESS = (*NOTEBOOK_HARNESS, "model_child.py")
-# Prediction sets: name -> (visibility, prompts file, targets file), under <case_root>/lm/. A public
-# set's targets are in the handout, so the child gets them with the prompts and runs one forward
-# pass; a hidden set's are revealed one step at a time.
-SETS = {
-    "validation": ("public", "prediction.npz", "prediction.npz"),
-    "test": ("hidden", "prediction_test.npz", "hidden/prediction_test_out.npz"),
-}
+# The prediction set of a run, by the case set graded: (name, prompts file, targets file) under <case_root>/lm/.
+# A public set's targets are in the handout, so the child gets them with the prompts and runs one forward pass; a
+# hidden set's are revealed one step at a time. With the hidden rows at hand the validation rows add nothing graded.
+SETS = {"public": ("validation", "prediction.npz", "prediction.npz"),
+        "hidden": ("test", "prediction_test.npz", "hidden/prediction_test_out.npz")}
 PROBE_ROWS, PROBE_LENGTH, PROBE_POSITION = 4, 48, 23
-# Logits at or before the probe position may differ by this much (relative to their scale) and still count as unchanged.
+# Logits at or before the probe position may differ this much (relative to their scale) and count as unchanged.
 CAUSAL_TOLERANCE = 1e-4
 MODEL_TIME_FACTOR = 2.0
 # predictions.npy is checked against the model's own predict() on its first rows: the check
@@ -69,7 +50,6 @@ class ModelRun:
     """What the handin's model did; every array was read back from the child as plain numbers."""
 
     problem: str = ""  # why nothing could be run ('' when the model ran)
-    parameters: int = 0
     teacher_forced: dict[str, np.ndarray] = field(default_factory=dict)  # set -> (B, steps, V) logits
     targets: dict[str, np.ndarray] = field(default_factory=dict)  # set -> (B, steps) ids
     set_problems: dict[str, str] = field(default_factory=dict)  # set -> why its logits are missing
@@ -77,7 +57,6 @@ class ModelRun:
     generated: np.ndarray | None = None
     predicted: np.ndarray | None = None
     call_problems: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
     # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
     # predict): for the benchmarks only, never for a grade, since the child could say anything.
     steps: dict[str, float] = field(default_factory=dict)
@@ -114,9 +93,8 @@ def probe_inputs(seed: int = 785) -> dict[str, np.ndarray]:
     x = rng.integers(2, VOCAB_SIZE, size=(PROBE_ROWS, PROBE_LENGTH))
     changed = x.copy()
     tail = changed[:, PROBE_POSITION + 1 :]
-    changed[:, PROBE_POSITION + 1 :] = 2 + (tail - 2 + rng.integers(1, VOCAB_SIZE - 2, size=tail.shape)) % (
-        VOCAB_SIZE - 2
-    )
+    shift = rng.integers(1, VOCAB_SIZE - 2, size=tail.shape)
+    changed[:, PROBE_POSITION + 1 :] = 2 + (tail - 2 + shift) % (VOCAB_SIZE - 2)
     return {"x": x.astype(np.int64), "x_changed": changed.astype(np.int64)}
 
 
@@ -129,12 +107,11 @@ def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
 
 @dataclass
 class _Inputs:
-    """What one model run is given: the handin's checkpoint, the prediction sets and the prompts."""
+    """What one model run is given: the handin's checkpoint, the prediction set and the prompts."""
 
     checkpoint: Path
-    hidden: bool
+    hidden: bool  # the prediction set's targets are revealed step by step (else given with the prompts)
     sets: dict[str, tuple[np.ndarray, np.ndarray]]  # set -> (prompts, targets of the graded steps)
-    given: set[str]  # the sets whose targets the child gets with the prompts (public ones)
     generation: np.ndarray
     prediction: np.ndarray
 
@@ -154,63 +131,43 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
     unread = notebook_too_large(notebook)
     if unread:
         return f"{NOTEBOOK} could not be read as a notebook ({unread})."
-    lm = ctx.case_root / "lm"
-    hidden = "hidden" in ctx.visibilities
-    sets, given = {}, set()
-    for name, (vis, prompts, targets) in SETS.items():
-        # With the hidden rows at hand the validation rows add nothing graded: the NLL line scores the test rows.
-        if vis in ctx.visibilities and not (hidden and vis == "public"):
-            inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
-            if inp is None or out is None:
-                return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
-            sets[name] = (inp, out[:, :PREDICTION_STEPS])
-            if vis == "public":
-                given.add(name)
-    gen_inp, test_inp = (
-        fixture_array(lm / "generation_test.npz", "inp"),
-        fixture_array(lm / "prediction_test.npz", "inp"),
-    )
+    lm, hidden, sets = ctx.case_root / "lm", "hidden" in ctx.visibilities, {}
+    if ("hidden" if hidden else "public") in ctx.visibilities:
+        name, prompts, targets = SETS["hidden" if hidden else "public"]
+        inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
+        if inp is None or out is None:
+            return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
+        sets[name] = (inp, out[:, :PREDICTION_STEPS])
+    gen_inp = fixture_array(lm / "generation_test.npz", "inp")
+    test_inp = fixture_array(lm / "prediction_test.npz", "inp")
     if gen_inp is None or test_inp is None:
-        return (
-            f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: "
-            "the case files are incomplete."
-        )
-    return _Inputs(src, hidden, sets, given, gen_inp, test_inp)
+        return (f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are "
+                "incomplete.")
+    return _Inputs(src, hidden, sets, gen_inp, test_inp)
 
 
 def _prepare(inputs: _Inputs, scratch: Path) -> dict:
-    """The checkpoint, the probe, the prompts (and the public sets' targets) in the scratch folder; the task entries."""
-    folder = scratch / "inputs"
+    """The checkpoint, the probe, the prompts (and a public set's targets) in the scratch folder; the task entries."""
+    folder, given = scratch / "inputs", not inputs.hidden
     shutil.copyfile(inputs.checkpoint, scratch / "submission" / CHECKPOINT)
     np.savez(folder / "probe.npz", **probe_inputs())
-    np.savez(
-        folder / "generation.npz", inp=inputs.generation if inputs.hidden else inputs.generation[:GENERATE_CHECK_ROWS]
-    )
+    np.savez(folder / "generation.npz", inp=inputs.generation[: None if inputs.hidden else GENERATE_CHECK_ROWS])
     np.savez(folder / "prediction.npz", inp=inputs.prediction[:PREDICT_CHECK_ROWS])
-    for name, (inp, out) in inputs.sets.items():
-        if name in inputs.given:  # the true characters before each step, all at once
-            np.savez(folder / f"{name}.npz", inp=inp, given=out[:, :-1])
-        else:
-            np.savez(folder / f"{name}.npz", inp=inp)
-    return {
-        "checkpoint": f"submission/{CHECKPOINT}",
-        "teacher_forcing": [
-            {"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": n in inputs.given}
-            for n in inputs.sets
-        ],
-        "generation_steps": GENERATION_STEPS,
-        "prediction_steps": PREDICTION_STEPS,
-    }
+    for name, (inp, out) in inputs.sets.items():  # a public set's true characters before each step, all at once
+        np.savez(folder / f"{name}.npz", inp=inp, **({"given": out[:, :-1]} if given else {}))
+    return {"checkpoint": f"submission/{CHECKPOINT}",
+            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": given}
+                                for n in inputs.sets],
+            "generation_steps": GENERATION_STEPS, "prediction_steps": PREDICTION_STEPS}
 
 
 def _reveal(ctx: GradeContext, inputs: _Inputs, scratch: Path):
-    """Start revealing the hidden sets' characters beside the child, each once the child has answered the step it
+    """Start revealing the hidden set's characters beside the child, each once the child has answered the step it
     grades (the course grader's ctx.course.reveal: the handout holds no hidden rows); returns the function that
     stops it and gives what the child answered (.answers, set -> logits per step; .problems, set -> why it stopped)."""
-    hidden_sets = {n: out for n, (_inp, out) in inputs.sets.items() if n not in inputs.given}
-    if not hidden_sets or ctx.course is None:
+    if not (inputs.hidden and inputs.sets) or ctx.course is None:
         return lambda: None
-    return ctx.course.reveal(scratch / "outputs", scratch / "inputs", hidden_sets)
+    return ctx.course.reveal(scratch / "outputs", scratch / "inputs", {n: out for n, (_, out) in inputs.sets.items()})
 
 
 def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, revealer) -> None:
@@ -227,8 +184,6 @@ def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, reve
     if not meta:
         result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
         return
-    said = meta.get("parameters")
-    result.parameters = said if type(said) is int and 0 <= said < 10**12 else 0  # the child's word only
     _collect_teacher_forced(inputs, result, scratch, run, meta, revealer)
     a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
     if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
@@ -246,32 +201,27 @@ def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, reve
 
 
 def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer) -> None:
-    """Each prediction set's logits: written at once (a public set) or answered step by step (a hidden one)."""
+    """The prediction set's logits: written at once (a public set) or answered step by step (a hidden one)."""
     for name, (_inp, out_ids) in inputs.sets.items():
-        if name in inputs.given:
+        first = shape_why = ""
+        if inputs.hidden:
+            answers = revealer.answers[name] if revealer is not None else []
+            logits = np.stack(answers, axis=1) if len(answers) == out_ids.shape[1] else None
+            first = (revealer.problems.get(name) if revealer is not None else
+                     "this grader reveals no hidden rows (the course grader does)")
+            missing = f"your model answered {len(answers)} of {out_ids.shape[1]} steps"
+        else:
             logits = read_array(scratch / "outputs" / name / "logits.npy", scratch)[0]
             shape_why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
-            if logits is not None and not shape_why:
-                result.teacher_forced[name] = logits.astype(np.float32)
-                result.targets[name] = out_ids
-            else:
-                why = quote(meta.get(name) or "", 700) or shape_why or f"the process {run.describe()}"
-                result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
-            continue
-        answers = revealer.answers[name] if revealer is not None else []
-        if len(answers) == out_ids.shape[1]:
-            result.teacher_forced[name] = np.stack(answers, axis=1)
-            result.targets[name] = out_ids
+            logits, missing = None if shape_why else logits, "your model's teacher-forced logits are missing"
+        if logits is not None:
+            result.teacher_forced[name], result.targets[name] = logits.astype(np.float32), out_ids
         else:
-            why = (revealer.problems.get(name) if revealer is not None else "this grader reveals no hidden rows (the "
-                   "course grader does)") or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
-            result.set_problems[name] = result.quoted(
-                f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800
-            )
+            why = first or quote(meta.get(name) or "", 700) or shape_why or f"the process {run.describe()}"
+            result.set_problems[name] = result.quoted(f"{missing}: {why}", 800)
 
 
 def _run(ctx: GradeContext, settings: dict) -> ModelRun:
-    start = time.monotonic()
     inputs = _inputs(ctx)
     if isinstance(inputs, str):
         return ModelRun(inputs)
@@ -280,22 +230,9 @@ def _run(ctx: GradeContext, settings: dict) -> ModelRun:
     # Notebook 3's cells, loading the model, 20 revealed steps and 30 generated characters: the
     # heaviest run of a handin, so it gets twice the time of the others.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
-    run_notebook(
-        ctx,
-        "model",
-        ctx.submission / NOTEBOOK,
-        NOTEBOOK,
-        [],
-        (),
-        timeouts,
-        partial(_collect, inputs, result),
-        child="model_child.py",
-        harness=HARNESS,
-        prepare=partial(_prepare, inputs),
-        companion=partial(_reveal, ctx, inputs),
-        limits=limits,
-    )
-    result.seconds = time.monotonic() - start
+    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
+                 child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs),
+                 companion=partial(_reveal, ctx, inputs), limits=limits)
     return result
 
 
@@ -311,16 +248,12 @@ def causal_note(run: ModelRun) -> str:
             "every attention layer.")
 
 
-def match_fraction(handed_in: np.ndarray | None, own: np.ndarray | None) -> float | None:
-    """Fraction of equal ids between the handin's array and the model's own on the rows the model
-    generated (all of them, or the first GENERATE_CHECK_ROWS), None if either is absent."""
-    if (
-        handed_in is None
-        or own is None
-        or own.ndim != 2
-        or handed_in.shape[1:] != own.shape[1:]
-        or len(own) > len(handed_in)
-    ):
-        return None
-    head = np.asarray(handed_in[: len(own)]).astype(np.int64)
-    return float(np.mean(head == np.asarray(own).astype(np.int64)))
+def handin_head(run: ModelRun, arr: np.ndarray, own: np.ndarray | None, call: str) -> tuple[np.ndarray | None, str]:
+    """(the first rows of the handin's `arr`, as many as the model's own `own` array from `call`, '') when the two
+    can be compared, else (None, why not)."""
+    if run.problem:
+        return None, f"there is no model to check it against: {run.said(run.problem)}"
+    if own is None or own.ndim != arr.ndim or own.shape[1:] != arr.shape[1:] or len(own) > len(arr):
+        why = run.call_problems.get(call, f"{call}() returned nothing the grader could compare")
+        return None, f"your model's {call}() could not be compared with it: {run.said(why)}"
+    return arr[: len(own)], ""

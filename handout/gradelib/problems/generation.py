@@ -1,25 +1,9 @@
 """Problem `generation`: the perplexity of what the handed-in model generates, and generated.npy's form.
 
-The grader rebuilds model.pt with the handin's notebook 3 code in the sandbox
-(problems/lm_model.py), runs the notebook's generate(model, inp, 30) (greedy)
-on every prompt of generation_test.npz, and the course grader scores the result
-under its oracle (GradeContext.course; <case_root>/lm/oracle.json names it:
-the toy source, exact by the forward algorithm, or an instructor's reference
-model). The oracle is secret: with it a student could
-write the source's own text without training, so the handout ships neither its
-code nor oracle.json, and the local grader never scores text.
-
-- id "format" (public): generated.npy is well formed (shape, integer ids in the
-  vocabulary, no <eos>/<pad>) and what the handed-in model generates (its rows
-  against the model's own greedy generate(), all but a few equal); full points
-  or 0: an array the model did not make earns nothing. Any difference is
-  flagged for the course staff.
-- id "perplexity" (hidden): full credit at or below settings.full_credit_perplexity,
-  none at or above settings.zero_credit_perplexity, linear in log(perplexity)
-  in between. settings.smoothing_eps is the oracle's smoothing (the course grader's).
-- lines that list quantities (generate_greedy, generate_sampling): notebook 3's
-  generate() on fixed-weight models, graded by problems/lm_functions.py (sampling
-  is checked by the frequencies of many samples, not only by where they lie).
+The "perplexity" line (hidden) is scored by the course grader under its secret oracle (GradeContext.course): with
+the oracle a student could write the source's own text without training, so the handout holds neither it nor
+oracle.json. "format" counts generated.npy only when it is what model.pt's own greedy generate() writes
+(problems/lm_model.py). Function lines (generate_greedy, generate_sampling): lm_functions.py.
 """
 
 from __future__ import annotations
@@ -27,33 +11,31 @@ from __future__ import annotations
 import numpy as np
 
 from ..context import GradeContext
-from ..handin_contract import GENERATION_STEPS
+from ..handin_contract import GENERATION_STEPS as STEPS
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
 from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
-from ..scoring import Line, all_zero, lines
+from ..scoring import all_zero
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, course_line, load_npy
+from .lm_common import below, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
-STEPS = GENERATION_STEPS
+REPETITIVE_DISTINCT = 3  # a row of generated ids with this many different characters or fewer repeats itself
+REPETITIVE_SHARE = 0.25  # the local grader says so when at least this share of the rows do
+# Greedy ids from a model run on another device (a GPU) may differ from the grader's CPU run where two logits are
+# within rounding of each other; after such a step the rest of the row differs. So this share of the rows
+# checked (and at least one) may differ while generated.npy still counts as what the model generates.
+ROWS_THAT_MAY_DIFFER = 0.05
 
 SCHEMA = ProblemSchema(
     settings={
-        "smoothing_eps": Setting(
-            (int, float),
-            None,
-            "Weight of the uniform distribution over the 28 characters mixed "
-            "into the oracle (and its insertion-channel rate).",
-            fraction,
-        ),
-        "full_credit_perplexity": Setting(
-            (int, float), None, "Perplexity at or below which the perplexity line earns all its points."
-        ),
-        "zero_credit_perplexity": Setting(
-            (int, float), None, "Perplexity at or above which it earns nothing (linear in log in between)."
-        ),
+        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters "
+                                 "mixed into the oracle (and its insertion-channel rate).", fraction),
+        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line "
+                                          "earns all its points."),
+        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear "
+                                          "in log in between)."),
         **lm_functions.FUNCTION_SETTINGS,
         **lm_functions.SAMPLING_SETTINGS,
     },
@@ -74,11 +56,8 @@ def check_ids(arr: np.ndarray) -> str:
         hits = arr == token_id
         if hits.any():
             where = tuple(int(i) for i in np.argwhere(hits)[0])
-            return (
-                f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times "
-                f"(first at index {where}); "
-                "generate must never emit <eos> or <pad>: set their logits to -inf before choosing."
-            )
+            return (f"generation: {FILENAME} holds {token} (id {token_id}) {int(hits.sum())} times (first at index "
+                    f"{where}); generate must never emit <eos> or <pad>: set their logits to -inf before choosing.")
     return ""
 
 
@@ -89,54 +68,44 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
 
 def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
-    vis = ctx.visibilities
     prompts = lm_common.prompts(ctx, INPUTS)
     if prompts is None:
-        return all_zero(problem, vis, lm_common.missing("generation", ctx, INPUTS))
-    shape = (prompts.shape[0], STEPS)
-    what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {shape[0]} prompts of generation_test.npz"
-    ids, message = load_npy("generation", ctx.submission / FILENAME, shape, "iu", what,
+        return all_zero(problem, ctx.visibilities, lm_common.missing("generation", ctx, INPUTS))
+    rows = prompts.shape[0]
+    what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {rows} prompts of generation_test.npz"
+    ids, message = load_npy("generation", ctx.submission / FILENAME, (rows, STEPS), "iu", what,
                             "" if ctx.run_expected else ctx.not_trained(FILENAME))
     if ids is not None:
         message = check_ids(ids)
-        if message:
-            ids = None
-    settings = problem.settings
-    full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
-    needs_model = any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in vis)
-    run = lm_model.model_run(ctx, settings) if ids is not None else None
+        ids = None if message else ids
+    verdict = None
     if ids is not None:
+        run = lm_model.model_run(ctx, problem.settings)
         _compare(ctx, ids, run)
-        if not needs_model:  # the local grader: a passing line's message is not shown, a note is
-            ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() "
-                     f"itself and computes the perplexity of what it writes under the source of the text "
-                     f"(full credit at <= {full:g}, none at >= {zero:g}).")
-            stuck = repetitive_rows(ids)
-            if len(stuck) >= REPETITIVE_SHARE * len(ids):
-                r = stuck[0]
-                ctx.note(
-                    f"generation: {len(stuck)} of the {len(ids)} rows of {FILENAME} repeat {REPETITIVE_DISTINCT} or "
-                    f"fewer characters (row {r}: {decode(prompts[r])[-20:]!r} -> {decode(ids[r])!r}). Real "
-                    "text rarely does that, so generations like these usually earn little or nothing of the "
-                    "perplexity line: train longer (notebook 3 prints the validation NLL each epoch), and check "
-                    "that generate() feeds each picked id back as the next input."
-                )
-    tests = []
-    for line in lines(problem, vis):
-        group = line.group
-        if group.id == "perplexity":
-            tests.append(course_line(ctx, problem, line))
-        elif ids is None:
-            tests.append(line.result(0.0, message))
-        elif group.id == "format":
-            tests.append(_format_result(line, ids, run))
-        else:
-            tests.append(line.result(0.0, f"generation: unknown rubric line '{group.id}'"))
-    return tests
+        if not any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
+            _local_notes(ctx, problem.settings, prompts, ids)  # a passing line's message is not shown, a note is
+        verdict = lm_common.format_verdict(
+            "generation", f"{FILENAME} is well formed (shape {ids.shape}, every id a character)",
+            generation_mismatch(run, ids),
+            f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), what "
+            "model.pt's generate() writes. The perplexity line grades what model.pt generates, after you submit.")
+    return lm_common.array_results(ctx, problem, "perplexity", verdict, message)
 
 
-REPETITIVE_DISTINCT = 3  # a row of generated ids with this many different characters or fewer repeats itself
-REPETITIVE_SHARE = 0.25  # the local grader says so when at least this share of the rows do
+def _local_notes(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray) -> None:
+    """What the local grader, which scores no generation, says of a well-formed generated.npy."""
+    full, zero = float(settings["full_credit_perplexity"]), float(settings["zero_credit_perplexity"])
+    ctx.note(f"generation: {FILENAME} is well formed. The course grader runs your model.pt's generate() itself and "
+             f"computes the perplexity of what it writes under the source of the text (full credit at <= {full:g}, "
+             f"none at >= {zero:g}).")
+    stuck = repetitive_rows(ids)
+    if len(stuck) >= REPETITIVE_SHARE * len(ids):
+        r = stuck[0]
+        ctx.note(f"generation: {len(stuck)} of the {len(ids)} rows of {FILENAME} repeat {REPETITIVE_DISTINCT} or "
+                 f"fewer characters (row {r}: {decode(prompts[r])[-20:]!r} -> {decode(ids[r])!r}). Real text rarely "
+                 "does that, so generations like these usually earn little or nothing of the perplexity line: train "
+                 "longer (notebook 3 prints the validation NLL each epoch), and check that generate() feeds each "
+                 "picked id back as the next input.")
 
 
 def repetitive_rows(ids: np.ndarray) -> list[int]:
@@ -145,46 +114,25 @@ def repetitive_rows(ids: np.ndarray) -> list[int]:
     return [r for r in range(len(ids)) if len(np.unique(ids[r])) <= REPETITIVE_DISTINCT]
 
 
-# Greedy ids from a model run on another device (a GPU) may differ from the grader's CPU run where two logits are
-# within rounding of each other; after such a step the rest of the row differs. So this share of the rows
-# checked (and at least one) may differ while generated.npy still counts as what the model generates.
-ROWS_THAT_MAY_DIFFER = 0.05
-
-
-def generation_mismatch(run, ids: np.ndarray) -> str:
+def generation_mismatch(run: lm_model.ModelRun, ids: np.ndarray) -> str:
     """'' when generated.npy is what the handed-in model's own greedy generate() gives (all but a few rows of those
     the model generated), else why not."""
-    if run is None or run.problem:
-        return f"there is no model to check it against: {run.said(run.problem) if run is not None else 'no model run'}"
-    own = run.generated
-    if lm_model.match_fraction(ids, own) is None:
-        why = run.call_problems.get("generate", "generate() returned nothing the grader could compare")
-        return f"your model's generate() could not be compared with it: {run.said(why)}"
-    differ = int(np.any(np.asarray(ids[: len(own)]).astype(np.int64) != np.asarray(own).astype(np.int64), axis=1).sum())
-    if differ > max(1, int(ROWS_THAT_MAY_DIFFER * len(own))):
-        return (f"{FILENAME} is not what model.pt generates: {differ} of the {len(own)} rows the grader had your model "
-                "generate differ from its own greedy generation")
+    head, why = lm_model.handin_head(run, ids, run.generated, "generate")
+    if why:
+        return why
+    differ = int(np.any(head.astype(np.int64) != run.generated.astype(np.int64), axis=1).sum())
+    if differ > max(1, int(ROWS_THAT_MAY_DIFFER * len(head))):
+        return (f"{FILENAME} is not what model.pt generates: {differ} of the {len(head)} rows the grader had your "
+                "model generate differ from its own greedy generation")
     return ""
 
 
-def _format_result(line: Line, ids: np.ndarray, run) -> TestResult:
-    """Full points for a well-formed generated.npy that the handed-in model made, none for any other."""
-    why = generation_mismatch(run, ids)
-    if why:
-        return line.result(0.0, f"generation: {FILENAME} is well formed (shape {ids.shape}, every id a character), but "
-                                f"this line counts only for the arrays your handed-in model makes, and {why}.")
-    return line.result(1.0, f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), "
-                            "what model.pt's generate() writes. The perplexity line grades what model.pt generates, "
-                            "after you submit.")
-
-
-def _compare(ctx: GradeContext, ids: np.ndarray, run) -> None:
+def _compare(ctx: GradeContext, ids: np.ndarray, run: lm_model.ModelRun) -> None:
     """Flag a generated.npy that is not what the handed-in model generates."""
-    if run is None or run.problem or run.generated is None:
-        return
-    same = lm_model.match_fraction(ids, run.generated)
-    if same is not None and same < 1.0:
-        rows = "" if len(run.generated) == len(ids) else f" in the first {len(run.generated)} rows"
+    head = lm_model.handin_head(run, ids, run.generated, "generate")[0]
+    same = 1.0 if head is None else float(np.mean(head.astype(np.int64) == run.generated.astype(np.int64)))
+    if same < 1.0:
+        rows = "" if len(head) == len(ids) else f" in the first {len(head)} rows"
         # A run that had the hidden rows at hand gets no figure: its generations could encode them.
         share = "" if run.hidden else f": {same * 100:.1f}% of its ids{rows} equal the model's own greedy generation"
         message = (f"{FILENAME} is not what model.pt generates{share}. The grader scores its own run of the model, "
