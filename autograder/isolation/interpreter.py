@@ -8,7 +8,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from gradelib.runner.paths import BOOT_ENV, START, extra_paths  # noqa: F401 (the kit's: the same for every level)
+from gradelib.runner.portable import BOOT_ENV, START, extra_paths  # noqa: F401 (the kit's: the same for every level)
 
 BOOT_DIR = Path(__file__).resolve().parent
 # The child's entry point and what it loads from beside it: name there -> this side's file. start.py is the

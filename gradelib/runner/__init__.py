@@ -2,21 +2,22 @@
 
 A problem's grader never imports submitted code: it writes inputs into a scratch folder and calls
 `run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it
-ended (a ChildRun). The kit's runner (portable.py, warm.py) is a plain child process of the same
-interpreter with time, CPU, output and memory limits, the same on Linux, macOS and Windows; it
-isolates nothing (a student grades their own code on their own machine). The course grader installs
-its isolating runner here (`install`), so every problem runs unchanged through either.
+ended (a ChildRun). The kit's runner (portable.py) is a plain child process of the same interpreter with
+time, CPU, output and memory limits, the same on Linux, macOS and Windows; it isolates nothing (a student
+grades their own code on their own machine). The course grader installs its isolating runner here
+(`install`), so every problem runs unchanged through either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
-from . import portable, warm
+from . import portable
 from .limits import ChildRun, Limits
-from .scratch import remove_tree
 
 PRELOAD = ("numpy", "torch")  # imported once per grading by a warm process, never by each run
 PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
@@ -34,17 +35,17 @@ class Runner(Protocol):
 
     def hold(self, folder: Path) -> None: ...  # a submission's scratch folder before anything is written to it
 
-    def release(self, folder: Path) -> None: ...  # and after its last run
+    def release(self, folder: Path) -> None: ...  # a scratch folder after its last run: removed, however deep
 
 
 class KitRunner:
     """The kit's own: a plain child process with limits; within a session, one warm process per grading."""
 
     def run(self, argv, workdir, limits, env_extra=None):
-        return warm.run(argv, workdir, limits, env_extra) or portable.run(argv, workdir, limits, env_extra)
+        return portable.run(argv, workdir, limits, env_extra)
 
     def session(self, root, limits, preload):
-        return warm.session(root, limits, preload)
+        return portable.session(root, limits, preload)
 
     def level(self) -> str:
         return "portable"
@@ -53,7 +54,7 @@ class KitRunner:
         pass
 
     def release(self, folder) -> None:
-        remove_tree(folder)
+        remove_folder(folder)
 
 
 KIT = KitRunner()
@@ -80,5 +81,34 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     return current().session(Path(root), limits, preload)
 
 
+def remove_tree(folder: Path) -> None:
+    """Remove a scratch folder runs wrote into, however deep, through the runner in force."""
+    current().release(Path(folder))
+
+
+def remove_folder(top: Path) -> None:
+    """Remove `top` and everything in it without recursion (folders nested past Python's recursion limit are
+    removed too); links and Windows junctions are removed, never followed; nothing here raises."""
+    stack = [(str(top), False)]
+    while stack:
+        path, emptied = stack.pop()
+        try:
+            if emptied:
+                os.rmdir(path)
+                continue
+            st = os.lstat(path)
+            junction = getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0)
+            if junction:
+                os.rmdir(path)
+            elif not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+            else:
+                stack.append((path, True))
+                with os.scandir(path) as entries:
+                    stack.extend((entry.path, False) for entry in entries)
+        except OSError:
+            pass
+
+
 __all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",
-           "install", "remove_tree", "run", "session"]
+           "install", "remove_folder", "remove_tree", "run", "session"]

@@ -1,12 +1,10 @@
-"""First code of every child the student kit starts: forward the harness's events, limit CPU, run it.
+"""First code of the student kit's child: import numpy and torch once, then run the harnesses it is sent in turn.
 
-    python -I -B start.py HARNESS.py [ARGS...]   one run (its configuration in $GRADER_BOOT)
-    python -I -B start.py                         a warm process (warm.py): imports numpy and torch once,
-                                                  then runs the harnesses it is sent, one after another
+    python -I -B start.py      (its configuration in $GRADER_BOOT; portable.py starts it)
 
-Standard library only, copied beside the run (not imported from the kit: `-I` leaves the kit off
-sys.path). An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being
-called) to the grader as they happen, so clearing Python state afterwards cannot take them back.
+Standard library only, copied beside the child (`-I` leaves the kit off sys.path). An audit hook sends the
+harness's `gradelib.*` events (such as an autograd entry point being called) to the grader as they happen, so
+clearing Python state afterwards cannot take them back. The course grader's boot.py uses its hooks too.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ def install_reporter(fd: int) -> None:
 
 
 # Audit events of a process about to start another program. A fresh interpreter has none of the harness's
-# tripwires, so while a harness runs none may start (the course grader's boot.py uses this file's hooks too).
+# tripwires, so while a harness runs none may start.
 PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
                             "_winapi.CreateProcess"))
 
@@ -82,15 +80,6 @@ def add_paths(paths: list[str]) -> None:
     for path in paths:
         if path not in sys.path and os.access(path, os.R_OK | os.X_OK):
             sys.path.append(path)
-
-
-def report_fd(config: dict):
-    """The descriptor of the grader's event pipe: passed as a descriptor, or on Windows as a handle."""
-    if config.get("report_handle") is not None:
-        import msvcrt
-
-        return msvcrt.open_osfhandle(int(config["report_handle"]), os.O_WRONLY)
-    return config.get("report_fd")
 
 
 def limit_cpu(seconds: float) -> None:
@@ -182,16 +171,7 @@ def _reset_torch() -> None:
 def main() -> None:
     config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
     add_paths(config.get("paths") or [])
-    if config.get("warm"):
-        serve(config)
-        return
-    if config.get("cpu_s"):
-        limit_cpu(config["cpu_s"])
-    fd = report_fd(config)
-    if fd is not None:
-        install_reporter(int(fd))
-    refuse_programs(None if fd is None else int(fd))
-    run_harness(sys.argv[1:])
+    serve(config)
 
 
 if __name__ == "__main__":
