@@ -23,10 +23,10 @@ from pathlib import Path
 
 from autograder import isolation as sandbox
 from autograder.isolation import levels
+from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib import rubric as rubric_mod
 from gradelib import safeio
 from gradelib.problems import GRADERS
-from gradelib.runner.limits import ISOLATION_CHOICES
 from gradelib.safeio import SafeReadError, clean_text
 
 from . import gradebook, regrade

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from autograder import isolation as sandbox
 from autograder.isolation import kernel
+from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib import rubric as rubric_mod
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
-from gradelib.runner.limits import ISOLATION_CHOICES
 
 from ..grading import model_quality
 from ..grading.uploads import open_upload

@@ -8,6 +8,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from gradelib.runner.limits import Limits, cpu_seconds
 from gradelib.runner.portable import BOOT_ENV, START, extra_paths  # noqa: F401 (the kit's: the same for every level)
 
 BOOT_DIR = Path(__file__).resolve().parent
@@ -15,6 +16,18 @@ BOOT_DIR = Path(__file__).resolve().parent
 # student kit's child entry; boot.py reuses its event reporter and its refusal of other programs.
 BOOT_FILES = {name: BOOT_DIR / name for name in ("boot.py", "kernel.py", "forkserver.py")}
 BOOT_FILES["start.py"] = START
+# Address space a run may map beyond its memory limit. A CUDA build of torch maps over 3 GB at import and touches
+# about 0.5 GB of it: the limit that matters is resident memory (a memory cgroup, or the grader's sampling), and
+# this cap only stops one allocation far past it before a byte of it is touched.
+ADDRESS_SPACE_SLACK_MB = 16384
+
+
+def rlimit_values(limits: Limits) -> dict[str, int]:
+    """The run's rlimits by resource name (kernel.rlimits sets them): address space far above the memory
+    limit (ADDRESS_SPACE_SLACK_MB), since what a torch build maps differs by gigabytes between builds and
+    what a run touches is what the memory limit counts."""
+    return {"RLIMIT_CPU": cpu_seconds(limits), "RLIMIT_AS": (limits.memory_mb + ADDRESS_SPACE_SLACK_MB) << 20,
+            "RLIMIT_FSIZE": limits.file_mb << 20, "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
 
 
 def python_paths() -> list[str]:

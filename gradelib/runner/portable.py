@@ -30,8 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds
-from .streams import new_sinks, over_cap, stream_fields
+from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks, over_cap, stream_fields
 
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
