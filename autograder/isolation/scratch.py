@@ -1,13 +1,11 @@
-"""A submission's scratch folder, removed whole however deep, by descriptors (the course grader's; the kit's own
-runner removes its student's folders by paths, gradelib.runner.remove_folder)."""
+"""A submission's scratch folder, removed whole however deep (the course grader's: the kit's own runner removes a
+student's folders with shutil.rmtree)."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-
-from gradelib.runner import remove_folder
 
 
 def remove_tree(folder: Path) -> None:
@@ -18,7 +16,7 @@ def remove_tree(folder: Path) -> None:
     if os.unlink in os.supports_dir_fd and os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
         _remove_by_descriptors(str(folder))
     else:
-        remove_folder(folder)  # Windows: no descriptor-relative calls
+        _remove_by_paths(str(folder))
 
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -83,3 +81,33 @@ def _remove_by_descriptors(top: str) -> None:
         except OSError:
             stuck.add((here.st_dev, here.st_ino))
     os.close(fd)
+
+
+def _remove_by_paths(top: str) -> None:
+    """remove_tree where the system has no descriptor-relative calls (Windows)."""
+    stack = [(top, False)]
+    while stack:
+        path, emptied = stack.pop()
+        if emptied:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        junction = getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0)
+        if not stat.S_ISDIR(st.st_mode) or junction:  # a file, a link, a junction: removed, never entered
+            try:
+                os.rmdir(path) if junction else os.unlink(path)
+            except OSError:
+                pass
+            continue
+        stack.append((path, True))
+        try:
+            with os.scandir(path) as entries:
+                stack.extend((entry.path, False) for entry in entries)
+        except OSError:
+            pass

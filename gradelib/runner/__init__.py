@@ -1,18 +1,15 @@
 """The student kit's one way to run code, and the narrow interface every problem runs it through.
 
 A problem's grader never imports submitted code: it writes inputs into a scratch folder and calls
-`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it
-ended (a ChildRun). The kit's runner (portable.py) is a plain child process of the same interpreter with
-time, CPU, output and memory limits, the same on Linux, macOS and Windows; it isolates nothing (a student
-grades their own code on their own machine). The course grader installs its isolating runner here
+`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it ended (a
+ChildRun). The kit's runner (portable.py) isolates nothing; the course grader installs its isolating runner here
 (`install`), so every problem runs unchanged through either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
+import shutil
 from pathlib import Path
 from typing import Protocol
 
@@ -28,13 +25,9 @@ class Runner(Protocol):
     """What a problem's code runs through: the kit's runner, or the course grader's isolating one."""
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun: ...
-
     def session(self, root: Path, limits: Limits, preload: tuple[str, ...]) -> contextlib.AbstractContextManager: ...
-
     def level(self) -> str: ...
-
     def hold(self, folder: Path) -> None: ...  # a submission's scratch folder before anything is written to it
-
     def release(self, folder: Path) -> None: ...  # a scratch folder after its last run: removed, however deep
 
 
@@ -54,7 +47,8 @@ class KitRunner:
         pass
 
     def release(self, folder) -> None:
-        remove_folder(folder)
+        with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 KIT = KitRunner()
@@ -86,29 +80,5 @@ def remove_tree(folder: Path) -> None:
     current().release(Path(folder))
 
 
-def remove_folder(top: Path) -> None:
-    """Remove `top` and everything in it without recursion (folders nested past Python's recursion limit are
-    removed too); links and Windows junctions are removed, never followed; nothing here raises."""
-    stack = [(str(top), False)]
-    while stack:
-        path, emptied = stack.pop()
-        try:
-            if emptied:
-                os.rmdir(path)
-                continue
-            st = os.lstat(path)
-            junction = getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0)
-            if junction:
-                os.rmdir(path)
-            elif not stat.S_ISDIR(st.st_mode):
-                os.unlink(path)
-            else:
-                stack.append((path, True))
-                with os.scandir(path) as entries:
-                    stack.extend((entry.path, False) for entry in entries)
-        except OSError:
-            pass
-
-
 __all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",
-           "install", "remove_folder", "remove_tree", "run", "session"]
+           "install", "remove_tree", "run", "session"]

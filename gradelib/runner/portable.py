@@ -1,22 +1,17 @@
 """The kit's runner (the "portable" level, the same on Linux, macOS and Windows): a plain child of this interpreter.
 
-It isolates nothing (a student grades their own code); it keeps the grading the same: the same harnesses, a
-wall-clock limit, a CPU-time limit where the system has one, an output cap, a memory limit on what the run's
-processes hold (psutil), and the whole process tree ended afterwards.
-
-A fresh interpreter per run spends a second or more importing torch, and forking one that already did is
-Linux's way only (macOS cannot fork safely after importing torch, Windows cannot fork). So within a grading
-(`session`) the runs go to one warm child (start.py) that imports numpy and torch once and runs each harness
-in turn, forgetting the modules each run imported; outside a session a run gets a child of its own. A run that
-passes a limit ends its child with everything it started (the next run starts a new one). One run could leave
-state for the next, which on a student's own machine costs only their own preview.
+It isolates nothing (a student grades their own code) and keeps the grading the same: the same harnesses, a
+wall-clock limit, a CPU-time limit where the system has one, an output cap, a memory limit (psutil), and the whole
+process tree ended afterwards. Within a grading (`session`) the runs go to one warm child that imports numpy and
+torch once (a fresh interpreter per run spends a second or more on it; macOS and Windows cannot fork one that did)
+and runs each harness in turn, forgetting the modules each imported; outside a session a run gets its own child.
+A run past a limit ends its child (the next run starts a new one).
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import functools
+import importlib.util
 import json
 import os
 import queue
@@ -28,7 +23,6 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks, over_cap, stream_fields
 
@@ -52,26 +46,19 @@ class Child:
 
     def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...]):
         self.root, self.limits, self.preload, self.runs = Path(root).resolve(), limits, preload, 0
-        self.served = 0  # runs the current process has taken
-        self.folder = self.root / "_warm"
+        self.folder, self.proc, self.failure = self.root / "_warm", None, ""
         (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(START, self.folder / START.name)
-        self.proc: subprocess.Popen | None = None
-        self.failure = ""
         self._start()
 
     def _start(self) -> None:
-        self.served = 0
+        self.served = 0  # runs the current process has taken
         env = child_env(str(self.folder), str(self.folder / "tmp"), None)
         env[BOOT_ENV] = json.dumps({"paths": extra_paths(), "preload": list(self.preload)})
-        if os.name == "nt":
-            options = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-        else:
-            options = {"start_new_session": True}
+        own = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
         try:
             self.proc = subprocess.Popen(child_prefix(self.folder / START.name), cwd=self.folder, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
-                                         **options)
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, **own)
         except (OSError, subprocess.SubprocessError) as exc:
             self.proc, self.failure = None, str(exc)
             return
@@ -80,13 +67,12 @@ class Child:
 
     def compatible(self, workdir: Path, limits: Limits) -> bool:
         """Whether a run in `workdir` under `limits` may go to this child (every limit but the time the same)."""
-        if replace(limits, timeout_s=self.limits.timeout_s) != self.limits:
-            return False
-        return Path(workdir).resolve().is_relative_to(self.root)
+        same = replace(limits, timeout_s=self.limits.timeout_s) == self.limits
+        return same and Path(workdir).resolve().is_relative_to(self.root)
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
         """The run, in this child; None when it cannot take it (it did not start)."""
-        if bool(argv) and Path(str(argv[0])).name in CLEAN_SLATE and self.served:
+        if argv and Path(str(argv[0])).name in CLEAN_SLATE and self.served:
             self.close()
         if self.proc is None or self.proc.poll() is not None:
             self._start()
@@ -94,23 +80,20 @@ class Child:
                 return None
         workdir = Path(workdir).resolve()
         (workdir / "tmp").mkdir(exist_ok=True)
-        self.runs += 1
-        self.served += 1
+        self.runs, self.served = self.runs + 1, self.served + 1
         files = [self.folder / f"run{self.runs}.out", self.folder / f"run{self.runs}.events"]
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
         sinks = new_sinks(LOG_CAP)
-        memory = MemoryWatch(limits.memory_mb, lambda: {self.proc.pid})
+        memory = MemoryWatch(limits.memory_mb, self.proc.pid)
         start = time.monotonic()
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return None
-        offsets = [0, 0]
-        timed_out = flooded = False
-        answer = returncode = None
+        offsets, timed_out, flooded, answer, returncode = [0, 0], False, False, None, None
         while True:
             with contextlib.suppress(queue.Empty):
                 answer = self.answers.get(timeout=0.02)
@@ -149,6 +132,7 @@ class Child:
 
 
 def _lines(stream, answers: queue.Queue) -> None:
+    """Each answer the child writes, parsed (False: unreadable, or the child is gone)."""
     for line in stream:
         try:
             answers.put(json.loads(line))
@@ -221,14 +205,9 @@ def _end_tree(proc: subprocess.Popen) -> int:
 class MemoryWatch:
     """Whether a run has passed its memory limit (resident memory, measured with psutil), and its peak."""
 
-    def __init__(self, limit_mb: int, roots: Callable[[], set[int]]):
-        self.limit_mb, self.roots, self.peak_mb, self.stopped, self._next = limit_mb, roots, 0, False, 0.0
-        try:
-            import psutil  # noqa: F401
-
-            self._why = ""
-        except ImportError:
-            self._why = "psutil is not installed"
+    def __init__(self, limit_mb: int, pid: int):
+        self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
+        self._why = "" if importlib.util.find_spec("psutil") else "psutil is not installed"
 
     def label(self) -> str:
         if self._why:
@@ -241,9 +220,9 @@ class MemoryWatch:
             return self.stopped
         self._next = time.monotonic() + SAMPLE_S
         try:
-            used = resident_mb(self.roots())
+            used = resident_mb(self.pid)
             if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
-                used = resident_mb(self.roots(), True)
+                used = resident_mb(self.pid, True)
         except Exception:  # a process that ended mid-measurement, a psutil that cannot read it
             return False
         self.peak_mb = max(self.peak_mb, used)
@@ -255,17 +234,16 @@ class MemoryWatch:
                 "memory_used_mb": self.peak_mb if self.stopped else 0}
 
 
-def resident_mb(roots: set[int], shared_once: bool = False) -> int:
-    """Resident MB of the roots and everything below them; `shared_once`: shared pages split among the processes
-    that share them (PSS) where the system says, else only each process's own (USS)."""
+def resident_mb(pid: int, shared_once: bool = False) -> int:
+    """Resident MB of the process `pid` and everything below it; `shared_once`: shared pages split among the
+    processes that share them (PSS) where the system says, else only each process's own (USS)."""
     import psutil
 
     total = 0
-    for root in roots:
-        for p in _tree(root):
-            with contextlib.suppress(psutil.Error, AttributeError):
-                info = p.memory_full_info() if shared_once else p.memory_info()
-                total += getattr(info, "pss", info.uss) if shared_once else info.rss
+    for p in _tree(pid):
+        with contextlib.suppress(psutil.Error, AttributeError):
+            info = p.memory_full_info() if shared_once else p.memory_info()
+            total += getattr(info, "pss", info.uss) if shared_once else info.rss
     return total >> 20
 
 
@@ -304,29 +282,13 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...]):
 
 
 def extra_paths() -> list[str]:
-    """Folders on this interpreter's sys.path that `python -I` leaves off its own (the user site of a
-    `pip install --user`, PYTHONPATH, a conda or venv .pth addition): the child adds them back, so it sees
-    the packages the grader sees. The grader's own folder (the handout, the course repository) is not one."""
-    isolated = set(_isolated_path())
-    own = Path(__file__).resolve().parents[2]  # the folder gradelib/ lies in
+    """The folders on this interpreter's sys.path (the user site of a `pip install --user`, PYTHONPATH, a venv's
+    .pth addition): the child adds back those `python -I` leaves off, so it sees the packages the grader sees. The
+    grader's own folder (the handout, the course repository) is not one."""
+    own, here = Path(__file__).resolve().parents[2], Path.cwd().resolve()  # the folder gradelib/ lies in
     out = []
     for entry in sys.path:
-        if not entry or entry in isolated or not os.path.isdir(entry):
-            continue
-        resolved = Path(entry).resolve()
-        if resolved == own or own in resolved.parents or resolved == Path.cwd().resolve():
-            continue
-        out.append(entry)
+        resolved = Path(entry).resolve() if entry and os.path.isdir(entry) else None
+        if resolved is not None and resolved != here and resolved != own and own not in resolved.parents:
+            out.append(entry)
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def _isolated_path() -> tuple[str, ...]:
-    """sys.path of `python -I` with this interpreter (asked once)."""
-    code = "import sys, site; site.main(); print(repr(sys.path))"
-    try:
-        out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL).stdout
-        return tuple(str(p) for p in ast.literal_eval(out.strip() or "[]"))
-    except (OSError, ValueError, SyntaxError, subprocess.SubprocessError):
-        return ()
