@@ -1,12 +1,10 @@
 """The one place that opens a file a submission or its child controls, and cleans text that came from one.
 
-Anything a child left in its scratch folder may be a symbolic link (to a root-only file, to another student's
-feedback), a FIFO that blocks a reader forever, a link to /dev/zero that never ends, or a .npy whose header
-promises gigabytes. So every read opens with O_NOFOLLOW (below `root`, each folder too), O_NONBLOCK and
-O_CLOEXEC, checks with fstat that it opened a regular file, and reads at most `max_bytes`, refusing a larger file
-rather than truncating it. A .npy is parsed from the bytes already read: no pickles, only plain numeric dtypes,
-the shape checked against the bytes present before anything is allocated. Every refusal is a SafeReadError whose
-message says what was wrong and what was expected, fit to show a student.
+A child's scratch may hold a symbolic link (to a root-only file, to another student's feedback), a FIFO that blocks
+a reader, a link to /dev/zero, or a .npy whose header promises gigabytes. So every read opens with O_NOFOLLOW (below
+`root`, each folder too) and O_NONBLOCK, checks with fstat that it opened a regular file, and refuses more than
+`max_bytes`. A .npy is parsed from the bytes read: no pickles, plain numeric dtypes, the shape checked against the
+bytes present before anything is allocated. Each refusal is a SafeReadError whose message a student can act on.
 """
 
 from __future__ import annotations
@@ -34,12 +32,10 @@ KINDS = {"a folder": stat.S_ISDIR, "a FIFO (named pipe)": stat.S_ISFIFO, "a sock
 
 
 class SafeReadError(ValueError):
-    """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on.
-
-    reason: "missing", "not_regular" (link, FIFO, device, folder...), "size" (more bytes or values than allowed),
-    "format" (not parseable), "dtype" (a plain number of another kind) or "unsafe_dtype" (objects, structured,
-    subarray, complex, long double). shape, dtype: from the .npy header, when it was parsed.
-    """
+    """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on. reason: "missing",
+    "not_regular" (link, FIFO, device, folder...), "size" (more bytes or values than allowed), "format" (not
+    parseable), "dtype" (a plain number of another kind) or "unsafe_dtype" (objects, structured, subarray, complex,
+    long double). shape, dtype: from the .npy header, when it was parsed."""
 
     def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None,
                  dtype: np.dtype | None = None):

@@ -116,21 +116,14 @@ class Tail:
 
 
 class Events:
-    """The audit events a run sends, read record by record to the end, whatever came before.
-
-    The start file's hook writes each `gradelib.<name> args` event as one line, in one write (atomic on a pipe)
-    that also starts with an end of line, so bytes written before it without one cannot swallow it. Every record
-    is indexed by name, so no padding of harmless events pushes an autograd record out of view; anything else
-    (bytes a submission wrote there itself) or a flood past the limit marks the channel `tampered`: nothing an
-    honest run does.
-    """
+    """The audit events a run sends (start.py's hook writes each `gradelib.<name> args` as one line, in one write
+    that starts with an end of line), each indexed by name, so no padding of harmless events pushes an autograd
+    record out of view; anything else (bytes a submission wrote there) or a flood marks the channel `tampered`."""
 
     def __init__(self, limit_bytes: int):
-        self.limit, self.total = limit_bytes, 0
+        self.limit, self.total, self.tampered, self._partial = limit_bytes, 0, "", bytearray()
         self.records: list[str] = []
         self.by_name: dict[str, list[str]] = {}
-        self.tampered = ""
-        self._partial = bytearray()
 
     def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
