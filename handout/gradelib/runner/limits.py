@@ -18,8 +18,8 @@ class Limits:
     open_files: int = 256
     processes: int = 64  # processes and threads together (RLIMIT_NPROC)
     output_mb: int = 32  # all it may print; a run that prints more is stopped at once
-    # The weakest isolation level a run accepts (autograder/isolation/levels.py): "best" (the course grader's
-    # default), "strict" or "portable" (the student side).
+    # The weakest isolation level a run accepts: "best" (the course grader's default), "strict" or "portable"
+    # (the student side; the course grader's levels are its own).
     min_isolation: str = "best"
 
 
