@@ -1,22 +1,10 @@
-"""The one place that opens a file a submission or its sandboxed child controls.
+"""The one place that opens a file a submission or its child controls, and cleans text that came from one.
 
-A child owns its scratch folder while it runs, so anything it left there may be
-a symbolic link (to a root-only file, to /proc/<pid>/..., to another student's
-feedback), a FIFO that blocks a reader forever, a link to /dev/zero that never
-ends, or a .npy whose header promises gigabytes. Every read here:
-
-- opens with O_NOFOLLOW (and, below `root`, walks each folder with O_NOFOLLOW
-  too), O_NONBLOCK (a FIFO cannot block the open) and O_CLOEXEC;
-- checks with fstat that what it opened is a regular file, before reading;
-- reads at most `max_bytes` and refuses a larger file instead of truncating it.
-
-.npy files are parsed from the bytes already read: no second open, no pickles,
-only plain numeric dtypes, and the shape is checked against the bytes present
-before anything is allocated. Every refusal is a SafeReadError whose message
-says what was wrong and what was expected, fit to show a student.
-
-clean_text() makes any text that came from a submission safe for a terminal,
-feedback.txt, results.json and HTML: no escape sequences, bells or bidi overrides.
+A child's scratch may hold a symbolic link (to a root-only file, to another student's feedback), a FIFO that blocks
+a reader, a link to /dev/zero, or a .npy whose header promises gigabytes. So every read opens with O_NOFOLLOW (below
+`root`, each folder too) and O_NONBLOCK, checks with fstat that it opened a regular file, and refuses more than
+`max_bytes`. A .npy is parsed from the bytes read: no pickles, plain numeric dtypes, the shape checked against the
+bytes present before anything is allocated. Each refusal is a SafeReadError whose message a student can act on.
 """
 
 from __future__ import annotations
@@ -33,43 +21,26 @@ from typing import Any
 import numpy as np
 
 # Windows has none of these flags (nor opening a folder, nor dir_fd): there a path is checked for links
-# component by component before it is opened (_open_fd_checked), which is all a student's own machine needs.
+# component by component just before it is opened, which is all a student's own machine needs.
 _FLAG = {name: getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_DIRECTORY", "O_BINARY")}
 OPEN_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_NONBLOCK"] | _FLAG["O_CLOEXEC"] | _FLAG["O_BINARY"]
 DIR_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_DIRECTORY"] | _FLAG["O_CLOEXEC"]
 NOFOLLOW_OPEN = bool(_FLAG["O_NOFOLLOW"]) and os.open in os.supports_dir_fd
-READ_CHUNK = 1 << 20
 MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
+KINDS = {"a folder": stat.S_ISDIR, "a FIFO (named pipe)": stat.S_ISFIFO, "a socket": stat.S_ISSOCK,
+         "a character device": stat.S_ISCHR, "a block device": stat.S_ISBLK, "a symbolic link": stat.S_ISLNK}
 
 
 class SafeReadError(ValueError):
-    """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on.
+    """A file was refused. str(exc) is "<file name> <detail>", in words a student can act on. reason: "missing",
+    "not_regular" (link, FIFO, device, folder...), "size" (more bytes or values than allowed), "format" (not
+    parseable), "dtype" (a plain number of another kind) or "unsafe_dtype" (objects, structured, subarray, complex,
+    long double). shape, dtype: from the .npy header, when it was parsed."""
 
-    reason: "missing", "not_regular" (link, FIFO, device, folder...), "size" (more bytes or
-    values than allowed), "format" (not parseable), "dtype" (a plain number of another kind)
-    or "unsafe_dtype" (objects, structured, subarray, complex, long double).
-    shape, dtype: from the .npy header, when it was parsed.
-    """
-
-    def __init__(
-        self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None
-    ):
+    def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None,
+                 dtype: np.dtype | None = None):
         super().__init__(f"{name} {detail}")
         self.name, self.detail, self.reason, self.shape, self.dtype = name, detail, reason, shape, dtype
-
-
-def _describe_mode(mode: int) -> str:
-    for test, what in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISLNK, "a symbolic link"),
-    ):
-        if test(mode):
-            return what
-    return "a special file"
 
 
 def _why(exc: OSError) -> tuple[str, str]:
@@ -86,15 +57,19 @@ def _why(exc: OSError) -> tuple[str, str]:
 
 def _open_fd(path: Path, root: Path | None) -> int:
     """An fd for `path`; with `root`, no component of `path` below `root` may be a symbolic link."""
-    name = path.name
-    if not NOFOLLOW_OPEN:
-        return _open_fd_checked(path, root)
     try:
-        if root is None:
+        rel = path.relative_to(root) if root is not None and path.is_relative_to(root) else None
+        if root is not None and (rel is None or ".." in rel.parts or not rel.parts):
+            raise SafeReadError(path.name, f"lies outside the folder {root}", "not_regular")
+        if not NOFOLLOW_OPEN:  # each folder below `root`, and the file, checked for a link just before the open
+            for i in range(1, len(rel.parts) if rel else 0):
+                mode = os.lstat(Path(root, *rel.parts[:i])).st_mode
+                if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+                    raise OSError(errno.ENOTDIR, "not a folder")
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise OSError(errno.ELOOP, "a link")
+        if rel is None or not NOFOLLOW_OPEN:
             return os.open(path, OPEN_FLAGS)
-        rel = path.relative_to(root) if path.is_relative_to(root) else None
-        if rel is None or ".." in rel.parts or not rel.parts:
-            raise SafeReadError(name, f"lies outside the folder {root}", "not_regular")
         dir_fd = os.open(root, DIR_FLAGS)
         try:
             for part in rel.parts[:-1]:
@@ -105,34 +80,7 @@ def _open_fd(path: Path, root: Path | None) -> int:
         finally:
             os.close(dir_fd)
     except OSError as exc:
-        raise SafeReadError(name, *_why(exc)) from None
-
-
-def _open_fd_checked(path: Path, root: Path | None) -> int:
-    """_open_fd where the system cannot refuse links when opening: no component (below `root`, or the file
-    itself) may be a link when checked just before the open."""
-    name = path.name
-    try:
-        if root is not None:
-            rel = path.relative_to(root) if path.is_relative_to(root) else None
-            if rel is None or ".." in rel.parts or not rel.parts:
-                raise SafeReadError(name, f"lies outside the folder {root}", "not_regular")
-            here = Path(root)
-            for part in rel.parts[:-1]:
-                here = here / part
-                if stat.S_ISLNK(os.lstat(here).st_mode) or not stat.S_ISDIR(os.lstat(here).st_mode):
-                    raise SafeReadError(name, *_why(OSError(errno.ENOTDIR, "not a folder")))
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise SafeReadError(name, *_why(OSError(errno.ELOOP, "a link")))
-        return os.open(path, OPEN_FLAGS)
-    except OSError as exc:
-        raise SafeReadError(name, *_why(exc)) from None
-
-
-def open_folder(path: Path) -> int:
-    """A descriptor of the folder `path` itself, never of what a link there points to (for writing into a
-    folder a child can change, with dir_fd; Linux and macOS)."""
-    return os.open(path, DIR_FLAGS)
+        raise SafeReadError(path.name, *_why(exc)) from None
 
 
 def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int, os.stat_result]:
@@ -141,13 +89,11 @@ def _open_regular(path: Path, root: Path | None, single_link: bool) -> tuple[int
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SafeReadError(
-                path.name, f"is {_describe_mode(st.st_mode)}, not a regular file; it was not read", "not_regular"
-            )
+            kind = next((what for what, test in KINDS.items() if test(st.st_mode)), "a special file")
+            raise SafeReadError(path.name, f"is {kind}, not a regular file; it was not read", "not_regular")
         if single_link and st.st_nlink > 1:
-            raise SafeReadError(
-                path.name, f"has {st.st_nlink} hard links, not a file of its own; it was not read", "not_regular"
-            )
+            raise SafeReadError(path.name, f"has {st.st_nlink} hard links, not a file of its own; it was not read",
+                                "not_regular")
         return fd, st
     except BaseException:
         os.close(fd)
@@ -159,40 +105,25 @@ def _read_prefix(fd: int, name: str, n: int) -> bytes:
     chunks, total = [], 0
     try:
         while total < n:
-            chunk = os.read(fd, min(READ_CHUNK, n - total))
+            chunk = os.read(fd, min(1 << 20, n - total))
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
     except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
-        raise SafeReadError(
-            name, f"could not be read ({os.strerror(exc.errno) if exc.errno else exc})", "not_regular"
-        ) from None
+        why = os.strerror(exc.errno) if exc.errno else exc
+        raise SafeReadError(name, f"could not be read ({why})", "not_regular") from None
     return b"".join(chunks)
 
 
-def _read_fd(fd: int, name: str, max_bytes: int) -> bytes:
-    data = _read_prefix(fd, name, max_bytes + 1)
-    if len(data) > max_bytes:  # it grew after fstat
-        raise SafeReadError(name, f"holds more than the {max_bytes} bytes the grader reads; it was not read", "size")
-    return data
-
-
 def _truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
-    return SafeReadError(
-        name,
-        f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file holds "
-        f"{held}; save it again with np.save.",
-        "format",
-        shape,
-        dtype,
-    )
+    return SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file "
+                         f"holds {held}; save it again with np.save.", "format", shape, dtype)
 
 
 def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
-    return SafeReadError(
-        name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read", "size"
-    )
+    return SafeReadError(name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read",
+                         "size")
 
 
 def stat_regular(path: Path, *, root: Path | None = None, single_link: bool = False) -> os.stat_result:
@@ -215,9 +146,13 @@ def read_bytes(path: Path, max_bytes: int, *, root: Path | None = None, single_l
     try:
         if st.st_size > max_bytes:
             raise _too_big(path.name, st.st_size, max_bytes)
-        return _read_fd(fd, path.name, max_bytes)
+        data = _read_prefix(fd, path.name, max_bytes + 1)
     finally:
         os.close(fd)
+    if len(data) > max_bytes:  # it grew after fstat
+        raise SafeReadError(path.name, f"holds more than the {max_bytes} bytes the grader reads; it was not read",
+                            "size")
+    return data
 
 
 def read_text(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False) -> str:
@@ -229,79 +164,61 @@ def _refuse_constant(token: str):
     raise ValueError(f"{token} is not a JSON number")
 
 
-def loads_strict(text: str | bytes):
-    """json.loads that refuses NaN and Infinity, which no JSON reader outside Python accepts."""
-    return json.loads(text, parse_constant=_refuse_constant)
-
-
 def read_json(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False) -> Any:
-    """The file parsed as strict JSON (NaN and Infinity refused), at most `max_bytes` bytes."""
+    """The file parsed as strict JSON (NaN and Infinity, which no JSON reader outside Python accepts, refused), at
+    most `max_bytes` bytes."""
     data = read_bytes(path, max_bytes, root=root, single_link=single_link)
     try:
-        return loads_strict(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise SafeReadError(Path(path).name, f"is not valid JSON ({clean_text(exc)[:200]})", "format") from None
 
 
-def wanted_text(kinds: str) -> str:
-    """What a caller accepts, in words: 'a float dtype (e.g. float32)'."""
-    if set(kinds) <= set("f"):
-        return "a float dtype (e.g. float32)"
-    if set(kinds) <= set("iu"):
-        return "an integer dtype (e.g. int64)"
-    return "a plain numeric dtype (bool, integer or float, e.g. float64)"
-
-
 def check_dtype(dtype: np.dtype, kinds: str, name: str, shape: tuple[int, ...] | None = None) -> None:
     """SafeReadError unless `dtype` is a plain number of one of `kinds` that float64 can hold."""
-    wanted = wanted_text(kinds)
-
-    def refuse(detail: str, reason: str = "unsafe_dtype") -> SafeReadError:
-        return SafeReadError(name, detail, reason, shape, dtype)
-
+    if set(kinds) <= set("f"):
+        wanted = "a float dtype (e.g. float32)"
+    elif set(kinds) <= set("iu"):
+        wanted = "an integer dtype (e.g. int64)"
+    else:
+        wanted = "a plain numeric dtype (bool, integer or float, e.g. float64)"
+    refused = "which the grader does not load"
     if dtype.hasobject:
-        raise refuse(f"holds Python objects (a pickle), which the grader does not load; save {wanted} with np.save.")
-    if dtype.names is not None:
-        raise refuse(f"has a structured dtype {dtype}, which the grader does not load; expected {wanted}.")
-    if dtype.subdtype is not None or dtype.shape != ():
-        raise refuse(f"has a subarray dtype {dtype}, which the grader does not load; expected {wanted}.")
-    if dtype.kind == "c":
-        raise refuse(f"has the complex dtype {dtype}, which the grader does not load; expected {wanted}.")
-    if dtype.kind == "f" and dtype.itemsize > 8:
-        raise refuse(f"has dtype {dtype} (long double), which the grader does not load: its values can overflow the "
-                     f"float64 that scores are computed in; expected {wanted}.")
-    if dtype.kind not in kinds or dtype.kind not in "biuf":
-        raise refuse(f"has dtype {dtype}, expected {wanted}.", "dtype")
+        why = f"holds Python objects (a pickle), {refused}; save {wanted} with np.save."
+    elif dtype.names is not None:
+        why = f"has a structured dtype {dtype}, {refused}; expected {wanted}."
+    elif dtype.subdtype is not None or dtype.shape != ():
+        why = f"has a subarray dtype {dtype}, {refused}; expected {wanted}."
+    elif dtype.kind == "c":
+        why = f"has the complex dtype {dtype}, {refused}; expected {wanted}."
+    elif dtype.kind == "f" and dtype.itemsize > 8:
+        why = (f"has dtype {dtype} (long double), {refused}: its values can overflow the float64 that scores are "
+               f"computed in; expected {wanted}.")
+    elif dtype.kind not in kinds or dtype.kind not in "biuf":
+        raise SafeReadError(name, f"has dtype {dtype}, expected {wanted}.", "dtype", shape, dtype)
+    else:
+        return
+    raise SafeReadError(name, why, "unsafe_dtype", shape, dtype)
 
 
 def _parse_header(fh: io.BytesIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
-        if version == (2, 0):
-            return np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
+        if version in ((1, 0), (2, 0)):
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return read(fh, max_header_size=MAX_NPY_HEADER)
     except (ValueError, EOFError, TypeError, SyntaxError, OverflowError, RecursionError) as exc:
-        raise SafeReadError(
-            name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.", "format"
-        ) from None
+        raise SafeReadError(name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.",
+                            "format") from None
     if version == (3, 0):  # only structured dtypes with non-Latin-1 field names need it
         raise SafeReadError(name, "uses .npy format version 3.0, made only for structured arrays; save a plain numeric "
                             "array with np.save.", "format")
-    raise SafeReadError(
-        name, f"is not a .npy array (unknown format version {version[0]}.{version[1]}); save it with np.save.", "format"
-    )
+    raise SafeReadError(name, f"is not a .npy array (unknown format version {version[0]}.{version[1]}); save it with "
+                        "np.save.", "format")
 
 
-def read_npy(
-    path: Path,
-    *,
-    max_bytes: int,
-    kinds: str = "biuf",
-    max_elements: int | None = None,
-    root: Path | None = None,
-    single_link: bool = False,
-) -> np.ndarray:
+def read_npy(path: Path, *, max_bytes: int, kinds: str = "biuf", max_elements: int | None = None,
+             root: Path | None = None, single_link: bool = False) -> np.ndarray:
     """A .npy file as a plain numeric array (C order, native byte order, its own memory), or SafeReadError.
 
     kinds: the numpy dtype kinds accepted, from "biuf" (bool, int, uint, float up to float64).
@@ -314,11 +231,7 @@ def read_npy(
     try:
         if st.st_size > max_bytes:
             try:
-                head = os.read(fd, MAX_NPY_HEADER + 64)
-            except OSError:
-                head = b""
-            try:
-                shape, _fortran, dtype = _parse_header(io.BytesIO(head), name)
+                shape, _fortran, dtype = _parse_header(io.BytesIO(_read_prefix(fd, name, MAX_NPY_HEADER + 64)), name)
             except SafeReadError:
                 raise _too_big(name, st.st_size, max_bytes) from None
             raise SafeReadError(name, f"has shape {tuple(shape)} of {dtype} in {st.st_size} bytes, more than the "
@@ -335,28 +248,15 @@ def read_npy(
         for s in shape:
             count *= s  # Python ints: a hostile shape cannot overflow
         if max_elements is not None and count > max_elements:
-            raise SafeReadError(
-                name,
-                f"has shape {shape} ({count} values), more than the {max_elements} the grader reads; it was not read.",
-                "size",
-                shape,
-                dtype,
-            )
-        offset = fh.tell()
-        needed = count * dtype.itemsize
+            raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader "
+                                "reads; it was not read.", "size", shape, dtype)
+        offset, needed = fh.tell(), count * dtype.itemsize
         if needed > st.st_size - offset:
             raise _truncated(name, shape, dtype, needed, st.st_size - offset)
-        if (
-            st.st_size - offset > needed
-        ):  # np.save writes nothing after the data: padding costs the grader reads, not the writer
-            raise SafeReadError(
-                name,
-                f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data its "
-                f"shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
-                "format",
-                shape,
-                dtype,
-            )
+        if st.st_size - offset > needed:  # np.save writes nothing after the data: padding costs the grader reads
+            raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data "
+                                f"its shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
+                                "format", shape, dtype)
         data += _read_prefix(fd, name, offset + needed - len(data))
     finally:
         os.close(fd)
@@ -367,25 +267,23 @@ def read_npy(
     return np.array(arr, dtype=dtype.newbyteorder("="), order="C")
 
 
-# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates
-# and marks, line/paragraph separators; a lone surrogate cannot be written as UTF-8.
-_UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates and marks, line/paragraph
+# separators (no escape sequence, bell or bidi override reaches a terminal, a report or HTML); a lone surrogate
+# cannot be written as UTF-8.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def clean_text(text: object) -> str:
     """`text` as a str without control characters (tab and newline kept); \\r\\n and \\r become \\n."""
     s = text if isinstance(text, str) else str(text)
-    s = s.replace("\r\n", "\n").replace("\r", "\n")
-    return _UNSAFE.sub("", s)
+    return _UNSAFE.sub("", s.replace("\r\n", "\n").replace("\r", "\n"))
 
 
-# What the grader's own process may spend on a notebook it parses (the matplotlib hint, the similarity report;
-# a run parses its notebook in the sandbox, under the run's limits). json.loads makes a Python object of every
-# value (an empty {} takes 64 bytes for its 3 in the file: a 95 MB notebook of them took 2.4 GB) and decodes the
-# whole file into one str, 1, 2 or 4 bytes a character after its widest one: both are bounded before it runs.
-# The reference notebooks hold about 3,000 values and 110 kB.
+# What the grader's own process may spend parsing a notebook (the matplotlib hint, the similarity report): json.loads
+# makes an object of every value (an empty {} takes 64 bytes for its 3 in the file: a 95 MB notebook of them took
+# 2.4 GB) and one str of the whole file, 1, 2 or 4 bytes a character after its widest one; both are bounded before it
+# runs. The reference notebooks hold about 3,000 values and 110 kB.
 MAX_NOTEBOOK_VALUES = 500_000
 MAX_NOTEBOOK_TEXT_BYTES = 64 * 2**20
 _ASCII = bytes(range(0x80))

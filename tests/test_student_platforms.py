@@ -318,7 +318,7 @@ def guarded_lines(tree: ast.Module, source: list[str]) -> set[int]:
 
 def test_the_student_side_imports_nothing_linux_only_and_uses_it_only_behind_a_check():
     modules = closure()
-    assert {"gradelib.local", "gradelib.runner.portable", "gradelib.runner.warm", "gradelib.safeio"} <= set(modules)
+    assert {"gradelib.local", "gradelib.runner.portable", "gradelib.safeio"} <= set(modules)
     at_import = {name: uses for name, tree in modules.items() if (uses := linux_only_uses(tree, top_level_only=True))}
     assert at_import == {}, at_import
     unguarded = {}
@@ -344,13 +344,13 @@ def test_no_child_runs_python_without_the_users_packages(tmp_path, monkeypatch):
     """A package the student's interpreter finds only through its user site (pip install --user) or PYTHONPATH
     is found by the graded run too (python -I leaves both off sys.path; start.py puts them back)."""
     from gradelib import runner
-    from gradelib.runner import paths
+    from gradelib.runner import portable
 
     extra = tmp_path / "user-site"
     (extra / "only_here").mkdir(parents=True)
     (extra / "only_here" / "__init__.py").write_text("WHERE = 'user site'\n")
     monkeypatch.syspath_prepend(str(extra))
-    assert str(extra) in paths.extra_paths()
+    assert str(extra) in portable.extra_paths()
     work = tmp_path / "run"
     work.mkdir()
     (work / "harness.py").write_text("import only_here\nprint('found in', only_here.WHERE)\n")

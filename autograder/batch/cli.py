@@ -24,9 +24,9 @@ from pathlib import Path
 from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import levels
+from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib import safeio
 from gradelib.problems import GRADERS
-from gradelib.runner.limits import ISOLATION_CHOICES
 from gradelib.safeio import SafeReadError, clean_text
 
 from . import gradebook, regrade

@@ -27,9 +27,9 @@ from pathlib import Path
 from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import kernel
+from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
-from gradelib.runner.limits import ISOLATION_CHOICES
 
 from ..grading import course_side
 from ..grading.uploads import open_upload

@@ -27,7 +27,7 @@ from gradelib.problems.lm_common import credit
 from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
-from gradelib.safeio import open_folder
+from gradelib.safeio import DIR_FLAGS
 from gradelib.scoring import Line, read_array
 
 from ..oracle.metrics import generation_token_nll
@@ -155,7 +155,7 @@ def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):
     """Start revealing each hidden set's true characters (set -> targets (B, steps)) into the folder `inputs`
     beside the model's run, each once the run has answered the step it grades in `outputs`; returns the
     function that stops it (once the child is gone) and gives the Revealer (.answers, .problems)."""
-    fd = open_folder(inputs)  # a descriptor of the folder itself, opened before the child starts
+    fd = os.open(inputs, DIR_FLAGS)  # a descriptor of the folder itself (never a link's), before the child starts
     revealer = Revealer(outputs, fd, sets)
     revealer.start()
 

@@ -22,16 +22,16 @@ server's grader side), boot (the child's entry point), kernel (the Linux
 interfaces both sides use) and forkserver (the template's loop), limits,
 pipes (a run's pipes, read into the kit's streams), memory, cgroups, slots (sandbox uids), processes (what a run left,
 and aborting), leftovers (what a run left in the host's shared folders), interpreter (what a child
-starts from), scratch (the submission's capped folder).
+starts from), tmpfs (the submission's capped folder), scratch (removing it however deep).
 """
 
 from gradelib.runner.limits import ChildRun, Limits
-from gradelib.runner.scratch import remove_tree
 
 from .install import ISOLATING, installed
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
 from .processes import abort_active
 from .runner import run
+from .scratch import remove_tree
 from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
 from .tmpfs import cap_folder, uncap_folder
 

@@ -92,7 +92,7 @@ def main() -> None:
         abi = kernel().landlock_abi()
         if abi:
             kernel().apply_landlock(abi, rules["read"], rules["write"])
-    report_fd = start().report_fd(config)
+    report_fd = config.get("report_fd")
     if report_fd is not None:
         start().install_reporter(int(report_fd))
     if config.get("seccomp", True):

@@ -1,20 +1,38 @@
-"""What a run starts from: the interpreter (its folders, who can read them) and the boot files run first."""
+"""What a run starts from: the interpreter (its folders, who can read them, the sys.path it adds back) and the
+boot files run first."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import site
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
-from gradelib.runner.paths import BOOT_ENV, START, extra_paths  # noqa: F401 (the kit's: the same for every level)
+import gradelib
+from gradelib.runner.limits import Limits, cpu_seconds
+from gradelib.runner.portable import BOOT_ENV, START  # noqa: F401 (the kit's: the same for every level)
 
 BOOT_DIR = Path(__file__).resolve().parent
 # The child's entry point and what it loads from beside it: name there -> this side's file. start.py is the
 # student kit's child entry; boot.py reuses its event reporter and its refusal of other programs.
 BOOT_FILES = {name: BOOT_DIR / name for name in ("boot.py", "kernel.py", "forkserver.py")}
 BOOT_FILES["start.py"] = START
+# Address space a run may map beyond its memory limit. A CUDA build of torch maps over 3 GB at import and touches
+# about 0.5 GB of it: the limit that matters is resident memory (a memory cgroup, or the grader's sampling), and
+# this cap only stops one allocation far past it before a byte of it is touched.
+ADDRESS_SPACE_SLACK_MB = 16384
+
+
+def rlimit_values(limits: Limits) -> dict[str, int]:
+    """The run's rlimits by resource name (kernel.rlimits sets them): address space far above the memory
+    limit (ADDRESS_SPACE_SLACK_MB), since what a torch build maps differs by gigabytes between builds and
+    what a run touches is what the memory limit counts."""
+    return {"RLIMIT_CPU": cpu_seconds(limits), "RLIMIT_AS": (limits.memory_mb + ADDRESS_SPACE_SLACK_MB) << 20,
+            "RLIMIT_FSIZE": limits.file_mb << 20, "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
 
 
 def python_paths() -> list[str]:
@@ -63,3 +81,32 @@ def readable_by(uid: int, gid: int, path: str) -> bool:
         if not bits & need:
             return False
     return True
+
+
+def extra_paths() -> list[str]:
+    """Folders on this interpreter's sys.path that `python -I` leaves off its own (the user site of a
+    `pip install --user`, PYTHONPATH, a conda or venv .pth addition): the child adds them back, so it sees
+    the packages the grader sees. The grader's own folder (the handout, the course repository) is not one."""
+    isolated = set(_isolated_path())
+    own = Path(gradelib.__file__).resolve().parents[1]  # the folder gradelib/ lies in
+    out = []
+    for entry in sys.path:
+        if not entry or entry in isolated or not os.path.isdir(entry):
+            continue
+        resolved = Path(entry).resolve()
+        if resolved == own or own in resolved.parents or resolved == Path.cwd().resolve():
+            continue
+        out.append(entry)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _isolated_path() -> tuple[str, ...]:
+    """sys.path of `python -I` with this interpreter (asked once)."""
+    code = "import sys, site; site.main(); print(repr(sys.path))"
+    try:
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL).stdout
+        return tuple(str(p) for p in ast.literal_eval(out.strip() or "[]"))
+    except (OSError, ValueError, SyntaxError, subprocess.SubprocessError):
+        return ()

@@ -25,6 +25,10 @@ from .namespaces import BOOT_INSIDE, bwrap_argv
 from .slots import Slot, block
 
 LEVELS = ("namespaces", "fallback", "portable")
+# Limits.min_isolation, the weakest level a run accepts (the strongest the machine allows always runs): "best":
+# namespaces or the fallback, never the portable level (the course grader's default); "strict": namespaces only;
+# "portable": whatever the machine offers, the portable level included (the student side, or when asked for).
+ISOLATION_CHOICES = ("best", "strict", "portable")
 FORCE_ENV = "GRADELIB_SANDBOX"  # "fallback" or "portable": a weaker level than the machine offers
 FALLBACK_NAMES = ("fallback", "landlock", "none")  # the fallback's earlier names are still understood
 

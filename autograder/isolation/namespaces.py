@@ -16,9 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
-from gradelib.runner.limits import Limits, child_env, rlimit_values
+from gradelib.runner.limits import Limits, child_env
 
-from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_mounts
+from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_mounts, rlimit_values
 from .kernel import landlock_abi, rlimits
 from .slots import Slot
 

@@ -1,7 +1,7 @@
 """The grader's side of an isolated run's pipes: its output and audit events read as they come, to their caps.
 
 The isolation levels (runner.py, template.py) read a run's pipes with a selector while they watch it;
-what is read goes into the kit's sinks (gradelib/runner/streams.py: the capped tail, the events).
+what is read goes into the kit's sinks (gradelib/runner/limits.py: the capped tail, the events).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import selectors
 import time
 
-from gradelib.runner.streams import Events, Tail
+from gradelib.runner.limits import Events, Tail
 
 
 def watch(log: Tail, events: Events, out_r: int, rep_r: int) -> selectors.DefaultSelector:

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from gradelib.runner import KIT
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
-from gradelib.runner.streams import new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, new_sinks, over_cap, stream_fields
 
 from . import cgroups, launch, leftovers, slots, template
 from .kernel import children_of, is_linux, kill_tree

@@ -29,8 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradelib.runner import PRELOAD, PRELOAD_NOTEBOOKS  # noqa: F401 (the package's names)
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, child_env
-from gradelib.runner.streams import Tail, new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, Tail, child_env, new_sinks, over_cap, stream_fields
 
 from . import cgroups, fallback, launch, leftovers
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone

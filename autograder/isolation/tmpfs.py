@@ -6,9 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from gradelib.runner.scratch import remove_tree
-
 from .kernel import is_linux, libc
+from .scratch import remove_tree
 
 SCRATCH_MB = 512  # everything one submission's runs may write, its own files included
 SCRATCH_FILES = 20_000  # files and folders (inodes) of one submission

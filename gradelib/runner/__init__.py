@@ -1,22 +1,20 @@
 """The student kit's one way to run code, and the narrow interface every problem runs it through.
 
 A problem's grader never imports submitted code: it writes inputs into a scratch folder and calls
-`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it
-ended (a ChildRun). The kit's runner (portable.py, warm.py) is a plain child process of the same
-interpreter with time, CPU, output and memory limits, the same on Linux, macOS and Windows; it
-isolates nothing (a student grades their own code on their own machine). The course grader installs
-its isolating runner here (`install`), so every problem runs unchanged through either.
+`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it ended (a
+ChildRun). The kit's runner (portable.py) isolates nothing; the course grader installs its isolating runner here
+(`install`), so every problem runs unchanged through either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 from typing import Protocol
 
-from . import portable, warm
+from . import portable
 from .limits import ChildRun, Limits
-from .scratch import remove_tree
 
 PRELOAD = ("numpy", "torch")  # imported once per grading by a warm process, never by each run
 PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
@@ -27,24 +25,20 @@ class Runner(Protocol):
     """What a problem's code runs through: the kit's runner, or the course grader's isolating one."""
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun: ...
-
     def session(self, root: Path, limits: Limits, preload: tuple[str, ...]) -> contextlib.AbstractContextManager: ...
-
     def level(self) -> str: ...
-
     def hold(self, folder: Path) -> None: ...  # a submission's scratch folder before anything is written to it
-
-    def release(self, folder: Path) -> None: ...  # and after its last run
+    def release(self, folder: Path) -> None: ...  # a scratch folder after its last run: removed, however deep
 
 
 class KitRunner:
     """The kit's own: a plain child process with limits; within a session, one warm process per grading."""
 
     def run(self, argv, workdir, limits, env_extra=None):
-        return warm.run(argv, workdir, limits, env_extra) or portable.run(argv, workdir, limits, env_extra)
+        return portable.run(argv, workdir, limits, env_extra)
 
     def session(self, root, limits, preload):
-        return warm.session(root, limits, preload)
+        return portable.session(root, limits, preload)
 
     def level(self) -> str:
         return "portable"
@@ -53,7 +47,8 @@ class KitRunner:
         pass
 
     def release(self, folder) -> None:
-        remove_tree(folder)
+        with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 KIT = KitRunner()
@@ -78,6 +73,11 @@ def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str
 def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     """Runs under `root` share the modules `preload` names, imported once (a speed matter only)."""
     return current().session(Path(root), limits, preload)
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a scratch folder runs wrote into, however deep, through the runner in force."""
+    current().release(Path(folder))
 
 
 __all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",

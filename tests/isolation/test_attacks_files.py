@@ -1,7 +1,7 @@
 """Attacks through files and streams: results files forged wherever a grader might read one, forged score
 lines on stdout, a flood of output, log.txt swapped for a link or a FIFO, links, FIFOs and devices planted
 in a child's outputs, control characters in what it reports, .npy outputs padded with holes, folders nested
-past the recursion limit (gradelib/safeio.py, gradelib/runner/streams, scratch).
+past the recursion limit (gradelib/safeio.py, gradelib/runner/limits.py, autograder/isolation/scratch.py).
 
 What must hold: a child writes nowhere but its own scratch; the grader reads what it left only as plain
 files of bounded size, never following a link or blocking on a FIFO, and reads the child's output from its

@@ -1,177 +1,294 @@
-"""The kit's runner (the "portable" level, on Linux, macOS and Windows alike): a plain child of the same
-interpreter, for students' own machines. It isolates nothing; it keeps the grading the same:
-the same harnesses, a wall-clock limit, a CPU-time limit where the system has one, an output
-cap, a memory limit on what the run's processes hold (psutil), a scratch folder, and the whole process tree
-ended afterwards. Everything here exists on every system Python runs on: pipes are read by threads,
-processes found and ended through psutil (or the process group, without it)."""
+"""The kit's runner (the "portable" level, the same on Linux, macOS and Windows): a plain child of this interpreter.
+
+It isolates nothing (a student grades their own code) and keeps the grading the same: the same harnesses, a
+wall-clock limit, a CPU-time limit where the system has one, an output cap, a memory limit (psutil), and the whole
+process tree ended afterwards. Within a grading (`session`) the runs go to one warm child that imports numpy and
+torch once (a fresh interpreter per run spends a second or more on it; macOS and Windows cannot fork one that did)
+and runs each harness in turn, forgetting the modules each imported; outside a session a run gets its own child.
+A run past a limit ends its child (the next run starts a new one).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds
-from .paths import BOOT_ENV, START, extra_paths
-from .resident import MemoryWatch
-from .streams import new_sinks, over_cap, stream_fields
+from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks, over_cap, stream_fields
 
-BOOT_FOLDER = "_boot"
+BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
+START = Path(__file__).resolve().parent / "start.py"
 ISOLATION = "portable: no isolation (the user's own account)"
+FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
+# Harnesses that set tripwires inside torch itself (state a warm child keeps): each runs in a child that has run
+# nothing before, so no earlier run can have taken its tripwires off, nor set its own to fire in it.
+CLEAN_SLATE = frozenset({"attention_child.py"})
+SAMPLE_S = 0.05  # how often a run's memory is measured
 
 
 def child_prefix(boot: Path) -> list[str]:
-    """The command before the harness: this interpreter, isolated from the environment, running boot.py."""
+    """The command of a child: this interpreter, isolated from the environment, running start.py."""
     return [sys.executable, "-I", "-B", str(boot)]
 
 
-def _copy_boot(workdir: Path) -> Path:
-    folder = workdir / BOOT_FOLDER
-    folder.mkdir(exist_ok=True)
-    shutil.copyfile(START, folder / START.name)
-    return folder / START.name
+class Child:
+    """A child (start.py) that runs harnesses under `root` one at a time, with `preload` imported once."""
 
+    def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...]):
+        self.root, self.limits, self.preload, self.runs = Path(root).resolve(), limits, preload, 0
+        self.folder, self.proc, self.failure = self.root / "_warm", None, ""
+        (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(START, self.folder / START.name)
+        self._start()
 
-def _reader(fd: int, sink, done: threading.Event) -> threading.Thread:
-    def loop() -> None:
+    def _start(self) -> None:
+        self.served = 0  # runs the current process has taken
+        env = child_env(str(self.folder), str(self.folder / "tmp"), None)
+        env[BOOT_ENV] = json.dumps({"paths": extra_paths(), "preload": list(self.preload)})
+        own = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
         try:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                sink.add(chunk)
-        except OSError:
-            pass
-        finally:
-            done.set()
+            self.proc = subprocess.Popen(child_prefix(self.folder / START.name), cwd=self.folder, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, **own)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.proc, self.failure = None, str(exc)
+            return
+        self.answers: queue.Queue = queue.Queue()
+        threading.Thread(target=_lines, args=(self.proc.stdout, self.answers), daemon=True).start()
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
+    def compatible(self, workdir: Path, limits: Limits) -> bool:
+        """Whether a run in `workdir` under `limits` may go to this child (every limit but the time the same)."""
+        same = replace(limits, timeout_s=self.limits.timeout_s) == self.limits
+        return same and Path(workdir).resolve().is_relative_to(self.root)
+
+    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
+        """The run, in this child; None when it cannot take it (it did not start)."""
+        if argv and Path(str(argv[0])).name in CLEAN_SLATE and self.served:
+            self.close()
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+            if self.proc is None:
+                return None
+        workdir = Path(workdir).resolve()
+        (workdir / "tmp").mkdir(exist_ok=True)
+        self.runs, self.served = self.runs + 1, self.served + 1
+        files = [self.folder / f"run{self.runs}.out", self.folder / f"run{self.runs}.events"]
+        task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
+                "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
+                "events": str(files[1])}
+        sinks = new_sinks(LOG_CAP)
+        memory = MemoryWatch(limits.memory_mb, self.proc.pid)
+        start = time.monotonic()
+        try:
+            self.proc.stdin.write((json.dumps(task) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return None
+        offsets, timed_out, flooded, answer, returncode = [0, 0], False, False, None, None
+        while True:
+            with contextlib.suppress(queue.Empty):
+                answer = self.answers.get(timeout=0.02)
+            _follow(files, sinks, offsets)
+            if isinstance(answer, dict):
+                returncode = answer.get("code", 1)
+                break
+            if answer is False or self.proc.poll() is not None:
+                break
+            if time.monotonic() >= start + limits.timeout_s:
+                timed_out = True
+            elif over_cap(*sinks, limits):
+                flooded = True
+            if timed_out or flooded or memory.over():
+                break
+        wall = time.monotonic() - start
+        if isinstance(answer, dict):
+            killed = _end_children(self.proc.pid)
+        else:  # a limit passed, or the process ended: it goes, with all it started
+            killed = _end_tree(self.proc)
+            returncode, self.proc = self.proc.returncode, None
+        _follow(files, sinks, offsets)
+        for path in files:
+            path.unlink(missing_ok=True)
+        return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
+                        [ISOLATION, memory.label()], killed, "portable", **stream_fields(sinks[1], limits, flooded),
+                        **memory.finish())
+
+    def close(self) -> None:
+        """End the child and everything it started."""
+        if self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            _end_tree(self.proc)
+            self.proc = None
+
+
+def _lines(stream, answers: queue.Queue) -> None:
+    """Each answer the child writes, parsed (False: unreadable, or the child is gone)."""
+    for line in stream:
+        try:
+            answers.put(json.loads(line))
+        except ValueError:
+            answers.put(False)
+    answers.put(False)  # the process closed its answers: it is gone
+
+
+def _follow(files: list[Path], sinks, offsets: list[int]) -> None:
+    """Add what the run has written to its output and events files since last time to their sinks."""
+    for which, path in enumerate(files):
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offsets[which])
+                chunk = fh.read(1 << 20)
+        except OSError:
+            continue
+        if chunk:
+            offsets[which] += len(chunk)
+            sinks[which].add(chunk)
 
 
 def _tree(pid: int) -> list:
     """psutil processes of the run (the child and everything below it), [] without psutil."""
     try:
         import psutil
-    except ImportError:
-        return []
-    try:
+
         proc = psutil.Process(pid)
         return [proc, *proc.children(recursive=True)]
     except Exception:
         return []
 
 
+def _end_children(pid: int) -> int:
+    """Kill whatever the run started below the warm child; how many."""
+    children = _tree(pid)[1:]
+    for p in children:
+        with contextlib.suppress(Exception):
+            p.kill()
+    return len(children)
+
+
 def _end_tree(proc: subprocess.Popen) -> int:
-    """Kill the child and everything it started; how many were killed. Each process found is suspended
-    first, over and over until no new one appears, so a chain that forks as fast as it is killed is caught
-    whole."""
+    """Kill the child and everything it started; how many were killed. Each process found is suspended first,
+    over and over until no new one appears, so a chain that forks as fast as it is killed is caught whole."""
     suspended: dict[int, object] = {}
     for _ in range(100):
         fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
         if not fresh:
             break
         for p in fresh:
-            try:
+            with contextlib.suppress(Exception):
                 p.suspend()
-            except Exception:
-                pass
             suspended[p.pid] = p
     if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
     killed = 0
     for p in suspended.values():
-        try:
+        with contextlib.suppress(Exception):
             p.kill()
             killed += 1
-        except Exception:
-            pass
-    try:
+    with contextlib.suppress(OSError):
         proc.kill()
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
     return killed
 
 
-def _popen_options(rep_w: int) -> tuple[dict, dict]:
-    """(Popen keyword arguments, boot configuration) that hand the child the audit pipe's write end."""
-    if os.name == "nt":  # a handle, inherited through the STARTUPINFO list; boot.py turns it into a descriptor
-        import msvcrt
+class MemoryWatch:
+    """Whether a run has passed its memory limit (resident memory, measured with psutil), and its peak."""
 
-        handle = msvcrt.get_osfhandle(rep_w)
-        os.set_handle_inheritable(handle, True)
-        info = subprocess.STARTUPINFO(lpAttributeList={"handle_list": [handle]})
-        return ({"startupinfo": info, "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP},
-                {"report_handle": handle})
-    return {"start_new_session": True, "pass_fds": (rep_w,)}, {"report_fd": rep_w}
+    def __init__(self, limit_mb: int, pid: int):
+        self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
+        self._why = "" if importlib.util.find_spec("psutil") else "psutil is not installed"
+
+    def label(self) -> str:
+        if self._why:
+            return f"memory: not limited ({self._why})"
+        return f"memory: {self.limit_mb} MB of resident memory for the run's processes together (sampled, psutil)"
+
+    def over(self) -> bool:
+        """Measure now and then: True once the run holds more than its limit."""
+        if self._why or self.stopped or time.monotonic() < self._next:
+            return self.stopped
+        self._next = time.monotonic() + SAMPLE_S
+        try:
+            used = resident_mb(self.pid)
+            if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
+                used = resident_mb(self.pid, True)
+        except Exception:  # a process that ended mid-measurement, a psutil that cannot read it
+            return False
+        self.peak_mb = max(self.peak_mb, used)
+        self.stopped = used > self.limit_mb
+        return self.stopped
+
+    def finish(self) -> dict:
+        return {"memory_limit_mb": self.limit_mb if self.stopped else 0,
+                "memory_used_mb": self.peak_mb if self.stopped else 0}
+
+
+def resident_mb(pid: int, shared_once: bool = False) -> int:
+    """Resident MB of the process `pid` and everything below it; `shared_once`: shared pages split among the
+    processes that share them (PSS) where the system says, else only each process's own (USS)."""
+    import psutil
+
+    total = 0
+    for p in _tree(pid):
+        with contextlib.suppress(psutil.Error, AttributeError):
+            info = p.memory_full_info() if shared_once else p.memory_info()
+            total += getattr(info, "pss", info.uss) if shared_once else info.rss
+    return total >> 20
+
+
+_current: list[Child] = []
 
 
 def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
-    """Run `python -I boot.py argv...` in `workdir` as a plain child; return how it ended."""
-    workdir = Path(workdir).resolve()
-    (workdir / "tmp").mkdir(exist_ok=True)
-    boot = _copy_boot(workdir)
-    rep_r, rep_w = os.pipe()
-    options, channel = _popen_options(rep_w)
-    env = child_env(str(workdir), str(workdir / "tmp"), env_extra)
-    env[BOOT_ENV] = json.dumps({"paths": extra_paths(),
-                                "cpu_s": cpu_seconds(limits), **channel})
-    start = time.monotonic()
+    """The run in the grading's warm child, else (outside a session, or where that one cannot take it) in a child
+    of its own; how it ended."""
+    if _current and _current[-1].compatible(workdir, limits):
+        done = _current[-1].run(argv, workdir, limits, env_extra)
+        if done is not None:
+            return done
+    own = Child(workdir, limits, ())
     try:
-        proc = subprocess.Popen([*child_prefix(boot), *argv], cwd=workdir, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, close_fds=True, **options)
-    except (OSError, subprocess.SubprocessError) as exc:
-        os.close(rep_r)
-        os.close(rep_w)
-        return ChildRun(None, False, 0.0, f"could not start the child process: {exc}", [ISOLATION], 0, "portable")
-    os.close(rep_w)
-    log, events = new_sinks(LOG_CAP)
-    done = [threading.Event(), threading.Event()]
-    readers = [_reader(proc.stdout.fileno(), log, done[0]), _reader(rep_r, events, done[1])]
-    memory = MemoryWatch(limits.memory_mb, [], lambda: {proc.pid})
-    deadline = start + limits.timeout_s
-    timed_out = flooded = False
-    while True:
-        returncode = proc.poll()
-        if returncode is not None:
-            break
-        if time.monotonic() >= deadline:
-            timed_out = True
-            break
-        if over_cap(log, events, limits):
-            flooded = True
-            break
-        if memory.over():
-            break
-        time.sleep(0.02)
-    killed = _end_tree(proc)
-    if not timed_out:
-        returncode = proc.returncode
-    wall = time.monotonic() - start
-    for thread in readers:
-        thread.join(timeout=2.0)
-    for stream in (proc.stdout,):
-        try:
-            stream.close()
-        except OSError:
-            pass
+        done = own.run(argv, workdir, limits, env_extra)
+    finally:
+        own.close()
+    return done or ChildRun(None, False, 0.0, f"could not start the child process: {own.failure}", [ISOLATION], 0,
+                            "portable")
+
+
+@contextlib.contextmanager
+def session(root: Path, limits: Limits, preload: tuple[str, ...]):
+    """Runs under `root` go to one warm child that imported `preload` once."""
+    if os.environ.get(FRESH_ENV, "") == "off":
+        yield None
+        return
+    warm = Child(root, limits, preload)
+    _current.append(warm)
     try:
-        os.close(rep_r)
-    except OSError:
-        pass
-    return ChildRun(returncode if not timed_out else None, timed_out, wall, log.text(), [ISOLATION, memory.label()],
-                    killed, "portable", **stream_fields(events, limits, flooded), **memory.finish())
+        yield warm
+    finally:
+        _current.remove(warm)
+        warm.close()
+
+
+def extra_paths() -> list[str]:
+    """The folders on this interpreter's sys.path (the user site of a `pip install --user`, PYTHONPATH, a venv's
+    .pth addition): the child adds back those `python -I` leaves off, so it sees the packages the grader sees. The
+    grader's own folder (the handout, the course repository) is not one."""
+    own, here = Path(__file__).resolve().parents[2], Path.cwd().resolve()  # the folder gradelib/ lies in
+    out = []
+    for entry in sys.path:
+        resolved = Path(entry).resolve() if entry and os.path.isdir(entry) else None
+        if resolved is not None and resolved != here and resolved != own and own not in resolved.parents:
+            out.append(entry)
+    return out

@@ -1,16 +1,13 @@
-"""First code of every child the student kit starts: forward the harness's events, limit CPU, run it.
+"""First code of the student kit's child (`python -I -B start.py`, configured by $GRADER_BOOT): import numpy and
+torch once, then run the harnesses it is sent in turn. Standard library only (`-I` leaves the kit off sys.path).
 
-    python -I -B start.py HARNESS.py [ARGS...]   one run (its configuration in $GRADER_BOOT)
-    python -I -B start.py                         a warm process (warm.py): imports numpy and torch once,
-                                                  then runs the harnesses it is sent, one after another
-
-Standard library only, copied beside the run (not imported from the kit: `-I` leaves the kit off
-sys.path). An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being
-called) to the grader as they happen, so clearing Python state afterwards cannot take them back.
+An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being called) to the grader
+as they happen, so clearing Python state afterwards cannot take them back. The course's boot.py uses its hooks too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -37,7 +34,7 @@ def install_reporter(fd: int) -> None:
 
 
 # Audit events of a process about to start another program. A fresh interpreter has none of the harness's
-# tripwires, so while a harness runs none may start (the course grader's boot.py uses this file's hooks too).
+# tripwires, so while a harness runs none may start.
 PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
                             "_winapi.CreateProcess"))
 
@@ -84,15 +81,6 @@ def add_paths(paths: list[str]) -> None:
             sys.path.append(path)
 
 
-def report_fd(config: dict):
-    """The descriptor of the grader's event pipe: passed as a descriptor, or on Windows as a handle."""
-    if config.get("report_handle") is not None:
-        import msvcrt
-
-        return msvcrt.open_osfhandle(int(config["report_handle"]), os.O_WRONLY)
-    return config.get("report_fd")
-
-
 def limit_cpu(seconds: float) -> None:
     """CPU time from now on: `seconds` more than used so far (no limit where the system has none: Windows)."""
     try:
@@ -105,21 +93,18 @@ def limit_cpu(seconds: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
 
 
-def serve(config: dict) -> None:
-    """The warm process: import `preload` once, then take one run at a time from stdin (a JSON line: argv,
-    cwd, env, cpu_s, out, events) and answer each with its exit code on the original stdout. Each run gets
-    its own output and event files, environment and CPU time, and the modules it imported from its folder
-    (the harness's, the submission's) or made without a file are forgotten after it."""
+def serve(preload: list[str]) -> None:
+    """Import `preload` once, then take one run at a time from stdin (a JSON line: argv, cwd, env, cpu_s, out,
+    events) and answer each with its exit code on the original stdout. Each run gets its own output and event
+    files, environment and CPU time; the modules it imported from its folder or made without a file are forgotten."""
     import traceback
 
     requests, answers = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
     quiet_r, quiet_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
     os.dup2(quiet_r, 0)
-    for name in config.get("preload") or []:
-        try:
+    for name in preload:
+        with contextlib.suppress(Exception):  # the run imports it itself, and reports what fails
             __import__(name)
-        except Exception:
-            pass  # the run imports it itself, and reports what fails
     events = os.dup(quiet_w)
     install_reporter(events)
     refuse_programs(events)  # each run's events file is dup2'd onto `events`
@@ -127,13 +112,11 @@ def serve(config: dict) -> None:
     for line in requests:
         task = json.loads(line)
         before = set(sys.modules)
-        out, ev = (
-            os.open(task["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-            os.open(task["events"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-        )
-        for fd, onto in ((out, 1), (out, 2), (ev, events)):
-            os.dup2(fd, onto)
-        os.close(out), os.close(ev)
+        for name, onto in (("out", (1, 2)), ("events", (events,))):
+            fd = os.open(task[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            for target in onto:
+                os.dup2(fd, target)
+            os.close(fd)
         os.chdir(task["cwd"])
         os.environ.clear()
         os.environ.update(task["env"])
@@ -149,10 +132,8 @@ def serve(config: dict) -> None:
         finally:
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
             for stream in (sys.stdout, sys.stderr):
-                try:
+                with contextlib.suppress(Exception):
                     stream.flush()
-                except Exception:
-                    pass
             for fd in (1, 2, events):
                 os.dup2(quiet_w, fd)
             os.chdir(home)
@@ -170,28 +151,16 @@ def serve(config: dict) -> None:
 def _reset_torch() -> None:
     """torch's global switches a run may have turned, back to where a fresh interpreter starts."""
     torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            torch.set_default_dtype(torch.float32)
-            torch.set_grad_enabled(True)
-            torch.set_anomaly_enabled(False)  # the attention harness's tripwire turns it on
-        except Exception:
-            pass
+    with contextlib.suppress(Exception):  # AttributeError: no torch imported
+        torch.set_default_dtype(torch.float32)
+        torch.set_grad_enabled(True)
+        torch.set_anomaly_enabled(False)  # the attention harness's tripwire turns it on
 
 
 def main() -> None:
     config = json.loads(os.environ.pop(BOOT_ENV, "{}"))
     add_paths(config.get("paths") or [])
-    if config.get("warm"):
-        serve(config)
-        return
-    if config.get("cpu_s"):
-        limit_cpu(config["cpu_s"])
-    fd = report_fd(config)
-    if fd is not None:
-        install_reporter(int(fd))
-    refuse_programs(None if fd is None else int(fd))
-    run_harness(sys.argv[1:])
+    serve(config.get("preload") or [])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""A submission's scratch folder, removed whole however deep."""
+"""A submission's scratch folder, removed whole however deep (the course grader's: the kit's own runner removes a
+student's folders with shutil.rmtree)."""
 
 from __future__ import annotations
 
