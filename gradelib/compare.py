@@ -1,8 +1,7 @@
-"""Compare one computed quantity with its expected value and say why it differs.
+"""Compare one computed quantity (a numpy array the submission's process handed back) with its expected value.
 
 The stages run in order (present, type, shape, dtype, values) and stop at the first that fails, so a message always
-names the earliest problem: 'dLdK' has the wrong shape: got (2, 6, 4), expected (2, 4, 6). Only plain numpy arrays
-reach this module: the submission's process hands back arrays, and the comparison runs in the grader's process.
+names the earliest problem: 'dLdK' has the wrong shape: got (2, 6, 4), expected (2, 4, 6).
 """
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ FLOAT32_CAUSE = ("a float32 value entered this float64 computation (a constant m
 
 @dataclass(frozen=True)
 class Observed:
-    """What the submission produced for one quantity: whether it is present, its fully qualified type name (e.g.
-    'torch.Tensor'), its contents as a numpy array when they could be read back, why it is absent (note: an
-    exception in the student's code, a timeout) and why it could not be checked on this case (unchecked: an
-    earlier stage of the computation raised)."""
+    """What the submission produced for one quantity: its fully qualified type (e.g. 'torch.Tensor'), its contents as a
+    numpy array when read back, why it is absent (note) or could not be checked (unchecked: an earlier stage raised)."""
 
     present: bool
     type_name: str | None = None
@@ -36,10 +33,10 @@ class Observed:
 
 @dataclass(frozen=True)
 class Check:
-    """One comparison's verdict: the first failing stage ("ok" when none) and its message; the largest error;
-    got / expected when a constant factor is all that is wrong; the expected dtype once the values stage was
-    reached; whether a float64 quantity is wrong only at float32 precision (FLOAT32_LEVEL); and whether it is right
-    on all-zero expected values (trivial: blank output gets those right too, so they show nothing of the code)."""
+    """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected if
+    a constant factor is all that is wrong, the expected dtype (values stage), whether a float64 quantity is wrong only
+    at float32 precision (FLOAT32_LEVEL), and whether it is right on all-zero expected values (trivial: blank output
+    gets those right too)."""
 
     name: str
     passed: bool
@@ -56,29 +53,12 @@ def _fmt_index(index: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(int(i)) for i in index) + ")"
 
 
-def _fmt_shape(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
 def constant_ratio(got: np.ndarray, expected: np.ndarray, rtol: float = 1e-4) -> float | None:
     """got / expected when it is the same number (not 1, to `rtol`) at every entry that is not ~0, else None."""
     mask = np.abs(expected) > 1e-6 * max(1.0, float(np.abs(expected).max()))
-    if mask.sum() < 2:
-        return None
     r = got[mask] / expected[mask]
-    ratio = float(np.median(r))
-    if abs(ratio - 1.0) < 1e-3 or not np.allclose(r, ratio, rtol=rtol, atol=0):
-        return None
-    return ratio
-
-
-def pair(got: float, expected: float) -> tuple[str, str]:
-    """The two numbers with as many significant digits as it takes to tell them apart (6 at least, 17 at most)."""
-    for digits in range(6, 18):
-        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
-        if a != b:
-            break
-    return a, b
+    ratio = float(np.median(r)) if mask.sum() >= 2 else 1.0  # fewer than two entries say nothing of a factor
+    return None if abs(ratio - 1.0) < 1e-3 or not np.allclose(r, ratio, rtol=rtol, atol=0) else ratio
 
 
 def _non_finite(arr: np.ndarray) -> str:
@@ -102,15 +82,13 @@ def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: 
         return Check(name, False, "unchecked", f"not checked: {got.unchecked}")
     if not got.present:
         return Check(name, False, "present", f"'{name}' was not produced{note}.{tail}")
-    if got.type_name == expected_type and arr is None:
-        return Check(name, False, "type", f"'{name}' is a {expected_type} whose values could not be read back"
-                                          f"{note}.{tail}")
     if got.type_name != expected_type or arr is None:
-        return Check(name, False, "type",
-                     f"'{name}' has the wrong type: got {got.type_name}, expected {expected_type}{note}.{tail}")
+        what = (f"is a {expected_type} whose values could not be read back" if got.type_name == expected_type
+                else f"has the wrong type: got {got.type_name}, expected {expected_type}")
+        return Check(name, False, "type", f"'{name}' {what}{note}.{tail}")
     if arr.shape != expected.shape:
-        return Check(name, False, "shape", f"'{name}' has the wrong shape: got {_fmt_shape(arr.shape)}, "
-                                           f"expected {_fmt_shape(expected.shape)}.{tail}")
+        return Check(name, False, "shape", f"'{name}' has the wrong shape: got {arr.shape}, "
+                                           f"expected {expected.shape}.{tail}")
     if arr.dtype != expected.dtype:
         # NaN or inf said too: the wrong dtype must not hide an overflow (a float32 softmax on large scores).
         bad = _non_finite(arr) if arr.dtype.kind == "f" and np.isfinite(expected).all() else ""
@@ -149,28 +127,23 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
     factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
     float32_level = expected.dtype == np.float64 and ratio is None and bool(
         np.all(err <= FLOAT32_LEVEL["atol"] * scale + FLOAT32_LEVEL["rtol"] * np.abs(exp64)))
-    shown_got, shown_expected = pair(float(got64[worst]), float(exp64[worst]))
+    # As many significant digits as it takes to tell the two apart (6 at least, 17 at most).
+    g, e = float(got64[worst]), float(exp64[worst])
+    digits = next((d for d in range(6, 17) if f"{g:.{d}g}" != f"{e:.{d}g}"), 17)
     return Check(name, False, "values", f"'{name}' has wrong values: {int(outside.sum())} of {arr.size} entries "
                                         f"outside tolerance; max abs error {max_err:.3g} (relative {rel:.3g}) at index "
-                                        f"{_fmt_index(worst)}: got {shown_got}, expected {shown_expected} "
+                                        f"{_fmt_index(worst)}: got {g:.{digits}g}, expected {e:.{digits}g} "
                                         f"(rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
                  max_err, ratio=ratio, dtype=dtype, float32_level=float32_level)
 
 
 def _exact_values(name: str, arr: np.ndarray, expected: np.ndarray, tail: str) -> Check:
-    """Booleans and integers: how many entries differ and the first one, no error sizes."""
+    """Booleans and integers (of the expected dtype, checked before): how many entries differ and the first one."""
     dtype = str(expected.dtype)
-    same = (arr.astype(expected.dtype) if arr.dtype.kind in "biu" else arr) == expected
-    if np.all(same):
+    wrong = np.argwhere(arr != expected)
+    if not len(wrong):
         return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
-    wrong = np.argwhere(~same)
     first = tuple(int(i) for i in wrong[0])
-
-    def shown(value) -> str:
-        if expected.dtype.kind == "b":
-            return str(bool(value))
-        return f"{value:g}" if isinstance(value, float) else str(value)
-
     return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
-                                        f"at index {_fmt_index(first)}: got {shown(arr[first].item())}, expected "
-                                        f"{shown(expected[first].item())}.{tail}", float(len(wrong)), dtype=dtype)
+                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
+                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)

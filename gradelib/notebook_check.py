@@ -1,12 +1,8 @@
 """The notebooks' `grader.check` and `make checks`: the local grader's public lines, graded in the student's kernel.
 
-A public otter test is one call such as check("losses", "token_nll", token_nll=token_nll): it grades that rubric line
-on the handout's public cases with the local grader's calls (child/notebook_child.py and child/lm_child.py, run in
-the kernel instead of a separate process), comparisons and message, and raises AssertionError with that message when
-the line would lose its points, so a check and `python autograder.py` cannot disagree.
-
-`python -m gradelib.notebook_check [NOTEBOOK ...]` (`make checks`) runs every check cell headless: each notebook in a
-fresh kernel, without the cells tagged skip-grading (notebook 3's training), so no run is made and nothing is written.
+check("losses", "token_nll", token_nll=token_nll), a public otter test, grades that rubric line on the handout's public
+cases with the local grader's calls (child/notebook_child.py, child/lm_child.py: here in the kernel), comparisons and
+message, and raises AssertionError with that message when the line would lose points: the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -36,8 +33,6 @@ from .scoring import group_results, load_cases, observed_from_child
 
 CHILD = Path(__file__).resolve().parent / "child"
 ROOT = Path(__file__).resolve().parent.parent
-# Where the public cases are: under tests in the handout, under fixtures in the course repository.
-CASE_ROOTS = ("tests", "fixtures")
 # The problems the notebooks check -> (their spec, case folder, child script).
 CHECKED = {"losses": (losses.SPEC, "notebooks", "notebook_child"), "masks": (masks.SPEC, "notebooks", "notebook_child"),
            "prediction": (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child"),
@@ -55,31 +50,19 @@ def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for
     return QuietNotebook(nb_path, **kwargs)
 
 
-def case_root() -> Path:
-    """The handout's case folder: the first of CASE_ROOTS with the notebooks' public cases (else FileNotFoundError)."""
-    for name in CASE_ROOTS:
-        if (ROOT / name / "notebooks" / "public" / "cases.json").is_file():
-            return ROOT / name
-    raise FileNotFoundError(f"no public cases under {ROOT} ({' or '.join(CASE_ROOTS)}): download the handout again")
-
-
-_HARNESS: dict[str, object] = {}
-
-
+@functools.cache
 def harness(name: str):
     """A private copy of the child script `name` (notebook_child or lm_child), imported once per process."""
-    if name not in _HARNESS:
-        shared = ("child_common", "notebook_child", "lm_child")
-        saved = {n: sys.modules.pop(n) for n in shared if n in sys.modules}
-        sys.path.insert(0, str(CHILD))
-        try:
-            _HARNESS[name] = importlib.import_module(name)
-        finally:
-            sys.path.remove(str(CHILD))
-            for n in shared:
-                sys.modules.pop(n, None)
-            sys.modules.update(saved)
-    return _HARNESS[name]
+    shared = ("child_common", "notebook_child", "lm_child")
+    saved = {n: sys.modules.pop(n) for n in shared if n in sys.modules}
+    sys.path.insert(0, str(CHILD))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(CHILD))
+        for n in shared:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
 
 
 def placeholder(obj) -> bool:
@@ -112,32 +95,20 @@ def skipped_only(notebook: Path) -> dict[str, str]:
     return {name: where for name, where in skipped.items() if name not in bound}
 
 
-def _functions_of(obj) -> list:
-    """The plain functions behind a function or a class (its methods, static and class methods, properties)."""
-    if isinstance(obj, types.FunctionType):
-        return [obj]
-    members = list(vars(obj).values()) if isinstance(obj, type) else []
-    found = [f for v in members if isinstance(v, property) for f in (v.fget, v.fset)]
-    return [f for f in found + [getattr(v, "__func__", v) for v in members] if isinstance(f, types.FunctionType)]
+def _globals_of(obj) -> list[dict]:
+    """The namespaces a function or a class's methods (static, class, properties) run in."""
+    members = list(vars(obj).values()) if isinstance(obj, type) else [obj]
+    found = [getattr(m, "fget", None) or getattr(m, "__func__", m) for m in members]
+    return [f.__globals__ for f in found if isinstance(f, types.FunctionType)]
 
 
 @contextlib.contextmanager
-def _as_the_grader_runs_it(objects, skipped: dict[str, str]):
-    """Within: the names only skip-grading cells bind are gone from the namespace the notebook's functions
-    run in (the kernel ran those cells, the grader does not), so a use raises the grader's NameError."""
-    spaces = {id(f.__globals__): f.__globals__ for obj in objects for f in _functions_of(obj)}
+def _as_the_grader_runs(base, objects, skipped: dict[str, str]):
+    """Within: calls run under the child's time limit (none outside the main thread: no timer can interrupt them there),
+    without the names only skip-grading cells bind (the kernel ran those cells, the grader does not) in the namespaces
+    `objects` run in; after, the kernel's names, signal handlers, timers and torch random state are back."""
+    spaces = {id(space): space for obj in objects for space in _globals_of(obj)}
     removed = {(key, name): space.pop(name) for key, space in spaces.items() for name in skipped if name in space}
-    try:
-        yield
-    finally:
-        for (key, name), value in removed.items():
-            spaces[key][name] = value
-
-
-@contextlib.contextmanager
-def _kernel_kept(base):
-    """Within: the child's calls run in this kernel under their time limit (none outside the main thread, where no
-    timer's signal can interrupt them); after, the kernel's signal handlers, timers and torch random state are back."""
     in_main = threading.current_thread() is threading.main_thread()
     timers = in_main and hasattr(signal, "setitimer")  # without them (Windows) a thread interrupts a call
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)} if timers else {}
@@ -156,10 +127,13 @@ def _kernel_kept(base):
             signal.signal(sig, handler)
         if rng is not None:
             torch.set_rng_state(rng)
+        for (key, name), value in removed.items():
+            spaces[key][name] = value
 
 
-def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):
-    """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
+def grade_line(problem_id: str, line: str, namespace: dict, root: Path = ROOT / "tests"):
+    """The TestResult that rubric line `line` earns on the public cases under `root` (the handout's), with the
+    notebook's objects in `namespace`."""
     if problem_id not in CHECKED:
         raise ValueError(f"no notebook check for problem {problem_id!r}")
     problem, (spec, folder, child) = load()[problem_id], CHECKED[problem_id]
@@ -176,28 +150,25 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
                 if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
-    root = root or case_root()
-    # The cases the local grader grades this line on: an ordinary line skips the edge cases other lines take; an edge
-    # line takes its own and the ordinary ones, which decide what is particular to it.
+    # The local grader's cases for this line: an ordinary line skips the edge cases other lines take; an edge line
+    # takes its own and the ordinary ones, which decide what is particular to it.
     taken = {g.edge for g in problem.groups if g.edge}
     cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
              if c.edge == group.edge or c.edge not in taken]
     if not cases:
-        raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
+        raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}: download the handout again")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
     skipped = next((skipped_only(where / spec.notebook) for where in (Path.cwd(), ROOT)
                     if (where / spec.notebook).is_file()), {})
     report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function]), "cell": 0} for c in calls},
               "skipped_defs": skipped}
     timeout = float(problem.settings.get("call_timeout_s", 10.0))
-    outcomes = []
-    with (tempfile.TemporaryDirectory() as tmp, _kernel_kept(base),
-          _as_the_grader_runs_it([namespace[c.function] for c in calls], skipped)):
+    outcomes, objects = [], [namespace[c.function] for c in calls]
+    with tempfile.TemporaryDirectory() as tmp, _as_the_grader_runs(base, objects, skipped):
         for case in cases:
             with np.load(case.path, allow_pickle=False) as data:
                 inputs = {k: data[k] for k in data.files if not k.startswith("expected_")}
-            # The child's own recorder, its folder in tmp (an absolute name replaces its outputs folder), read back
-            # as the grader reads the child's.
+            # The child's own recorder (an absolute name puts its folder in tmp), read back as the grader reads it.
             rec = base.Recorder(str(Path(tmp) / case.name))
             for c in calls:
                 base.call_and_record(rec, asdict(c), inputs, dict(namespace), report, timeout)
@@ -216,13 +187,13 @@ def check(problem_id: str, line: str, **namespace) -> None:
     """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case."""
     missing = sorted(name for name, value in namespace.items() if not callable(value))
     if missing:
-        names = ", ".join(f"`{n}`" for n in missing)
+        one = len(missing) == 1
         raise AssertionError(
-            f"{names} {'is' if len(missing) == 1 else 'are'} not defined where grader.check looked: it reads the "
-            "global names of the code that calls it. In the notebook, run the cell that defines "
-            f"{'it' if len(missing) == 1 else 'them'} first. In a plain Python session or script, define "
-            f"{'it' if len(missing) == 1 else 'them'} at the top level (not inside a function), or call "
-            "grader.check(question, global_env=globals()) with a namespace that holds them.")
+            f"{', '.join(f'`{n}`' for n in missing)} {'is' if one else 'are'} not defined where grader.check looked: "
+            "it reads the global names of the code that calls it. In the notebook, run the cell that defines "
+            f"{'it' if one else 'them'} first. In a plain Python session or script, define {'it' if one else 'them'} "
+            "at the top level (not inside a function), or call grader.check(question, global_env=globals()) with a "
+            "namespace that holds them.")
     result = grade_line(problem_id, line, namespace)
     if not result.passed:
         said = f"{result.name} fails, as `python autograder.py` grades it:\n{result.output}"

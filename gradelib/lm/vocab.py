@@ -1,10 +1,6 @@
-"""The character vocabulary shared by the corpus, the fixtures, the model and the grader.
-
-    ids 0..29: ["<eos>", "<pad>", "A".."Z", "'", " "]
-
-<eos> (0) marks both the start and the end of a sentence; <pad> (1) only fills batches. The other 28 ids are the
-generatable characters: a generation may use them and nothing else.
-"""
+"""The character vocabulary of the corpus, the fixtures, the model and the grader: ids 0..29 are <eos>, <pad>, A..Z,
+apostrophe and space. <eos> (0) starts and ends a sentence; <pad> (1) only fills batches; a generation may use the
+other 28 ids and nothing else."""
 
 from __future__ import annotations
 
