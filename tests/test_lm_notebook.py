@@ -233,8 +233,8 @@ def test_in_kernel_check_of_predict_and_generate_sees_each_rule_broken():
 
     ns = solution_namespace()
     predict, generate = ns["predict"], ns["generate"]
-    assert grade_line("prediction", "predict_function", {"predict": predict}, FIXTURES).passed
-    assert grade_line("generation", "generate_greedy", {"generate": generate}, FIXTURES).passed
+    assert grade_line("prediction", "predict_function", {"predict": predict}).passed
+    assert grade_line("generation", "generate_greedy", {"generate": generate}).passed
 
     def leaves_eval(model, inp, steps):
         out = predict(model, inp, steps)
@@ -246,7 +246,7 @@ def test_in_kernel_check_of_predict_and_generate_sees_each_rule_broken():
             return generate(model, inp, steps)
         return generate(model, inp, steps, temperature=temperature or 1.0, top_k=top_k, top_p=top_p)
 
-    failed = grade_line("prediction", "predict_function", {"predict": leaves_eval}, FIXTURES)
+    failed = grade_line("prediction", "predict_function", {"predict": leaves_eval})
     assert not failed.passed and "'predict_mode'" in failed.output and "[False, False]" in failed.output
-    failed = grade_line("generation", "generate_greedy", {"generate": samples_at_zero}, FIXTURES)
+    failed = grade_line("generation", "generate_greedy", {"generate": samples_at_zero})
     assert not failed.passed and "'zero_temperature_ids'" in failed.output
