@@ -50,6 +50,14 @@ def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for
     return QuietNotebook(nb_path, **kwargs)
 
 
+def case_root() -> Path:
+    """The public cases: under tests/ beside gradelib/ in the handout, under fixtures/ in the course repository."""
+    found = [ROOT / n for n in ("tests", "fixtures") if (ROOT / n / "notebooks" / "public" / "cases.json").is_file()]
+    if not found:
+        raise FileNotFoundError(f"no public cases under {ROOT} (tests or fixtures): download the handout again")
+    return found[0]
+
+
 @functools.cache
 def harness(name: str):
     """A private copy of the child script `name` (notebook_child or lm_child), imported once per process."""
@@ -131,9 +139,8 @@ def _as_the_grader_runs(base, objects, skipped: dict[str, str]):
             spaces[key][name] = value
 
 
-def grade_line(problem_id: str, line: str, namespace: dict, root: Path = ROOT / "tests"):
-    """The TestResult that rubric line `line` earns on the public cases under `root` (the handout's), with the
-    notebook's objects in `namespace`."""
+def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):
+    """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
     if problem_id not in CHECKED:
         raise ValueError(f"no notebook check for problem {problem_id!r}")
     problem, (spec, folder, child) = load()[problem_id], CHECKED[problem_id]
@@ -150,13 +157,14 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path = ROOT / 
                 if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
+    root = root or case_root()
     # The local grader's cases for this line: an ordinary line skips the edge cases other lines take; an edge line
     # takes its own and the ordinary ones, which decide what is particular to it.
     taken = {g.edge for g in problem.groups if g.edge}
     cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
              if c.edge == group.edge or c.edge not in taken]
     if not cases:
-        raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}: download the handout again")
+        raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
     skipped = next((skipped_only(where / spec.notebook) for where in (Path.cwd(), ROOT)
                     if (where / spec.notebook).is_file()), {})
