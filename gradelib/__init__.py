@@ -1,2 +1,1 @@
-"""The grading library that ships to students: one handin graded on any case set, the same code for course staff and
-students."""
+"""The student kit: grades one handin on any case set, the same code for course staff and students."""

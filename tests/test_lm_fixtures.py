@@ -16,7 +16,8 @@ from autograder.oracle import metrics as M
 from autograder.oracle.corpus import load as load_corpus
 from autograder.oracle.oracles import ModelOracle, NGramOracle, load_oracle
 from autograder.oracle.source import ToySource
-from gradelib.lm.vocab import EOS, VOCAB_SIZE, encode
+from autograder.oracle.text import encode
+from gradelib.lm.vocab import EOS, VOCAB_SIZE
 from gradelib.rubric import load as load_rubric
 
 from support import FIXTURES, toy_english_only

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from autograder.fixturegen.lm_function_cases import fixed_logits, fixed_next_logits
 from autograder.oracle.metrics import greedy_generate, greedy_predict
 from autograder.reference.model import (
     EOS,
@@ -114,9 +115,9 @@ def test_predict_and_generate_follow_the_numpy_protocols_on_fixed_models(kind):
     table[:, EOS] += 3.0  # greedy generation must skip <eos> even where it wins
     inp = rng.integers(2, 30, (5, 7))
     model = load_harness_model()(table, kind, np.zeros(30, np.float32))
-    expected_logits = greedy_predict(fixed_models.next_logits(kind, table), inp, 9)
+    expected_logits = greedy_predict(fixed_next_logits(kind, table), inp, 9)
     np.testing.assert_array_equal(predict(model, torch.from_numpy(inp), 9).numpy(), expected_logits)
-    expected_ids = greedy_generate(fixed_models.next_logits(kind, table), inp, 9)
+    expected_ids = greedy_generate(fixed_next_logits(kind, table), inp, 9)
     np.testing.assert_array_equal(generate(model, torch.from_numpy(inp), 9).numpy(), expected_ids)
 
 
@@ -129,10 +130,10 @@ def test_harness_model_equals_numpy_fixed_model_in_eval_mode_only():
         model = load_harness_model()(table, kind, offset)
         with torch.no_grad():
             np.testing.assert_array_equal(
-                model.eval()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids)
+                model.eval()(torch.from_numpy(ids)).numpy(), fixed_logits(kind, table, ids)
             )
             assert not np.array_equal(
-                model.train()(torch.from_numpy(ids)).numpy(), fixed_models.logits(kind, table, ids)
+                model.train()(torch.from_numpy(ids)).numpy(), fixed_logits(kind, table, ids)
             )
 
 

@@ -21,8 +21,9 @@ from autograder.batch.regrade import to_results_json
 from autograder.grading import model_quality
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
+from autograder.oracle.text import SPACE
 from autograder.reference import model as ref
-from gradelib.lm.vocab import PAD, SPACE
+from gradelib.lm.vocab import PAD
 from gradelib.problems import lm_model
 from gradelib.rubric import load as load_rubric
 
@@ -102,7 +103,7 @@ def test_an_ngrams_arrays_without_the_model_earn_no_points(tmp_path):
 def test_a_trivial_handin_of_arrays_alone_earns_nothing(tmp_path):
     """predictions.npy full of zeros and generated.npy of one repeated letter, no model.pt and no notebook: the
     two format lines, once 4 free points, score 0."""
-    from gradelib.lm.vocab import encode
+    from autograder.oracle.text import encode
 
     files = {"predictions.npy": npy(np.zeros((128, 20, 30), np.float32)),
              "generated.npy": npy(np.full((128, 30), encode("E")[0], np.int64))}
@@ -263,7 +264,7 @@ def test_generations_that_repeat_a_few_characters_are_pointed_out_locally(tmp_pa
     text is like that, the reference generates none (so its handin gets no such note), the oracle gives
     such text no credit, and the local grader (which scores no text) says so in a note."""
     from autograder.oracle.oracles import load_oracle
-    from gradelib.lm.vocab import encode
+    from autograder.oracle.text import encode
     from gradelib.problems.generation import REPETITIVE_DISTINCT, repetitive_rows
 
     for name in ("train.txt", "valid.txt"):

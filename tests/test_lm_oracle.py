@@ -12,7 +12,8 @@ from autograder.oracle import automaton as automaton_mod
 from autograder.oracle.automaton import Automaton
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import toy_source
-from gradelib.lm.vocab import EOS, N_GENERATABLE, VOCAB_SIZE, encode, stream, windows
+from autograder.oracle.text import N_GENERATABLE, encode, stream, windows
+from gradelib.lm.vocab import EOS, VOCAB_SIZE
 
 A, B = encode("A")[0], encode("B")[0]
 

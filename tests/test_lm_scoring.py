@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_oracle, next_char_logprobs
-from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE, encode
+from autograder.oracle.text import N_GENERATABLE, encode
+from gradelib.lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from gradelib.rubric import load as load_rubric
 
 from support import FIXTURES, grade_files, toy_english_only

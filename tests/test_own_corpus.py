@@ -40,8 +40,8 @@ from autograder.fixturegen import __main__ as fixturegen_main
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
+from autograder.oracle.text import encode
 from autograder.reference import calibrate, course, provenance, train
-from gradelib.lm.vocab import encode
 
 from support import REPO, SOLUTIONS, toy_english_only
 

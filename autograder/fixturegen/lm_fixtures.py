@@ -33,7 +33,7 @@ import numpy as np
 
 from autograder.fixturegen import npzio
 from autograder.oracle.source import ToySource
-from gradelib.lm.vocab import stream, windows
+from autograder.oracle.text import stream, windows
 
 SOURCE_SEED = 0  # Zipf ranks of the words
 # The hidden prediction targets come from a 96-bit seed drawn once from os.urandom and kept out of

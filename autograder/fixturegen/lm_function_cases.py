@@ -3,7 +3,7 @@
     python -m autograder.fixturegen [--out fixtures]
 
 writes fixtures/lm_functions/{public,hidden}/<case>.npz and cases.json. A case
-holds a fixed model (see gradelib/lm/fixed_models.py), prompts and settings,
+holds a fixed model (see gradelib/lm/fixed_models.py; its logits here), prompts and settings,
 and the expected outputs, computed by the prediction and generation protocols of
 autograder/oracle/metrics.py (greedy_predict, greedy_generate: numpy, independent of
 any torch code):
@@ -58,6 +58,17 @@ DIST_SAMPLES = 8000
 DIST_TEMPERATURE = 2.0
 DIST_TOP_P_KEEP = 4  # the nucleus of the d model at DIST_TEMPERATURE: its 4 best allowed tokens
 MARGIN = 0.05  # least gap between competing logits, and between a nucleus boundary and top_p
+
+
+def fixed_logits(kind: str, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """A fixed model's evaluation-mode logits for every position: (B, T) -> (B, T, 30) float32."""
+    return np.asarray(table, dtype=np.float32)[fixed_models.keys(kind, ids, table.shape[0])]
+
+
+def fixed_next_logits(kind: str, table: np.ndarray):
+    """ids (B, T) -> (B, 30) logits of the next token: the interface of the course's metrics.greedy_predict."""
+    return lambda ids: fixed_logits(kind, table, ids)[:, -1]
+
 
 # name -> (visibility, description, kind, K, batch, prompt length, steps, specials favoured, train offset)
 CASES = {
@@ -228,7 +239,7 @@ def make_case(rng: np.random.Generator, spec) -> dict[str, np.ndarray]:
     train_offset = (
         (rng.standard_normal(VOCAB_SIZE) * 5.0).astype(np.float32) if offset else np.zeros(VOCAB_SIZE, np.float32)
     )
-    next_logits = fixed_models.next_logits(kind, table)
+    next_logits = fixed_next_logits(kind, table)
     d_table = distribution_table(rng)
     return {
         "m_table": table,

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradelib.lm.vocab import EOS, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
+
+from .text import N_GENERATABLE
 
 # A belief is sparse: parallel arrays (rows, states, weights) sorted by row, each row's weights summing to 1.
 Belief = tuple[np.ndarray, np.ndarray, np.ndarray]

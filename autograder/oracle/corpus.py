@@ -33,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gradelib.lm.vocab import CHAR_TO_ID, stream, windows
-
 from .ngram import NGramModel
+from .text import CHAR_TO_ID, stream, windows
 
 ORACLE_ORDER = 6  # n-gram oracle for an instructor's corpus: contexts of up to 5 characters
 ORACLE_FILE = "oracle_ngram.npz"

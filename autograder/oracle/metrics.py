@@ -29,8 +29,10 @@ from typing import Protocol
 
 import numpy as np
 
-from gradelib.lm.nll import log_softmax, prediction_nll, prediction_token_nll  # noqa: F401 (the kit's, read here too)
-from gradelib.lm.vocab import EOS, GENERATABLE, N_GENERATABLE, PAD, VOCAB_SIZE
+from gradelib.lm.nll import prediction_nll, prediction_token_nll  # noqa: F401 (the kit's, read here too)
+from gradelib.lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
+
+from .text import N_GENERATABLE
 
 
 class Oracle(Protocol):

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE, stream
+from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
 from ..fixturegen import npzio
+from .text import stream
 
 
 def _codes(ids: np.ndarray, k: int) -> np.ndarray:

@@ -31,9 +31,10 @@ from functools import cached_property
 
 import numpy as np
 
-from gradelib.lm.vocab import EOS, SPACE, encode
+from gradelib.lm.vocab import EOS
 
 from .automaton import Automaton
+from .text import SPACE, encode
 
 VOWELS = set("AEIOU")
 

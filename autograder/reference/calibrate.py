@@ -42,11 +42,12 @@ import numpy as np
 
 from autograder.grading import rubric_check as rubric_mod
 from autograder.oracle import metrics as M
-from gradelib.lm.vocab import EOS, PAD, encode
+from gradelib.lm.vocab import EOS, PAD
 from gradelib.problems.lm_common import credit
 
 from ..oracle.ngram import NGramModel
 from ..oracle.oracles import load_oracle, toy_source
+from ..oracle.text import encode
 from . import provenance
 
 REFERENCE = "reference_model.pt"

@@ -56,10 +56,11 @@ import torch
 import torch.nn.functional as F
 
 from autograder.grading import rubric_check as rubric
-from gradelib.lm.vocab import decode, stream
+from gradelib.lm.vocab import decode
 
 from ..oracle.metrics import generation_perplexity, prediction_nll
 from ..oracle.oracles import load_model, load_oracle
+from ..oracle.text import stream
 from . import provenance
 from .model import PAD, CausalLanguageModel, LMDataLoader, ModelConfig, generate, predict
 

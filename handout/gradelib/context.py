@@ -14,20 +14,13 @@ from .runner.limits import Limits
 class GradeContext:
     """Everything one problem needs to grade one submission.
 
-    submission: folder holding the handin's files (already extracted and vetted).
-    case_root: folder with <problem>/<visibility>/ case sets (tests/ in the handout;
-        the course staff's copy adds the hidden sets).
-    visibilities: the case sets to grade on, ("public",) or ("public", "hidden").
-    limits: resources the submission's process may use.
-    scratch_root: where per-run scratch folders are made (system temp if None).
-    course: what the course grader adds, None in the handout (which holds no hidden rows
-        and no oracle): course.score_line(ctx, problem, line), the TestResult of a
-        model-quality line only it scores (problems/lm_common.course_line), and
-        course.reveal(outputs, inputs, sets), which reveals the hidden rows' characters to
-        the handed-in model one step at a time (problems/lm_model.py), and course.said_record and
-        said_program, which name the child's records without quoting a hidden run (problems/attention.py).
-    run_expected: False for the local grader before notebook 3 has trained: a missing
-        run file is said to be not trained yet rather than missing from the handin.
+    submission: the vetted handin's folder; case_root: <problem>/<visibility>/ case sets; visibilities: the sets to
+    grade on; limits: what the submission's process may use; scratch_root: where run folders go (system temp if None);
+    course: the course grader's additions, None in the handout (course.score_line for the model-quality lines only it
+    scores, problems/lm_common.course_line; course.reveal for the hidden rows, problems/lm_model.py; course.said_record
+    and said_program, which name the child's records without quoting a hidden run, problems/attention.py); cache: work
+    a submission's problems share; flags: integrity flags for the course staff; run_expected: False for the local
+    grader before notebook 3 has trained (a missing run file is then not trained yet, not missing from the handin).
     """
 
     submission: Path
@@ -37,9 +30,7 @@ class GradeContext:
     scratch_root: Path | None = None
     course: Any = None
     notes: list[str] = field(default_factory=list)
-    # Work shared by problems of one submission (e.g. the run of its trained model).
     cache: dict = field(default_factory=dict)
-    # Integrity flags for the course staff (e.g. arrays that do not match the handed-in model).
     flags: dict[str, str] = field(default_factory=dict)
     run_expected: bool = True
 
