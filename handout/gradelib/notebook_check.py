@@ -52,7 +52,7 @@ def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for
 
 
 def case_root() -> Path:
-    """The public cases: under tests/ beside gradelib/ in the handout, under fixtures/ in the course repository."""
+    """The public cases: under tests/ beside gradelib/ in the handout (the course repository keeps them elsewhere)."""
     found = [ROOT / n for n in ("tests", "fixtures") if (ROOT / n / "notebooks" / "public" / "cases.json").is_file()]
     if not found:
         raise FileNotFoundError(f"no public cases under {ROOT} (tests or fixtures): download the handout again")
