@@ -353,6 +353,7 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
     complete handin's one-core time of the same bench run, also the grader's own share of it: that
     time less the model's forward passes."""
     from autograder import isolation as sandbox
+    from autograder.grading import course_side
     from gradelib import rubric
     from gradelib.context import GradeContext
     from gradelib.grade import runs_matplotlib
@@ -368,7 +369,9 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
                 work = Path(tmp)
                 work.chmod(0o711)  # as grade.py: the sandboxed child (another uid) reaches its scratch below
                 handin = reference_handin(work / "files")
-                ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work)
+                # With the course's additions, as the worker grades: its revealer answers the hidden rows step by step.
+                ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work,
+                                   course=course_side)
                 plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
                 with (
                     sandbox.installed(),
