@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ..lm.nll import prediction_token_nll
+
 # How close the student's array must be to a mistake's result for the mistake to be named.
 MATCH = {"rtol": 1e-6, "atol": 1e-9}
 
@@ -25,11 +27,6 @@ def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
         shifted = z - np.max(z, axis=axis, keepdims=True)
         e = np.exp(shifted)
         return e / e.sum(axis=axis, keepdims=True)
-
-
-def _log_softmax(z: np.ndarray) -> np.ndarray:
-    shifted = z - z.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def overflow(what: str):
@@ -93,8 +90,8 @@ def nb2_attention_scale(masked: bool):
 
 def _nll(case: dict, skipped: str) -> tuple[np.ndarray, np.ndarray]:
     """-log p(target) at every position (ignore_index = -100 reads id 0), and which targets are not case[skipped]."""
-    logits, targets = case["logits"].astype(np.float64), case["targets"]
-    nll = -np.take_along_axis(_log_softmax(logits), np.clip(targets, 0, None)[..., None], -1)[..., 0]
+    targets = case["targets"]
+    nll = prediction_token_nll(case["logits"], np.clip(targets, 0, None))
     return nll, targets != int(case[skipped])
 
 
