@@ -1,9 +1,10 @@
 """The grader reads what a submission controls safely and always writes valid results.
 
-- gradelib/safeio.py refuses links, FIFOs and devices planted in place of a child's
-  meta.json or .npy, files over their cap, and .npy headers that would make the
-  grader allocate or misread (objects, structured, subarray, complex, long double,
-  shapes larger than the data);
+- the course grader's reader (autograder/grading/safe_reading.py, installed for every
+  course grading) refuses links, FIFOs and devices planted in place of a child's
+  meta.json or .npy; gradelib/safeio.py refuses files over their cap and .npy headers
+  that would make the grader allocate or misread (objects, structured, subarray,
+  complex, long double, shapes larger than the data);
 - scores are finite numbers: a non-finite NLL scores 0 with a message, and results.json,
   the Autolab line and report.html stay valid whatever one submission did;
 - two submissions never share an output folder, and a resumed run keeps each grade
@@ -37,6 +38,7 @@ from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
 from autograder.batch.report import write_report
+from autograder.grading import safe_reading
 from gradelib import safeio
 from gradelib.results import SubmissionResult
 from gradelib.results import TestResult as Line  # not collected as a test class
@@ -82,6 +84,14 @@ def npy_bytes(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=True)
     return buf.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def course_reader():
+    """The course grader's reader, as every course grading has it (autograder/isolation/install.py)."""
+    before = safeio.install(safe_reading.READER)
+    yield
+    safeio.install(before)
 
 
 @pytest.fixture
@@ -170,7 +180,7 @@ def test_a_linked_case_folder_is_not_followed(case_dir, tmp_path):
     meta, why = load_meta(case_dir / "meta.json", root=case_dir.parent.parent)
     assert meta is None and "symbolic link" in why and SECRET not in why, why
     # Without a root only the last component is guarded: the walk is what stops this.
-    assert safeio.read_json(case_dir / "meta.json", 1000)["note"] == SECRET
+    assert safe_reading.read_json(case_dir / "meta.json", 1000)["note"] == SECRET
 
 
 def test_a_sparse_8_gb_file_is_refused_by_its_size_before_reading(tmp_path):

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.grading import rubric_check as rubric_mod
-from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from . import gradebook
 from .compared_code import NOT_COMPARED_MISSING
 from .pool import Job
@@ -77,7 +77,7 @@ def read_book_inputs(args: argparse.Namespace) -> dict:
 def similarity_notes(out: Path) -> dict[str, list[str]]:
     """Submission -> the files the similarity run written in `out` could not read (a missing file is not listed)."""
     try:
-        data = safeio.read_json(out / "similarity.json", 64 * 1024 * 1024)
+        data = safe_reading.read_json(out / "similarity.json", 64 * 1024 * 1024)
     except SafeReadError:
         return {}
     notes = data.get("notes") if isinstance(data, dict) else None

@@ -25,10 +25,10 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import levels
 from autograder.isolation.levels import ISOLATION_CHOICES
-from gradelib import safeio
 from gradelib.problems import GRADERS
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from . import gradebook, regrade
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files
 from .pool import Batch, Job
@@ -215,7 +215,7 @@ def finish_one(args: argparse.Namespace, name: str, jobs: list[Job], known: list
     if not jobs:
         print(f"{name} was already graded (use --force to regrade)", file=sys.stderr)
     try:
-        text = safeio.read_text(args.out / name / "feedback.txt", 64 * 1024 * 1024)
+        text = safe_reading.read_text(args.out / name / "feedback.txt", 64 * 1024 * 1024)
     except SafeReadError as exc:
         text = f"{name}: {exc}"
     print(clean_text(text).rstrip("\n"))

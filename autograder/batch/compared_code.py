@@ -14,9 +14,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib.safeio import notebook_budget
-
 from ..grading import uploads
+from ..grading.safe_reading import notebook_budget
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"

@@ -26,9 +26,9 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from autograder.grading.rubric_check import LatePolicy
-from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from .atomic import write_text_atomic
 from .records import Row
 from .records import spreadsheet_cell as cell
@@ -99,7 +99,7 @@ def _key(header: str) -> str:
 
 def _table(path: Path, what: str) -> list[list[str]]:
     try:
-        text = safeio.read_text(path, MAX_TABLE_BYTES)
+        text = safe_reading.read_text(path, MAX_TABLE_BYTES)
     except SafeReadError as exc:
         raise BookError(f"{what} {path}: {exc}") from None
     rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff"))) if any(c.strip() for c in r)]

@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib import safeio
 from gradelib.results import NOT_GRADED
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
@@ -102,7 +102,7 @@ def spreadsheet_cell(value: str) -> str:
 def source_of(folder: Path) -> str | None:
     """The path a submission folder's results were graded from (None when it does not say)."""
     try:
-        return safeio.read_text(folder / SOURCE_FILE, 64 * 1024)
+        return safe_reading.read_text(folder / SOURCE_FILE, 64 * 1024)
     except SafeReadError:
         return None
 
@@ -185,7 +185,7 @@ def is_finite(value) -> bool:
 def read_row(path: Path, name: str) -> Row:
     """The row of one submission; a missing, corrupt or malformed results.json becomes a 0 row that says so."""
     try:
-        data = safeio.read_json(path, MAX_RESULTS_BYTES)
+        data = safe_reading.read_json(path, MAX_RESULTS_BYTES)
         if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
             raise ValueError("not a Gradescope results object with a list of tests")
         tests = []

@@ -24,10 +24,10 @@ import re
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
-from gradelib import safeio
 from gradelib.results import NOT_GRADED, SubmissionResult, TestResult, score_number, wrap
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from .atomic import write_json_atomic, write_text_atomic
 from .records import MAX_RESULTS_BYTES
 
@@ -70,7 +70,7 @@ def rubric_record(problem: rubric_mod.Problem) -> dict:
 def manifest_lines(case_root: Path) -> dict[str, str]:
     """path -> sha256 from case_root/MANIFEST.sha256; without a manifest, the files' own checksums."""
     try:
-        text = safeio.read_text(case_root / MANIFEST, 4 * 1024 * 1024)
+        text = safe_reading.read_text(case_root / MANIFEST, 4 * 1024 * 1024)
         out = {}
         for line in text.splitlines():
             digest, _, rel = line.partition("  ")
@@ -97,7 +97,7 @@ def current_records(problems: dict[str, rubric_mod.Problem], ids: list[str], cas
 def read_results(path: Path) -> dict | None:
     """A results.json as a dict, None when it is missing or not a Gradescope results object."""
     try:
-        data = safeio.read_json(path, MAX_RESULTS_BYTES)
+        data = safe_reading.read_json(path, MAX_RESULTS_BYTES)
     except SafeReadError:
         return None
     return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None

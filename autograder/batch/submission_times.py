@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 
+from ..grading import safe_reading
 from .atomic import write_text_atomic
 from .gradebook import METADATA, metadata_times
 from .records import UPLOAD_FOLDER
@@ -79,7 +79,7 @@ def keep_metadata(submission: Path, folder: Path) -> list[str]:
     data = None
     if source is not None:
         try:
-            data = safeio.read_json(source, MAX_METADATA_BYTES)
+            data = safe_reading.read_json(source, MAX_METADATA_BYTES)
         except SafeReadError as exc:
             notes.append(f"the platform's submission_metadata.json could not be read ({clean_text(exc)[:200]})")
     if data is None and not notes:
@@ -94,7 +94,7 @@ def keep_metadata(submission: Path, folder: Path) -> list[str]:
 def read_kept(folder: Path) -> tuple[dict | None, list[str]]:
     """The kept copy of a submission's platform metadata (None when there is none to use) and the notes kept with it."""
     try:
-        data = safeio.read_json(folder / METADATA, MAX_METADATA_BYTES)
+        data = safe_reading.read_json(folder / METADATA, MAX_METADATA_BYTES)
     except SafeReadError:
         return None, []
     if not isinstance(data, dict) or data.get("kept_by") != KEPT_BY:

@@ -27,11 +27,11 @@ from gradelib.problems.lm_common import credit
 from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
-from gradelib.safeio import DIR_FLAGS
 from gradelib.scoring import Line, read_array
 
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
+from .safe_reading import DIR_FLAGS
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:

@@ -11,8 +11,10 @@ import contextlib
 from pathlib import Path
 
 from gradelib import runner as kit
+from gradelib import safeio
 from gradelib.runner.limits import ChildRun, Limits
 
+from ..grading.safe_reading import READER
 from . import levels, runner, template, tmpfs
 from .kernel import is_linux
 
@@ -43,10 +45,13 @@ ISOLATING = Isolating()
 
 @contextlib.contextmanager
 def installed():
-    """Gradings within run through the isolating runner (the one installed before, after)."""
+    """Gradings within run through the isolating runner and read files through the hostile-safe reader (the ones
+    installed before, after)."""
     before = kit.current()
     kit.install(ISOLATING)
+    reader_before = safeio.install(READER)
     try:
         yield ISOLATING
     finally:
         kit.install(None if before is kit.KIT else before)
+        safeio.install(reader_before)
