@@ -8,18 +8,15 @@ student can act on. The kit opens the student's own files plainly; the course gr
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
-
-MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
 
 
 class SafeReadError(ValueError):
@@ -52,6 +49,26 @@ class Reader:
             raise SafeReadError(path.name, f"is {kind}, not a regular file; it was not read", "not_regular")
         return fd, st
 
+    def read_bytes(self, path: Path, max_bytes: int, root: Path | None = None, single_link: bool = False) -> bytes:
+        """See the module's read_bytes."""
+        fd, st = self.open(path, root, single_link)
+        with open(fd, "rb") as fh:
+            if st.st_size > max_bytes:
+                raise too_big(path.name, st.st_size, max_bytes)
+            return fh.read()
+
+    def read_npy(self, path: Path, max_bytes: int, kinds: str, max_elements: int | None, root: Path | None = None,
+                 single_link: bool = False) -> np.ndarray:
+        """See the module's read_npy: the header first, then the data it says there must be."""
+        fd, st = self.open(path, root, single_link)
+        with open(fd, "rb") as fh:
+            shape, fortran, dtype = parse_header(fh, path.name)
+            count = check_header(path.name, shape, dtype, kinds, max_elements, st.st_size, max_bytes)
+            data = fh.read(count * dtype.itemsize)
+        if len(data) < count * dtype.itemsize:
+            raise truncated(path.name, shape, dtype, count * dtype.itemsize, len(data))
+        return to_array(data, 0, count, shape, fortran, dtype)
+
     def notebook_budget(self, source: bytes | Path) -> str:
         """Why parsing the notebook `source` would cost the grader more than it allows ('' when it would not)."""
         return ""
@@ -66,23 +83,14 @@ def install(reader: Reader | None) -> Reader:
     return before
 
 
-def _read_prefix(fd: int, name: str, n: int) -> bytes:
-    """Up to `n` bytes from where the descriptor stands (fewer at the end of the file)."""
-    data = bytearray()
-    try:
-        while len(data) < n and (chunk := os.read(fd, min(1 << 20, n - len(data)))):
-            data += chunk
-    except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
-        raise SafeReadError(name, f"could not be read ({exc.strerror or exc})", "not_regular") from None
-    return bytes(data)
-
-
-def _truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
+def truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
+    """The refusal of a .npy that holds fewer bytes of data than its header says."""
     return SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file "
                          f"holds {held}; save it again with np.save.", "format", shape, dtype)
 
 
-def _too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
+def too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
+    """The refusal of a file of `size` bytes, more than `max_bytes`."""
     return SafeReadError(name, f"holds {size} bytes, more than the {max_bytes} the grader reads; it was not read",
                          "size")
 
@@ -97,19 +105,8 @@ def stat_regular(path: Path) -> os.stat_result:
 def read_bytes(path: Path, max_bytes: int, *, root: Path | None = None, single_link: bool = False,
                reader: Reader | None = None) -> bytes:
     """The bytes of the regular file `path`, at most `max_bytes` of them, or SafeReadError. root, single_link: see
-    Reader.open; reader: the one to open it with (default: the one installed)."""
-    path = Path(path)
-    fd, st = (reader or _INSTALLED[0]).open(path, root, single_link)
-    try:
-        if st.st_size > max_bytes:
-            raise _too_big(path.name, st.st_size, max_bytes)
-        data = _read_prefix(fd, path.name, max_bytes + 1)
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:  # it grew after fstat
-        raise SafeReadError(path.name, f"holds more than the {max_bytes} bytes the grader reads; it was not read",
-                            "size")
-    return data
+    Reader.open; reader: the one to read it with (default: the one installed)."""
+    return (reader or _INSTALLED[0]).read_bytes(Path(path), max_bytes, root, single_link)
 
 
 def read_text(path: Path, max_bytes: int, *, reader: Reader | None = None) -> str:
@@ -155,12 +152,13 @@ def check_dtype(dtype: np.dtype, kinds: str, name: str, shape: tuple[int, ...] |
     raise SafeReadError(name, why, "unsafe_dtype", shape, dtype)
 
 
-def _parse_header(fh: io.BytesIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+def parse_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of the .npy header `fh` stands at, or SafeReadError."""
     try:
         version = np.lib.format.read_magic(fh)
         if version in ((1, 0), (2, 0)):
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            return read(fh, max_header_size=MAX_NPY_HEADER)
+            return read(fh)  # numpy's own limit on the header's length (10,000 bytes)
     except (ValueError, EOFError, TypeError, SyntaxError, OverflowError, RecursionError) as exc:
         raise SafeReadError(name, f"is not a .npy array ({clean_text(exc)[:200]}); save it with np.save.",
                             "format") from None
@@ -169,52 +167,36 @@ def _parse_header(fh: io.BytesIO, name: str) -> tuple[tuple[int, ...], bool, np.
                         "a plain numeric array with np.save.", "format")
 
 
-def read_npy(path: Path, *, max_bytes: int, kinds: str = "biuf", max_elements: int | None = None,
-             root: Path | None = None, single_link: bool = False) -> np.ndarray:
-    """A .npy file as a plain numeric array (C order, native byte order, its own memory), or SafeReadError.
+def check_header(name: str, shape: tuple[int, ...], dtype: np.dtype, kinds: str, max_elements: int | None, size: int,
+                 max_bytes: int) -> int:
+    """The number of values a .npy header promises, or SafeReadError: the file's `size` is over `max_bytes`, its shape
+    is invalid, its dtype refused (check_dtype) or its values more than `max_elements`."""
+    if size > max_bytes:
+        raise SafeReadError(name, f"has shape {shape} of {dtype} in {size} bytes, more than the {max_bytes} the grader "
+                            "reads; it was not read.", "size", shape, dtype)
+    if not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
+    check_dtype(dtype, kinds, name, shape)
+    count = math.prod(shape)  # Python ints: a hostile shape cannot overflow
+    if max_elements is not None and count > max_elements:
+        raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader "
+                            "reads; it was not read.", "size", shape, dtype)
+    return count
 
-    kinds: the numpy dtype kinds accepted, from "biuf" (bool, int, uint, float up to float64).
-    max_elements: the most values accepted, checked from the header before any data is read.
-    A file over `max_bytes` is not read; its header is, so the message can name its shape.
-    """
-    path = Path(path)
-    name = path.name
-    fd, st = _INSTALLED[0].open(path, root, single_link)
-    try:
-        if st.st_size > max_bytes:
-            try:
-                shape, _fortran, dtype = _parse_header(io.BytesIO(_read_prefix(fd, name, MAX_NPY_HEADER + 64)), name)
-            except SafeReadError:
-                raise _too_big(name, st.st_size, max_bytes) from None
-            raise SafeReadError(name, f"has shape {tuple(shape)} of {dtype} in {st.st_size} bytes, more than the "
-                                f"{max_bytes} the grader reads; it was not read.", "size", tuple(shape), dtype)
-        # The header first: the data is read only once the header says how much there must be.
-        data = _read_prefix(fd, name, MAX_NPY_HEADER + 64)
-        fh = io.BytesIO(data)
-        shape, fortran, dtype = _parse_header(fh, name)
-        if not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
-        shape = tuple(shape)
-        check_dtype(dtype, kinds, name, shape)
-        count = math.prod(shape)  # Python ints: a hostile shape cannot overflow
-        if max_elements is not None and count > max_elements:
-            raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader "
-                                "reads; it was not read.", "size", shape, dtype)
-        offset, needed = fh.tell(), count * dtype.itemsize
-        if needed > st.st_size - offset:
-            raise _truncated(name, shape, dtype, needed, st.st_size - offset)
-        if st.st_size - offset > needed:  # np.save writes nothing after the data: padding costs the grader reads
-            raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of data "
-                                f"its shape {shape} of {dtype} needs; it was not read (save it again with np.save).",
-                                "format", shape, dtype)
-        data += _read_prefix(fd, name, offset + needed - len(data))
-    finally:
-        os.close(fd)
-    if needed > len(data) - offset:  # it shrank after fstat
-        raise _truncated(name, shape, dtype, needed, len(data) - offset)
+
+def to_array(data: bytes, offset: int, count: int, shape: tuple[int, ...], fortran: bool, dtype: np.dtype):
+    """The array of `count` values at `offset` in `data`: C order, native byte order, its own memory."""
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     arr = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
     return np.array(arr, dtype=dtype.newbyteorder("="), order="C")
+
+
+def read_npy(path: Path, *, max_bytes: int, kinds: str = "biuf", max_elements: int | None = None,
+             root: Path | None = None, single_link: bool = False) -> np.ndarray:
+    """A .npy file as a plain numeric array (C order, native byte order, its own memory), or SafeReadError, by the
+    Reader installed. kinds: the dtype kinds accepted, from "biuf" (bool, int, uint, float up to float64);
+    max_elements: the most values accepted. A file over `max_bytes` or with more values is refused, its shape named."""
+    return _INSTALLED[0].read_npy(Path(path), max_bytes, kinds, max_elements, root, single_link)
 
 
 # C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates and marks, line/paragraph

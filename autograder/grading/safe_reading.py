@@ -2,8 +2,9 @@
 
 A child's scratch may hold a symbolic link (to a root-only file, to another student's feedback), a FIFO that blocks
 a reader, a link to /dev/zero, or a hard link to a file the child could not read itself. So READER opens every file
-with O_NOFOLLOW (below `root`, each folder too) and O_NONBLOCK and checks with fstat that it opened a regular file;
-the kit's safeio (caps, .npy parsing, messages) does the rest. `installed()` (autograder/isolation/install.py) puts
+with O_NOFOLLOW (below `root`, each folder too) and O_NONBLOCK, checks with fstat that it opened a regular file,
+reads no more than its cap, and parses a .npy header from a bounded prefix before reading the data it promises (the
+kit's safeio holds the checks and their messages). `installed()` (autograder/isolation/install.py) puts
 READER in force for every course grading; the batch's own reads (results, records, tables) pass it by name here.
 READER also bounds what the grader's own process spends parsing a notebook (notebook_budget).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gradelib import safeio
-from gradelib.safeio import SafeReadError
+from gradelib.safeio import SafeReadError, check_header, parse_header, to_array, too_big, truncated
 
 # Windows has none of these flags (nor opening a folder, nor dir_fd): there a path is checked for links
 # component by component just before it is opened.
@@ -27,6 +28,7 @@ _FLAG = {name: getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_
 OPEN_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_NONBLOCK"] | _FLAG["O_CLOEXEC"] | _FLAG["O_BINARY"]
 DIR_FLAGS = os.O_RDONLY | _FLAG["O_NOFOLLOW"] | _FLAG["O_DIRECTORY"] | _FLAG["O_CLOEXEC"]
 NOFOLLOW_OPEN = bool(_FLAG["O_NOFOLLOW"]) and os.open in os.supports_dir_fd
+MAX_NPY_HEADER = 10_000  # numpy's own default limit for a trusted header
 KINDS = {"a folder": stat.S_ISDIR, "a FIFO (named pipe)": stat.S_ISFIFO, "a socket": stat.S_ISSOCK,
          "a character device": stat.S_ISCHR, "a block device": stat.S_ISBLK, "a symbolic link": stat.S_ISLNK}
 
@@ -69,6 +71,22 @@ def _open_fd(path: Path, root: Path | None) -> int:
             os.close(dir_fd)
     except OSError as exc:
         raise SafeReadError(path.name, *_why(exc)) from None
+
+
+def _read_prefix(fd: int, name: str, n: int) -> bytes:
+    """Up to `n` bytes from where the descriptor stands (fewer at the end of the file)."""
+    chunks, total = [], 0
+    try:
+        while total < n:
+            chunk = os.read(fd, min(1 << 20, n - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:  # EAGAIN included: a regular file never blocks, but nothing here may wait
+        why = os.strerror(exc.errno) if exc.errno else exc
+        raise SafeReadError(name, f"could not be read ({why})", "not_regular") from None
+    return b"".join(chunks)
 
 
 # What the grader's own process may spend parsing a notebook (the matplotlib hint, the similarity report): json.loads
@@ -135,6 +153,51 @@ class HostileReader(safeio.Reader):
         except BaseException:
             os.close(fd)
             raise
+
+    def read_bytes(self, path: Path, max_bytes: int, root: Path | None = None, single_link: bool = False) -> bytes:
+        """safeio.read_bytes: no more than `max_bytes` + 1 bytes are read, whatever the file does meanwhile."""
+        fd, st = self.open(path, root, single_link)
+        try:
+            if st.st_size > max_bytes:
+                raise too_big(path.name, st.st_size, max_bytes)
+            data = _read_prefix(fd, path.name, max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:  # it grew after fstat
+            raise SafeReadError(path.name, f"holds more than the {max_bytes} bytes the grader reads; it was not read",
+                                "size")
+        return data
+
+    def read_npy(self, path: Path, max_bytes: int, kinds: str, max_elements: int | None, root: Path | None = None,
+                 single_link: bool = False):
+        """safeio.read_npy: the header parsed from a bounded prefix, the data read only once the header says how much
+        there must be, and no byte more (np.save writes nothing after the data)."""
+        name = path.name
+        fd, st = self.open(path, root, single_link)
+        try:
+            data = _read_prefix(fd, name, MAX_NPY_HEADER + 64)
+            fh = io.BytesIO(data)
+            try:
+                shape, fortran, dtype = parse_header(fh, name)
+            except SafeReadError:
+                if st.st_size > max_bytes:
+                    raise too_big(name, st.st_size, max_bytes) from None
+                raise
+            shape = tuple(shape)
+            count = check_header(name, shape, dtype, kinds, max_elements, st.st_size, max_bytes)
+            offset, needed = fh.tell(), count * dtype.itemsize
+            if needed > st.st_size - offset:
+                raise truncated(name, shape, dtype, needed, st.st_size - offset)
+            if st.st_size - offset > needed:  # padding costs the grader reads
+                raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of "
+                                    f"data its shape {shape} of {dtype} needs; it was not read (save it again with "
+                                    "np.save).", "format", shape, dtype)
+            data += _read_prefix(fd, name, offset + needed - len(data))
+        finally:
+            os.close(fd)
+        if needed > len(data) - offset:  # it shrank after fstat
+            raise truncated(name, shape, dtype, needed, len(data) - offset)
+        return to_array(data, offset, count, shape, fortran, dtype)
 
     def notebook_budget(self, source: bytes | Path) -> str:
         return notebook_budget(source)
