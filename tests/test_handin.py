@@ -198,7 +198,7 @@ def test_the_checkpoint_is_required_and_checked(student, capsys, monkeypatch):
     with tarfile.open(student / "handin.tar") as tar:
         assert tar.getnames()[-1] == "model.pt"
     (student / "handin.tar").unlink()
-    monkeypatch.setattr(handin, "MAX_CHECKPOINT_BYTES", 100)
+    monkeypatch.setattr(handin.contract, "MAX_CHECKPOINT_BYTES", 100)
     rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "3")
     assert rc != 0 and "model.pt (from experiments/run1/model_3.pt) is larger than" in err, err
     monkeypatch.undo()

@@ -47,7 +47,7 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
 
 
 def test_the_course_grader_refuses_a_model_over_the_handin_cap(tmp_path):
-    big = b"\0" * (handin.MAX_CHECKPOINT_BYTES + 1)
+    big = b"\0" * (handin.contract.MAX_CHECKPOINT_BYTES + 1)
     (tmp_path / "model.pt").write_bytes(big)
     said = handin.check_file("model.pt", tmp_path / "model.pt")
     result = grade_files(tmp_path, {"model.pt": big}, only=["prediction"], timeout_s=30)
