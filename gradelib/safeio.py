@@ -1,9 +1,6 @@
-"""The one place that opens a file a submission or its child wrote, and cleans text that came from one.
-
-Every read is capped in bytes; a .npy is parsed from the bytes read (no pickles, plain numeric dtypes, the shape
-checked against the bytes present before anything is allocated). Each refusal is a SafeReadError whose message a
-student can act on. The kit opens the student's own files plainly; the course grader installs its own Reader
-(`install`), which refuses the links, FIFOs and devices a hostile child plants and bounds what parsing a notebook costs.
+"""The one place that reads a file a submission or its child wrote (capped; a .npy header checked before its data, no
+pickles), and cleans text that came from one. Each refusal is a SafeReadError a student can act on. The kit's Reader
+trusts the student's own files; the course grader installs its own (`install`) for files a hostile child controls.
 """
 
 from __future__ import annotations
@@ -199,9 +196,8 @@ def read_npy(path: Path, *, max_bytes: int, kinds: str = "biuf", max_elements: i
     return _INSTALLED[0].read_npy(Path(path), max_bytes, kinds, max_elements, root, single_link)
 
 
-# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates and marks, line/paragraph
-# separators (no escape sequence, bell or bidi override reaches a terminal, a report or HTML); a lone surrogate
-# cannot be written as UTF-8.
+# C0 controls but tab and newline, DEL, C1, bidi controls and marks, line/paragraph separators (no escape sequence,
+# bell or bidi override reaches a terminal, a report or HTML); a lone surrogate cannot be written as UTF-8.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
                      "\ud800-\udfff]")
 
