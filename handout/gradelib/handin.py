@@ -1,8 +1,7 @@
 """`make handin`: check every handin file the way the grader will read it, and pack handin.tar.
 
-`make handin runid=<id> epoch=<n>` runs `python -m gradelib.handin --runid <id> --epoch <n> --out handin.tar`, which
-checks every file (present, parses, arrays of the right shape, dtype and range) and writes handin.tar only when all
-pass; otherwise it prints what to fix and writes nothing. The files, shapes and caps: gradelib/handin_contract.py.
+`make handin runid=<id> epoch=<n>` runs `python -m gradelib.handin --runid <id> --epoch <n>`: handin.tar is written
+only when every file passes, else it says what to fix. The files, shapes and caps: gradelib/handin_contract.py.
 """
 
 from __future__ import annotations
@@ -22,27 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
+from . import handin_contract as contract
 from . import safeio
-from .handin_contract import (
-    GENERATION_SHAPE,
-    HANDIN_FILES,
-    MAX_CHECKPOINT_BYTES,
-    MAX_FILE_BYTES,
-    MAX_TOTAL_BYTES,
-    OPTIONAL,
-    PREDICTION_SHAPE,
-    RUN_FILES,
-    SPECIAL_IDS,
-    checkpoint_size_problem,
-)
-from .lm.vocab import VOCAB_SIZE
+from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL
+from .lm.vocab import EOS, PAD, VOCAB_SIZE
 from .safeio import SafeReadError
 
 
 def sources(runid: str, epoch: str) -> dict[str, str]:
     """Handin name -> where it lives in the handout folder for this experiment and epoch."""
     run = f"experiments/{runid}"
-    return {**{name: name for name in HANDIN_FILES if name not in RUN_FILES},  # the code and notebooks
+    return {**{name: name for name in HANDIN_FILES if name not in contract.RUN_FILES},  # the code and notebooks
             "predictions.npy": f"{run}/predictions_test_{epoch}.npy", "generated.npy": f"{run}/generated_{epoch}.npy",
             "generated.txt": f"{run}/generated_{epoch}.txt", "model.pt": f"{run}/model_{epoch}.pt"}
 
@@ -113,11 +102,9 @@ def todos(path: Path) -> list[str]:
     return list(dict.fromkeys(m.group(1).strip() for m in TODO_RAISE.finditer(text)))
 
 
-def _check_python(path: Path) -> list[str]:
+def _check_python(data: bytes) -> list[str]:
     try:
-        ast.parse(safeio.read_bytes(path, MAX_FILE_BYTES), filename=path.name)
-    except SafeReadError as exc:
-        return [exc.detail]
+        ast.parse(data)
     except SyntaxError as exc:
         return [f"does not parse: line {exc.lineno}: {safeio.clean_text(exc.msg)}; fix it and run "
                 "`python autograder.py`"]
@@ -126,19 +113,12 @@ def _check_python(path: Path) -> list[str]:
     return []
 
 
-def _check_notebook(path: Path) -> list[str]:
+def _check_notebook(data: bytes) -> list[str]:
     try:
-        raw = safeio.read_bytes(path, MAX_FILE_BYTES)
-        too_large = safeio.notebook_budget(raw)
-        if too_large:  # the grader would not run it: the same words as its notes
-            return [f"could not be read as a notebook ({too_large})"]
-        data = json.loads(raw.decode("utf-8"))
-    except SafeReadError as exc:
-        return [exc.detail]
+        why = notebook_problem(json.loads(data.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return [f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not "
                 "edit it by hand"]
-    why = notebook_problem(data)
     return [f"is not a valid notebook ({why}); open it in Jupyter, fix it and save it"] if why else []
 
 
@@ -167,9 +147,10 @@ def notebook_problem(data) -> str:
     return ""
 
 
-def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape: str) -> tuple[np.ndarray | None, list]:
-    """The array, or what is wrong with it: `wrong_shape` says what the array should be (after "has shape S,"), and
-    a wrong shape is reported before a wrong dtype. The header is checked before any data is loaded."""
+def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, list]:
+    """The array, or what is wrong with it: `what` says what the array should be, and a wrong shape is reported
+    before a wrong dtype. The header is checked before any data is loaded."""
+    wrong_shape = f"expected {expected}: {what}"
     try:
         arr = safeio.read_npy(path, max_bytes=MAX_FILE_BYTES, kinds=kinds, max_elements=10 * int(np.prod(expected)))
     except SafeReadError as exc:
@@ -182,9 +163,8 @@ def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, wrong_shape: st
 
 
 def _check_predictions(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, PREDICTION_SHAPE, "f", f"expected {PREDICTION_SHAPE}: raw logits of "
-                              f"predict(inp, 20) for the 128 sequences of prediction_test.npz, one per vocabulary "
-                              f"token ({VOCAB_SIZE})")
+    arr, problems = _load_npy(path, contract.PREDICTION_SHAPE, "f", "raw logits of predict(inp, 20) for the 128 "
+                              f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})")
     if arr is None:
         return problems
     bad = ~np.isfinite(arr)
@@ -195,35 +175,33 @@ def _check_predictions(path: Path) -> list[str]:
 
 
 def _check_generated(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, GENERATION_SHAPE, "iu", f"expected {GENERATION_SHAPE}: generate(inp, 30) for "
-                              "the 128 prompts of generation_test.npz")
+    arr, problems = _load_npy(path, contract.GENERATION_SHAPE, "iu",
+                              "generate(inp, 30) for the 128 prompts of generation_test.npz")
     if arr is None:
         return problems
     outside = (arr < 0) | (arr >= VOCAB_SIZE)
     if outside.any():
         where = tuple(int(i) for i in np.argwhere(outside)[0])
         return [f"holds ids outside the vocabulary 0..{VOCAB_SIZE - 1} (first {int(arr[where])} at index {where})"]
-    for token_id, token in SPECIAL_IDS.items():
+    for token_id, token in ((EOS, "<eos>"), (PAD, "<pad>")):
         hits = arr == token_id
         if hits.any():
             where = tuple(int(i) for i in np.argwhere(hits)[0])
             return [f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); generate must "
-                    f"never emit {' or '.join(SPECIAL_IDS.values())}: mask their logits to -inf before choosing"]
+                    "never emit <eos> or <pad>: mask their logits to -inf before choosing"]
     return []
 
 
-def _check_text(path: Path) -> list[str]:
+def _check_text(data: bytes) -> list[str]:
     try:
-        safeio.read_bytes(path, MAX_FILE_BYTES).decode("utf-8")
-    except SafeReadError as exc:
-        return [exc.detail]
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return [f"is not UTF-8 text ({exc})"]
     return []
 
 
 def _check_checkpoint(path: Path) -> list[str]:
-    too_large = checkpoint_size_problem(path.stat().st_size, MAX_CHECKPOINT_BYTES)
+    too_large = contract.checkpoint_size_problem(path.stat().st_size)
     if too_large:
         return [too_large]
     try:
@@ -235,21 +213,20 @@ def _check_checkpoint(path: Path) -> list[str]:
     return []
 
 
-CHECKS = {"attention.py": _check_python, "01_mlm_and_next_token.ipynb": _check_notebook,
-          "02_attention_and_masks.ipynb": _check_notebook, "03_language_model.ipynb": _check_notebook,
-          "predictions.npy": _check_predictions, "generated.npy": _check_generated, "generated.txt": _check_text,
-          "model.pt": _check_checkpoint}
+TEXT_CHECKS = {".py": _check_python, ".ipynb": _check_notebook, ".txt": _check_text}  # of the file's bytes
+CHECKS = {"predictions.npy": _check_predictions, "generated.npy": _check_generated, "model.pt": _check_checkpoint}
 
 
 def check_file(name: str, path: Path) -> list[str]:
-    """What is wrong with handin file `name` stored at `path` (empty when nothing); a link, FIFO or device is
-    refused as the grader refuses it (gradelib/safeio.py)."""
+    """What is wrong with handin file `name` stored at `path` (empty when nothing)."""
     try:
-        size = safeio.stat_regular(path).st_size
+        if safeio.stat_regular(path).st_size > MAX_FILE_BYTES:
+            return [f"is larger than {MAX_FILE_BYTES // 2**20} MB, the most the grader accepts for one file"]
+        suffix = Path(name).suffix
+        if suffix in TEXT_CHECKS:
+            return TEXT_CHECKS[suffix](safeio.read_bytes(path, MAX_FILE_BYTES))
     except SafeReadError as exc:
         return [exc.detail]
-    if size > MAX_FILE_BYTES:
-        return [f"is larger than {MAX_FILE_BYTES // 2**20} MB, the most the grader accepts for one file"]
     return CHECKS[name](path) if name in CHECKS else []
 
 
@@ -317,9 +294,9 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
     if have_run and not no_epoch and short_run(runid) is not None:
         notes.append(short_run_cost(runid))
     total = sum(p.stat().st_size for p in packed.files.values())
-    if total > MAX_TOTAL_BYTES:
+    if total > contract.MAX_TOTAL_BYTES:
         problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most "
-                        f"{MAX_TOTAL_BYTES // 2**20} MB")
+                        f"{contract.MAX_TOTAL_BYTES // 2**20} MB")
     return packed
 
 

@@ -1,9 +1,6 @@
 """Open the student's own handin -- the folder `python autograder.py` grades, or the handin.tar `make handin` writes.
 
-Every other shape an upload comes in, and the defences against hostile archives, are the course
-grader's (its reader raises the same HandinError). A tar is read as the course grader reads
-`make handin`'s: regular files at its top level or under one top folder; a link, a device or a
-path outside the archive is refused with the grader's words.
+A tar is read as the course grader reads one (regular files at its top level or under one top folder), with its words.
 """
 
 from __future__ import annotations
