@@ -300,16 +300,13 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
     return packed
 
 
-# The lines that score the trained model itself (rubric problem, line), and so what a short run costs.
-MODEL_QUALITY_LINES = (("prediction", "nll"), ("generation", "perplexity"))
-
-
 def short_run_cost(runid: str) -> str:
     """What handing in a short run (MAX_STEPS, or a quick LM_TRAIN_STEPS try) costs, in the rubric's points."""
     from .rubric import load
 
     problems = load()
-    at_stake = sum(g.points for pid, line in MODEL_QUALITY_LINES for g in problems[pid].groups if g.id == line)
+    quality_lines = (("prediction", "nll"), ("generation", "perplexity"))  # the lines that score the model itself
+    at_stake = sum(g.points for pid, line in quality_lines for g in problems[pid].groups if g.id == line)
     course = sum(p.points for p in problems.values())
     return (f"experiments/{runid} is a short run of {short_run(runid)} steps: its model earns few or none of the "
             f"{at_stake:g} of {course:g} points of the model-quality lines (prediction NLL and generation perplexity, "
