@@ -33,29 +33,6 @@ def install_reporter(fd: int) -> None:
     sys.addaudithook(hook)
 
 
-# Audit events of a process about to start another program. A fresh interpreter has none of the harness's
-# tripwires, so while a harness runs none may start.
-PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-                            "_winapi.CreateProcess"))
-
-
-def refuse_programs(fd) -> None:
-    """An audit hook that refuses every PROGRAM_EVENTS event, said first on the events descriptor `fd` (when
-    there is one) as a `gradelib.program` record."""
-    write = os.write
-
-    def hook(event: str, args: tuple) -> None:
-        if event in PROGRAM_EVENTS:
-            if fd is not None:
-                try:
-                    write(fd, f"\n{EVENT_PREFIX}program {event}\n".encode())
-                except OSError:
-                    pass
-            raise PermissionError(f"{event}: starting another program is not allowed while grading")
-
-    sys.addaudithook(hook)
-
-
 def exit_code(code) -> int:
     if code is None:
         return 0
@@ -105,9 +82,8 @@ def serve(preload: list[str]) -> None:
     for name in preload:
         with contextlib.suppress(Exception):  # the run imports it itself, and reports what fails
             __import__(name)
-    events = os.dup(quiet_w)
+    events = os.dup(quiet_w)  # each run's events file is dup2'd onto it
     install_reporter(events)
-    refuse_programs(events)  # each run's events file is dup2'd onto `events`
     home, kept_path = os.getcwd(), list(sys.path)
     for line in requests:
         task = json.loads(line)
@@ -154,7 +130,6 @@ def _reset_torch() -> None:
     with contextlib.suppress(Exception):  # AttributeError: no torch imported
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
-        torch.set_anomaly_enabled(False)  # the attention harness's tripwire turns it on
 
 
 def main() -> None:
