@@ -1,10 +1,8 @@
 """Rebuilds the handin's trained model from notebook 3's own code and model.pt, and runs it (inside the child).
 
-After notebook_child.py's run of the cells, it builds the notebook's CausalLanguageModel with the checkpoint's config
-(or the notebook's CONFIG), loads the weights strictly and writes what the grader compares (see lm_model.py): the
-causality probe's logits, each prediction set's teacher-forced logits, generate() and predict(); model.json says how
-it went. A hidden set is answered one step at a time, the grader revealing each true character only after the step
-it grades (inputs/<set>_reveal_<t>.npy), so the child never holds a target before it has answered for it.
+After notebook_child.py's run of the cells: the causality probe's logits, each prediction set's teacher-forced
+logits, generate() and predict() (see lm_model.py); model.json says how it went. A hidden set is answered one step at
+a time, each true character revealed only after the step it grades (inputs/<set>_reveal_<t>.npy).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """First code of the student kit's child (`python -I -B start.py`, configured by $GRADER_BOOT): import numpy and
 torch once, then run the harnesses it is sent in turn. Standard library only (`-I` leaves the kit off sys.path).
-
-An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being called) to the grader
-as they happen, so clearing Python state afterwards cannot take them back. The course's boot.py uses its hooks too.
+The course's boot.py uses its event reporter and its way of running a harness too.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ MAX_EVENT = 200
 
 
 def install_reporter(fd: int) -> None:
+    """An audit hook that writes the harness's `gradelib.*` events (an autograd entry point called) on `fd` as they
+    happen, so clearing Python state afterwards cannot take them back."""
     os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
     write = os.write  # bound now: rebinding os.write later changes nothing here
 
@@ -34,17 +34,16 @@ def install_reporter(fd: int) -> None:
 
 
 def exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
+    """A SystemExit's code as an exit status."""
+    if code is None or isinstance(code, int):
+        return (code or 0) & 0xFF
     print(code, file=sys.stderr)
     return 1
 
 
 def run_harness(argv: list[str]) -> None:
     sys.audit("gradelib.boot", "ok")
-    if len(argv) < 1:
+    if not argv:
         sys.exit("start.py: no harness given")
     sys.argv = list(argv)
     runpy.run_path(argv[0], run_name="__main__")
