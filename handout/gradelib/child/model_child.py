@@ -131,7 +131,6 @@ def main() -> None:
     if model is None:
         save(OUTPUTS / "model.json", report)
         return
-    report["parameters"] = int(sum(p.numel() for p in model.parameters()))
     lap("load")
     save(OUTPUTS / "model.json", report)
     try:
