@@ -7,13 +7,13 @@ meta.json, so a label the tripwires do not write is named, never quoted.
 
 from __future__ import annotations
 
-from gradelib.runner.start import PROGRAM_EVENTS  # the events the child's start file refuses and records
+from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
 
 from .model_quality import reveal, score_line
 
 __all__ = ["reveal", "score_line", "said_program", "said_record"]
 
-# The records attention_child.py's tripwires write.
+# The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
     {
         "a call removing the grader's saved-tensors hook",

@@ -19,14 +19,15 @@ from child_common import SUBMISSION, Recorder, load_arrays, load_task, short_exc
 
 FORWARD_ATTRS = ("Q", "K", "V", "A_w", "A_sig")
 BACKWARD_ATTRS = ("dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv")
-GRAPH_LABEL = "an autograd graph (tensors that require grad)"
-TAKEN_OFF = "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)"
+# Raised with (_hit, _tripwire, after_stage) once these tripwires are set: the course grader's child boot then adds
+# its own against a submission that dodges them, and checks, called after every stage, that they are still in place.
+TRIPWIRES_EVENT = "grader.tripwires"
 
 autograd_calls: set[str] = set()
+after_stage: list = []
 # Bound before the submission is imported: a submission that clears autograd_calls (or this module) afterwards does
 # not take back an event already sent.
 _audit = sys.audit
-_intact: list = []  # the check that the tripwires are in place, asked after every stage
 
 
 def _hit(label: str) -> None:
@@ -36,6 +37,7 @@ def _hit(label: str) -> None:
 
 
 def _tripwire(owner, attr: str, label: str) -> None:
+    """Make owner.attr (when it has one) record `label` at each call."""
     original = getattr(owner, attr, None)
     if original is None:
         return
@@ -47,76 +49,17 @@ def _tripwire(owner, attr: str, label: str) -> None:
     setattr(owner, attr, wrapped)
 
 
-def _audited_engine(engine):
-    """Stands in for the autograd engine object every backward pass goes through (also when code calls it directly):
-    reports the first use, then delegates. The engine is held in a closure, not in an attribute."""
-
-    class AuditedEngine:
-        __slots__ = ()
-
-        def __getattr__(self, name):
-            _hit(f"the autograd engine ({name})")
-            return getattr(engine, name)
-
-    return AuditedEngine()
-
-
 def _graph_recorded(tensor):
     """A saved-tensors hook: torch calls it whenever an operation records itself for a backward pass, whatever API
     runs that pass later. Honest code never records one (no tensor requires grad)."""
-    _hit(GRAPH_LABEL)
+    _hit("an autograd graph (tensors that require grad)")
     return tensor
 
 
-def _graph_in_any_thread():
-    """Anomaly mode, a switch of the whole process (saved-tensors hooks and grad mode are per thread): torch then
-    calls torch.fx.traceback.format_stack for every node it records, in any thread. Honest code records none.
-    Returns the check that the switch and the patch are still in place."""
-    import torch.fx.traceback as fx_traceback
-
-    original, is_on = fx_traceback.format_stack, torch.is_anomaly_enabled
-
-    def format_stack(*args, **kwargs):
-        _hit(GRAPH_LABEL)
-        return original(*args, **kwargs)
-
-    fx_traceback.format_stack = format_stack
-    torch.set_anomaly_enabled(True, False)  # no NaN check: backward is never run for honest code anyway
-    for owner in (torch, torch._C, getattr(torch._C, "_autograd", None)):
-        for name in ("set_anomaly_enabled", "_set_anomaly_enabled"):
-            _tripwire(owner, name, "a call switching the grader's anomaly mode")
-    return lambda: is_on() and sys.modules.get("torch.fx.traceback") is fx_traceback and (
-        fx_traceback.format_stack is format_stack)
-
-
-def check_tripwires() -> None:
-    """Record TAKEN_OFF when a tripwire a submission could quietly take off is no longer in place."""
-    try:
-        intact = _intact[0]()
-    except BaseException:
-        intact = False
-    if not intact:
-        _hit(TAKEN_OFF)
-
-
 def install_tripwires() -> None:
-    """The public hooks of every torch from 2.1 on (saved_tensors_hooks, entered and never left; anomaly mode); the
-    engine object, new engines, pushing or removing a hook, torch's own names, where this torch has them."""
-    from torch.autograd.variable import Variable
-
+    """A saved-tensors hook (entered and never left) and tripwires on torch's autograd entry points."""
     # Unpacking follows a pack, which was recorded already.
     torch.autograd.graph.saved_tensors_hooks(_graph_recorded, _graph_recorded).__enter__()
-    _intact.append(_graph_in_any_thread())
-    autograd = getattr(torch._C, "_autograd", None)
-    _tripwire(autograd, "_pop_saved_tensors_default_hooks", "a call removing the grader's saved-tensors hook")
-    # A hook over the grader's (never popped) would see the graph in its place; a new engine object is not the
-    # audited one. Neither is honest code's business.
-    _tripwire(autograd, "_push_saved_tensors_default_hooks", "a saved-tensors hook pushed over the grader's")
-    _tripwire(torch.autograd.graph.saved_tensors_hooks, "__enter__", "a saved-tensors hook pushed over the grader's")
-    _tripwire(torch._C, "_ImperativeEngine", "a new autograd engine")
-    _tripwire(sys.modules.get("torch.autograd.variable"), "ImperativeEngine", "a new autograd engine")
-    if hasattr(Variable, "_execution_engine"):
-        Variable._execution_engine = _audited_engine(Variable._execution_engine)
     _tripwire(torch.autograd, "backward", "torch.autograd.backward")
     _tripwire(torch.autograd, "grad", "torch.autograd.grad")
     _tripwire(torch.Tensor, "backward", "Tensor.backward")
@@ -125,6 +68,7 @@ def install_tripwires() -> None:
         _tripwire(torch.autograd.functional, name, f"torch.autograd.functional.{name}")
     for name in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value"):
         _tripwire(getattr(torch, "func", None), name, f"torch.func.{name}")
+    sys.audit(TRIPWIRES_EVENT, _hit, _tripwire, after_stage)
 
 
 def to_array(obj):
@@ -147,7 +91,8 @@ def _stage(rec: Recorder, att, stage: str, args: tuple, result: str, attrs: tupl
         rec.record(name, value, convert=to_array)
     if stage == "forward":
         rec.meta["flags"]["grad_tracking"] = grad_tracking
-    check_tripwires()
+    for check in after_stage:
+        check()
     rec.meta["flags"]["autograd_calls"] = sorted(autograd_calls)
     rec.write()
 

@@ -1,8 +1,7 @@
 """Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights.
 
-Adds the argument kinds model (a FixedModel), float, bool and pieces (collate's input); quantities named *_mode
-(model.training after a call in training mode, then one in eval mode); and the classes called like functions on two
-inputs: built from ModelConfig with the case's sizes and weights, run in eval mode (see lm_functions.py).
+Adds the argument kinds model (a FixedModel), float, bool and pieces; quantities named *_mode (model.training after a
+call in training mode, then in eval mode); the classes run like functions of two inputs (see lm_functions.py).
 """
 
 from __future__ import annotations
@@ -122,8 +121,7 @@ def _mode_after(function):
 
 
 def seed_cpu(seed: int) -> None:
-    """torch.manual_seed for the CPU generator only, the one a sandboxed child has (torch.manual_seed also queues a
-    seed for CUDA, recording the caller's stack each time: 1.5 ms a call here)."""
+    """torch.manual_seed for the CPU generator only (it also queues a seed for CUDA: 1.5 ms a call here)."""
     torch.default_generator.manual_seed(seed)
 
 

@@ -1,10 +1,8 @@
 """Rebuilds the handin's trained model from notebook 3's own code and model.pt, and runs it (inside the child).
 
-After notebook_child.py's run of the cells, it builds the notebook's CausalLanguageModel with the checkpoint's config
-(or the notebook's CONFIG), loads the weights strictly and writes what the grader compares (see lm_model.py): the
-causality probe's logits, each prediction set's teacher-forced logits, generate() and predict(); model.json says how
-it went. A hidden set is answered one step at a time, the grader revealing each true character only after the step
-it grades (inputs/<set>_reveal_<t>.npy), so the child never holds a target before it has answered for it.
+After notebook_child.py's run of the cells: the causality probe's logits, each prediction set's teacher-forced
+logits, generate() and predict() (see lm_model.py); model.json says how it went. A hidden set is answered one step at
+a time, each true character revealed only after the step it grades (inputs/<set>_reveal_<t>.npy).
 """
 
 from __future__ import annotations
@@ -114,7 +112,7 @@ def call(namespace: dict, name: str, report: dict, timeout_s: float, wall_s: flo
 
 def main() -> None:
     task = load_task()
-    started = mark = time.monotonic()
+    started = time.monotonic()
     budget = float(task.get("budget_s", 120.0))
     namespace, cells = notebook_child.run_cells(task, budget * 0.5)
     import torch
@@ -124,9 +122,7 @@ def main() -> None:
                     "calls": {}, "seconds": seconds}
 
     def lap(step: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        seconds[step], mark = round(now - mark, 4), now
+        seconds[step] = round(time.monotonic() - started - sum(seconds.values()), 4)
 
     lap("cells")
     model = None
@@ -135,7 +131,6 @@ def main() -> None:
     if model is None:
         save(OUTPUTS / "model.json", report)
         return
-    report["parameters"] = int(sum(p.numel() for p in model.parameters()))
     lap("load")
     save(OUTPUTS / "model.json", report)
     try:

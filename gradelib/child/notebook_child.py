@@ -1,13 +1,13 @@
 """Runs a student notebook's code cells, then calls its graded functions on each case (inside the child).
 
-The cells run in order in one namespace, like "Run All", each under a time limit, skipping those tagged `skip_tags`
-and otter's own; a failing cell is recorded and the next runs anyway. What each call returns is recorded as arrays
-(outputs/<case>/), why a quantity is missing as a sentence for the student; outputs/notebook.json tells of each cell.
+The cells run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and
+otter's own; a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import linecache
 import os
@@ -23,9 +23,8 @@ from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, sav
 
 MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
-# A block under a time limit is stopped once it has used its seconds of CPU time (every thread counted), so a busy
-# machine costs it nothing; one that waits instead (sleep, a lock) is stopped on the wall clock after WALL_FACTOR
-# times its seconds plus WALL_SLACK_S, or earlier where the caller's budget ends first.
+# A block under a time limit is stopped after its seconds of CPU time (so a busy machine costs it nothing), or, if it
+# waits instead, on the wall clock after WALL_FACTOR times its seconds plus WALL_SLACK_S (or where the budget ends).
 WALL_FACTOR = 3.0
 WALL_SLACK_S = 2.0
 
@@ -62,8 +61,8 @@ def _on_timer(signum, frame):
 
 
 class GradingTimeout(BaseException):
-    """Raised in the student's code when its time is up (`except Exception` cannot catch it); `wall` is True when
-    the wall-clock backstop stopped it rather than the CPU-time limit."""
+    """Raised in the student's code when its time is up (`except Exception` cannot catch it); `wall`: on the wall
+    clock."""
 
     def __init__(self, wall: bool = False):
         super().__init__()
@@ -77,9 +76,8 @@ class GradingTimeout(BaseException):
 
 
 class time_limit:
-    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, whichever comes first, and
-    again every 0.2 s if the code swallows it. Without interval timers (Windows) a thread interrupts the main thread
-    on the wall clock (a KeyboardInterrupt, turned into GradingTimeout on the way out)."""
+    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, and again every 0.2 s if the code
+    swallows it. Without interval timers (Windows) a thread interrupts the main thread on the wall clock."""
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
@@ -148,9 +146,7 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
         with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
-            cells = json.load(fh)["cells"]
-        if not isinstance(cells, list):
-            raise ValueError("'cells' is not a list")
+            code_cells = [c for c in json.load(fh)["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
         return report
@@ -159,7 +155,6 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     graded = set(task["functions"])
     defined_in: dict[str, dict] = {}
     deadline = time.monotonic() + budget_s
-    code_cells = [cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"]
     for code_index, cell in enumerate(code_cells, 1):
         source, tags, label = cell_facts(cell, code_index)
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
@@ -271,8 +266,11 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
     info = report["functions"].get(name, {})
     placeholder, why, value, fn = info.get("placeholder", False), "", None, namespace.get(name)
     try:
-        if not callable(fn):
-            why = not_defined_reason(name, info)
+        if not callable(fn):  # which cell should have defined it, and what happened to it
+            why = (f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
+                   if info.get("cell") is None else f"`{name}` is not defined after running the notebook: "
+                   f"{info.get('cell_label') or 'its cell'} (`{info.get('cell_first_line', '')}`) "
+                   f"{info.get('cell_status', '')}")
         else:
             args = [argument(a, inputs) for a in call.get("args", [])]
             kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
@@ -304,25 +302,15 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
             rec.meta["errors"][quantity] = why
 
 
-def not_defined_reason(name: str, info: dict) -> str:
-    """Why `name` is not in the namespace: which cell should have defined it and what happened to it."""
-    if info.get("cell") is None:
-        return f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
-    return (f"`{name}` is not defined after running the notebook: {info.get('cell_label') or 'its cell'} "
-            f"(`{info.get('cell_first_line', '')}`) {info.get('cell_status', '')}")
-
-
 def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
     """Run the notebook's cells as the grader does (output capped, one torch thread, `budget_s` seconds at most):
     (the namespace they filled, their report)."""
     OUTPUTS.mkdir(exist_ok=True)
     sys.stdout = sys.stderr = BoundedSink(MAX_CAPTURED_OUTPUT)
-    try:
+    with contextlib.suppress(ImportError):
         import torch
 
         torch.set_num_threads(1)
-    except ImportError:
-        pass
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report = run_notebook(task, namespace, budget_s)
     if "torch" in sys.modules:

@@ -1,8 +1,6 @@
 """First code of the student kit's child (`python -I -B start.py`, configured by $GRADER_BOOT): import numpy and
 torch once, then run the harnesses it is sent in turn. Standard library only (`-I` leaves the kit off sys.path).
-
-An audit hook sends the harness's `gradelib.*` events (such as an autograd entry point being called) to the grader
-as they happen, so clearing Python state afterwards cannot take them back. The course's boot.py uses its hooks too.
+The course's boot.py uses its event reporter and its way of running a harness too.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ MAX_EVENT = 200
 
 
 def install_reporter(fd: int) -> None:
+    """An audit hook that writes the harness's `gradelib.*` events (an autograd entry point called) on `fd` as they
+    happen, so clearing Python state afterwards cannot take them back."""
     os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
     write = os.write  # bound now: rebinding os.write later changes nothing here
 
@@ -33,41 +33,17 @@ def install_reporter(fd: int) -> None:
     sys.addaudithook(hook)
 
 
-# Audit events of a process about to start another program. A fresh interpreter has none of the harness's
-# tripwires, so while a harness runs none may start.
-PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-                            "_winapi.CreateProcess"))
-
-
-def refuse_programs(fd) -> None:
-    """An audit hook that refuses every PROGRAM_EVENTS event, said first on the events descriptor `fd` (when
-    there is one) as a `gradelib.program` record."""
-    write = os.write
-
-    def hook(event: str, args: tuple) -> None:
-        if event in PROGRAM_EVENTS:
-            if fd is not None:
-                try:
-                    write(fd, f"\n{EVENT_PREFIX}program {event}\n".encode())
-                except OSError:
-                    pass
-            raise PermissionError(f"{event}: starting another program is not allowed while grading")
-
-    sys.addaudithook(hook)
-
-
 def exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
+    """A SystemExit's code as an exit status."""
+    if code is None or isinstance(code, int):
+        return (code or 0) & 0xFF
     print(code, file=sys.stderr)
     return 1
 
 
 def run_harness(argv: list[str]) -> None:
     sys.audit("gradelib.boot", "ok")
-    if len(argv) < 1:
+    if not argv:
         sys.exit("start.py: no harness given")
     sys.argv = list(argv)
     runpy.run_path(argv[0], run_name="__main__")
@@ -105,9 +81,8 @@ def serve(preload: list[str]) -> None:
     for name in preload:
         with contextlib.suppress(Exception):  # the run imports it itself, and reports what fails
             __import__(name)
-    events = os.dup(quiet_w)
+    events = os.dup(quiet_w)  # each run's events file is dup2'd onto it
     install_reporter(events)
-    refuse_programs(events)  # each run's events file is dup2'd onto `events`
     home, kept_path = os.getcwd(), list(sys.path)
     for line in requests:
         task = json.loads(line)
@@ -154,7 +129,6 @@ def _reset_torch() -> None:
     with contextlib.suppress(Exception):  # AttributeError: no torch imported
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
-        torch.set_anomaly_enabled(False)  # the attention harness's tripwire turns it on
 
 
 def main() -> None:
