@@ -55,14 +55,12 @@ def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
 
 def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: list[tuple[str, Path]], child: str,
               harness: tuple[str, ...], task: dict, collect: Callable, prepare: Callable[[Path], dict] | None = None,
-              companion: Callable | None = None, limits: sandbox.Limits | None = None):
+              limits: sandbox.Limits | None = None):
     """Run `child` in the sandbox on the handin file `src` (copied as submission/<name>) and each case's inputs.
 
     `cases` are (case name, path of its .npz); `task` is written as task.json with the cases listed in it.
-    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)` starts work beside the child
-    and returns a function, called once the child is gone, whose result is passed to `collect` as a last argument.
-    `collect(scratch, run[, companion's result])` reads the child's outputs before the scratch folder is removed.
-    `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
+    `prepare(scratch)` adds files and returns more task entries; `collect(scratch, run)` reads the child's outputs
+    before the scratch folder is removed. `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
     """
     scratch = ctx.new_scratch(label)
     try:
@@ -79,10 +77,7 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
         if prepare is not None:
             task.update(prepare(scratch))
         (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
-        finish = companion(scratch) if companion is not None else None
         run = sandbox.run([child], scratch, limits or ctx.limits)
-        if finish is not None:
-            return collect(scratch, run, finish()), run
         return collect(scratch, run), run
     finally:
         sandbox.remove_tree(scratch)
@@ -91,10 +86,10 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
 def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases: list[tuple[str, Path]], calls,
                  settings: dict, collect: Callable, child: str = "notebook_child.py",
                  harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None,
-                 companion: Callable | None = None, limits: sandbox.Limits | None = None):
+                 limits: sandbox.Limits | None = None):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
-    `collect(scratch, run, report[, companion's result])` reads the child's outputs, `report` being the child's
+    `collect(scratch, run, report)` reads the child's outputs, `report` being the child's
     notebook report (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned,
     the ChildRun, the report); see run_child for the other arguments.
     """
@@ -109,13 +104,12 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
     }
     reports: list[dict | None] = []
 
-    def collect_with_report(scratch: Path, run: sandbox.ChildRun, *finished):
+    def collect_with_report(scratch: Path, run: sandbox.ChildRun):
         reports.append(read_meta(scratch / "outputs" / "notebook.json", root=scratch))
-        return collect(scratch, run, reports[0], *finished)
+        return collect(scratch, run, reports[0])
 
     collected, run = run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness,
-                               task=task, collect=collect_with_report, prepare=prepare, companion=companion,
-                               limits=limits)
+                               task=task, collect=collect_with_report, prepare=prepare, limits=limits)
     return collected, run, reports[0] if reports else None
 
 
