@@ -38,7 +38,7 @@ from ..oracle.oracles import load_oracle
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
-    """The TestResult of a line the kit leaves to the course grader (its lm_common.course_line)."""
+    """The TestResult of a line the kit leaves to the course grader (lm_common.grade_array)."""
     if (problem.id, line.group.id) == ("prediction", "nll"):
         return _score_nll(ctx, problem, line)
     if (problem.id, line.group.id) == ("generation", "perplexity"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from .. import safeio
 from ..context import GradeContext
 from ..results import TestResult
 from ..safeio import SafeReadError
-from ..scoring import lines
+from ..scoring import all_zero, lines
 
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
@@ -39,15 +40,6 @@ def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
     return fixture_array(ctx.case_root / rel, "inp")
 
 
-def course_line(ctx: GradeContext, problem, line):
-    """A model-quality line only the course grader scores (prediction's NLL on the hidden rows, generation's
-    perplexity under the oracle: what the handout does not hold), through its ctx.course; 0 elsewhere."""
-    if ctx.course is None:
-        return line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
-                                "hold); this grader does not.")
-    return ctx.course.score_line(ctx, problem, line)
-
-
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
     return (f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete "
@@ -63,21 +55,31 @@ def format_verdict(problem_id: str, well_formed: str, why: str, ok: str) -> tupl
     return 1.0, ok
 
 
-def array_results(ctx: GradeContext, problem, scored: str, verdict: tuple[float, str] | None,
-                  message: str) -> list[TestResult]:
-    """A TestResult per array line of `problem`: `scored` is the course grader's (course_line), 'format' gets
-    `verdict` (format_verdict), or `message` when the array could not be read (`verdict` None)."""
+def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
+                judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
+    """(a TestResult per array line of `problem`, the array or None): the handin's `filename`, a row per prompt of
+    the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in, says what it holds).
+    judge(arr, prompts) gives the 'format' line's (fraction, message), or (None, why it is not well formed); the
+    model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
+    prompts = fixture_array(ctx.case_root / rel, "inp")
+    if prompts is None:
+        return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel)), None
+    rows = prompts.shape[0]
+    arr, message = load_npy(problem.id, ctx.submission / filename, (rows, *tail), kinds, what.format(rows=rows),
+                            "" if ctx.run_expected else ctx.not_trained(filename))
+    verdict = None
+    if arr is not None:
+        verdict, message = judge(arr, prompts)
     tests = []
     for line in lines(problem, ctx.visibilities):
-        if line.group.id == scored:
-            tests.append(course_line(ctx, problem, line))
-        elif verdict is None:
-            tests.append(line.result(0.0, message))
-        elif line.group.id == "format":
-            tests.append(line.result(*verdict))
+        if line.group.id != "format" and ctx.course is not None:
+            tests.append(ctx.course.score_line(ctx, problem, line))
+        elif line.group.id != "format":
+            tests.append(line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout "
+                                          "does not hold); this grader does not."))
         else:
-            tests.append(line.result(0.0, f"{problem.id}: unknown rubric line '{line.group.id}'"))
-    return tests
+            tests.append(line.result(*verdict) if verdict is not None else line.result(0.0, message))
+    return tests, (arr if verdict is not None else None)
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,

@@ -6,6 +6,8 @@ The "nll" line (hidden) grades model.pt itself, run by problems/lm_model.py: no 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..context import GradeContext
@@ -14,9 +16,8 @@ from ..lm.nll import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import all_zero
 from . import lm_common, lm_functions, lm_model
-from .lm_common import credit, load_npy
+from .lm_common import credit
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
@@ -27,9 +28,21 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
     tests = []
     if arrays.groups:
-        tests, logits = _grade_arrays(ctx, arrays)
+        what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
+                "prediction_test.npz")
+        tests, logits = lm_common.grade_array(ctx, arrays, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
+                                              partial(_judge, ctx, problem))
         model_notes(ctx, problem, logits)
     return tests + lm_functions.grade(ctx, problem)
+
+
+def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple:
+    """(the 'format' line's (fraction, message), '') for a well-formed predictions.npy."""
+    return lm_common.format_verdict(
+        "prediction", f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
+        model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
+        f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
+        "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit."), ""
 
 
 def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
@@ -43,24 +56,6 @@ def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
         return (f"{FILENAME} is not what model.pt predicts: {rows} of the first {len(head)} rows "
                 f"{'differs' if rows == 1 else 'differ'} from the model's own predict()")
     return ""
-
-
-def _grade_arrays(ctx: GradeContext, problem: Problem) -> tuple[list[TestResult], np.ndarray | None]:
-    prompts = lm_common.prompts(ctx, INPUTS)
-    if prompts is None:
-        return all_zero(problem, ctx.visibilities, lm_common.missing("prediction", ctx, INPUTS)), None
-    rows = prompts.shape[0]
-    what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
-    logits, message = load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", what,
-                               "" if ctx.run_expected else ctx.not_trained(FILENAME))
-    verdict = None
-    if logits is not None:
-        verdict = lm_common.format_verdict(
-            "prediction", f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
-            model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
-            f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
-            "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
-    return lm_common.array_results(ctx, problem, "nll", verdict, message), logits
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
