@@ -1,12 +1,10 @@
-"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models.
+"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models, whatever the training.
 
-Problems `prediction` and `generation` grade here the rubric lines that list `quantities` (the others, about the
-trained model's arrays, are prediction.py's and generation.py's), whatever the quality of training. The notebook runs
-in the sandboxed child (child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and
-generate() on the table-lookup models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and
-weights; the child returns arrays, judged here against expected values that independent numpy implementations stored
-in the case files (<case_root>/lm_functions/<visibility>/). Sampled ids are judged as samples: 8000 draws of one
-step from a model whose greedy token holds under half of every filtered distribution's mass.
+Problems `prediction` and `generation` grade here their lines that list `quantities`. The notebook runs in the child
+(child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and generate() on the table-lookup
+models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weights; what they return is
+judged here against the case files' expected values. Sampled ids are judged as samples: 8000 draws of one step from
+a model whose greedy token holds under half of every filtered distribution's mass.
 """
 
 from __future__ import annotations
@@ -84,10 +82,8 @@ HINTS = {
     "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
     "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
     "append each pick and run the model on the whole sequence again; call model.eval() first.",
-    "predict_mode": "predict() runs the model in eval mode and then restores the mode it found: `was = model.training; "
-    "model.eval(); ...; model.train(was)`.",
-    "generate_mode": "generate() runs the model in eval mode and then restores the mode it found: "
-    "`was = model.training; model.eval(); ...; model.train(was)`.",
+    **{f"{f}_mode": f"{f}() runs the model in eval mode and then restores the mode it found: `was = model.training; "
+       "model.eval(); ...; model.train(was)`." for f in ("predict", "generate")},
     "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
     "no sampling and no division by 0.",
     "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
@@ -114,12 +110,11 @@ HINTS = {
     "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
     "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
     "(with -inf) before the softmax.",
-    "attention_out_unscaled": "divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) before the "
-    "softmax.",
     "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
     "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
     "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
-    "model_logits_unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size) "
+    # Outputs (attention_out, model_logits) that are exactly those without the scaling get this hint.
+    "unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) "
     "before the softmax.",
     "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
     "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
@@ -232,7 +227,7 @@ class _Judge:
                          "changed." if causal is not None and causal.passed else "")
                 result = replace(result, message=(
                     f"'{out_q}' is what the model gives without the 1/sqrt(hs) scaling of the attention scores.{works} "
-                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS[out_q + '_unscaled']}"))
+                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS['unscaled']}"))
             out[out_q] = result
         return out
 
