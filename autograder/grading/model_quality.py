@@ -48,7 +48,7 @@ def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
 
 def _perplexity(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     """The perplexity under the oracle of what the handed-in model generates for generation_test.npz."""
-    prompts = lm_common.prompts(ctx, generation.INPUTS)
+    prompts = lm_common.fixture_array(ctx.case_root / generation.INPUTS, "inp")
     if prompts is None:
         return line.result(0.0, lm_common.missing("generation", ctx, generation.INPUTS))
     own, why = model_generation(ctx, problem, (prompts.shape[0], STEPS))
@@ -194,7 +194,7 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
     inputs = lm_model.model_inputs(ctx, HIDDEN_SET)
     if isinstance(inputs, str):
         return lm_model.ModelRun(inputs)
-    inputs = replace(inputs, generation=lm_common.prompts(ctx, generation.INPUTS))
+    inputs = replace(inputs, generation=lm_common.fixture_array(ctx.case_root / generation.INPUTS, "inp"))
     result, finishing = HiddenRun(), []
 
     def prepare(scratch: Path) -> dict:

@@ -27,9 +27,8 @@ CHILD = Path(__file__).resolve().parent.parent / "child"
 NOTEBOOK_HARNESS = ("child_common.py", "notebook_child.py")
 # Cells the grader does not run: plots and demos carry this tag in the handout.
 SKIP_TAGS = ("skip-grading",)
-# A cell made only of otter's client calls (init, check, export) needs otter and the
-# public tests; the grader has no use for it. The handout's init cell imports the client
-# from gradelib.notebook_check.
+# A cell made only of otter's client calls (init, check, export) needs otter and the public tests; the grader has no
+# use for it. The handout's init cell imports the client from gradelib.notebook_check.
 OTTER_CELL = (
     r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
     r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
@@ -89,9 +88,9 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
                  limits: sandbox.Limits | None = None):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
-    `collect(scratch, run, report)` reads the child's outputs, `report` being the child's
-    notebook report (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned,
-    the ChildRun, the report); see run_child for the other arguments.
+    `collect(scratch, run, report)` reads the child's outputs, `report` being the child's notebook report
+    (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned, the ChildRun);
+    see run_child for the other arguments.
     """
     limits = limits or ctx.limits
     task = {
@@ -102,15 +101,12 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
         "calls": [{"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
                   for c in calls],
     }
-    reports: list[dict | None] = []
 
     def collect_with_report(scratch: Path, run: sandbox.ChildRun):
-        reports.append(read_meta(scratch / "outputs" / "notebook.json", root=scratch))
-        return collect(scratch, run, reports[0])
+        return collect(scratch, run, read_meta(scratch / "outputs" / "notebook.json", root=scratch))
 
-    collected, run = run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness,
-                               task=task, collect=collect_with_report, prepare=prepare, limits=limits)
-    return collected, run, reports[0] if reports else None
+    return run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness, task=task,
+                     collect=collect_with_report, prepare=prepare, limits=limits)
 
 
 def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None,
@@ -138,12 +134,11 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     limits, used = kwargs.pop("limits", None) or ctx.limits, 0.0
     for mine in by_visibility(cases):
         def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
-            if report is not None and report.get("read_error"):
-                return None
-            return [judge(case, scratch, run, report) for case in mine]
+            unread = report is not None and report.get("read_error")
+            return (None if unread else [judge(case, scratch, run, report) for case in mine]), report
 
-        found, run, report = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls,
-                                          settings, collect, limits=next_limits(limits, used), **kwargs)
+        (found, report), run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine],
+                                            calls, settings, collect, limits=next_limits(limits, used), **kwargs)
         used += run.wall_s
         if found is None:
             return [], quote(report["read_error"], 300)
@@ -153,9 +148,8 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
 
 
 def notebook_too_large(src: Path) -> str:
-    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within
-    its fixed budget (safeio.notebook_budget), and neither could a run, which would spend its limits on it.
-    `make handin` refuses such a notebook with the same words."""
+    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within its
+    fixed budget (safeio.notebook_budget), nor could a run. `make handin` refuses it with the same words."""
     try:
         return safeio.notebook_budget(src) if safeio.stat_regular(src).st_size <= MAX_FILE_BYTES else ""
     except (SafeReadError, OSError):  # the run reports it

@@ -35,11 +35,6 @@ def fixture_array(path: Path, key: str) -> np.ndarray | None:
         return data[key] if key in data.files else None
 
 
-def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
-    """The prompts (`inp`) of the case file <case_root>/<rel>, None when it is missing."""
-    return fixture_array(ctx.case_root / rel, "inp")
-
-
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
     return (f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete "
@@ -84,11 +79,8 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
              missing: str = "") -> tuple[np.ndarray | None, str]:
-    """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
-
-    safeio refuses links, special files and pickled, structured, complex or far too large arrays from the header,
-    before any data is loaded. A wrong row count or shape is reported before a wrong dtype: it says more.
-    """
+    """A handin .npy read the safe way (safeio: refused from its header when it is no plain array or far too large)
+    and checked, as (array, "") or (None, message). A wrong row count or shape is said before a wrong dtype."""
     name = path.name
     size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
     try:
@@ -97,8 +89,7 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
     except SafeReadError as exc:
         if exc.reason == "missing":
             return None, f"{problem_id}: " + (
-                missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
-            )
+                missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar.")
         if exc.reason == "size" and exc.shape is not None:
             return None, (f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected "
                           f"{expected_shape}; it was not read.")
@@ -106,10 +97,8 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
             return None, f"{problem_id}: {exc}"
         arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
     if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
-        return None, (
-            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
-        )
+        return None, (f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
+                      f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}.")
     if shape != expected_shape:
         return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
     if arr is None:
@@ -118,8 +107,7 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
         bad = ~np.isfinite(arr)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
-            return None, (
-                f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index {where}); "
-                "logits must be finite: do not mask them to -inf or take log of a probability of 0."
-            )
+            return None, (f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index "
+                          f"{where}); logits must be finite: do not mask them to -inf or take log of a probability "
+                          "of 0.")
     return arr, ""

@@ -1,10 +1,9 @@
 """Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
 
-The language-model quality lines grade the model itself, never an array the student wrote. The kit's run gets the
-public set's targets with its prompts: one forward pass, as notebook 3 computes its figure, which the causality probe
-(logits at t must not change when later tokens change) says when not to trust. The course grader's run
-(GradeContext.course.model_run) answers the hidden rows instead. The run also calls the notebook's generate() and
-predict(), to compare with the handin's arrays.
+The model-quality lines grade the model itself, never an array the student wrote. The kit's run gets the public set's
+targets with its prompts (one forward pass, as notebook 3 computes its figure, which the causality probe says when
+not to trust); the course grader's (GradeContext.course.model_run) answers the hidden rows. The run also calls the
+notebook's generate() and predict(), to compare with the handin's arrays.
 """
 
 from __future__ import annotations
@@ -93,11 +92,12 @@ def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
 
 @dataclass
 class Inputs:
-    """What one model run is given: the handin's checkpoint, the prediction sets and the prompts."""
+    """What one model run is given: the handin's checkpoint, the prediction sets, the prompts of generate() and
+    predict()."""
 
     checkpoint: Path
     sets: dict[str, tuple[np.ndarray, np.ndarray]]  # set -> (prompts, targets of the graded steps)
-    generation: np.ndarray  # the prompts generate() is called on
+    generation: np.ndarray
     prediction: np.ndarray
 
 
