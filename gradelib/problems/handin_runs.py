@@ -158,9 +158,8 @@ def notebook_too_large(src: Path) -> str:
 
 def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
                hidden: bool = False) -> None:
-    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden
-    inputs at hand (`hidden`), only how its process ended: its own words could carry a hidden input, and the
-    public run said which cells failed."""
+    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden inputs
+    at hand, only how its process ended: its own words could carry a hidden input (the public run named the cells)."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
@@ -174,6 +173,6 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        shown = lines[:MAX_CELL_NOTES] + more
         which = " on the hidden cases" if hidden else ""
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:", *shown]))
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:",
+                                                                 *lines[:MAX_CELL_NOTES], *more]))

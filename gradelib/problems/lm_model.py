@@ -54,8 +54,7 @@ class ModelRun:
     hidden: bool = False  # the run had the hidden rows at hand: no figure it could choose is shown
 
     def said(self, text: str) -> str:
-        """`text` (one of the run's texts) as a note or a public line may show it; the course grader's run of the
-        hidden rows names its child's words instead."""
+        """`text` (one of the run's texts) as a note or a public line may show it (the course's run names some)."""
         return text
 
     def quoted(self, text: object, limit: int) -> str:
@@ -92,8 +91,7 @@ def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
 
 @dataclass
 class Inputs:
-    """What one model run is given: the handin's checkpoint, the prediction sets, the prompts of generate() and
-    predict()."""
+    """What one model run is given: the handin's checkpoint, the prediction sets, generate()'s and predict()'s rows."""
 
     checkpoint: Path
     sets: dict[str, tuple[np.ndarray, np.ndarray]]  # set -> (prompts, targets of the graded steps)
@@ -132,8 +130,7 @@ def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str] | None) -> Inpu
 
 
 def prepare(inputs: Inputs, scratch: Path) -> dict:
-    """The checkpoint, the probe, the prompts and each set's true characters in the scratch folder; the task's
-    entries."""
+    """The run's inputs written in the scratch folder (each set's true characters with it); the task's entries."""
     folder = scratch / "inputs"
     shutil.copyfile(inputs.checkpoint, scratch / "submission" / CHECKPOINT)
     np.savez(folder / "probe.npz", **probe_inputs())
@@ -170,8 +167,7 @@ def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dic
             result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
     a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
     if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
-        head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
-        head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
+        head_a, head_b = (x[:, : PROBE_POSITION + 1].astype(np.float64) for x in (a, b))
         scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
         result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
     result.generated = read_array(out / "generated.npy", scratch)[0]
@@ -182,8 +178,7 @@ def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dic
 
 
 def public_run(ctx: GradeContext, settings: dict) -> ModelRun:
-    """The kit's ModelRun: the public set (when graded) from one forward pass, generate() and predict() on the first
-    rows."""
+    """The kit's ModelRun: the public set's logits (if graded) in one forward pass, the probe, generate(), predict()."""
     inputs = model_inputs(ctx, PUBLIC_SET if "public" in ctx.visibilities else None)
     if isinstance(inputs, str):
         return ModelRun(inputs)
@@ -196,8 +191,7 @@ def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict]
     """Run notebook 3's cells, then model_child.py on the handin's model.pt: prepare(scratch) writes the inputs and
     returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
-    # Notebook 3's cells, loading the model, 20 revealed steps and 30 generated characters: the
-    # heaviest run of a handin, so it gets twice the time of the others.
+    # Notebook 3's cells, loading the model, 20 steps and 30 generated characters: a handin's heaviest run.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
     run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, collect, child="model_child.py",
                  harness=HARNESS, prepare=prepare, limits=limits)
