@@ -51,18 +51,17 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return tests + lm_functions.grade(ctx, problem)
 
 
-def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.ndarray) -> tuple:
-    """(the 'format' line's (fraction, message), '') for a generated.npy of the right shape, or (None, why not)."""
+def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.ndarray) -> tuple[str, str, str] | str:
+    """A generated.npy of the right shape judged for lm_common.grade_array."""
     bad = check_ids(ids)
     if bad:
-        return None, bad
+        return bad
     why = generation_mismatch(ctx, lm_model.model_run(ctx, problem.settings), ids)
     if not any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
         _local_notes(ctx, problem.settings, prompts, ids)  # a passing line's message is not shown, a note is
-    return lm_common.format_verdict(
-        "generation", f"{FILENAME} is well formed (shape {ids.shape}, every id a character)", why,
-        f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), what "
-        "model.pt's generate() writes. The perplexity line grades what model.pt generates, after you submit."), ""
+    return (f"{FILENAME} is well formed (shape {ids.shape}, every id a character)", why,
+            f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), what "
+            "model.pt's generate() writes. The perplexity line grades what model.pt generates, after you submit.")
 
 
 def _local_notes(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray) -> None:

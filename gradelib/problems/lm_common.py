@@ -1,4 +1,4 @@
-"""What the two language-model problems share: the handin's arrays read safely, the fixture prompts, credit."""
+"""What the two language-model problems share: the handin's arrays read safely and graded, credit."""
 
 from __future__ import annotations
 
@@ -41,20 +41,12 @@ def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
             "(download the handout again).")
 
 
-def format_verdict(problem_id: str, well_formed: str, why: str, ok: str) -> tuple[float, str]:
-    """The 'format' line's (fraction, message): full points for a well-formed array that the handed-in model made
-    (`why` is ''), none for any other."""
-    if why:
-        return 0.0, (f"{problem_id}: {well_formed}, but this line counts only for the arrays your handed-in model "
-                     f"makes, and {why}.")
-    return 1.0, ok
-
-
 def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
                 judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
     """(a TestResult per array line of `problem`, the array or None): the handin's `filename`, a row per prompt of
     the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in, says what it holds).
-    judge(arr, prompts) gives the 'format' line's (fraction, message), or (None, why it is not well formed); the
+    judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
+    '', the message of full points) for the 'format' line, which counts only arrays the model made. The
     model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
     prompts = fixture_array(ctx.case_root / rel, "inp")
     if prompts is None:
@@ -62,9 +54,13 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
     rows = prompts.shape[0]
     arr, message = load_npy(problem.id, ctx.submission / filename, (rows, *tail), kinds, what.format(rows=rows),
                             "" if ctx.run_expected else ctx.not_trained(filename))
-    verdict = None
-    if arr is not None:
-        verdict, message = judge(arr, prompts)
+    judged = judge(arr, prompts) if arr is not None else message
+    if isinstance(judged, str):  # not a well-formed array
+        verdict = (0.0, judged)
+    else:
+        well_formed, why, ok = judged
+        verdict = (0.0, f"{problem.id}: {well_formed}, but this line counts only for the arrays your handed-in model "
+                        f"makes, and {why}.") if why else (1.0, ok)
     tests = []
     for line in lines(problem, ctx.visibilities):
         if line.group.id != "format" and ctx.course is not None:
@@ -73,8 +69,8 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
             tests.append(line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout "
                                           "does not hold); this grader does not."))
         else:
-            tests.append(line.result(*verdict) if verdict is not None else line.result(0.0, message))
-    return tests, (arr if verdict is not None else None)
+            tests.append(line.result(*verdict))
+    return tests, (None if isinstance(judged, str) else arr)
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,

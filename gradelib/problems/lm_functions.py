@@ -204,9 +204,6 @@ class _Judge:
         expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
         return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
 
-    def close(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
-        return self.exact(q, obs, expected, self.tol)
-
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
         change. Outputs that are exactly those without the 1/sqrt(hs) scaling say so (and that the mask works,
@@ -216,12 +213,12 @@ class _Judge:
         if causal_q in self.wanted:
             changed = self.got(causal_q, "f", np.float32)
             out[causal_q] = _causal(causal_q, changed, original, position,
-                                    self.close(causal_q, changed, c[f"expected_{causal_q}"]), self.tol)
+                                    self.exact(causal_q, changed, c[f"expected_{causal_q}"], self.tol), self.tol)
         if out_q in self.wanted:
-            result = self.close(out_q, original, c[f"expected_{out_q}"])
+            result = self.exact(out_q, original, c[f"expected_{out_q}"], self.tol)
             unscaled = c.get(f"expected_{out_q}_unscaled")
             if not result.passed and result.stage == "values" and unscaled is not None \
-                    and self.close(out_q, original, unscaled).passed:
+                    and self.exact(out_q, original, unscaled, self.tol).passed:
                 causal = out.get(causal_q)
                 works = (f" The causal mask works: no output before position {position} moved when the later inputs "
                          "changed." if causal is not None and causal.passed else "")
@@ -287,7 +284,8 @@ class _Judge:
             if q in wanted:
                 out[q] = self.exact(q, self.got(q, "iu", np.int64), c[f"expected_{q}"])
         if "lm_loss" in wanted:
-            out["lm_loss"] = self.close("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"])
+            out["lm_loss"] = self.exact("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"],
+                                        self.tol)
         for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
                                           ("model_logits", "model_causal", "lm_position")):
             out.update(self.block_output(out_q, causal_q, int(c[position])))

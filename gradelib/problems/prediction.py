@@ -36,13 +36,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return tests + lm_functions.grade(ctx, problem)
 
 
-def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple:
-    """(the 'format' line's (fraction, message), '') for a well-formed predictions.npy."""
-    return lm_common.format_verdict(
-        "prediction", f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
-        model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
-        f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
-        "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit."), ""
+def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple[str, str, str]:
+    """A well-formed predictions.npy judged for lm_common.grade_array."""
+    return (f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
+            model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
+            f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
+            "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
 
 
 def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
@@ -59,8 +58,8 @@ def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
 
 
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
-    """What the handed-in model did, said once: its validation figure locally, and whether
-    predictions.npy is what the model predicts."""
+    """What the handed-in model did, said once: its validation figure, whether it is causal, and whether
+    predictions.npy (`logits`) is what it predicts."""
     run = lm_model.model_run(ctx, problem.settings)
     if run.problem:
         ctx.note(f"prediction: {run.said(run.problem)}")
@@ -74,10 +73,9 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
             ctx.note(f"{said}, but your model is not causal, so it read the characters it was to predict: the course "
                      "grader reveals each one only after your model has answered, and finds a much higher figure.")
         else:
-            ctx.note(
-                f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
-                f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure)."
-            )
+            ctx.note(f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= "
+                     f"{full:g}, none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this "
+                     "figure).")
     elif run.set_problems.get("validation"):
         ctx.note(f"prediction: {run.said(run.set_problems['validation'])}")
     if note:
