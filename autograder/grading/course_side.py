@@ -1,17 +1,18 @@
 """What the course grader adds to the kit's grading, passed as grade_submission's `course` (GradeContext.course).
 
-The model-quality lines (model_quality.py: score_line, reveal), and the words in which attention's grading repeats
-what the child's tripwires recorded: a run with a hidden input at hand may write anything on the audit pipe or in
-meta.json, so a label the tripwires do not write is named, never quoted.
+The model-quality lines (model_quality.py: score_line, and model_run, which runs the handed-in model on the hidden
+rows), and the words in which attention's grading repeats what the child's tripwires recorded: a run with a hidden
+input at hand may write anything on the audit pipe or in meta.json, so a label the tripwires do not write is named,
+never quoted.
 """
 
 from __future__ import annotations
 
 from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
 
-from .model_quality import reveal, score_line
+from .model_quality import model_run, score_line
 
-__all__ = ["reveal", "score_line", "said_program", "said_record"]
+__all__ = ["model_run", "score_line", "said_program", "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(

@@ -1,11 +1,12 @@
 """The model-quality lines only the course grader scores: what the handout does not hold decides them.
 
 prediction's "nll" line: the handed-in model's teacher-forced NLL on the hidden continuations of
-prediction_test.npz, each character revealed to the model's run (gradelib/problems/lm_model.py)
-only once it has answered the step it grades (`reveal`); generation's "perplexity" line: what the
-model generates, scored under the secret oracle (autograder/oracle/). The kit grades every other
-line and leaves these to this module, which the course grader passes as grade_submission's
-`course` (GradeContext.course: score_line and reveal); the local grader has none.
+prediction_test.npz, each character revealed to the model's run (`model_run`, through the kit's
+gradelib/problems/lm_model.py) only once it has answered the step it grades (`reveal`), so no
+look-ahead can see a target before the step it grades; generation's "perplexity" line: what the
+model generates for every prompt, scored under the secret oracle (autograder/oracle/). The kit grades
+every other line and leaves these to this module, which the course grader passes as grade_submission's
+`course` (GradeContext.course: score_line and model_run); the local grader has none.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import math
 import os
 import threading
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from gradelib.context import GradeContext
+from gradelib.handin_contract import PREDICTION_STEPS
 from gradelib.lm.nll import prediction_nll
 from gradelib.lm.vocab import VOCAB_SIZE, decode
 from gradelib.problems import generation, lm_common, lm_model
@@ -27,6 +30,7 @@ from gradelib.problems.lm_common import credit
 from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
+from gradelib.safeio import clean_text, quote
 from gradelib.scoring import Line, read_array
 
 from ..oracle.metrics import generation_token_nll
@@ -35,7 +39,7 @@ from .safe_reading import DIR_FLAGS
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
-    """The TestResult of a line the kit leaves to the course grader (its lm_common.course_line)."""
+    """The TestResult of a line the kit leaves to the course grader (lm_common.grade_array)."""
     if (problem.id, line.group.id) == ("prediction", "nll"):
         return _score_nll(ctx, problem, line)
     if (problem.id, line.group.id) == ("generation", "perplexity"):
@@ -45,7 +49,7 @@ def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
 
 def _perplexity(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     """The perplexity under the oracle of what the handed-in model generates for generation_test.npz."""
-    prompts = lm_common.prompts(ctx, generation.INPUTS)
+    prompts = lm_common.fixture_array(ctx.case_root / generation.INPUTS, "inp")
     if prompts is None:
         return line.result(0.0, lm_common.missing("generation", ctx, generation.INPUTS))
     own, why = model_generation(ctx, problem, (prompts.shape[0], STEPS))
@@ -149,6 +153,89 @@ def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
         text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
                          "the checkpoint of the epoch with the lowest validation NLL.")
     return line.result(frac, text, {"prediction_nll": nll})
+
+
+# The hidden prediction set, as the kit's lm_model.PUBLIC_SET: its targets are revealed one step at a time. With the
+# hidden rows at hand the validation rows add nothing graded, so they are not run.
+HIDDEN_SET = ("test", "prediction_test.npz", "hidden/prediction_test_out.npz")
+
+
+@dataclass
+class HiddenRun(lm_model.ModelRun):
+    """A run that had the hidden rows at hand: its child could have written one into its own words, so those are
+    named, not quoted, and no figure it could choose is shown."""
+
+    hidden: bool = True
+    child_words: set[str] = field(default_factory=set)
+    # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
+    # predict): for the benchmarks only, never for a grade, since the child could say anything.
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def said(self, text: str) -> str:
+        """`text` (one of the run's texts) as the notes or a public line may show it: the child's own words are
+        named, not quoted."""
+        if text in self.child_words:
+            return ("the message your notebook's code gave is not shown here, since that run had the hidden rows at "
+                    "hand; the local grader (python autograder.py) shows it")
+        return text
+
+    def quoted(self, text: object, limit: int) -> str:
+        """The child's `text`, kept to one line and remembered as the child's words."""
+        said = quote(text, limit)
+        self.child_words.add(said)
+        return said
+
+
+def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
+    """The run of the handed-in model (lm_model.model_run's, made here): the kit's public run, or with the hidden
+    rows graded, each of their characters revealed once the model has answered the step before, and every prompt
+    of generation_test.npz generated from (the perplexity line scores them all)."""
+    if "hidden" not in ctx.visibilities:
+        return lm_model.public_run(ctx, settings)
+    inputs = lm_model.model_inputs(ctx, HIDDEN_SET)
+    if isinstance(inputs, str):
+        return lm_model.ModelRun(inputs)
+    inputs = replace(inputs, generation=lm_common.fixture_array(ctx.case_root / generation.INPUTS, "inp"))
+    result, finishing = HiddenRun(), []
+
+    def prepare(scratch: Path) -> dict:
+        task = lm_model.prepare(replace(inputs, sets={}), scratch)
+        for name, (inp, _out) in inputs.sets.items():  # the prompts only: the characters come one by one
+            np.savez(scratch / "inputs" / f"{name}.npz", inp=inp)
+        task["teacher_forcing"] = [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS,
+                                    "given": False} for n in inputs.sets]
+        finishing.append(reveal(scratch / "outputs", scratch / "inputs",
+                                {n: out for n, (_, out) in inputs.sets.items()}))
+        return task
+
+    def collect(scratch: Path, run, report) -> None:
+        revealer = finishing.pop()()
+        meta = lm_model.collect(replace(inputs, sets={}), result, scratch, run, report)
+        if meta:  # the model loaded
+            _collect_hidden(inputs, result, meta, run, revealer)
+
+    try:
+        lm_model.run_model(ctx, settings, prepare, collect)
+    finally:
+        for finish in finishing:  # the run failed before its collect: stop revealing
+            finish()
+    return result
+
+
+def _collect_hidden(inputs: lm_model.Inputs, result: HiddenRun, meta: dict, run, revealer) -> None:
+    """The hidden sets' logits, as the child answered them step by step, and the child's timings (its model.json:
+    `meta`)."""
+    for name, (_inp, out_ids) in inputs.sets.items():
+        answers = revealer.answers[name]
+        if len(answers) == out_ids.shape[1]:
+            result.teacher_forced[name], result.targets[name] = np.stack(answers, axis=1).astype(np.float32), out_ids
+        else:
+            why = revealer.problems.get(name) or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
+            result.set_problems[name] = result.quoted(
+                f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800)
+    said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
+    result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
+                    if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
 
 
 def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):

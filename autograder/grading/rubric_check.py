@@ -4,10 +4,10 @@ The student kit reads the rubric it ships trusting it (gradelib/rubric.py); a ru
 with (its own, or another file with --rubric) passes here first. Every key this accepts is listed below
 with a description and a default, and every value is checked (visibilities, shares, tolerances, points,
 the lines and quantities each problem can grade, and each problem's own settings, whose schema is declared
-beside the problem's code as `SCHEMA`). A file with an unknown key or a wrong value is refused at start-up
-with a message naming it, so a typo cannot silently change a grade. The tables only the course reads are
-here too: [late] (the gradebook's late policy) and [calibration] (what the language-model thresholds were
-measured on).
+beside the problem's code as `SCHEMA`, or below for the language-model problems). A file with an unknown
+key or a wrong value is refused at start-up with a message naming it, so a typo cannot silently change a grade.
+The tables only the course reads are here too: [late] (the gradebook's late policy) and [calibration] (what the
+language-model thresholds were measured on).
 """
 
 from __future__ import annotations
@@ -19,12 +19,64 @@ from pathlib import Path
 from typing import Any
 
 from gradelib import rubric
-from gradelib.problems import SCHEMAS
+from gradelib.problems import SCHEMAS as KIT_SCHEMAS
+from gradelib.problems.lm_functions import SPEC as LM_FUNCTIONS
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
-from gradelib.rubric_schema import VISIBILITIES, ProblemSchema
+from gradelib.rubric_schema import VISIBILITIES, ProblemSchema, Setting, fraction
 
 __all__ = ["RUBRIC_PATH", "LatePolicy", "Problem", "RubricError", "calibration", "check", "late_policy", "load"]
 
+
+def below(low: str, high: str):
+    """A relation between two thresholds: full credit must be easier to reach than none."""
+    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
+
+
+# Settings of notebook 3's function lines (gradelib/problems/lm_functions.py), which both language-model problems
+# grade. Notebook 3 imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
+LM_FUNCTION_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells "
+                              "never run)."),
+    "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
+}
+LM_QUANTITIES = frozenset(q for c in LM_FUNCTIONS.calls for q in c.outputs)
+# The schemas of the graded problems: the kit's, and the language-model problems' ("nll" and "perplexity" are
+# scored by model_quality.py).
+SCHEMAS = {
+    **KIT_SCHEMAS,
+    "prediction": ProblemSchema(
+        settings={
+            "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll "
+                                       "line earns all its points."),
+            "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns "
+                                       "nothing (linear in between)."),
+            **LM_FUNCTION_SETTINGS,
+        },
+        line_ids=frozenset({"format", "nll"}),
+        quantities=LM_QUANTITIES,
+        relations=(below("full_credit_nll", "zero_credit_nll"),),
+    ),
+    "generation": ProblemSchema(
+        settings={
+            "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters "
+                                     "mixed into the oracle (and its insertion-channel rate).", fraction),
+            "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line "
+                                              "earns all its points."),
+            "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing "
+                                              "(linear in log in between)."),
+            **LM_FUNCTION_SETTINGS,
+            # A correct sampler stays below this total-variation distance with overwhelming probability at
+            # 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
+            # 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
+            "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the "
+                                       "frequencies of generate()'s samples and softmax(logits / temperature).",
+                                       fraction),
+        },
+        line_ids=frozenset({"format", "perplexity"}),
+        quantities=LM_QUANTITIES,
+        relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
+    ),
+}
 # What students see of the hidden tests on Gradescope (each test's "visibility" in results.json).
 HIDDEN_TESTS = {
     "after_published": "shown once the course publishes the grades",

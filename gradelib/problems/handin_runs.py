@@ -27,9 +27,8 @@ CHILD = Path(__file__).resolve().parent.parent / "child"
 NOTEBOOK_HARNESS = ("child_common.py", "notebook_child.py")
 # Cells the grader does not run: plots and demos carry this tag in the handout.
 SKIP_TAGS = ("skip-grading",)
-# A cell made only of otter's client calls (init, check, export) needs otter and the
-# public tests; the grader has no use for it. The handout's init cell imports the client
-# from gradelib.notebook_check.
+# A cell made only of otter's client calls (init, check, export) needs otter and the public tests; the grader has no
+# use for it. The handout's init cell imports the client from gradelib.notebook_check.
 OTTER_CELL = (
     r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
     r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
@@ -55,14 +54,12 @@ def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
 
 def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: list[tuple[str, Path]], child: str,
               harness: tuple[str, ...], task: dict, collect: Callable, prepare: Callable[[Path], dict] | None = None,
-              companion: Callable | None = None, limits: sandbox.Limits | None = None):
+              limits: sandbox.Limits | None = None):
     """Run `child` in the sandbox on the handin file `src` (copied as submission/<name>) and each case's inputs.
 
     `cases` are (case name, path of its .npz); `task` is written as task.json with the cases listed in it.
-    `prepare(scratch)` adds files and returns more task entries; `companion(scratch)` starts work beside the child
-    and returns a function, called once the child is gone, whose result is passed to `collect` as a last argument.
-    `collect(scratch, run[, companion's result])` reads the child's outputs before the scratch folder is removed.
-    `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
+    `prepare(scratch)` adds files and returns more task entries; `collect(scratch, run)` reads the child's outputs
+    before the scratch folder is removed. `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
     """
     scratch = ctx.new_scratch(label)
     try:
@@ -79,10 +76,7 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
         if prepare is not None:
             task.update(prepare(scratch))
         (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
-        finish = companion(scratch) if companion is not None else None
         run = sandbox.run([child], scratch, limits or ctx.limits)
-        if finish is not None:
-            return collect(scratch, run, finish()), run
         return collect(scratch, run), run
     finally:
         sandbox.remove_tree(scratch)
@@ -91,12 +85,12 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
 def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases: list[tuple[str, Path]], calls,
                  settings: dict, collect: Callable, child: str = "notebook_child.py",
                  harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None,
-                 companion: Callable | None = None, limits: sandbox.Limits | None = None):
+                 limits: sandbox.Limits | None = None):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
 
-    `collect(scratch, run, report[, companion's result])` reads the child's outputs, `report` being the child's
-    notebook report (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned,
-    the ChildRun, the report); see run_child for the other arguments.
+    `collect(scratch, run, report)` reads the child's outputs, `report` being the child's notebook report
+    (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned, the ChildRun);
+    see run_child for the other arguments.
     """
     limits = limits or ctx.limits
     task = {
@@ -107,16 +101,12 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
         "calls": [{"function": c.function, "args": list(c.args), "kwargs": dict(c.kwargs), "outputs": dict(c.outputs)}
                   for c in calls],
     }
-    reports: list[dict | None] = []
 
-    def collect_with_report(scratch: Path, run: sandbox.ChildRun, *finished):
-        reports.append(read_meta(scratch / "outputs" / "notebook.json", root=scratch))
-        return collect(scratch, run, reports[0], *finished)
+    def collect_with_report(scratch: Path, run: sandbox.ChildRun):
+        return collect(scratch, run, read_meta(scratch / "outputs" / "notebook.json", root=scratch))
 
-    collected, run = run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness,
-                               task=task, collect=collect_with_report, prepare=prepare, companion=companion,
-                               limits=limits)
-    return collected, run, reports[0] if reports else None
+    return run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness, task=task,
+                     collect=collect_with_report, prepare=prepare, limits=limits)
 
 
 def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None,
@@ -144,12 +134,11 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     limits, used = kwargs.pop("limits", None) or ctx.limits, 0.0
     for mine in by_visibility(cases):
         def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
-            if report is not None and report.get("read_error"):
-                return None
-            return [judge(case, scratch, run, report) for case in mine]
+            unread = report is not None and report.get("read_error")
+            return (None if unread else [judge(case, scratch, run, report) for case in mine]), report
 
-        found, run, report = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls,
-                                          settings, collect, limits=next_limits(limits, used), **kwargs)
+        (found, report), run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine],
+                                            calls, settings, collect, limits=next_limits(limits, used), **kwargs)
         used += run.wall_s
         if found is None:
             return [], quote(report["read_error"], 300)
@@ -159,9 +148,8 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
 
 
 def notebook_too_large(src: Path) -> str:
-    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within
-    its fixed budget (safeio.notebook_budget), and neither could a run, which would spend its limits on it.
-    `make handin` refuses such a notebook with the same words."""
+    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within its
+    fixed budget (safeio.notebook_budget), nor could a run. `make handin` refuses it with the same words."""
     try:
         return safeio.notebook_budget(src) if safeio.stat_regular(src).st_size <= MAX_FILE_BYTES else ""
     except (SafeReadError, OSError):  # the run reports it
@@ -170,9 +158,8 @@ def notebook_too_large(src: Path) -> str:
 
 def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
                hidden: bool = False) -> None:
-    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden
-    inputs at hand (`hidden`), only how its process ended: its own words could carry a hidden input, and the
-    public run said which cells failed."""
+    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden inputs
+    at hand, only how its process ended: its own words could carry a hidden input (the public run named the cells)."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
@@ -186,6 +173,6 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        shown = lines[:MAX_CELL_NOTES] + more
         which = " on the hidden cases" if hidden else ""
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:", *shown]))
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:",
+                                                                 *lines[:MAX_CELL_NOTES], *more]))

@@ -1,8 +1,9 @@
-"""What the two language-model problems share: the handin's arrays read safely, the fixture prompts, credit."""
+"""What the two language-model problems share: the handin's arrays read safely and graded, credit."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -10,16 +11,11 @@ from .. import safeio
 from ..context import GradeContext
 from ..results import TestResult
 from ..safeio import SafeReadError
-from ..scoring import lines
+from ..scoring import all_zero, lines
 
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
 MAX_HEADER_BYTES = 64 * 1024
-
-
-def below(low: str, high: str):
-    """A relation between two thresholds: full credit must be easier to reach than none."""
-    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
 
 
 def credit(value: float, full: float, zero: float) -> float:
@@ -39,59 +35,48 @@ def fixture_array(path: Path, key: str) -> np.ndarray | None:
         return data[key] if key in data.files else None
 
 
-def prompts(ctx: GradeContext, rel: str) -> np.ndarray | None:
-    """The prompts (`inp`) of the case file <case_root>/<rel>, None when it is missing."""
-    return fixture_array(ctx.case_root / rel, "inp")
-
-
-def course_line(ctx: GradeContext, problem, line):
-    """A model-quality line only the course grader scores (prediction's NLL on the hidden rows, generation's
-    perplexity under the oracle: what the handout does not hold), through its ctx.course; 0 elsewhere."""
-    if ctx.course is None:
-        return line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
-                                "hold); this grader does not.")
-    return ctx.course.score_line(ctx, problem, line)
-
-
 def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
     """The message for a case file <case_root>/<rel> that is not there."""
     return (f"{problem_id}: {rel} is missing under {ctx.case_root}: the case files are incomplete "
             "(download the handout again).")
 
 
-def format_verdict(problem_id: str, well_formed: str, why: str, ok: str) -> tuple[float, str]:
-    """The 'format' line's (fraction, message): full points for a well-formed array that the handed-in model made
-    (`why` is ''), none for any other."""
-    if why:
-        return 0.0, (f"{problem_id}: {well_formed}, but this line counts only for the arrays your handed-in model "
-                     f"makes, and {why}.")
-    return 1.0, ok
-
-
-def array_results(ctx: GradeContext, problem, scored: str, verdict: tuple[float, str] | None,
-                  message: str) -> list[TestResult]:
-    """A TestResult per array line of `problem`: `scored` is the course grader's (course_line), 'format' gets
-    `verdict` (format_verdict), or `message` when the array could not be read (`verdict` None)."""
+def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
+                judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
+    """(a TestResult per array line of `problem`, the array or None): the handin's `filename`, a row per prompt of
+    the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in, says what it holds).
+    judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
+    '', the message of full points) for the 'format' line, which counts only arrays the model made. The
+    model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
+    prompts = fixture_array(ctx.case_root / rel, "inp")
+    if prompts is None:
+        return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel)), None
+    rows = prompts.shape[0]
+    arr, message = load_npy(problem.id, ctx.submission / filename, (rows, *tail), kinds, what.format(rows=rows),
+                            "" if ctx.run_expected else ctx.not_trained(filename))
+    judged = judge(arr, prompts) if arr is not None else message
+    if isinstance(judged, str):  # not a well-formed array
+        verdict = (0.0, judged)
+    else:
+        well_formed, why, ok = judged
+        verdict = (0.0, f"{problem.id}: {well_formed}, but this line counts only for the arrays your handed-in model "
+                        f"makes, and {why}.") if why else (1.0, ok)
     tests = []
     for line in lines(problem, ctx.visibilities):
-        if line.group.id == scored:
-            tests.append(course_line(ctx, problem, line))
-        elif verdict is None:
-            tests.append(line.result(0.0, message))
-        elif line.group.id == "format":
-            tests.append(line.result(*verdict))
+        if line.group.id != "format" and ctx.course is not None:
+            tests.append(ctx.course.score_line(ctx, problem, line))
+        elif line.group.id != "format":
+            tests.append(line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout "
+                                          "does not hold); this grader does not."))
         else:
-            tests.append(line.result(0.0, f"{problem.id}: unknown rubric line '{line.group.id}'"))
-    return tests
+            tests.append(line.result(*verdict))
+    return tests, (None if isinstance(judged, str) else arr)
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,
              missing: str = "") -> tuple[np.ndarray | None, str]:
-    """Read a handin .npy the safe way and check its form. Returns (array, "") or (None, message).
-
-    safeio refuses links, special files and pickled, structured, complex or far too large arrays from the header,
-    before any data is loaded. A wrong row count or shape is reported before a wrong dtype: it says more.
-    """
+    """A handin .npy read the safe way (safeio: refused from its header when it is no plain array or far too large)
+    and checked, as (array, "") or (None, message). A wrong row count or shape is said before a wrong dtype."""
     name = path.name
     size_cap = MAX_SIZE_FACTOR * int(np.prod(expected_shape))
     try:
@@ -100,8 +85,7 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
     except SafeReadError as exc:
         if exc.reason == "missing":
             return None, f"{problem_id}: " + (
-                missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar."
-            )
+                missing or f"{name} is missing from the handin; {what}, saved with np.save, must be in handin.tar.")
         if exc.reason == "size" and exc.shape is not None:
             return None, (f"{problem_id}: {name} has shape {exc.shape}, far larger than the expected "
                           f"{expected_shape}; it was not read.")
@@ -109,10 +93,8 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
             return None, f"{problem_id}: {exc}"
         arr, shape, dtype_problem = None, exc.shape, f"{problem_id}: {exc}"
     if len(shape) >= 1 and shape[0] != expected_shape[0] and shape[1:] == expected_shape[1:]:
-        return None, (
-            f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
-            f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}."
-        )
+        return None, (f"{problem_id}: {name} has {shape[0]} rows, expected {expected_shape[0]} (one per row of the "
+                      f"fixture's inp, in the same order); shape {shape}, expected {expected_shape}.")
     if shape != expected_shape:
         return None, f"{problem_id}: {name} has shape {shape}, expected {expected_shape}: {what}."
     if arr is None:
@@ -121,8 +103,7 @@ def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds
         bad = ~np.isfinite(arr)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
-            return None, (
-                f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index {where}); "
-                "logits must be finite: do not mask them to -inf or take log of a probability of 0."
-            )
+            return None, (f"{problem_id}: {name} holds {int(bad.sum())} NaN or infinite values (first at index "
+                          f"{where}); logits must be finite: do not mask them to -inf or take log of a probability "
+                          "of 0.")
     return arr, ""

@@ -1,12 +1,10 @@
-"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models.
+"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models, whatever the training.
 
-Problems `prediction` and `generation` grade here the rubric lines that list `quantities` (the others, about the
-trained model's arrays, are prediction.py's and generation.py's), whatever the quality of training. The notebook runs
-in the sandboxed child (child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and
-generate() on the table-lookup models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and
-weights; the child returns arrays, judged here against expected values that independent numpy implementations stored
-in the case files (<case_root>/lm_functions/<visibility>/). Sampled ids are judged as samples: 8000 draws of one
-step from a model whose greedy token holds under half of every filtered distribution's mass.
+Problems `prediction` and `generation` grade here their lines that list `quantities`. The notebook runs in the child
+(child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and generate() on the table-lookup
+models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weights; what they return is
+judged here against the case files' expected values. Sampled ids are judged as samples: 8000 draws of one step from
+a model whose greedy token holds under half of every filtered distribution's mass.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from ..context import GradeContext
 from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
-from ..rubric_schema import Problem, Setting, fraction
+from ..rubric_schema import Problem
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
 from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
@@ -30,21 +28,6 @@ from .notebook_functions import Call, NotebookSpec
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
 HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
-# Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
-# imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
-FUNCTION_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells "
-                              "never run)."),
-    "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
-}
-# A correct sampler stays below this total-variation distance with overwhelming probability at
-# 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
-# 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
-SAMPLING_SETTINGS = {
-    "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the frequencies "
-                               "of generate()'s samples and softmax(logits / temperature).", fraction),
-}
-
 MODEL, STEPS, UNIT, DIST = "model:m", "int:steps", "float:unit_temperature", "float:dist_temperature"
 
 
@@ -87,7 +70,6 @@ SPEC = NotebookSpec(
     ),
     quantities={},
 )
-QUANTITIES = frozenset(q for c in SPEC.calls for q in c.outputs)
 # float32 outputs of the building blocks against float64 expectations, unless the rubric's
 # [problems.<id>].tolerance says otherwise; float32 rounding through a 3-layer model stays near 1e-6.
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
@@ -100,10 +82,8 @@ HINTS = {
     "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
     "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
     "append each pick and run the model on the whole sequence again; call model.eval() first.",
-    "predict_mode": "predict() runs the model in eval mode and then restores the mode it found: `was = model.training; "
-    "model.eval(); ...; model.train(was)`.",
-    "generate_mode": "generate() runs the model in eval mode and then restores the mode it found: "
-    "`was = model.training; model.eval(); ...; model.train(was)`.",
+    **{f"{f}_mode": f"{f}() runs the model in eval mode and then restores the mode it found: `was = model.training; "
+       "model.eval(); ...; model.train(was)`." for f in ("predict", "generate")},
     "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
     "no sampling and no division by 0.",
     "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
@@ -130,12 +110,11 @@ HINTS = {
     "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
     "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
     "(with -inf) before the softmax.",
-    "attention_out_unscaled": "divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) before the "
-    "softmax.",
     "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
     "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
     "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
-    "model_logits_unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size) "
+    # Outputs (attention_out, model_logits) that are exactly those without the scaling get this hint.
+    "unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) "
     "before the softmax.",
     "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
     "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
@@ -225,9 +204,6 @@ class _Judge:
         expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
         return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
 
-    def close(self, q: str, obs: Observed, expected: np.ndarray) -> Check:
-        return self.exact(q, obs, expected, self.tol)
-
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
         change. Outputs that are exactly those without the 1/sqrt(hs) scaling say so (and that the mask works,
@@ -237,18 +213,18 @@ class _Judge:
         if causal_q in self.wanted:
             changed = self.got(causal_q, "f", np.float32)
             out[causal_q] = _causal(causal_q, changed, original, position,
-                                    self.close(causal_q, changed, c[f"expected_{causal_q}"]), self.tol)
+                                    self.exact(causal_q, changed, c[f"expected_{causal_q}"], self.tol), self.tol)
         if out_q in self.wanted:
-            result = self.close(out_q, original, c[f"expected_{out_q}"])
+            result = self.exact(out_q, original, c[f"expected_{out_q}"], self.tol)
             unscaled = c.get(f"expected_{out_q}_unscaled")
             if not result.passed and result.stage == "values" and unscaled is not None \
-                    and self.close(out_q, original, unscaled).passed:
+                    and self.exact(out_q, original, unscaled, self.tol).passed:
                 causal = out.get(causal_q)
                 works = (f" The causal mask works: no output before position {position} moved when the later inputs "
                          "changed." if causal is not None and causal.passed else "")
                 result = replace(result, message=(
                     f"'{out_q}' is what the model gives without the 1/sqrt(hs) scaling of the attention scores.{works} "
-                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS[out_q + '_unscaled']}"))
+                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS['unscaled']}"))
             out[out_q] = result
         return out
 
@@ -308,7 +284,8 @@ class _Judge:
             if q in wanted:
                 out[q] = self.exact(q, self.got(q, "iu", np.int64), c[f"expected_{q}"])
         if "lm_loss" in wanted:
-            out["lm_loss"] = self.close("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"])
+            out["lm_loss"] = self.exact("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"],
+                                        self.tol)
         for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
                                           ("model_logits", "model_causal", "lm_position")):
             out.update(self.block_output(out_q, causal_q, int(c[position])))

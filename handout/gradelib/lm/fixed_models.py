@@ -1,9 +1,8 @@
 """Tiny language models whose logits are a table lookup, so what predict() and generate() return is known exactly.
 
 logits[b, t] = table[key(inp[b, :t+1])] (+ train_offset in training mode), table (K, 30): "prefix_sum" and "position"
-catch a predict or generate that drops the prompt or crops the context, a train_offset one that leaves the model in
-training mode. child/lm_child.py builds them in torch; the course computes their logits for the case files.
-"""
+catch a predict or generate that drops the prompt or crops the context, a train_offset one a model left in training
+mode. child/lm_child.py builds them in torch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The character vocabulary of the corpus, the fixtures, the model and the grader: ids 0..29 are <eos>, <pad>, A..Z,
-apostrophe and space. <eos> (0) starts and ends a sentence; <pad> (1) only fills batches; a generation may use the
-other 28 ids and nothing else."""
+"""The character vocabulary: ids 0..29 are <eos> (starts and ends a sentence), <pad> (only fills batches), A..Z,
+apostrophe and space; a generation may use the 28 characters and nothing else."""
 
 from __future__ import annotations
 

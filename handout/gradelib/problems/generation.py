@@ -1,12 +1,12 @@
 """Problem `generation`: the perplexity of what the handed-in model generates, and generated.npy's form.
 
-The "perplexity" line (hidden) is scored by the course grader under its secret oracle (GradeContext.course): with
-the oracle a student could write the source's own text without training, so the handout holds neither it nor
-oracle.json. "format" counts generated.npy only when it is what model.pt's own greedy generate() writes
-(problems/lm_model.py). Function lines (generate_greedy, generate_sampling): lm_functions.py.
+The "perplexity" line (hidden) is the course grader's, under its secret oracle: the handout does not hold it.
+"format" counts generated.npy only when it is what model.pt's own greedy generate() writes (lm_model.py).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -14,10 +14,8 @@ from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS as STEPS
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
-from ..scoring import all_zero
+from ..rubric_schema import Problem
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
@@ -27,22 +25,6 @@ REPETITIVE_SHARE = 0.25  # the local grader says so when at least this share of 
 # within rounding of each other; after such a step the rest of the row differs. So this share of the rows
 # checked (and at least one) may differ while generated.npy still counts as what the model generates.
 ROWS_THAT_MAY_DIFFER = 0.05
-
-SCHEMA = ProblemSchema(
-    settings={
-        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters "
-                                 "mixed into the oracle (and its insertion-channel rate).", fraction),
-        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line "
-                                          "earns all its points."),
-        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear "
-                                          "in log in between)."),
-        **lm_functions.FUNCTION_SETTINGS,
-        **lm_functions.SAMPLING_SETTINGS,
-    },
-    line_ids=frozenset({"format", "perplexity"}),
-    quantities=lm_functions.QUANTITIES,
-    relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
-)
 
 
 def check_ids(arr: np.ndarray) -> str:
@@ -64,32 +46,22 @@ def check_ids(arr: np.ndarray) -> str:
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade generated.npy and generate() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     arrays = lm_functions.split_lines(problem)[0]
-    return _grade_arrays(ctx, arrays) + lm_functions.grade(ctx, problem)
+    what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {{rows}} prompts of generation_test.npz"
+    tests = lm_common.grade_array(ctx, arrays, INPUTS, FILENAME, (STEPS,), "iu", what, partial(_judge, ctx, arrays))[0]
+    return tests + lm_functions.grade(ctx, problem)
 
 
-def _grade_arrays(ctx: GradeContext, problem: Problem) -> list[TestResult]:
-    prompts = lm_common.prompts(ctx, INPUTS)
-    if prompts is None:
-        return all_zero(problem, ctx.visibilities, lm_common.missing("generation", ctx, INPUTS))
-    rows = prompts.shape[0]
-    what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {rows} prompts of generation_test.npz"
-    ids, message = load_npy("generation", ctx.submission / FILENAME, (rows, STEPS), "iu", what,
-                            "" if ctx.run_expected else ctx.not_trained(FILENAME))
-    if ids is not None:
-        message = check_ids(ids)
-        ids = None if message else ids
-    verdict = None
-    if ids is not None:
-        run = lm_model.model_run(ctx, problem.settings)
-        _compare(ctx, ids, run)
-        if not any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
-            _local_notes(ctx, problem.settings, prompts, ids)  # a passing line's message is not shown, a note is
-        verdict = lm_common.format_verdict(
-            "generation", f"{FILENAME} is well formed (shape {ids.shape}, every id a character)",
-            generation_mismatch(run, ids),
+def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.ndarray) -> tuple[str, str, str] | str:
+    """A generated.npy of the right shape judged for lm_common.grade_array."""
+    bad = check_ids(ids)
+    if bad:
+        return bad
+    why = generation_mismatch(ctx, lm_model.model_run(ctx, problem.settings), ids)
+    if not any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
+        _local_notes(ctx, problem.settings, prompts, ids)  # a passing line's message is not shown, a note is
+    return (f"{FILENAME} is well formed (shape {ids.shape}, every id a character)", why,
             f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), what "
             "model.pt's generate() writes. The perplexity line grades what model.pt generates, after you submit.")
-    return lm_common.array_results(ctx, problem, "perplexity", verdict, message)
 
 
 def _local_notes(ctx: GradeContext, settings: dict, prompts: np.ndarray, ids: np.ndarray) -> None:
@@ -114,28 +86,23 @@ def repetitive_rows(ids: np.ndarray) -> list[int]:
     return [r for r in range(len(ids)) if len(np.unique(ids[r])) <= REPETITIVE_DISTINCT]
 
 
-def generation_mismatch(run: lm_model.ModelRun, ids: np.ndarray) -> str:
+def generation_mismatch(ctx: GradeContext, run: lm_model.ModelRun, ids: np.ndarray) -> str:
     """'' when generated.npy is what the handed-in model's own greedy generate() gives (all but a few rows of those
-    the model generated), else why not."""
+    the model generated), else why not. One that differs at all is noted and flagged."""
     head, why = lm_model.handin_head(run, ids, run.generated, "generate")
     if why:
         return why
-    differ = int(np.any(head.astype(np.int64) != run.generated.astype(np.int64), axis=1).sum())
+    same = head.astype(np.int64) == run.generated.astype(np.int64)
+    if not same.all():
+        rows = "" if len(head) == len(ids) else f" in the first {len(head)} rows"
+        share = f": {same.mean() * 100:.1f}% of its ids{rows} equal the model's own greedy generation"
+        # A run that had the hidden rows at hand gets no figure: its generations could encode them.
+        message = (f"{FILENAME} is not what model.pt generates{'' if run.hidden else share}. The grader scores its "
+                   "own run of the model, not the array.")
+        ctx.note(f"generation: {message}")
+        ctx.flags["generated_does_not_match_model"] = message
+    differ = int((~same.all(axis=1)).sum())
     if differ > max(1, int(ROWS_THAT_MAY_DIFFER * len(head))):
         return (f"{FILENAME} is not what model.pt generates: {differ} of the {len(head)} rows the grader had your "
                 "model generate differ from its own greedy generation")
     return ""
-
-
-def _compare(ctx: GradeContext, ids: np.ndarray, run: lm_model.ModelRun) -> None:
-    """Flag a generated.npy that is not what the handed-in model generates."""
-    head = lm_model.handin_head(run, ids, run.generated, "generate")[0]
-    same = 1.0 if head is None else float(np.mean(head.astype(np.int64) == run.generated.astype(np.int64)))
-    if same < 1.0:
-        rows = "" if len(head) == len(ids) else f" in the first {len(head)} rows"
-        # A run that had the hidden rows at hand gets no figure: its generations could encode them.
-        share = "" if run.hidden else f": {same * 100:.1f}% of its ids{rows} equal the model's own greedy generation"
-        message = (f"{FILENAME} is not what model.pt generates{share}. The grader scores its own run of the model, "
-                   "not the array.")
-        ctx.note(f"generation: {message}")
-        ctx.flags["generated_does_not_match_model"] = message

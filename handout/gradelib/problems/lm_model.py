@@ -1,11 +1,9 @@
 """Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
 
-The language-model quality lines grade the model itself, never an array the student wrote. The child
-(child/model_child.py) answers a hidden set's rows one step at a time: the course grader (GradeContext.course)
-reveals character t only once the logits of step t are written, so no look-ahead can see a target before the step
-it grades. A public set's targets are in the handout: one forward pass, as notebook 3 computes its figure, which
-the causality probe (logits at t must not change when later tokens change) says when not to trust. The run also
-calls the notebook's generate() and predict(), to score generations and to compare with the handin's arrays.
+The model-quality lines grade the model itself, never an array the student wrote. The kit's run gets the public set's
+targets with its prompts (one forward pass, as notebook 3 computes its figure, which the causality probe says when
+not to trust); the course grader's (GradeContext.course.model_run) answers the hidden rows. The run also calls the
+notebook's generate() and predict(), to compare with the handin's arrays.
 """
 
 from __future__ import annotations
@@ -14,13 +12,14 @@ import shutil
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_size_problem
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import clean_text, quote
+from ..safeio import quote
 from ..scoring import read_array, read_meta
 from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
 from .lm_common import fixture_array
@@ -28,20 +27,15 @@ from .lm_common import fixture_array
 CHECKPOINT = "model.pt"
 NOTEBOOK = "03_language_model.ipynb"
 HARNESS = (*NOTEBOOK_HARNESS, "model_child.py")
-# The prediction set of a run, by the case set graded: (name, prompts file, targets file) under <case_root>/lm/.
-# A public set's targets are in the handout, so the child gets them with the prompts and runs one forward pass; a
-# hidden set's are revealed one step at a time. With the hidden rows at hand the validation rows add nothing graded.
-SETS = {"public": ("validation", "prediction.npz", "prediction.npz"),
-        "hidden": ("test", "prediction_test.npz", "hidden/prediction_test_out.npz")}
+# The public prediction set: (name, prompts file, targets file) under <case_root>/lm/.
+PUBLIC_SET = ("validation", "prediction.npz", "prediction.npz")
 PROBE_ROWS, PROBE_LENGTH, PROBE_POSITION = 4, 48, 23
 # Logits at or before the probe position may differ this much (relative to their scale) and count as unchanged.
 CAUSAL_TOLERANCE = 1e-4
 MODEL_TIME_FACTOR = 2.0
-# predictions.npy is checked against the model's own predict() on its first rows: the check
-# decides no score (the teacher-forced NLL does), and a forged array differs on every row.
+# predictions.npy and generated.npy are checked against the model's own predict() and generate() on their first
+# rows: the checks decide no score (the model's own run does), and a forged array differs on every row.
 PREDICT_CHECK_ROWS = 8
-# Where no line scores generations (the local grader), generated.npy is checked the same way on
-# the first rows only; the hidden perplexity line has the model generate for every prompt.
 GENERATE_CHECK_ROWS = 8
 
 
@@ -57,33 +51,23 @@ class ModelRun:
     generated: np.ndarray | None = None
     predicted: np.ndarray | None = None
     call_problems: dict[str, str] = field(default_factory=dict)
-    # What the child says each of its steps took (cells, load, probe, teacher_forcing_<set>, generate,
-    # predict): for the benchmarks only, never for a grade, since the child could say anything.
-    steps: dict[str, float] = field(default_factory=dict)
-    # Whether the run had the hidden rows at hand, and which of the texts above are the child's own words.
-    hidden: bool = False
-    child_words: set[str] = field(default_factory=set)
+    hidden: bool = False  # the run had the hidden rows at hand: no figure it could choose is shown
 
     def said(self, text: str) -> str:
-        """`text` (one of the run's texts) as the notes or a public line may show it: a child that had the hidden
-        rows at hand could have written one into its own words, so those are named, not quoted."""
-        if self.hidden and text in self.child_words:
-            return ("the message your notebook's code gave is not shown here, since that run had the hidden rows at "
-                    "hand; the local grader (python autograder.py) shows it")
+        """`text` (one of the run's texts) as a note or a public line may show it (the course's run names some)."""
         return text
 
     def quoted(self, text: object, limit: int) -> str:
-        """The child's `text`, kept to one line and remembered as the child's words."""
-        said = quote(text, limit)
-        self.child_words.add(said)
-        return said
+        """The child's `text`, kept to one line."""
+        return quote(text, limit)
 
 
 def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
-    """The submission's ModelRun, made on first use."""
+    """The submission's ModelRun, made on first use: the kit's (public_run), or the course grader's."""
     key = ("lm_model", tuple(ctx.visibilities))
     if key not in ctx.cache:
-        ctx.cache[key] = _run(ctx, settings)
+        make = public_run if ctx.course is None else ctx.course.model_run
+        ctx.cache[key] = make(ctx, settings)
     return ctx.cache[key]
 
 
@@ -106,18 +90,17 @@ def logits_problem(logits: np.ndarray, shape: tuple[int, ...]) -> str:
 
 
 @dataclass
-class _Inputs:
-    """What one model run is given: the handin's checkpoint, the prediction set and the prompts."""
+class Inputs:
+    """What one model run is given: the handin's checkpoint, the prediction sets, generate()'s and predict()'s rows."""
 
     checkpoint: Path
-    hidden: bool  # the prediction set's targets are revealed step by step (else given with the prompts)
     sets: dict[str, tuple[np.ndarray, np.ndarray]]  # set -> (prompts, targets of the graded steps)
     generation: np.ndarray
     prediction: np.ndarray
 
 
-def _inputs(ctx: GradeContext) -> _Inputs | str:
-    """The run's inputs, or why there is no run to make."""
+def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str] | None) -> Inputs | str:
+    """The run's inputs with the prediction set `chosen` (as PUBLIC_SET; None for none), or why there is no run."""
     src, notebook = ctx.submission / CHECKPOINT, ctx.submission / NOTEBOOK
     if not src.is_file():
         return (ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
@@ -131,9 +114,9 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
     unread = notebook_too_large(notebook)
     if unread:
         return f"{NOTEBOOK} could not be read as a notebook ({unread})."
-    lm, hidden, sets = ctx.case_root / "lm", "hidden" in ctx.visibilities, {}
-    if ("hidden" if hidden else "public") in ctx.visibilities:
-        name, prompts, targets = SETS["hidden" if hidden else "public"]
+    lm, sets = ctx.case_root / "lm", {}
+    if chosen is not None:
+        name, prompts, targets = chosen
         inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
         if inp is None or out is None:
             return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
@@ -143,104 +126,81 @@ def _inputs(ctx: GradeContext) -> _Inputs | str:
     if gen_inp is None or test_inp is None:
         return (f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are "
                 "incomplete.")
-    return _Inputs(src, hidden, sets, gen_inp, test_inp)
+    return Inputs(src, sets, gen_inp[:GENERATE_CHECK_ROWS], test_inp[:PREDICT_CHECK_ROWS])
 
 
-def _prepare(inputs: _Inputs, scratch: Path) -> dict:
-    """The checkpoint, the probe, the prompts (and a public set's targets) in the scratch folder; the task entries."""
-    folder, given = scratch / "inputs", not inputs.hidden
+def prepare(inputs: Inputs, scratch: Path) -> dict:
+    """The run's inputs written in the scratch folder (each set's true characters with it); the task's entries."""
+    folder = scratch / "inputs"
     shutil.copyfile(inputs.checkpoint, scratch / "submission" / CHECKPOINT)
     np.savez(folder / "probe.npz", **probe_inputs())
-    np.savez(folder / "generation.npz", inp=inputs.generation[: None if inputs.hidden else GENERATE_CHECK_ROWS])
-    np.savez(folder / "prediction.npz", inp=inputs.prediction[:PREDICT_CHECK_ROWS])
-    for name, (inp, out) in inputs.sets.items():  # a public set's true characters before each step, all at once
-        np.savez(folder / f"{name}.npz", inp=inp, **({"given": out[:, :-1]} if given else {}))
+    np.savez(folder / "generation.npz", inp=inputs.generation)
+    np.savez(folder / "prediction.npz", inp=inputs.prediction)
+    for name, (inp, out) in inputs.sets.items():  # the true characters before each step, all at once
+        np.savez(folder / f"{name}.npz", inp=inp, given=out[:, :-1])
     return {"checkpoint": f"submission/{CHECKPOINT}",
-            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": given}
+            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": True}
                                 for n in inputs.sets],
             "generation_steps": GENERATION_STEPS, "prediction_steps": PREDICTION_STEPS}
 
 
-def _reveal(ctx: GradeContext, inputs: _Inputs, scratch: Path):
-    """Start revealing the hidden set's characters beside the child, each once the child has answered the step it
-    grades (the course grader's ctx.course.reveal: the handout holds no hidden rows); returns the function that
-    stops it and gives what the child answered (.answers, set -> logits per step; .problems, set -> why it stopped)."""
-    if not (inputs.hidden and inputs.sets) or ctx.course is None:
-        return lambda: None
-    return ctx.course.reveal(scratch / "outputs", scratch / "inputs", {n: out for n, (_, out) in inputs.sets.items()})
-
-
-def _collect(inputs: _Inputs, result: ModelRun, scratch: Path, run, report, revealer) -> None:
-    """Read what the child wrote into `result`."""
+def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dict:
+    """Read what the child wrote into `result`; returns the child's model.json ({} when nothing could be run)."""
     out = scratch / "outputs"
     meta = read_meta(out / "model.json", root=scratch) or {}
     if report is not None and report.get("read_error") or meta.get("read_error"):
         result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
-        return
-    result.hidden = inputs.hidden
+        return {}
     if meta.get("load_error"):
         result.problem = result.quoted(meta["load_error"], 1500)
-        return
+        return {}
     if not meta:
         result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
-        return
-    _collect_teacher_forced(inputs, result, scratch, run, meta, revealer)
+        return {}
+    for name, (_inp, out_ids) in inputs.sets.items():
+        logits = read_array(out / name / "logits.npy", scratch)[0]
+        why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
+        if logits is not None and not why:
+            result.teacher_forced[name], result.targets[name] = logits.astype(np.float32), out_ids
+        else:
+            why = quote(meta.get(name) or "", 700) or why or f"the process {run.describe()}"
+            result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
     a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
     if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
-        head_a = a[:, : PROBE_POSITION + 1].astype(np.float64)
-        head_b = b[:, : PROBE_POSITION + 1].astype(np.float64)
+        head_a, head_b = (x[:, : PROBE_POSITION + 1].astype(np.float64) for x in (a, b))
         scale = max(1.0, float(np.nanmax(np.abs(head_a))) if np.isfinite(head_a).any() else 1.0)
         result.causal_change = float(np.nan_to_num(np.abs(head_a - head_b), nan=np.inf).max()) / scale
     result.generated = read_array(out / "generated.npy", scratch)[0]
     result.predicted = read_array(out / "predicted.npy", scratch)[0]
-    said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
-    result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
-                    if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
     calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
     result.call_problems = {quote(k, 40): result.quoted(v, 500) for k, v in list(calls.items())[:16]}
+    return meta
 
 
-def _collect_teacher_forced(inputs: _Inputs, result: ModelRun, scratch: Path, run, meta: dict, revealer) -> None:
-    """The prediction set's logits: written at once (a public set) or answered step by step (a hidden one)."""
-    for name, (_inp, out_ids) in inputs.sets.items():
-        first = shape_why = ""
-        if inputs.hidden:
-            answers = revealer.answers[name] if revealer is not None else []
-            logits = np.stack(answers, axis=1) if len(answers) == out_ids.shape[1] else None
-            first = (revealer.problems.get(name) if revealer is not None else
-                     "this grader reveals no hidden rows (the course grader does)")
-            missing = f"your model answered {len(answers)} of {out_ids.shape[1]} steps"
-        else:
-            logits = read_array(scratch / "outputs" / name / "logits.npy", scratch)[0]
-            shape_why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
-            logits, missing = None if shape_why else logits, "your model's teacher-forced logits are missing"
-        if logits is not None:
-            result.teacher_forced[name], result.targets[name] = logits.astype(np.float32), out_ids
-        else:
-            why = first or quote(meta.get(name) or "", 700) or shape_why or f"the process {run.describe()}"
-            result.set_problems[name] = result.quoted(f"{missing}: {why}", 800)
-
-
-def _run(ctx: GradeContext, settings: dict) -> ModelRun:
-    inputs = _inputs(ctx)
+def public_run(ctx: GradeContext, settings: dict) -> ModelRun:
+    """The kit's ModelRun: the public set's logits (if graded) in one forward pass, the probe, generate(), predict()."""
+    inputs = model_inputs(ctx, PUBLIC_SET if "public" in ctx.visibilities else None)
     if isinstance(inputs, str):
         return ModelRun(inputs)
     result = ModelRun()
-    timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
-    # Notebook 3's cells, loading the model, 20 revealed steps and 30 generated characters: the
-    # heaviest run of a handin, so it gets twice the time of the others.
-    limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
-    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, partial(_collect, inputs, result),
-                 child="model_child.py", harness=HARNESS, prepare=partial(_prepare, inputs),
-                 companion=partial(_reveal, ctx, inputs), limits=limits)
+    run_model(ctx, settings, partial(prepare, inputs), partial(collect, inputs, result))
     return result
+
+
+def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict], collect: Callable) -> None:
+    """Run notebook 3's cells, then model_child.py on the handin's model.pt: prepare(scratch) writes the inputs and
+    returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
+    timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
+    # Notebook 3's cells, loading the model, 20 steps and 30 generated characters: a handin's heaviest run.
+    limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
+    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, collect, child="model_child.py",
+                 harness=HARNESS, prepare=prepare, limits=limits)
 
 
 def causal_note(run: ModelRun) -> str:
     """A sentence for the student when the model's logits see the future, else ''."""
     if run.causal_change is None or run.causal_change <= CAUSAL_TOLERANCE:
         return ""
-    # No figure from a run that had the hidden rows at hand: it could choose it.
     by = "" if run.hidden else f" (by {run.causal_change:.3g} relative to their scale)"
     return (f"Your model is not causal: changing the tokens after position {PROBE_POSITION} changed its logits at or "
             f"before that position{by}. Trained with teacher forcing, "

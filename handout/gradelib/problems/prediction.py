@@ -6,6 +6,8 @@ The "nll" line (hidden) grades model.pt itself, run by problems/lm_model.py: no 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..context import GradeContext
@@ -13,26 +15,12 @@ from ..handin_contract import PREDICTION_STEPS as STEPS
 from ..lm.nll import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema, Setting
-from ..scoring import all_zero
+from ..rubric_schema import Problem
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, credit, load_npy
+from .lm_common import credit
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
-
-SCHEMA = ProblemSchema(
-    settings={
-        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line "
-                                   "earns all its points."),
-        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing "
-                                   "(linear in between)."),
-        **lm_functions.FUNCTION_SETTINGS,
-    },
-    line_ids=frozenset({"format", "nll"}),
-    quantities=lm_functions.QUANTITIES,
-    relations=(below("full_credit_nll", "zero_credit_nll"),),
-)
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -40,9 +28,20 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     arrays = lm_functions.split_lines(problem)[0]
     tests = []
     if arrays.groups:
-        tests, logits = _grade_arrays(ctx, arrays)
+        what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
+                "prediction_test.npz")
+        tests, logits = lm_common.grade_array(ctx, arrays, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
+                                              partial(_judge, ctx, problem))
         model_notes(ctx, problem, logits)
     return tests + lm_functions.grade(ctx, problem)
+
+
+def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple[str, str, str]:
+    """A well-formed predictions.npy judged for lm_common.grade_array."""
+    return (f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
+            model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
+            f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
+            "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
 
 
 def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
@@ -58,27 +57,9 @@ def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
     return ""
 
 
-def _grade_arrays(ctx: GradeContext, problem: Problem) -> tuple[list[TestResult], np.ndarray | None]:
-    prompts = lm_common.prompts(ctx, INPUTS)
-    if prompts is None:
-        return all_zero(problem, ctx.visibilities, lm_common.missing("prediction", ctx, INPUTS)), None
-    rows = prompts.shape[0]
-    what = f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {rows} rows of prediction_test.npz"
-    logits, message = load_npy("prediction", ctx.submission / FILENAME, (rows, STEPS, VOCAB_SIZE), "f", what,
-                               "" if ctx.run_expected else ctx.not_trained(FILENAME))
-    verdict = None
-    if logits is not None:
-        verdict = lm_common.format_verdict(
-            "prediction", f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
-            model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
-            f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
-            "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
-    return lm_common.array_results(ctx, problem, "nll", verdict, message), logits
-
-
 def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
-    """What the handed-in model did, said once: its validation figure locally, and whether
-    predictions.npy is what the model predicts."""
+    """What the handed-in model did, said once: its validation figure, whether it is causal, and whether
+    predictions.npy (`logits`) is what it predicts."""
     run = lm_model.model_run(ctx, problem.settings)
     if run.problem:
         ctx.note(f"prediction: {run.said(run.problem)}")
@@ -92,10 +73,9 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
             ctx.note(f"{said}, but your model is not causal, so it read the characters it was to predict: the course "
                      "grader reveals each one only after your model has answered, and finds a much higher figure.")
         else:
-            ctx.note(
-                f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= {full:g}, "
-                f"none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this figure)."
-            )
+            ctx.note(f"{said}. The course grader computes the same figure on hidden test rows: full credit at <= "
+                     f"{full:g}, none at >= {zero:g}, linear in between ({credit(nll, full, zero) * 100:.0f}% at this "
+                     "figure).")
     elif run.set_problems.get("validation"):
         ctx.note(f"prediction: {run.said(run.set_problems['validation'])}")
     if note:
