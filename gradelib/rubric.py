@@ -1,8 +1,5 @@
-"""The course's rubric: gradelib/rubric.toml read into the types of gradelib/rubric_schema.py.
-
-The kit trusts the rubric it ships (it states every setting); the course grader checks every key and value of
-a rubric before it grades with one, and fills in the settings it leaves out.
-"""
+"""The course's rubric: gradelib/rubric.toml read into rubric_schema.py's types. The kit trusts the rubric it ships
+(it states every setting); the course grader checks a rubric before it grades with one."""
 
 from __future__ import annotations
 

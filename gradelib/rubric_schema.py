@@ -1,8 +1,5 @@
-"""The rubric's types: a problem, its lines (groups), its settings, and what each problem can grade.
-
-gradelib/rubric.py reads rubric.toml into these; the course grader checks a rubric against the problems'
-schemas.
-"""
+"""The rubric's types: a problem, its lines (groups), its settings, and what each problem can grade (the course
+grader checks a rubric against the problems' schemas)."""
 
 from __future__ import annotations
 

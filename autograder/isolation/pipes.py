@@ -9,8 +9,18 @@ from __future__ import annotations
 import os
 import selectors
 import time
+from dataclasses import dataclass, field
 
-from gradelib.runner.limits import Events, Tail
+from gradelib.runner.limits import ChildRun, Events, Tail
+
+
+@dataclass
+class IsolatedRun(ChildRun):
+    """A ChildRun at an isolation level: how it was confined, the processes it left that were killed, the level."""
+
+    isolation: list[str] = field(default_factory=list)
+    leftover_killed: int = 0
+    level: str = "fallback"
 
 
 def watch(log: Tail, events: Events, out_r: int, rep_r: int) -> selectors.DefaultSelector:

@@ -18,14 +18,12 @@ class Limits:
     open_files: int = 256
     processes: int = 64  # processes and threads together (RLIMIT_NPROC)
     output_mb: int = 32  # all it may print; a run that prints more is stopped at once
-    # The weakest isolation level a run accepts: "best" (the course grader's default), "strict" or "portable"
-    # (the student side; the course grader's levels are its own).
-    min_isolation: str = "best"
+    min_isolation: str = "best"  # the weakest isolation level the course grader may use (the kit's runner has one)
 
 
 LOG_CAP = 64 * 1024  # bytes of the child's output kept (its tail)
 EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
-EVENTS_KEPT = 256  # records kept in order (ChildRun.events), and arguments kept per event name
+EVENTS_KEPT = 256  # arguments kept per event name
 EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
 HARNESS_EVENTS = ("boot", "autograd")
 EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4 x 200 + 1
@@ -39,10 +37,6 @@ class ChildRun:
     timed_out: bool
     wall_s: float
     log_tail: str
-    isolation: list[str] = field(default_factory=list)
-    leftover_killed: int = 0
-    level: str = "fallback"
-    events: list[str] = field(default_factory=list)  # the first audit events, in order, as "gradelib.<name> args"
     output_capped_mb: int = 0  # the cap on what it may print, when it printed more and was stopped for it
     event_index: dict[str, list[str]] = field(default_factory=dict)  # event name -> arguments of each, in order
     events_tampered: str = ""  # why the audit channel cannot be trusted (the run wrote to it or flooded it)
@@ -122,7 +116,6 @@ class Events:
 
     def __init__(self, limit_bytes: int):
         self.limit, self.total, self.tampered, self._partial = limit_bytes, 0, "", bytearray()
-        self.records: list[str] = []
         self.by_name: dict[str, list[str]] = {}
 
     def add(self, chunk: bytes) -> None:
@@ -141,14 +134,11 @@ class Events:
     def _record(self, raw: bytes) -> None:
         if not raw:
             return  # each record starts with an end of line of its own
-        text = raw.decode("utf-8", errors="replace")
-        event, _, args = text.partition(" ")
+        event, _, args = raw.decode("utf-8", errors="replace").partition(" ")
         name = event[len("gradelib."):]
         if not event.startswith("gradelib.") or not name.isidentifier() or len(raw) > EVENT_RECORD_MAX:
             self.tampered = self.tampered or "it wrote to the grader's audit pipe"
             return
-        if len(self.records) < EVENTS_KEPT:
-            self.records.append(text)
         if name in self.by_name or name in HARNESS_EVENTS or len(self.by_name) < EVENT_NAMES_KEPT:
             kept = self.by_name.setdefault(name, [])
             if len(kept) < EVENTS_KEPT:
@@ -166,7 +156,7 @@ def new_sinks(log_cap: int) -> tuple[Tail, Events]:
 
 def stream_fields(events: Events, limits: Limits, flooded: bool) -> dict:
     """What a ChildRun says of the run's audit events, and which flood (output or events) stopped it."""
-    return {"events": events.records, "output_capped_mb": limits.output_mb if flooded and not events.flooded else 0,
+    return {"output_capped_mb": limits.output_mb if flooded and not events.flooded else 0,
             "event_index": events.by_name, "events_tampered": events.tampered,
             "events_capped_mb": EVENTS_LIMIT_MB if events.flooded else 0}
 

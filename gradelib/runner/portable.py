@@ -1,11 +1,7 @@
-"""The kit's runner (the "portable" level, the same on Linux, macOS and Windows): a plain child of this interpreter.
-
-It isolates nothing (a student grades their own code) and keeps the grading the same: the same harnesses, a
-wall-clock limit, a CPU-time limit where the system has one, an output cap, a memory limit (psutil), and the whole
-process tree ended afterwards. Within a grading (`session`) the runs go to one warm child that imports numpy and
-torch once (a fresh interpreter per run spends a second or more on it; macOS and Windows cannot fork one that did)
-and runs each harness in turn, forgetting the modules each imported; outside a session a run gets its own child.
-A run past a limit ends its child (the next run starts a new one).
+"""The kit's runner, the same on Linux, macOS and Windows: a plain child of this interpreter with time, CPU, output
+and memory (psutil) limits, its whole process tree ended afterwards. It isolates nothing: a student grades their own
+code. Within a grading (`session`) the runs go in turn to one warm child that imported numpy and torch once (macOS
+and Windows cannot fork one that did) and forgets the modules each run imported; a run past a limit ends it.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks
 
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
-ISOLATION = "portable: no isolation (the user's own account)"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
 # Harnesses that set tripwires inside torch itself (state a warm child keeps): each runs in a child that has run
 # nothing before, so no earlier run can have taken its tripwires off, nor set its own to fire in it.
@@ -111,16 +106,15 @@ class Child:
                 break
         wall = time.monotonic() - start
         if isinstance(answer, dict):
-            killed = _end_children(self.proc.pid)
+            _end_children(self.proc.pid)
         else:  # a limit passed, or the process ended: it goes, with all it started
-            killed = _end_tree(self.proc)
+            _end_tree(self.proc)
             returncode, self.proc = self.proc.returncode, None
         _follow(files, sinks, offsets)
         for path in files:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
-                        [ISOLATION, memory.label()], killed, "portable", **stream_fields(sinks[1], limits, flooded),
-                        **memory.finish())
+                        **stream_fields(sinks[1], limits, flooded), **memory.finish())
 
     def close(self) -> None:
         """End the child and everything it started."""
@@ -166,18 +160,16 @@ def _tree(pid: int) -> list:
         return []
 
 
-def _end_children(pid: int) -> int:
-    """Kill whatever the run started below the warm child; how many."""
-    children = _tree(pid)[1:]
-    for p in children:
+def _end_children(pid: int) -> None:
+    """Kill whatever the run started below the warm child."""
+    for p in _tree(pid)[1:]:
         with contextlib.suppress(Exception):
             p.kill()
-    return len(children)
 
 
-def _end_tree(proc: subprocess.Popen) -> int:
-    """Kill the child and everything it started; how many were killed. Each process found is suspended first,
-    over and over until no new one appears, so a chain that forks as fast as it is killed is caught whole."""
+def _end_tree(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started. Each process found is suspended first, over and over until no
+    new one appears, so a chain that forks as fast as it is killed is caught whole."""
     suspended: dict[int, object] = {}
     for _ in range(100):
         fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
@@ -190,16 +182,13 @@ def _end_tree(proc: subprocess.Popen) -> int:
     if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-    killed = 0
     for p in suspended.values():
         with contextlib.suppress(Exception):
             p.kill()
-            killed += 1
     with contextlib.suppress(OSError):
         proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    return killed
 
 
 class MemoryWatch:
@@ -207,16 +196,11 @@ class MemoryWatch:
 
     def __init__(self, limit_mb: int, pid: int):
         self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
-        self._why = "" if importlib.util.find_spec("psutil") else "psutil is not installed"
-
-    def label(self) -> str:
-        if self._why:
-            return f"memory: not limited ({self._why})"
-        return f"memory: {self.limit_mb} MB of resident memory for the run's processes together (sampled, psutil)"
+        self.off = importlib.util.find_spec("psutil") is None  # no memory limit without it
 
     def over(self) -> bool:
         """Measure now and then: True once the run holds more than its limit."""
-        if self._why or self.stopped or time.monotonic() < self._next:
+        if self.off or self.stopped or time.monotonic() < self._next:
             return self.stopped
         self._next = time.monotonic() + SAMPLE_S
         try:
@@ -262,8 +246,7 @@ def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str
         done = own.run(argv, workdir, limits, env_extra)
     finally:
         own.close()
-    return done or ChildRun(None, False, 0.0, f"could not start the child process: {own.failure}", [ISOLATION], 0,
-                            "portable")
+    return done or ChildRun(None, False, 0.0, f"could not start the child process: {own.failure}")
 
 
 @contextlib.contextmanager

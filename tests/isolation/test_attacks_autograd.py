@@ -197,7 +197,7 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
             events.add(stream[i : i + cut])
         assert events.by_name["autograd"] == ["torch.autograd.grad"], cut
         assert events.by_name["boot"] == ["ok"] and len(events.by_name["pad"]) == EVENTS_KEPT
-        assert not events.tampered and len(events.records) == EVENTS_KEPT
+        assert not events.tampered
     glued = Events(1 << 20)
     glued.add(b"gradelib.boot ok\njunk gradelib.autograd torch.autograd.grad\n")
     assert glued.tampered == "it wrote to the grader's audit pipe" and "autograd" not in glued.by_name
