@@ -10,9 +10,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
     import tomli as tomllib
 
-from .rubric_schema import VISIBILITIES, Group, Problem, ProblemSchema, RubricError
+from .rubric_schema import VISIBILITIES, Group, Problem, RubricError
 
-__all__ = ["RUBRIC_PATH", "Problem", "ProblemSchema", "RubricError", "load"]
+__all__ = ["RUBRIC_PATH", "Problem", "RubricError", "load"]
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.toml")
 
