@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 from gradelib.runner import KIT
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
 
 from . import cgroups, launch, leftovers, slots, template
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
 from .memory import MemoryWatch
-from .pipes import IsolatedRun, drain, pump, watch
+from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 
 SETPRIV_EXEC_FAILED = 126  # setpriv's exit status when it cannot exec its command

@@ -29,14 +29,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradelib.runner import PRELOAD, PRELOAD_NOTEBOOKS  # noqa: F401 (the package's names)
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, Tail, child_env, new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, Tail, child_env
 
 from . import cgroups, fallback, launch, leftovers
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
 from .memory import MemoryWatch
 from .namespaces import SCRATCH_INSIDE
-from .pipes import IsolatedRun, drain, pump, watch
+from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)

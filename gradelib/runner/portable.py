@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks, over_cap, stream_fields
+from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seconds
 
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
@@ -80,7 +80,7 @@ class Child:
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
-        sinks = new_sinks(LOG_CAP)
+        sinks = Tail(LOG_CAP), Events()
         memory = MemoryWatch(limits.memory_mb, self.proc.pid)
         start = time.monotonic()
         try:
@@ -100,7 +100,7 @@ class Child:
                 break
             if time.monotonic() >= start + limits.timeout_s:
                 timed_out = True
-            elif over_cap(*sinks, limits):
+            elif sinks[0].total > limits.output_mb << 20:  # stopped at once: reading it all costs the grader
                 flooded = True
             if timed_out or flooded or memory.over():
                 break
@@ -114,7 +114,7 @@ class Child:
         for path in files:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
-                        **stream_fields(sinks[1], limits, flooded), **memory.finish())
+                        limits.output_mb if flooded else 0, sinks[1].by_name, **memory.finish())
 
     def close(self) -> None:
         """End the child and everything it started."""
