@@ -69,8 +69,7 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = SubmissionResult(
         submission=name or Path(path).name, problems=tuple(p.id for p in selected), isolation=runner.current().level(),
-        max_points={p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities)
-                    for p in selected})
+        max_points={p.id: p.max_points(visibilities) for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     runner.current().hold(workdir)
     try:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seconds
@@ -39,8 +38,8 @@ def child_prefix(boot: Path) -> list[str]:
 class Child:
     """A child (start.py) that runs harnesses under `root` one at a time, with `preload` imported once."""
 
-    def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...]):
-        self.root, self.limits, self.preload, self.runs = Path(root).resolve(), limits, preload, 0
+    def __init__(self, root: Path, preload: tuple[str, ...]):
+        self.root, self.preload, self.runs = Path(root).resolve(), preload, 0
         self.folder, self.proc, self.failure = self.root / "_warm", None, ""
         (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(START, self.folder / START.name)
@@ -59,11 +58,6 @@ class Child:
             return
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=_lines, args=(self.proc.stdout, self.answers), daemon=True).start()
-
-    def compatible(self, workdir: Path, limits: Limits) -> bool:
-        """Whether a run in `workdir` under `limits` may go to this child (every limit but the time the same)."""
-        same = replace(limits, timeout_s=self.limits.timeout_s) == self.limits
-        return same and Path(workdir).resolve().is_relative_to(self.root)
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
         """The run, in this child; None when it cannot take it (it did not start)."""
@@ -235,13 +229,13 @@ _current: list[Child] = []
 
 
 def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
-    """The run in the grading's warm child, else (outside a session, or where that one cannot take it) in a child
-    of its own; how it ended."""
-    if _current and _current[-1].compatible(workdir, limits):
+    """The run in the grading's warm child (each run's limits are its own), else (outside a session, or where that
+    one cannot take it) in a child of its own; how it ended."""
+    if _current and Path(workdir).resolve().is_relative_to(_current[-1].root):
         done = _current[-1].run(argv, workdir, limits, env_extra)
         if done is not None:
             return done
-    own = Child(workdir, limits, ())
+    own = Child(workdir, ())
     try:
         done = own.run(argv, workdir, limits, env_extra)
     finally:
@@ -251,11 +245,11 @@ def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str
 
 @contextlib.contextmanager
 def session(root: Path, limits: Limits, preload: tuple[str, ...]):
-    """Runs under `root` go to one warm child that imported `preload` once."""
+    """Runs under `root` go to one warm child that imported `preload` once (`limits` are each run's own)."""
     if os.environ.get(FRESH_ENV, "") == "off":
         yield None
         return
-    warm = Child(root, limits, preload)
+    warm = Child(root, preload)
     _current.append(warm)
     try:
         yield warm
