@@ -25,9 +25,10 @@ and aborting), leftovers (what a run left in the host's shared folders), interpr
 starts from), tmpfs (the submission's capped folder), scratch (removing it however deep).
 """
 
-from gradelib.runner.limits import ChildRun, Limits
+from gradelib.runner.limits import ChildRun
 
 from .install import ISOLATING, installed
+from .interpreter import Limits
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
 from .processes import abort_active
 from .runner import run

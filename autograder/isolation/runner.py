@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from gradelib.runner import KIT
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits
+from gradelib.runner.limits import LOG_CAP, ChildRun
 
 from . import cgroups, launch, leftovers, slots, template
+from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
 from .memory import MemoryWatch
@@ -41,7 +42,7 @@ def run(
     prints can pose as grader output. Inside `session(...)` the run is forked
     from the submission's template process instead (template.py).
     """
-    workdir = Path(workdir).resolve()
+    workdir, limits = Path(workdir).resolve(), Limits.of(limits)
     level = isolation_level()
     why = refusal(limits.min_isolation)
     if why:

@@ -29,9 +29,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradelib.runner import PRELOAD, PRELOAD_NOTEBOOKS  # noqa: F401 (the package's names)
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, Tail, child_env
+from gradelib.runner.limits import LOG_CAP, ChildRun, Tail, child_env
 
 from . import cgroups, fallback, launch, leftovers
+from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
 from .memory import MemoryWatch
@@ -316,7 +317,7 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     if os.environ.get(TEMPLATE_ENV, "") == "off" or not is_linux():  # (the benchmarks compare both on Linux)
         yield None
         return
-    outer, _session = _session, Session(root, limits, preload)
+    outer, _session = _session, Session(root, Limits.of(limits), preload)
     try:
         yield _session
     finally:

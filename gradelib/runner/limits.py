@@ -14,11 +14,7 @@ class Limits:
 
     timeout_s: float = 60.0  # wall clock for the whole run
     memory_mb: int = 3072  # resident memory of all the run's processes together
-    file_mb: int = 64  # largest file the child may write
-    open_files: int = 256
-    processes: int = 64  # processes and threads together (RLIMIT_NPROC)
     output_mb: int = 32  # all it may print; a run that prints more is stopped at once
-    min_isolation: str = "best"  # the weakest isolation level the course grader may use (the kit's runner has one)
 
 
 LOG_CAP = 64 * 1024  # bytes of the child's output kept (its tail)
