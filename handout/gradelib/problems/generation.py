@@ -14,10 +14,10 @@ from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS as STEPS
 from ..lm.vocab import EOS, PAD, VOCAB_SIZE, decode
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema, Setting, fraction
+from ..rubric_schema import Problem
 from ..scoring import all_zero
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, load_npy
+from .lm_common import load_npy
 
 FILENAME = "generated.npy"
 INPUTS = "lm/generation_test.npz"
@@ -27,23 +27,6 @@ REPETITIVE_SHARE = 0.25  # the local grader says so when at least this share of 
 # within rounding of each other; after such a step the rest of the row differs. So this share of the rows
 # checked (and at least one) may differ while generated.npy still counts as what the model generates.
 ROWS_THAT_MAY_DIFFER = 0.05
-
-SCHEMA = ProblemSchema(
-    settings={
-        "smoothing_eps": Setting((int, float), None, "Weight of the uniform distribution over the 28 characters "
-                                 "mixed into the oracle (and its insertion-channel rate).", fraction),
-        "full_credit_perplexity": Setting((int, float), None, "Perplexity at or below which the perplexity line "
-                                          "earns all its points."),
-        "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing (linear "
-                                          "in log in between)."),
-        **lm_functions.FUNCTION_SETTINGS,
-        **lm_functions.SAMPLING_SETTINGS,
-    },
-    line_ids=frozenset({"format", "perplexity"}),
-    quantities=lm_functions.QUANTITIES,
-    relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
-)
-
 
 def check_ids(arr: np.ndarray) -> str:
     """'' when every id is a generatable character, else what is wrong and where."""

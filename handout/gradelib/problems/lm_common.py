@@ -17,11 +17,6 @@ MAX_SIZE_FACTOR = 4
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def below(low: str, high: str):
-    """A relation between two thresholds: full credit must be easier to reach than none."""
-    return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
-
-
 def credit(value: float, full: float, zero: float) -> float:
     """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between."""
     if value <= full:

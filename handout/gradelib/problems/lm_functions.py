@@ -22,7 +22,7 @@ from ..context import GradeContext
 from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
-from ..rubric_schema import Problem, Setting, fraction
+from ..rubric_schema import Problem
 from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
 from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
@@ -30,20 +30,6 @@ from .notebook_functions import Call, NotebookSpec
 NOTEBOOK = "03_language_model.ipynb"
 CASE_FOLDER = "lm_functions"
 HARNESS = (*NOTEBOOK_HARNESS, "lm_child.py")
-# Settings of the problems whose function lines are graded here (rubric.toml). Notebook 3
-# imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
-FUNCTION_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells "
-                              "never run)."),
-    "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
-}
-# A correct sampler stays below this total-variation distance with overwhelming probability at
-# 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
-# 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
-SAMPLING_SETTINGS = {
-    "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the frequencies "
-                               "of generate()'s samples and softmax(logits / temperature).", fraction),
-}
 
 MODEL, STEPS, UNIT, DIST = "model:m", "int:steps", "float:unit_temperature", "float:dist_temperature"
 

@@ -13,27 +13,13 @@ from ..handin_contract import PREDICTION_STEPS as STEPS
 from ..lm.nll import prediction_nll
 from ..lm.vocab import VOCAB_SIZE
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema, Setting
+from ..rubric_schema import Problem
 from ..scoring import all_zero
 from . import lm_common, lm_functions, lm_model
-from .lm_common import below, credit, load_npy
+from .lm_common import credit, load_npy
 
 FILENAME = "predictions.npy"
 INPUTS = "lm/prediction_test.npz"
-
-SCHEMA = ProblemSchema(
-    settings={
-        "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll line "
-                                   "earns all its points."),
-        "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns nothing "
-                                   "(linear in between)."),
-        **lm_functions.FUNCTION_SETTINGS,
-    },
-    line_ids=frozenset({"format", "nll"}),
-    quantities=lm_functions.QUANTITIES,
-    relations=(below("full_credit_nll", "zero_credit_nll"),),
-)
-
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade predictions.npy and predict() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
