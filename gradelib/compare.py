@@ -1,8 +1,5 @@
-"""Compare one computed quantity (a numpy array the submission's process handed back) with its expected value.
-
-The stages run in order (present, type, shape, dtype, values) and stop at the first that fails, so a message always
-names the earliest problem: 'dLdK' has the wrong shape: got (2, 6, 4), expected (2, 4, 6).
-"""
+"""Compare one computed quantity (a numpy array the submission's process handed back) with its expected value,
+stage by stage (present, type, shape, dtype, values), stopping at the first that fails: a message names the earliest."""
 
 from __future__ import annotations
 
@@ -34,9 +31,8 @@ class Observed:
 @dataclass(frozen=True)
 class Check:
     """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected if
-    a constant factor is all that is wrong, the expected dtype (values stage), whether a float64 quantity is wrong only
-    at float32 precision (FLOAT32_LEVEL), and whether it is right on all-zero expected values (trivial: blank output
-    gets those right too)."""
+    a constant factor is all that is wrong, the expected dtype, whether a float64 quantity is wrong only at float32
+    precision (FLOAT32_LEVEL), whether it is right on all-zero expected values (trivial: blank output is too)."""
 
     name: str
     passed: bool
@@ -69,12 +65,9 @@ def _non_finite(arr: np.ndarray) -> str:
 
 def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: float,
           expected_type: str = "torch.Tensor", hint: str = "") -> Check:
-    """The Check of `got` against `expected`, stage by stage, its message ending in `hint` when one fails.
-
-    Values match when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected| elementwise; scaling
-    atol by the largest expected magnitude keeps the test fair for quantities whose entries cancel (a sum of large
-    terms near 0). Booleans and integers (masks, ids) are right or wrong, entry by entry.
-    """
+    """The Check of `got` against `expected`, stage by stage, its message ending in `hint` when one fails. Values
+    match when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected| elementwise (atol scaled so that
+    entries which cancel are judged fairly); booleans and integers (masks, ids) must be equal entry by entry."""
     tail = f" Hint: {hint}" if hint else ""
     note = f" ({got.note})" if got.note else ""
     arr = got.array

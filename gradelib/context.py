@@ -14,13 +14,11 @@ from .runner.limits import Limits
 class GradeContext:
     """Everything one problem needs to grade one submission.
 
-    submission: the vetted handin's folder; case_root: <problem>/<visibility>/ case sets; visibilities: the sets to
-    grade on; limits: what the submission's process may use; scratch_root: where run folders go (system temp if None);
-    course: the course grader's additions, None in the handout (course.score_line for the model-quality lines only it
-    scores, problems/lm_common.py; course.model_run for the hidden rows, problems/lm_model.py; course.said_record
-    and said_program, which name the child's records without quoting a hidden run, problems/attention.py); cache: work
-    a submission's problems share; flags: integrity flags for the course staff; run_expected: False for the local
-    grader before notebook 3 has trained (a missing run file is then not trained yet, not missing from the handin).
+    submission: the handin's folder; case_root: <problem>/<visibility>/ case sets; scratch_root: where run folders go
+    (system temp if None); course: the course grader's additions, None in the handout (score_line, model_run,
+    said_record, said_program: see their callers); cache: work a submission's problems share; flags: integrity flags
+    for the staff; run_expected: False for the local grader before notebook 3 has trained (a missing run file is not
+    trained yet).
     """
 
     submission: Path

@@ -1,9 +1,5 @@
-"""Grade one submission: open the handin, grade each problem, collect the results.
-
-The entry both graders share: the course grader's (public and hidden cases, every shape of upload, the
-model-quality lines) and the handout's local one (public cases). It never raises for a bad submission:
-whatever is wrong becomes a message and a score of 0 for the parts it affects.
-"""
+"""Grade one submission (the entry the local grader and the course grader share): open the handin, grade each
+problem, collect the results. A bad submission never raises: it becomes a message and 0 for what it affects."""
 
 from __future__ import annotations
 
@@ -65,24 +61,17 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
                      open_upload: Callable[[Path, Path], Intake] = open_upload) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets; the SubmissionResult.
 
-    `run_expected=False` (the local grader before notebook 3 has trained): the trained run's files are not listed
-    as missing at the top (each line that grades them still says so). `course` scores the model-quality lines that
-    need what the handout does not hold (the hidden rows, the oracle: GradeContext.course); the local grader has
-    none. Scratch folders are made under `scratch_root` (the system temp folder if None): the batch gives each
-    worker its own. `open_upload(path, dest)` puts the handin's files in place: the kit's reads the student's own
-    folder or tar, the course grader's every shape of upload.
+    `run_expected`, `course`: see GradeContext. Scratch folders go under `scratch_root` (system temp if None).
+    `open_upload(path, dest)` puts the handin's files in place (the course grader passes its own).
     """
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = SubmissionResult(
         submission=name or Path(path).name, problems=tuple(p.id for p in selected), isolation=runner.current().level(),
-        max_points={p.id: sum(p.share(g, v) for g in p.groups for v in visibilities if v in g.visibilities)
-                    for p in selected})
+        max_points={p.id: p.max_points(visibilities) for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
-    # Traversable (not listable) so a child running as another uid (the course grader's) reaches its own scratch.
-    workdir.chmod(0o711)
-    runner.current().hold(workdir)  # the course grader, as root: all of it in a size- and file-count-capped tmpfs
+    runner.current().hold(workdir)
     try:
         files = workdir / "files"
         files.mkdir(mode=0o700)
@@ -108,7 +97,7 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
                 _grade_problem(p, GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
                                                course=course, cache=shared, run_expected=run_expected), result)
     finally:
-        runner.current().release(workdir)  # everything in it, then the folder
+        runner.current().release(workdir)
         result.wall_s = time.monotonic() - start
     return result
 

@@ -32,7 +32,7 @@ visibilities = ["public"]
 
 
 # A toy problem's schema, so the generic checks are shown apart from the real problems.
-DEMO = {"demo": rubric.ProblemSchema(line_ids=frozenset({"b"}), quantities=frozenset({"Q"}))}
+DEMO = {"demo": rubric_check.ProblemSchema(line_ids=frozenset({"b"}), quantities=frozenset({"Q"}))}
 
 
 def load_text(tmp_path, text: str, schemas=DEMO):

@@ -50,7 +50,7 @@ def test_the_kit_and_the_course_grader_give_the_same_verdict(tmp_path, name):
     made = HANDINS[name](folder)
     handin = made if isinstance(made, Path) else folder
     kit = grade_submission(
-        handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(min_isolation="portable", **LIMITS)
+        handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS)
     )
     course = grade_hidden(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS))
     assert kit.isolation == "portable" and course.isolation in ("namespaces", "fallback", "portable")

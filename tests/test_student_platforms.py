@@ -356,7 +356,7 @@ def test_no_child_runs_python_without_the_users_packages(tmp_path, monkeypatch):
     (work / "harness.py").write_text("import only_here\nprint('found in', only_here.WHERE)\n")
     os.chmod(tmp_path, 0o755)
     os.chmod(extra, 0o755)
-    done = runner.run(["harness.py"], work, runner.Limits(timeout_s=60, min_isolation="portable"))
+    done = runner.run(["harness.py"], work, runner.Limits(timeout_s=60))
     assert done.returncode == 0 and "found in user site" in done.log_tail, done
 
 

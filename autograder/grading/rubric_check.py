@@ -3,54 +3,121 @@
 The student kit reads the rubric it ships trusting it (gradelib/rubric.py); a rubric the course grades
 with (its own, or another file with --rubric) passes here first. Every key this accepts is listed below
 with a description and a default, and every value is checked (visibilities, shares, tolerances, points,
-the lines and quantities each problem can grade, and each problem's own settings, whose schema is declared
-beside the problem's code as `SCHEMA`, or below for the language-model problems). A file with an unknown
-key or a wrong value is refused at start-up with a message naming it, so a typo cannot silently change a grade.
-The tables only the course reads are here too: [late] (the gradebook's late policy) and [calibration] (what the
-language-model thresholds were measured on).
+the lines and quantities each problem can grade, and each problem's own settings: SCHEMAS, below). A file
+with an unknown key or a wrong value is refused at start-up with a message naming it, so a typo cannot
+silently change a grade. The tables only the course reads are
+here too: [late] (the gradebook's late policy) and [calibration] (what the language-model thresholds were
+measured on).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gradelib import rubric
-from gradelib.problems import SCHEMAS as KIT_SCHEMAS
-from gradelib.problems.lm_functions import SPEC as LM_FUNCTIONS
+from gradelib.problems import attention, lm_functions
+from gradelib.problems.notebook_functions import SPECS, NotebookSpec
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
-from gradelib.rubric_schema import VISIBILITIES, ProblemSchema, Setting, fraction
+from gradelib.rubric_schema import VISIBILITIES
 
 __all__ = ["RUBRIC_PATH", "LatePolicy", "Problem", "RubricError", "calibration", "check", "late_policy", "load"]
 
+# What students see of the hidden tests on Gradescope (each test's "visibility" in results.json).
+HIDDEN_TESTS = {
+    "after_published": "shown once the course publishes the grades",
+    "after_due_date": "shown once the due date (the late due date, where late handins are allowed) has passed",
+    "visible": "shown at once, like the public tests",
+    "hidden": "never shown to students (the course staff see them)",
+}
+DTYPES = ("float16", "float32", "float64")
+TOLERANCE_KEYS = ("rtol", "atol")
 
-def below(low: str, high: str):
+
+def positive(value: float) -> str | None:
+    """A setting's check: None when `value` > 0, else the complaint."""
+    return None if value > 0 else "must be > 0"
+
+
+def fraction(value: float) -> str | None:
+    """A setting's check: None when 0 < `value` < 1, else the complaint."""
+    return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
+
+
+def below(low: str, high: str) -> Callable[[dict], str | None]:
     """A relation between two thresholds: full credit must be easier to reach than none."""
     return lambda s: None if s[low] < s[high] else f"'{low}' ({s[low]:g}) must be below '{high}' ({s[high]:g})"
 
 
-# Settings of notebook 3's function lines (gradelib/problems/lm_functions.py), which both language-model problems
-# grade. Notebook 3 imports torch and defines a model in its cells: slower than notebooks 1-2 on a busy grader.
-LM_FUNCTION_SETTINGS = {
+@dataclass(frozen=True)
+class Setting:
+    """One key of a problem's `settings`: its type, default (None = required), meaning, and check."""
+
+    type: type | tuple[type, ...]
+    default: Any
+    description: str
+    check: Callable[[Any], str | None] = positive
+
+
+@dataclass(frozen=True)
+class ProblemSchema:
+    """What a problem can grade: line_ids, of lines graded without quantities (e.g. "nll"); quantities, names a
+    line may list; settings, the keys of its settings; relations, checks across settings, each returning a
+    complaint or None; edge_lines, whether a line may be graded on its cases' edge tags."""
+
+    settings: dict[str, Setting] = field(default_factory=dict)
+    line_ids: frozenset[str] = frozenset()
+    quantities: frozenset[str] = frozenset()
+    relations: tuple[Callable[[dict], str | None], ...] = ()
+    edge_lines: bool = False
+
+
+# Settings of every notebook problem (rubric.toml [problems.<id>].settings).
+NOTEBOOK_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it "
+                                                  "and moves on."),
+    "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
+}
+# Settings of the problems whose function lines are graded from notebook 3. Notebook 3 imports torch and defines
+# a model in its cells: slower than notebooks 1-2 on a busy grader.
+FUNCTION_SETTINGS = {
     "cell_timeout_s": Setting((int, float), 30.0, "CPU seconds one cell of notebook 3 may use (training cells "
                               "never run)."),
     "call_timeout_s": Setting((int, float), 10.0, "CPU seconds one call of predict() or generate() may use."),
 }
-LM_QUANTITIES = frozenset(q for c in LM_FUNCTIONS.calls for q in c.outputs)
-# The schemas of the graded problems: the kit's, and the language-model problems' ("nll" and "perplexity" are
-# scored by model_quality.py).
+# A correct sampler stays below this total-variation distance with overwhelming probability at
+# 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
+# 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
+SAMPLING_SETTINGS = {
+    "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the frequencies "
+                               "of generate()'s samples and softmax(logits / temperature).", fraction),
+}
+
+
+def notebook_schema(spec: NotebookSpec) -> ProblemSchema:
+    """What a problem graded from this notebook may list in the rubric."""
+    outputs = {q for c in spec.calls for q in c.outputs}
+    return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(spec.quantities) | outputs,
+                         edge_lines=spec.edge_lines)
+
+
+LM_QUANTITIES = frozenset(q for c in lm_functions.SPEC.calls for q in c.outputs)
+
+# What each graded problem can grade, by rubric id: a rubric is checked against these.
 SCHEMAS = {
-    **KIT_SCHEMAS,
+    # Its case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
+    "attention": ProblemSchema(quantities=frozenset(attention.QUANTITIES), edge_lines=True),
+    **{pid: notebook_schema(spec) for pid, spec in SPECS.items()},
     "prediction": ProblemSchema(
         settings={
             "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll "
                                        "line earns all its points."),
             "zero_credit_nll": Setting((int, float), None, "Prediction NLL at or above which the nll line earns "
                                        "nothing (linear in between)."),
-            **LM_FUNCTION_SETTINGS,
+            **FUNCTION_SETTINGS,
         },
         line_ids=frozenset({"format", "nll"}),
         quantities=LM_QUANTITIES,
@@ -64,28 +131,14 @@ SCHEMAS = {
                                               "earns all its points."),
             "zero_credit_perplexity": Setting((int, float), None, "Perplexity at or above which it earns nothing "
                                               "(linear in log in between)."),
-            **LM_FUNCTION_SETTINGS,
-            # A correct sampler stays below this total-variation distance with overwhelming probability at
-            # 8000 samples (typical 0.01): by the Bretagnolle-Huber-Carol inequality, P(TV >= eps) <=
-            # 2^k exp(-2 n eps^2), below 2e-9 for k = 28 tokens, n = 8000 and eps = 0.05.
-            "sampling_max_tv": Setting((int, float), 0.05, "Largest total-variation distance between the "
-                                       "frequencies of generate()'s samples and softmax(logits / temperature).",
-                                       fraction),
+            **FUNCTION_SETTINGS,
+            **SAMPLING_SETTINGS,
         },
         line_ids=frozenset({"format", "perplexity"}),
         quantities=LM_QUANTITIES,
         relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
     ),
 }
-# What students see of the hidden tests on Gradescope (each test's "visibility" in results.json).
-HIDDEN_TESTS = {
-    "after_published": "shown once the course publishes the grades",
-    "after_due_date": "shown once the due date (the late due date, where late handins are allowed) has passed",
-    "visible": "shown at once, like the public tests",
-    "hidden": "never shown to students (the course staff see them)",
-}
-DTYPES = ("float16", "float32", "float64")
-TOLERANCE_KEYS = ("rtol", "atol")
 
 # key -> (expected type, default, description). A default of None means required.
 PROBLEM_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
@@ -103,7 +156,7 @@ PROBLEM_KEYS: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
         "|got - expected| <= atol * max(1, max|expected|) + rtol * |expected|.",
     ),
     "groups": (list, None, "The rubric lines; see GROUP_KEYS."),
-    "settings": (dict, {}, "Problem-specific numbers (thresholds, time limits); their schema is the problem's SCHEMA."),
+    "settings": (dict, {}, "Problem-specific numbers (thresholds, time limits); their schema is in SCHEMAS."),
     "hidden_tests": (
         str,
         "after_published",

@@ -20,14 +20,16 @@ fallback and portable (the three levels), launch (a child's command, user and
 cgroups on Linux), runner (one run in a fresh interpreter), template (the fork
 server's grader side), boot (the child's entry point), kernel (the Linux
 interfaces both sides use) and forkserver (the template's loop), limits,
-pipes (a run's pipes, read into the kit's streams), memory, cgroups, slots (sandbox uids), processes (what a run left,
-and aborting), leftovers (what a run left in the host's shared folders), interpreter (what a child
-starts from), tmpfs (the submission's capped folder), scratch (removing it however deep).
+pipes (a run's pipes read to their caps, the audit events trusted no further), memory, cgroups,
+slots (sandbox uids), processes (what a run left, and aborting), leftovers (what a run left in the host's
+shared folders), interpreter (what a child starts from, the course's Limits), tmpfs (the submission's
+capped folder), scratch (removing it however deep).
 """
 
-from gradelib.runner.limits import ChildRun, Limits
+from gradelib.runner.limits import ChildRun
 
 from .install import ISOLATING, installed
+from .interpreter import Limits
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
 from .processes import abort_active
 from .runner import run

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from gradelib.runner.limits import Limits
+from .interpreter import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000

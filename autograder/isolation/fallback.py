@@ -14,9 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from gradelib.runner.limits import Limits, child_env
+from gradelib.runner.limits import child_env
 
-from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_paths, readable_by, rlimit_values
+from .interpreter import BOOT_ENV, BOOT_FILES, Limits, extra_paths, python_paths, readable_by, rlimit_values
 from .kernel import PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, apply_landlock, landlock_abi, prctl, rlimits
 from .slots import Slot
 

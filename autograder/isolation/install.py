@@ -34,6 +34,9 @@ class Isolating:
         return levels.isolation_level()
 
     def hold(self, folder: Path) -> None:
+        # Traversable (not listable) so a child running as another uid reaches its own scratch; as root, all of it
+        # in a size- and file-count-capped tmpfs.
+        folder.chmod(0o711)
         tmpfs.cap_folder(folder)
 
     def release(self, folder: Path) -> None:

@@ -10,10 +10,12 @@ import site
 import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradelib
-from gradelib.runner.limits import Limits, cpu_seconds
+from gradelib.runner import limits as kit
+from gradelib.runner.limits import cpu_seconds
 from gradelib.runner.portable import BOOT_ENV, START  # noqa: F401 (the kit's: the same for every level)
 
 BOOT_DIR = Path(__file__).resolve().parent
@@ -25,6 +27,23 @@ BOOT_FILES["start.py"] = START
 # about 0.5 GB of it: the limit that matters is resident memory (a memory cgroup, or the grader's sampling), and
 # this cap only stops one allocation far past it before a byte of it is touched.
 ADDRESS_SPACE_SLACK_MB = 16384
+
+
+@dataclass(frozen=True)
+class Limits(kit.Limits):
+    """The kit's Limits and what only the isolating levels enforce (rlimits, the pids cgroup, the weakest level)."""
+
+    file_mb: int = 64  # largest file the child may write
+    open_files: int = 256
+    processes: int = 64  # processes and threads together (RLIMIT_NPROC)
+    # The weakest isolation level a run accepts: "best" (the course grader's default), "strict" or "portable"
+    # (levels.refusal).
+    min_isolation: str = "best"
+
+    @classmethod
+    def of(cls, limits: kit.Limits) -> Limits:
+        """`limits` with the course's fields too (their defaults where the kit's Limits has none)."""
+        return limits if isinstance(limits, cls) else cls(**vars(limits))
 
 
 def rlimit_values(limits: Limits) -> dict[str, int]:

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gradelib.runner.limits import Limits, child_env
+from gradelib.runner.limits import child_env
 
 from . import cgroups, fallback, namespaces
-from .interpreter import BOOT_ENV, extra_paths, rlimit_values
+from .interpreter import BOOT_ENV, Limits, extra_paths, rlimit_values
 from .kernel import PR_SET_PDEATHSIG, prctl, rlimits
 from .slots import Slot
 

@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gradelib.runner.limits import Limits
-
+from .interpreter import Limits
 from .kernel import is_linux, landlock_abi
 from .memory import sampler
 from .namespaces import BOOT_INSIDE, bwrap_argv

@@ -16,9 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
-from gradelib.runner.limits import Limits, child_env
+from gradelib.runner.limits import child_env
 
-from .interpreter import BOOT_ENV, BOOT_FILES, extra_paths, python_mounts, rlimit_values
+from .interpreter import BOOT_ENV, BOOT_FILES, Limits, extra_paths, python_mounts, rlimit_values
 from .kernel import landlock_abi, rlimits
 from .slots import Slot
 

@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 
 from gradelib.runner import KIT
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun
 
 from . import cgroups, launch, leftovers, slots, template
+from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
 from .memory import MemoryWatch
-from .pipes import drain, pump, watch
+from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 
 SETPRIV_EXEC_FAILED = 126  # setpriv's exit status when it cannot exec its command
@@ -41,11 +42,11 @@ def run(
     prints can pose as grader output. Inside `session(...)` the run is forked
     from the submission's template process instead (template.py).
     """
-    workdir = Path(workdir).resolve()
+    workdir, limits = Path(workdir).resolve(), Limits.of(limits)
     level = isolation_level()
     why = refusal(limits.min_isolation)
     if why:
-        return ChildRun(None, False, 0.0, why, [], 0, level)
+        return IsolatedRun(None, False, 0.0, why, level=level)
     if level == "portable" and not is_linux():
         return KIT.run(argv, workdir, limits, env_extra)  # the kit's runner (warm within a session)
     become_subreaper()
@@ -151,5 +152,5 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     if level == "namespaces" and returncode == SETPRIV_EXEC_FAILED and text.startswith("setpriv: ") and \
             os.strerror(errno.EAGAIN) in text.splitlines()[0]:
         return None  # setpriv, as the run's uid, could not exec the interpreter: the uid's processes elsewhere
-    return ChildRun(returncode, timed_out, wall, text, [*started.isolation, memory.label()], killed, level,
-                    **stream_fields(events, limits, flooded), **memory.finish())
+    return IsolatedRun(returncode, timed_out, wall, text, **stream_fields(events, limits, flooded), **memory.finish(),
+                       isolation=[*started.isolation, memory.label()], leftover_killed=killed, level=level)

@@ -29,14 +29,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradelib.runner import PRELOAD, PRELOAD_NOTEBOOKS  # noqa: F401 (the package's names)
-from gradelib.runner.limits import LOG_CAP, ChildRun, Limits, Tail, child_env, new_sinks, over_cap, stream_fields
+from gradelib.runner.limits import LOG_CAP, ChildRun, Tail, child_env
 
 from . import cgroups, fallback, launch, leftovers
+from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
 from .memory import MemoryWatch
 from .namespaces import SCRATCH_INSIDE
-from .pipes import drain, pump, watch
+from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
@@ -266,9 +267,9 @@ class Session:
             os.close(fd)
         if self.level == "fallback" and slot is not None:
             leftovers.clear_owned(slot.uid)
-        return ChildRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
-                        [*self.isolation, memory.label()], killed, self.level, **stream_fields(events, limits, flooded),
-                        **memory.finish())
+        return IsolatedRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
+                           **stream_fields(events, limits, flooded), **memory.finish(),
+                           isolation=[*self.isolation, memory.label()], leftover_killed=killed, level=self.level)
 
     def _wait_for_reply(self, sel, deadline: float, log, events, limits: Limits, memory: MemoryWatch):
         """Pump the run's pipes until the template says how the run ended, the deadline passes, the run
@@ -316,7 +317,7 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     if os.environ.get(TEMPLATE_ENV, "") == "off" or not is_linux():  # (the benchmarks compare both on Linux)
         yield None
         return
-    outer, _session = _session, Session(root, limits, preload)
+    outer, _session = _session, Session(root, Limits.of(limits), preload)
     try:
         yield _session
     finally:

@@ -1,5 +1,5 @@
 """What a run may use (Limits), how it ended (ChildRun), its environment, and what it sends back: its output
-(a capped tail) and its audit events, read from pipes or files the grader opened."""
+(a capped tail) and its audit events."""
 
 from __future__ import annotations
 
@@ -14,21 +14,11 @@ class Limits:
 
     timeout_s: float = 60.0  # wall clock for the whole run
     memory_mb: int = 3072  # resident memory of all the run's processes together
-    file_mb: int = 64  # largest file the child may write
-    open_files: int = 256
-    processes: int = 64  # processes and threads together (RLIMIT_NPROC)
     output_mb: int = 32  # all it may print; a run that prints more is stopped at once
-    # The weakest isolation level a run accepts: "best" (the course grader's default), "strict" or "portable"
-    # (the student side; the course grader's levels are its own).
-    min_isolation: str = "best"
 
 
 LOG_CAP = 64 * 1024  # bytes of the child's output kept (its tail)
-EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
-EVENTS_KEPT = 256  # records kept in order (ChildRun.events), and arguments kept per event name
-EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
-HARNESS_EVENTS = ("boot", "autograd")
-EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4 x 200 + 1
+EVENTS_KEPT = 256  # arguments kept per event name
 
 
 @dataclass
@@ -39,14 +29,9 @@ class ChildRun:
     timed_out: bool
     wall_s: float
     log_tail: str
-    isolation: list[str] = field(default_factory=list)
-    leftover_killed: int = 0
-    level: str = "fallback"
-    events: list[str] = field(default_factory=list)  # the first audit events, in order, as "gradelib.<name> args"
     output_capped_mb: int = 0  # the cap on what it may print, when it printed more and was stopped for it
     event_index: dict[str, list[str]] = field(default_factory=dict)  # event name -> arguments of each, in order
-    events_tampered: str = ""  # why the audit channel cannot be trusted (the run wrote to it or flooded it)
-    events_capped_mb: int = 0  # the cap on the audit events it may send, when it sent more and was stopped for it
+    events_tampered: str = ""  # why the audit channel cannot be trusted (the course grader's runner says)
     memory_limit_mb: int = 0  # the run's memory limit, when it was stopped for passing it
     memory_used_mb: int = 0  # the most resident memory seen (or the memory cgroup's peak), when known
     memory_where: str = ""  # what the memory stop was for, when not resident memory alone (said after the limit)
@@ -56,9 +41,6 @@ class ChildRun:
         if self.output_capped_mb:
             return (f"was stopped when its output passed {self.output_capped_mb} MB "
                     "(print less: the grader keeps only the last lines)")
-        if self.events_capped_mb:
-            return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
-                    "(only the grader's own hook writes there)")
         if self.memory_limit_mb:
             held = f"held {self.memory_used_mb} MB" if self.memory_used_mb else "held more"
             return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit" + \
@@ -116,61 +98,17 @@ class Tail:
 
 
 class Events:
-    """The audit events a run sends (start.py's hook writes each `gradelib.<name> args` as one line, in one write
-    that starts with an end of line), each indexed by name, so no padding of harmless events pushes an autograd
-    record out of view; anything else (bytes a submission wrote there) or a flood marks the channel `tampered`."""
+    """The audit events start.py's hook writes (each `gradelib.<name> args` on a line of its own), kept by name."""
 
-    def __init__(self, limit_bytes: int):
-        self.limit, self.total, self.tampered, self._partial = limit_bytes, 0, "", bytearray()
-        self.records: list[str] = []
+    def __init__(self):
         self.by_name: dict[str, list[str]] = {}
+        self._partial = b""
 
     def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        if self.flooded:
-            self.tampered = self.tampered or f"it sent more than {self.limit >> 20} MB of audit events"
-            return
-        *complete, rest = (self._partial + chunk).split(b"\n")
-        self._partial = bytearray(rest)
-        if len(self._partial) > EVENT_RECORD_MAX:
-            self.tampered = self.tampered or "it wrote an over-long record to the grader's audit pipe"
-            self._partial.clear()
+        *complete, self._partial = (self._partial + chunk).split(b"\n")
         for raw in complete:
-            self._record(raw)
-
-    def _record(self, raw: bytes) -> None:
-        if not raw:
-            return  # each record starts with an end of line of its own
-        text = raw.decode("utf-8", errors="replace")
-        event, _, args = text.partition(" ")
-        name = event[len("gradelib."):]
-        if not event.startswith("gradelib.") or not name.isidentifier() or len(raw) > EVENT_RECORD_MAX:
-            self.tampered = self.tampered or "it wrote to the grader's audit pipe"
-            return
-        if len(self.records) < EVENTS_KEPT:
-            self.records.append(text)
-        if name in self.by_name or name in HARNESS_EVENTS or len(self.by_name) < EVENT_NAMES_KEPT:
-            kept = self.by_name.setdefault(name, [])
-            if len(kept) < EVENTS_KEPT:
-                kept.append(args)
-
-    @property
-    def flooded(self) -> bool:
-        return self.total > self.limit
-
-
-def new_sinks(log_cap: int) -> tuple[Tail, Events]:
-    """A run's output tail and its events."""
-    return Tail(log_cap), Events(EVENTS_LIMIT_MB << 20)
-
-
-def stream_fields(events: Events, limits: Limits, flooded: bool) -> dict:
-    """What a ChildRun says of the run's audit events, and which flood (output or events) stopped it."""
-    return {"events": events.records, "output_capped_mb": limits.output_mb if flooded and not events.flooded else 0,
-            "event_index": events.by_name, "events_tampered": events.tampered,
-            "events_capped_mb": EVENTS_LIMIT_MB if events.flooded else 0}
-
-
-def over_cap(log: Tail, events: Events, limits: Limits) -> bool:
-    """Whether the run printed or sent more than it may (it is stopped at once: reading it all costs the grader)."""
-    return log.total > limits.output_mb << 20 or events.flooded
+            event, _, args = raw.decode("utf-8", errors="replace").partition(" ")
+            if event.startswith("gradelib."):
+                kept = self.by_name.setdefault(event[len("gradelib."):], [])
+                if len(kept) < EVENTS_KEPT:
+                    kept.append(args)

@@ -1,11 +1,7 @@
-"""The kit's runner (the "portable" level, the same on Linux, macOS and Windows): a plain child of this interpreter.
-
-It isolates nothing (a student grades their own code) and keeps the grading the same: the same harnesses, a
-wall-clock limit, a CPU-time limit where the system has one, an output cap, a memory limit (psutil), and the whole
-process tree ended afterwards. Within a grading (`session`) the runs go to one warm child that imports numpy and
-torch once (a fresh interpreter per run spends a second or more on it; macOS and Windows cannot fork one that did)
-and runs each harness in turn, forgetting the modules each imported; outside a session a run gets its own child.
-A run past a limit ends its child (the next run starts a new one).
+"""The kit's runner, the same on Linux, macOS and Windows: a plain child of this interpreter with time, CPU, output
+and memory (psutil) limits, its whole process tree ended afterwards. It isolates nothing: a student grades their own
+code. Within a grading (`session`) the runs go in turn to one warm child that imported numpy and torch once (macOS
+and Windows cannot fork one that did) and forgets the modules each run imported; a run past a limit ends it.
 """
 
 from __future__ import annotations
@@ -21,14 +17,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from .limits import LOG_CAP, ChildRun, Limits, child_env, cpu_seconds, new_sinks, over_cap, stream_fields
+from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seconds
 
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
-ISOLATION = "portable: no isolation (the user's own account)"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
 # Harnesses that set tripwires inside torch itself (state a warm child keeps): each runs in a child that has run
 # nothing before, so no earlier run can have taken its tripwires off, nor set its own to fire in it.
@@ -44,8 +38,8 @@ def child_prefix(boot: Path) -> list[str]:
 class Child:
     """A child (start.py) that runs harnesses under `root` one at a time, with `preload` imported once."""
 
-    def __init__(self, root: Path, limits: Limits, preload: tuple[str, ...]):
-        self.root, self.limits, self.preload, self.runs = Path(root).resolve(), limits, preload, 0
+    def __init__(self, root: Path, preload: tuple[str, ...]):
+        self.root, self.preload, self.runs = Path(root).resolve(), preload, 0
         self.folder, self.proc, self.failure = self.root / "_warm", None, ""
         (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(START, self.folder / START.name)
@@ -65,11 +59,6 @@ class Child:
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=_lines, args=(self.proc.stdout, self.answers), daemon=True).start()
 
-    def compatible(self, workdir: Path, limits: Limits) -> bool:
-        """Whether a run in `workdir` under `limits` may go to this child (every limit but the time the same)."""
-        same = replace(limits, timeout_s=self.limits.timeout_s) == self.limits
-        return same and Path(workdir).resolve().is_relative_to(self.root)
-
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
         """The run, in this child; None when it cannot take it (it did not start)."""
         if argv and Path(str(argv[0])).name in CLEAN_SLATE and self.served:
@@ -85,7 +74,7 @@ class Child:
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
-        sinks = new_sinks(LOG_CAP)
+        sinks = Tail(LOG_CAP), Events()
         memory = MemoryWatch(limits.memory_mb, self.proc.pid)
         start = time.monotonic()
         try:
@@ -105,22 +94,21 @@ class Child:
                 break
             if time.monotonic() >= start + limits.timeout_s:
                 timed_out = True
-            elif over_cap(*sinks, limits):
+            elif sinks[0].total > limits.output_mb << 20:  # stopped at once: reading it all costs the grader
                 flooded = True
             if timed_out or flooded or memory.over():
                 break
         wall = time.monotonic() - start
         if isinstance(answer, dict):
-            killed = _end_children(self.proc.pid)
+            _end_children(self.proc.pid)
         else:  # a limit passed, or the process ended: it goes, with all it started
-            killed = _end_tree(self.proc)
+            _end_tree(self.proc)
             returncode, self.proc = self.proc.returncode, None
         _follow(files, sinks, offsets)
         for path in files:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
-                        [ISOLATION, memory.label()], killed, "portable", **stream_fields(sinks[1], limits, flooded),
-                        **memory.finish())
+                        limits.output_mb if flooded else 0, sinks[1].by_name, **memory.finish())
 
     def close(self) -> None:
         """End the child and everything it started."""
@@ -166,18 +154,16 @@ def _tree(pid: int) -> list:
         return []
 
 
-def _end_children(pid: int) -> int:
-    """Kill whatever the run started below the warm child; how many."""
-    children = _tree(pid)[1:]
-    for p in children:
+def _end_children(pid: int) -> None:
+    """Kill whatever the run started below the warm child."""
+    for p in _tree(pid)[1:]:
         with contextlib.suppress(Exception):
             p.kill()
-    return len(children)
 
 
-def _end_tree(proc: subprocess.Popen) -> int:
-    """Kill the child and everything it started; how many were killed. Each process found is suspended first,
-    over and over until no new one appears, so a chain that forks as fast as it is killed is caught whole."""
+def _end_tree(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started. Each process found is suspended first, over and over until no
+    new one appears, so a chain that forks as fast as it is killed is caught whole."""
     suspended: dict[int, object] = {}
     for _ in range(100):
         fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
@@ -190,16 +176,13 @@ def _end_tree(proc: subprocess.Popen) -> int:
     if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-    killed = 0
     for p in suspended.values():
         with contextlib.suppress(Exception):
             p.kill()
-            killed += 1
     with contextlib.suppress(OSError):
         proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    return killed
 
 
 class MemoryWatch:
@@ -207,16 +190,11 @@ class MemoryWatch:
 
     def __init__(self, limit_mb: int, pid: int):
         self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
-        self._why = "" if importlib.util.find_spec("psutil") else "psutil is not installed"
-
-    def label(self) -> str:
-        if self._why:
-            return f"memory: not limited ({self._why})"
-        return f"memory: {self.limit_mb} MB of resident memory for the run's processes together (sampled, psutil)"
+        self.off = importlib.util.find_spec("psutil") is None  # no memory limit without it
 
     def over(self) -> bool:
         """Measure now and then: True once the run holds more than its limit."""
-        if self._why or self.stopped or time.monotonic() < self._next:
+        if self.off or self.stopped or time.monotonic() < self._next:
             return self.stopped
         self._next = time.monotonic() + SAMPLE_S
         try:
@@ -251,28 +229,27 @@ _current: list[Child] = []
 
 
 def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
-    """The run in the grading's warm child, else (outside a session, or where that one cannot take it) in a child
-    of its own; how it ended."""
-    if _current and _current[-1].compatible(workdir, limits):
+    """The run in the grading's warm child (each run's limits are its own), else (outside a session, or where that
+    one cannot take it) in a child of its own; how it ended."""
+    if _current and Path(workdir).resolve().is_relative_to(_current[-1].root):
         done = _current[-1].run(argv, workdir, limits, env_extra)
         if done is not None:
             return done
-    own = Child(workdir, limits, ())
+    own = Child(workdir, ())
     try:
         done = own.run(argv, workdir, limits, env_extra)
     finally:
         own.close()
-    return done or ChildRun(None, False, 0.0, f"could not start the child process: {own.failure}", [ISOLATION], 0,
-                            "portable")
+    return done or ChildRun(None, False, 0.0, f"could not start the child process: {own.failure}")
 
 
 @contextlib.contextmanager
 def session(root: Path, limits: Limits, preload: tuple[str, ...]):
-    """Runs under `root` go to one warm child that imported `preload` once."""
+    """Runs under `root` go to one warm child that imported `preload` once (`limits` are each run's own)."""
     if os.environ.get(FRESH_ENV, "") == "off":
         yield None
         return
-    warm = Child(root, limits, preload)
+    warm = Child(root, preload)
     _current.append(warm)
     try:
         yield warm

@@ -1,13 +1,5 @@
-"""The student's local autograder: the same checks and messages, public cases only.
-
-    python autograder.py                 grade what `make handin` would pack (the newest run of notebook 3)
-    python autograder.py --runid <id> --epoch <n>
-    python autograder.py --only attention    (or nb1, nb2, nb3, a file name)
-    python autograder.py --handin handin.tar
-
-The table shows the public points and, per problem, what the hidden cases add. The exit code is 0 whether
-tests pass or fail: the score table is the result.
-"""
+"""The student's local autograder (`python autograder.py --help`): the same checks and messages, public cases only.
+Its exit code is 0 whether tests pass or fail: the score table is the result."""
 
 from __future__ import annotations
 
@@ -28,12 +20,10 @@ from .runner.limits import Limits
 from .safeio import clean_text
 
 # What students call the parts of the handout -> problem ids.
-ALIASES = {
-    "attention.py": "attention", "nb1": "losses", "notebook1": "losses", "01_mlm_and_next_token.ipynb": "losses",
-    "nb2": "masks", "notebook2": "masks", "02_attention_and_masks.ipynb": "masks",
-    "nb3": ["prediction", "generation"], "notebook3": ["prediction", "generation"],
-    "03_language_model.ipynb": ["prediction", "generation"],
-}
+NB1, NB2, NB3 = ("losses",), ("masks",), ("prediction", "generation")
+ALIASES = {"attention.py": ("attention",), "nb1": NB1, "notebook1": NB1, "01_mlm_and_next_token.ipynb": NB1,
+           "nb2": NB2, "notebook2": NB2, "02_attention_and_masks.ipynb": NB2,
+           "nb3": NB3, "notebook3": NB3, "03_language_model.ipynb": NB3}
 
 
 def handin_check_text(handin: Path, scratch: Path) -> str:
@@ -123,13 +113,10 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
     ap.add_argument("--epoch", help="epoch of that run to grade (default: its last)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds your code may run per problem (default 30)")
     args = ap.parse_args(argv)
-    only = None
-    if args.only:
-        only = [ALIASES.get(o, o) for o in args.only]
-        unknown = [o for o, p in zip(args.only, only) if p not in known and not isinstance(p, list)]
-        if unknown:
-            ap.error(f"unknown problem {unknown}; choose from {', '.join(known)} or {', '.join(sorted(ALIASES))}")
-        only = list(dict.fromkeys(x for p in only for x in (p if isinstance(p, list) else [p])))
+    unknown = [o for o in args.only or [] if o not in known and o not in ALIASES]
+    if unknown:
+        ap.error(f"unknown problem {unknown}; choose from {', '.join(known)} or {', '.join(sorted(ALIASES))}")
+    only = list(dict.fromkeys(p for o in args.only for p in ALIASES.get(o, (o,)))) if args.only else None
 
     with tempfile.TemporaryDirectory(prefix="local-handin-") as tmp:
         runid = ""
@@ -149,9 +136,8 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
                 print(wrapped(f"note: make handin would refuse {problem}"))
             for name, src in {**packed.files, **packed.refused}.items():
                 shutil.copyfile(src, submission / name)
-        # min_isolation="portable": the student side grades wherever it runs.
         result = grade_submission(submission, case_root=handout / "tests", visibilities=("public",), problems=problems,
-                                  only=only, limits=Limits(timeout_s=args.timeout, min_isolation="portable"),
+                                  only=only, limits=Limits(timeout_s=args.timeout),
                                   name=str(args.handin) if args.handin else "this folder",
                                   run_expected=bool(args.handin or runid))
     result.isolation = ""  # a level's name means nothing to a student: said in words instead

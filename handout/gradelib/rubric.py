@@ -1,8 +1,5 @@
-"""The course's rubric: gradelib/rubric.toml read into the types of gradelib/rubric_schema.py.
-
-The kit trusts the rubric it ships (it states every setting); the course grader checks every key and value of
-a rubric before it grades with one, and fills in the settings it leaves out.
-"""
+"""The course's rubric: gradelib/rubric.toml read into rubric_schema.py's types. The kit trusts the rubric it ships
+(it states every setting); the course grader checks a rubric before it grades with one."""
 
 from __future__ import annotations
 
@@ -13,9 +10,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
     import tomli as tomllib
 
-from .rubric_schema import VISIBILITIES, Group, Problem, ProblemSchema, RubricError
+from .rubric_schema import VISIBILITIES, Group, Problem, RubricError
 
-__all__ = ["RUBRIC_PATH", "Problem", "ProblemSchema", "RubricError", "load"]
+__all__ = ["RUBRIC_PATH", "Problem", "RubricError", "load"]
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.toml")
 

@@ -1,52 +1,16 @@
-"""The rubric's types: a problem, its lines (groups), its settings, and what each problem can grade.
-
-gradelib/rubric.py reads rubric.toml into these; the course grader checks a rubric against the problems'
-schemas.
-"""
+"""The rubric's types: a problem, its lines (groups) and its settings (the course grader checks a rubric against
+what each problem can grade)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 VISIBILITIES = ("public", "hidden")
 
 
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the key and what was expected."""
-
-
-def positive(value: float) -> str | None:
-    """A setting's check: None when `value` > 0, else the complaint."""
-    return None if value > 0 else "must be > 0"
-
-
-def fraction(value: float) -> str | None:
-    """A setting's check: None when 0 < `value` < 1, else the complaint."""
-    return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One key of a problem's `settings`: its type, default (None = required), meaning, and check."""
-
-    type: type | tuple[type, ...]
-    default: Any
-    description: str
-    check: Callable[[Any], str | None] = positive
-
-
-@dataclass(frozen=True)
-class ProblemSchema:
-    """What a problem can grade, declared beside its code: line_ids, of lines graded without quantities (e.g.
-    "nll"); quantities, names a line may list; settings, the keys of its settings; relations, checks across
-    settings, each returning a complaint or None; edge_lines, whether a line may be graded on its cases' edge tags."""
-
-    settings: dict[str, Setting] = field(default_factory=dict)
-    line_ids: frozenset[str] = frozenset()
-    quantities: frozenset[str] = frozenset()
-    relations: tuple[Callable[[dict], str | None], ...] = ()
-    edge_lines: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,6 @@ from .notebook_functions import SPECS
 
 GRADERS = {"attention": attention.grade, "losses": notebook_functions.grade, "masks": notebook_functions.grade,
            "prediction": prediction.grade, "generation": generation.grade}
-# What each problem can grade: the course grader checks a rubric against these (and the language-model problems').
-SCHEMAS = {"attention": attention.SCHEMA, **{pid: spec.schema() for pid, spec in SPECS.items()}}
 # The handin file whose code each problem runs in the sandbox, and how many runs it makes when the file is there
 # (notebook 3: the trained model, which both language-model problems share, then the functions on fixed weights).
 # A submission with a single run to make gains nothing from a template process: grade.py starts none for it.

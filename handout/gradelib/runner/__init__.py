@@ -1,10 +1,6 @@
-"""The student kit's one way to run code, and the narrow interface every problem runs it through.
-
-A problem's grader never imports submitted code: it writes inputs into a scratch folder and calls
-`run([harness], scratch, limits)`, which starts the harness in a separate process and returns how it ended (a
-ChildRun). The kit's runner (portable.py) isolates nothing; the course grader installs its isolating runner here
-(`install`), so every problem runs unchanged through either.
-"""
+"""The narrow interface every problem runs code through: `run([harness], scratch, limits)` starts the harness in a
+separate process and returns how it ended (a ChildRun). The kit's runner (portable.py) isolates nothing; the course
+grader installs its isolating runner here (`install`), so every problem runs unchanged through either."""
 
 from __future__ import annotations
 
