@@ -10,7 +10,7 @@ import tomllib
 
 from autograder.grading import rubric_check
 from gradelib import rubric
-from gradelib.problems import GRADERS, SCHEMAS
+from gradelib.problems import GRADERS
 
 GOOD = """
 [problems.demo]
@@ -270,7 +270,7 @@ def test_a_typo_in_a_value_is_refused_at_start_up_by_name(tmp_path, what, old, n
 def test_every_threshold_the_problems_use_is_written_in_the_rubric():
     """Defaults exist for old rubrics, but the shipped file states every setting it is graded by."""
     written = tomllib.loads(REAL)["problems"]
-    for pid, schema in SCHEMAS.items():
+    for pid, schema in rubric_check.SCHEMAS.items():
         assert set(written[pid].get("settings", {})) == set(schema.settings), pid
 
 

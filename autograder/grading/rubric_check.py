@@ -3,11 +3,10 @@
 The student kit reads the rubric it ships trusting it (gradelib/rubric.py); a rubric the course grades
 with (its own, or another file with --rubric) passes here first. Every key this accepts is listed below
 with a description and a default, and every value is checked (visibilities, shares, tolerances, points,
-the lines and quantities each problem can grade, and each problem's own settings, whose schema is declared
-beside the problem's code as `SCHEMA`). A file with an unknown key or a wrong value is refused at start-up
-with a message naming it, so a typo cannot silently change a grade. The tables only the course reads are
-here too: [late] (the gradebook's late policy) and [calibration] (what the language-model thresholds were
-measured on).
+the lines and quantities each problem can grade, and each problem's own settings: SCHEMAS below). A file
+with an unknown key or a wrong value is refused at start-up with a message naming it, so a typo cannot
+silently change a grade. The tables only the course reads are here too: [late] (the gradebook's late policy)
+and [calibration] (what the language-model thresholds were measured on).
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from gradelib import rubric
-from gradelib.problems import SCHEMAS
+from gradelib.problems import attention, generation, prediction
+from gradelib.problems.notebook_functions import SPECS, NotebookSpec
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
-from gradelib.rubric_schema import VISIBILITIES, ProblemSchema
+from gradelib.rubric_schema import VISIBILITIES, ProblemSchema, Setting
 
 __all__ = ["RUBRIC_PATH", "LatePolicy", "Problem", "RubricError", "calibration", "check", "late_policy", "load"]
 
@@ -33,6 +33,28 @@ HIDDEN_TESTS = {
     "hidden": "never shown to students (the course staff see them)",
 }
 DTYPES = ("float16", "float32", "float64")
+
+# Settings of every notebook problem (rubric.toml [problems.<id>].settings).
+NOTEBOOK_SETTINGS = {
+    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it "
+                                                  "and moves on."),
+    "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
+}
+# The problems whose case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
+EDGE_LINES = {"attention", "losses"}
+
+
+def notebook_schema(pid: str, spec: NotebookSpec) -> ProblemSchema:
+    """What problem `pid`, graded from notebook `spec`, may list in the rubric."""
+    outputs = {q for c in spec.calls for q in c.outputs}
+    return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(spec.quantities) | outputs,
+                         edge_lines=pid in EDGE_LINES)
+
+
+# What each problem can grade: a rubric is checked against these.
+SCHEMAS = {"attention": ProblemSchema(quantities=frozenset(attention.QUANTITIES), edge_lines=True),
+           **{pid: notebook_schema(pid, spec) for pid, spec in SPECS.items()},
+           "prediction": prediction.SCHEMA, "generation": generation.SCHEMA}
 TOLERANCE_KEYS = ("rtol", "atol")
 
 # key -> (expected type, default, description). A default of None means required.

@@ -19,7 +19,7 @@ from ..compare import Observed, check
 from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema
+from ..rubric_schema import Problem
 from ..safeio import SafeReadError, clean_text, quote
 from ..scoring import Case, CaseOutcome
 from .autograd_source import autograd_uses
@@ -28,8 +28,6 @@ from .notebook_diagnoses import softmax
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
-# Its case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
-SCHEMA = ProblemSchema(quantities=frozenset(QUANTITIES), edge_lines=True)
 HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {

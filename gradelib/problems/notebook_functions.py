@@ -17,18 +17,12 @@ from .. import runner as sandbox
 from ..compare import Check, Observed, check
 from ..context import GradeContext
 from ..results import TestResult
-from ..rubric_schema import Problem, ProblemSchema, Setting
+from ..rubric_schema import Problem
 from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
 from . import notebook_diagnoses as D
 from .handin_runs import observed, run_notebook_sets
 
 CASE_FOLDER = "notebooks"
-# Settings of every notebook problem (rubric.toml [problems.<id>].settings).
-NOTEBOOK_SETTINGS = {
-    "cell_timeout_s": Setting((int, float), 10.0, "CPU seconds one notebook cell may use before the grader stops it "
-                                                  "and moves on."),
-    "call_timeout_s": Setting((int, float), 5.0, "CPU seconds one call of a graded function may use."),
-}
 
 
 @dataclass(frozen=True)
@@ -58,17 +52,10 @@ class NotebookSpec:
     notebook: str
     calls: tuple[Call, ...]
     quantities: dict[str, Quantity]
-    edge_lines: bool = False  # its case files tag edge cases (cases.json "edge")
 
     @property
     def functions(self) -> list[str]:
         return sorted({c.function for c in self.calls})
-
-    def schema(self) -> ProblemSchema:
-        """What a problem graded from this notebook may list in the rubric."""
-        outputs = {q for c in self.calls for q in c.outputs}
-        return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(self.quantities) | outputs,
-                             edge_lines=self.edge_lines)
 
 
 # Notebook 1: masked-LM and next-token losses in numpy.
@@ -109,7 +96,6 @@ LOSSES = NotebookSpec(
         "causal_mask": Quantity(ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.",
                                 additive_mask=True, diagnose=D.wrong_side(additive=True)),
     },
-    edge_lines=True,
 )
 
 # Notebook 2: attention with causal and padding masks in torch.
