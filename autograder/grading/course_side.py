@@ -11,7 +11,7 @@ from gradelib.runner.start import PROGRAM_EVENTS  # the events the child's start
 
 from .model_quality import reveal, score_line
 
-__all__ = ["reveal", "score_line", "said_program", "said_record"]
+__all__ = ["attention_records", "reveal", "score_line", "said_program", "said_record"]
 
 # The records attention_child.py's tripwires write.
 KNOWN_RECORDS = frozenset(
@@ -45,3 +45,10 @@ def said_record(label: object) -> str:
     if text.startswith("the autograd engine ("):
         return "the autograd engine"
     return "an autograd call the grader's harness recorded"
+
+
+def attention_records(run) -> tuple[set[str], str]:
+    """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
+    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted."""
+    return {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}, \
+        run.events_tampered
