@@ -73,13 +73,12 @@ def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
 
 @dataclass
 class CaseOutcome:
-    """All checks of one case, plus messages that apply to the whole case."""
+    """All checks of one case."""
 
     name: str
     visibility: str
     description: str
     checks: dict[str, Check] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
     edge: str = ""
     dtype: str = ""
 
@@ -149,7 +148,6 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
         return f"not checked on {len(failed)} of {n_cases} {vis} cases: {check.message.removeprefix('not checked: ')}"
     lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:",
              f"case '{first.name}' ({first.description}): {check.message}"]
-    lines += [f"  {n}" for n in first.notes]
     if same:
         lines.append(f"the same failure on {_names(same)}")
     others = list(groups.values())

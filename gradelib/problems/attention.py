@@ -1,7 +1,4 @@
-"""Problem `attention`: grade attention.py's forward and backward passes.
-
-The submission runs in a child (child/attention_child.py) on every case's inputs; the expected values stay here.
-"""
+"""Problem `attention`: grade attention.py's forward and backward passes, run in a child (child/attention_child.py)."""
 
 from __future__ import annotations
 
