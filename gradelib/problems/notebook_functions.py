@@ -173,11 +173,9 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
         got, quantity = observe(q), spec.quantities[q]
         result = _check(q, got, exp, quantity, tol)
-        if not result.passed and result.stage == "values" and quantity.diagnose is not None:
-            cause = quantity.diagnose(got.array, arrays, case.edge)
-            if cause:
-                result = _check(q, got, exp, replace(quantity, hint=cause), tol)
-        outcome.checks[q] = result
+        wrong = not result.passed and result.stage == "values" and quantity.diagnose
+        cause = quantity.diagnose(got.array, arrays, case.edge) if wrong else ""
+        outcome.checks[q] = _check(q, got, exp, replace(quantity, hint=cause), tol) if cause else result
     follow_upstream(outcome, {q: spec.quantities[q].upstream for q in expected})
     return outcome
 
