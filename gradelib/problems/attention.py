@@ -249,10 +249,8 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
     down to exp() overflowing only on a case whose scores are large enough for that (`large_scores`)."""
     a = a_sig.astype(np.float64)
     if not np.isfinite(a).all():
-        if large_scores:
-            return ("A_sig has NaN or inf where the scores are large: exp() overflowed; subtract each row's maximum "
-                    "before exp (softmax(s) = softmax(s - max s)).")
-        return ""
+        return ("A_sig has NaN or inf where the scores are large: exp() overflowed; subtract each row's maximum "
+                "before exp (softmax(s) = softmax(s - max s)).") if large_scores else ""
     T = a.shape[-1]
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
     below = np.tril(np.ones((T, T), dtype=bool), k=-1)
@@ -296,8 +294,5 @@ def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
         candidates.append((1 / math.sqrt(d), f"A_sig is the causal softmax of A_w / sqrt(D): the scale uses the "
                                              f"input width D = {d}; it is the key/query width Dk = {dk}."))
     above = np.triu(np.ones(a_w.shape[-2:], dtype=bool), k=1)
-    for factor, said in candidates:
-        if np.allclose(a_sig.astype(np.float64), softmax(np.where(above, -np.inf, a_w * factor)), rtol=1e-4,
-                       atol=1e-5):
-            return said
-    return ""
+    return next((said for factor, said in candidates if np.allclose(
+        a_sig.astype(np.float64), softmax(np.where(above, -np.inf, a_w * factor)), rtol=1e-4, atol=1e-5)), "")
