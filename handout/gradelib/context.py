@@ -18,7 +18,7 @@ class GradeContext:
     grade on; limits: what the submission's process may use; scratch_root: where run folders go (system temp if None);
     course: the course grader's additions, None in the handout (course.score_line for the model-quality lines only it
     scores, problems/lm_common.course_line; course.reveal for the hidden rows, problems/lm_model.py; course.said_record
-    and said_program, which name the child's records without quoting a hidden run, problems/attention.py); cache: work
+    and attention_records, the child's records named without quoting a hidden run, problems/attention.py); cache: work
     a submission's problems share; flags: integrity flags for the course staff; run_expected: False for the local
     grader before notebook 3 has trained (a missing run file is then not trained yet, not missing from the handin).
     """

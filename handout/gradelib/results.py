@@ -1,8 +1,4 @@
-"""Test results and the score table a student reads.
-
-One TestResult is one test: a rubric line on one case set. The course grader writes the same list as
-Gradescope's results.json and Autolab's line.
-"""
+"""Test results (a rubric line on one case set each) and the score table a student reads."""
 
 from __future__ import annotations
 
@@ -30,9 +26,8 @@ class TestResult:
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
-        self.name, self.output = clean_text(self.name), clean_text(self.output)
-        if not _finite(self.max_score):
-            self.max_score = 0.0
+        self.name, self.output, self.max_score = clean_text(self.name), clean_text(self.output), score_number(
+            self.max_score)
         if not _finite(self.score):
             said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
             self.output, self.score = f"{self.output}\n({said})", 0.0
@@ -76,12 +71,9 @@ class SubmissionResult:
         return round(sum(score_number(v) for v in self.max_points.values()), 4)
 
     def table(self, withhold: Callable[[str, list[TestResult], list[TestResult]], list[str]] | None = None) -> str:
-        """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
-        pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
-        (root causes before the lines that fail because of them), then its passing lines folded into one line.
-        Every row at most WIDTH columns. `withhold` (the course grader's feedback to students):
-        given a problem's id, its failed tests shown and its failed hidden tests whose messages are not (unless
-        the rubric shows hidden tests at once), the lines said of those instead."""
+        """The report a student reads, rows of at most WIDTH columns: per problem its score, each failed line with
+        its first failing case and cause (root causes first), its passing lines folded into one. `withhold` (the
+        course's feedback): (problem id, failed tests shown, failed hidden tests not shown) -> lines said instead."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")

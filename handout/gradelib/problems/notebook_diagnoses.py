@@ -1,7 +1,6 @@
 """Tested causes for the notebooks' wrong values: each names a mistake only when the student's array is what it gives.
 
-A diagnosis (got, the case's arrays, the case's edge) -> str recomputes what one mistake gives on the case's inputs and
-names it when the array matches, '' otherwise: a hint names only a cause checked against the evidence.
+A diagnosis (got, the case's arrays, the case's edge) -> str recomputes one mistake on the case's inputs ('' if none).
 """
 
 from __future__ import annotations
@@ -12,13 +11,11 @@ import numpy as np
 
 from ..lm.nll import prediction_token_nll
 
-# How close the student's array must be to a mistake's result for the mistake to be named.
-MATCH = {"rtol": 1e-6, "atol": 1e-9}
-
 
 def _same(got: np.ndarray, candidate: np.ndarray) -> bool:
+    """Whether the student's array is a mistake's result (`candidate`), to 1e-6 relative."""
     with np.errstate(all="ignore"):
-        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, **MATCH))
+        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, 1e-6, 1e-9))
 
 
 def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -61,10 +58,9 @@ def nb1_attention_scale(masked: bool):
         if d_v != d_k:
             candidates.append((1 / math.sqrt(d_v), f"the scores are divided by sqrt(d_v), V's width ({d_v}); d_k is "
                                                    f"K.shape[-1] = {d_k}"))
-        for factor, said in candidates:
-            if _same(got, softmax(raw * factor + mask)):
-                return f"the weights are the softmax of Q K^T times another factor: {said}."
-        return overflow("the weights")(got, case, edge)
+        said = next((words for factor, words in candidates if _same(got, softmax(raw * factor + mask))), "")
+        return (f"the weights are the softmax of Q K^T times another factor: {said}." if said
+                else overflow("the weights")(got, case, edge))
     return diagnose
 
 
