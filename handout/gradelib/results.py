@@ -177,14 +177,13 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")
             continue
-        if previous is not None and failure_gist(output) == failure_gist(previous) and output.startswith("failed on "):
-            # The same failure on the other case set (other cases, other figures): said once.
-            lines.append(f"- {name}: the same failure as the line above ({output.splitlines()[0].rstrip(':')}).")
-            previous = output
-            continue
+        same = previous is not None and output.startswith("failed on ")
+        same = same and failure_gist(output) == failure_gist(previous)
         previous = output
-        lines.append(f"- {name}:")
-        lines += [f"    {line}" for line in _hints_once(output, hints).splitlines()]
+        if same:  # the same failure on the other case set (other cases, other figures): said once
+            lines.append(f"- {name}: the same failure as the line above ({output.splitlines()[0].rstrip(':')}).")
+        else:
+            lines += [f"- {name}:", *(f"    {line}" for line in _hints_once(output, hints).splitlines())]
     if todo:
         lines.append("- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:")
         for what, points in todo.items():

@@ -221,13 +221,11 @@ def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) 
         c = outcome.checks.get(q)
         if c is None or c.passed or c.stage != "values" or c.float32_level:
             continue
-        wrong = [s for s in sources if s in outcome.checks and not outcome.checks[s].passed]
-        if wrong:
-            first = wrong[0]
-            detail = c.message.partition(HINT)[0]
+        first = next((s for s in sources if s in outcome.checks and not outcome.checks[s].passed), None)
+        if first:
             outcome.checks[q] = replace(c, message=(
                 f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
-                f"{detail}{HINT}fix '{first}' first."))
+                f"{c.message.partition(HINT)[0]}{HINT}fix '{first}' first."))
 
 
 def name_float32(outcomes: list[CaseOutcome]) -> None:
@@ -286,8 +284,7 @@ def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str
     entry = entries.get(name) if isinstance(entries, dict) else None
     if not isinstance(entry, dict) or not entry.get("present"):
         return Observed(False, note=quote(missing_note, 1000))
-    type_name = entry.get("type")
-    type_name = quote(type_name, 200) if type_name is not None else None
+    type_name = None if entry.get("type") is None else quote(entry["type"], 200)
     note = quote(entry.get("note", ""), 500)
     array, refused = read_array(case_dir / f"{name}.npy", root, max_elements)
     if array is None and "note" not in entry:
