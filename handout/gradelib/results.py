@@ -139,9 +139,8 @@ _TODO_SAID = (
 
 
 def not_attempted(output: str) -> str:
-    """What is still a TODO, when every failed case of a line failed only because the code it grades
-    still raises the handout's NotImplementedError (e.g. "`softmax`", "forward (attention.py, line 65)");
-    '' otherwise, or when some failures are not shown."""
+    """What is still a TODO (e.g. "`softmax`", "forward (attention.py, line 65)") when every failed case of a line
+    failed only on the handout's NotImplementedError; '' otherwise, or when some failures are not shown."""
     if output.startswith("not checked on "):
         cases = [output.splitlines()[0]]
     elif output.startswith("failed on ") and not any(f"\n{w}" in output for w in OTHER_FAILURES):

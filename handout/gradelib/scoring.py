@@ -177,9 +177,8 @@ def failure_kind(check: Check) -> str:
 
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
-    """The first quantity of the line that fails on this case. On an edge line's case, one that fails the same way
-    (failure_kind) on an `ordinary` case of its dtype is left to the ordinary lines (named in `left`), except a NaN
-    on a stability edge."""
+    """The first quantity of the line that fails on this case. On an edge line, one failing the same way
+    (failure_kind) on an `ordinary` case of its dtype is left to their lines (in `left`), but a stability edge's NaN."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
@@ -197,9 +196,8 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
 
 
 def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
-    """Whether the code produced over a quarter of the line's quantities on this case, one of them right and not
-    all zeros: else (a blank handout, T = 1's zero score gradients) nothing of the edge was verified, and forgiving
-    the rest would pay for code not checked."""
+    """Whether over a quarter of the line's quantities were produced on this case, one of them right and not all
+    zeros: else (a blank handout, T = 1's zero score gradients) forgiving the rest would pay for code not checked."""
     produced = [q for q in group.quantities if q in outcome.checks and failure_kind(outcome.checks[q]) != "raise"]
     return 4 * len(produced) > len(group.quantities) and any(
         outcome.checks[q].passed and not outcome.checks[q].trivial for q in produced)

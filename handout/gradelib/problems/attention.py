@@ -221,9 +221,8 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
 
 
 def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
-    """Name a constant factor: sqrt(Dk) (or its inverse) is the scaling of the scores done wrong; 1/B or B
-    on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs. Where one
-    number is both (B = 2, Dk = 4), both are named."""
+    """Name a constant factor: sqrt(Dk) (or its inverse) is the scores' scaling done wrong; 1/B or B on a weight
+    gradient is a mean over the batch (or a sum repeated) where a sum belongs. A number that is both: both named."""
     for q, c in outcome.checks.items():
         if c.ratio is None:
             continue
@@ -273,9 +272,8 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
 
 
 def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
-    """Name a wrong scale of the scores when A_sig is the causal softmax of the raw scores A_w times
-    another factor than 1/sqrt(Dk) ('' when it is none of them). The grader's own A_w is used, so the
-    cause is named whatever the submission stored as A_w."""
+    """Name a wrong scale when A_sig is the causal softmax of A_w times another factor than 1/sqrt(Dk) ('' if none),
+    from the grader's own A_w: named whatever the submission stored as A_w."""
     a_w = expected["A_w"].astype(np.float64)
     d, dk, dv = expected["dLdX"].shape[-1], expected["Q"].shape[-1], expected["V"].shape[-1]
     candidates = [

@@ -86,9 +86,8 @@ def _bindings(tree: ast.Module) -> dict[tuple[str, str], list]:
 
 
 def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
-    """(variable names, attribute names) that the file only ever binds to an instance of one of the `own`
-    classes (or None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`,
-    `sm = self.softmax`."""
+    """(variable names, attribute names) the file only ever binds to an instance of one of the `own` classes (or
+    None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`, `sm = self.softmax`."""
     bound = _bindings(tree)
     names: set[str] = set()
     attrs: set[str] = set()
