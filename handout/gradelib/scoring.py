@@ -178,7 +178,7 @@ def failure_kind(check: Check) -> str:
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
     """The first quantity of the line that fails on this case. On an edge line, one failing the same way
-    (failure_kind) on an `ordinary` case of its dtype is left to their lines (in `left`), but a stability edge's NaN."""
+    (failure_kind) on an `ordinary` case of its dtype is left to their lines (in `left`); a stability NaN is not."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
