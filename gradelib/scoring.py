@@ -1,9 +1,7 @@
 """Turn per-case checks into rubric lines, and read what a child process left.
 
 A rubric line (group) on a case set is one test: it earns its points when every case of that set passes every
-quantity of the line; its message shows the first failing case in full and counts the others. A line with an
-`edge` (large scores, T = 1, ...) is graded on that edge's cases alone, and every other line skips them; what
-fails there the same way as on an ordinary case is forgiven (_first_failure, _ran_through).
+quantity of the line. A line with an `edge` (large scores, T = 1, ...) is graded on that edge's cases alone.
 """
 
 from __future__ import annotations
@@ -22,11 +20,7 @@ from .results import TestResult, gist
 from .rubric_schema import Group, Problem
 from .safeio import SafeReadError, quote
 
-MAX_ARRAY_BYTES = 64 * 1024 * 1024  # one quantity on one small case (the largest expected holds 18 kB)
-MAX_META_BYTES = 1_000_000
 MAX_CASE_NAMES_SHOWN = 6
-MAX_OTHER_FAILURES_SHOWN = 2  # failures other than the first case's, each said in one line
-MAX_OTHER_MESSAGE = 300
 
 
 @dataclass(frozen=True)
@@ -79,13 +73,12 @@ def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
 
 @dataclass
 class CaseOutcome:
-    """All checks of one case, plus messages that apply to the whole case."""
+    """All checks of one case."""
 
     name: str
     visibility: str
     description: str
     checks: dict[str, Check] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
     edge: str = ""
     dtype: str = ""
 
@@ -108,32 +101,30 @@ def line_cases(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis:
 def group_results(problem: Problem, outcomes: list[CaseOutcome], visibilities: tuple[str, ...],
                   withheld: dict[str, str] | None = None) -> list[TestResult]:
     """One TestResult per (group, visibility); `withheld` maps group id -> reason it scores 0."""
-    withheld = withheld or {}
-    tests = []
-    for line in lines(problem, visibilities):
-        group, vis = line.group, line.visibility
-        cases = line_cases(problem, group, outcomes, vis)
-        if group.id in withheld:
-            tests.append(line.result(0.0, withheld[group.id]))
-            continue
-        if not cases:
-            tests.append(line.result(0.0, f"no {vis} cases were found for this line"))
-            continue
-        ordinary = line_cases(problem, replace(group, edge=""), outcomes, vis) if group.edge else []
-        left: set[str] = set()
-        failed = [(o, _first_failure(o, group, ordinary, left)) for o in cases]
-        failed = [(o, c) for o, c in failed if c is not None]
-        if not failed and left and not any(_ran_through(o, group) for o in cases):
-            tests.append(line.result(0.0, _not_verified(cases, group, vis)))
-        elif failed:
-            tests.append(line.result(0.0, _failure_text(failed, len(cases), vis)))
-        elif left:
-            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases: what fails there fails the same way"
-                                          f" on ordinary cases of the same dtype ({', '.join(map(repr, sorted(left)))}:"
-                                          " graded by their own lines, not again here)"))
-        else:
-            tests.append(line.result(1.0, f"passed on all {len(cases)} {vis} cases"))
-    return tests
+    return [line.result(*_verdict(problem, line, outcomes, withheld or {})) for line in lines(problem, visibilities)]
+
+
+def _verdict(problem: Problem, line: Line, outcomes: list[CaseOutcome], withheld: dict[str, str]) -> tuple[float, str]:
+    """The fraction of its points `line` earns on `outcomes`, and what it says. On an edge line, what fails the same
+    way as on an ordinary case is forgiven (_first_failure) where the edge was verified (_ran_through)."""
+    group, vis = line.group, line.visibility
+    cases = line_cases(problem, group, outcomes, vis)
+    if group.id in withheld:
+        return 0.0, withheld[group.id]
+    if not cases:
+        return 0.0, f"no {vis} cases were found for this line"
+    ordinary = line_cases(problem, replace(group, edge=""), outcomes, vis) if group.edge else []
+    left: set[str] = set()
+    failed = [(o, c) for o in cases if (c := _first_failure(o, group, ordinary, left)) is not None]
+    if not failed and left and not any(_ran_through(o, group) for o in cases):
+        return 0.0, _not_verified(cases, group, vis)
+    if failed:
+        return 0.0, _failure_text(failed, len(cases), vis)
+    if left:
+        return 1.0, (f"passed on all {len(cases)} {vis} cases: what fails there fails the same way on ordinary cases "
+                     f"of the same dtype ({', '.join(map(repr, sorted(left)))}: graded by their own lines, not again "
+                     "here)")
+    return 1.0, f"passed on all {len(cases)} {vis} cases"
 
 
 HINT = " Hint: "  # how compare.check ends a message with its hint
@@ -157,15 +148,14 @@ def _failure_text(failed: list[tuple[CaseOutcome, Check]], n_cases: int, vis: st
         return f"not checked on {len(failed)} of {n_cases} {vis} cases: {check.message.removeprefix('not checked: ')}"
     lines = [f"failed on {len(failed)} of {n_cases} {vis} cases:",
              f"case '{first.name}' ({first.description}): {check.message}"]
-    lines += [f"  {n}" for n in first.notes]
     if same:
         lines.append(f"the same failure on {_names(same)}")
     others = list(groups.values())
-    for found in others[:MAX_OTHER_FAILURES_SHOWN]:  # a different failure: its first case, shortly
+    for found in others[:2]:  # a different failure: its first case, in one line of at most 300 characters
         message = found[0][1].message.partition(HINT)[0]
-        message = message if len(message) <= MAX_OTHER_MESSAGE else message[: MAX_OTHER_MESSAGE - 1] + "…"
+        message = message if len(message) <= 300 else message[:299] + "…"
         lines.append(f"another failure on {_names([o for o, _ in found])}: {message}")
-    rest = [o for found in others[MAX_OTHER_FAILURES_SHOWN:] for o, _ in found]
+    rest = [o for found in others[2:] for o, _ in found]
     if rest:
         lines.append(f"and other failures on {_names(rest)}")
     return "\n".join(lines)
@@ -187,9 +177,8 @@ def failure_kind(check: Check) -> str:
 
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
-    """The first quantity of the line that fails on this case. On an edge line's case, one that fails the same way
-    (failure_kind) on an `ordinary` case of its dtype is left to the ordinary lines (named in `left`), except a NaN
-    on a stability edge."""
+    """The first quantity of the line that fails on this case. On an edge line, one failing the same way
+    (failure_kind) on an `ordinary` case of its dtype is left to their lines (in `left`); a stability NaN is not."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
@@ -207,9 +196,8 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
 
 
 def _ran_through(outcome: CaseOutcome, group: Group) -> bool:
-    """Whether the code produced over a quarter of the line's quantities on this case, one of them right and not
-    all zeros: else (a blank handout, T = 1's zero score gradients) nothing of the edge was verified, and forgiving
-    the rest would pay for code not checked."""
+    """Whether over a quarter of the line's quantities were produced on this case, one of them right and not all
+    zeros: else (a blank handout, T = 1's zero score gradients) forgiving the rest would pay for code not checked."""
     produced = [q for q in group.quantities if q in outcome.checks and failure_kind(outcome.checks[q]) != "raise"]
     return 4 * len(produced) > len(group.quantities) and any(
         outcome.checks[q].passed and not outcome.checks[q].trivial for q in produced)
@@ -231,13 +219,11 @@ def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) 
         c = outcome.checks.get(q)
         if c is None or c.passed or c.stage != "values" or c.float32_level:
             continue
-        wrong = [s for s in sources if s in outcome.checks and not outcome.checks[s].passed]
-        if wrong:
-            first = wrong[0]
-            detail = c.message.partition(HINT)[0]
+        first = next((s for s in sources if s in outcome.checks and not outcome.checks[s].passed), None)
+        if first:
             outcome.checks[q] = replace(c, message=(
                 f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
-                f"{detail}{HINT}fix '{first}' first."))
+                f"{c.message.partition(HINT)[0]}{HINT}fix '{first}' first."))
 
 
 def name_float32(outcomes: list[CaseOutcome]) -> None:
@@ -269,8 +255,8 @@ def all_zero(problem: Problem, visibilities: tuple[str, ...], message: str) -> l
 
 def read_array(path: Path, root: Path | None = None, max_elements: int | None = None) -> tuple[np.ndarray | None, str]:
     """A .npy the child wrote, as (array, "") or (None, why it was refused)."""
-    try:
-        return safeio.read_npy(path, max_bytes=MAX_ARRAY_BYTES, kinds="biuf", root=root, single_link=True,
+    try:  # 64 MB: one quantity on one small case (the largest expected holds 18 kB)
+        return safeio.read_npy(path, max_bytes=64 << 20, kinds="biuf", root=root, single_link=True,
                                max_elements=max_elements), ""
     except SafeReadError as exc:
         return None, str(exc)
@@ -280,17 +266,12 @@ def load_meta(path: Path, root: Path | None = None) -> tuple[dict | None, str]:
     """The child's JSON notes for a case, or (None, why not): "" when the child never wrote them. `root`: the
     scratch folder the child owned (no folder between it and the file may be a link)."""
     try:
-        data = safeio.read_json(path, MAX_META_BYTES, root=root, single_link=True)
+        data = safeio.read_json(path, 1_000_000, root=root, single_link=True)
     except SafeReadError as exc:
         return None, "" if exc.reason == "missing" else str(exc)
     if not isinstance(data, dict):
         return None, f"{path.name} holds {type(data).__name__}, not the object the grader's harness writes"
     return data, ""
-
-
-def read_meta(path: Path, root: Path | None = None) -> dict | None:
-    """load_meta without the reason."""
-    return load_meta(path, root)[0]
 
 
 def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str, root: Path | None = None,
@@ -301,8 +282,7 @@ def observed_from_child(case_dir: Path, meta: dict, name: str, missing_note: str
     entry = entries.get(name) if isinstance(entries, dict) else None
     if not isinstance(entry, dict) or not entry.get("present"):
         return Observed(False, note=quote(missing_note, 1000))
-    type_name = entry.get("type")
-    type_name = quote(type_name, 200) if type_name is not None else None
+    type_name = None if entry.get("type") is None else quote(entry["type"], 200)
     note = quote(entry.get("note", ""), 500)
     array, refused = read_array(case_dir / f"{name}.npy", root, max_elements)
     if array is None and "note" not in entry:

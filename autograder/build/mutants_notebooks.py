@@ -58,8 +58,8 @@ class Target:
 
 
 TARGETS = (
-    Target("losses", LOSSES.notebook, tuple(LOSSES.functions), "notebooks"),
-    Target("masks", MASKS.notebook, tuple(MASKS.functions), "notebooks"),
+    *(Target(pid, spec.notebook, tuple(sorted({c.function for c in spec.calls})), "notebooks")
+      for pid, spec in (("losses", LOSSES), ("masks", MASKS))),
     Target("prediction", lm_functions.NOTEBOOK, ("collate", "lm_loss", "CausalSelfAttention.forward",
                                                  "CausalSelfAttention.__init__", "embedding_dropout",
                                                  "CausalLanguageModel.__init__", "CausalLanguageModel.forward",

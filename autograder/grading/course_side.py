@@ -12,7 +12,7 @@ from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's b
 
 from .model_quality import model_run, score_line
 
-__all__ = ["model_run", "score_line", "said_program", "said_record"]
+__all__ = ["attention_records", "model_run", "score_line", "said_program", "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
@@ -46,3 +46,10 @@ def said_record(label: object) -> str:
     if text.startswith("the autograd engine ("):
         return "the autograd engine"
     return "an autograd call the grader's harness recorded"
+
+
+def attention_records(run) -> tuple[set[str], str]:
+    """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
+    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted."""
+    return {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}, \
+        run.events_tampered

@@ -97,11 +97,15 @@ SAMPLING_SETTINGS = {
 }
 
 
-def notebook_schema(spec: NotebookSpec) -> ProblemSchema:
-    """What a problem graded from this notebook may list in the rubric."""
+# The notebook problems whose case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
+EDGE_LINES = {"losses"}
+
+
+def notebook_schema(pid: str, spec: NotebookSpec) -> ProblemSchema:
+    """What problem `pid`, graded from notebook `spec`, may list in the rubric."""
     outputs = {q for c in spec.calls for q in c.outputs}
     return ProblemSchema(settings=NOTEBOOK_SETTINGS, quantities=frozenset(spec.quantities) | outputs,
-                         edge_lines=spec.edge_lines)
+                         edge_lines=pid in EDGE_LINES)
 
 
 LM_QUANTITIES = frozenset(q for c in lm_functions.SPEC.calls for q in c.outputs)
@@ -110,7 +114,7 @@ LM_QUANTITIES = frozenset(q for c in lm_functions.SPEC.calls for q in c.outputs)
 SCHEMAS = {
     # Its case files tag edge cases (cases.json "edge"), each graded by the rubric line naming it.
     "attention": ProblemSchema(quantities=frozenset(attention.QUANTITIES), edge_lines=True),
-    **{pid: notebook_schema(spec) for pid, spec in SPECS.items()},
+    **{pid: notebook_schema(pid, spec) for pid, spec in SPECS.items()},
     "prediction": ProblemSchema(
         settings={
             "full_credit_nll": Setting((int, float), None, "Prediction NLL (nats/char) at or below which the nll "

@@ -10,6 +10,11 @@ import ast
 # Names whose use means gradients came from automatic differentiation.
 AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
                   "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
+# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
+# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
+META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
+              "__dict__", "__builtins__", "modules", "import_module"}
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
@@ -20,12 +25,6 @@ def _is_main_guard(node: ast.stmt) -> bool:
     sides = [test.left, *test.comparators]
     return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
         isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
-
-
-# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
-# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
-META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
-              "__dict__", "__builtins__", "modules", "import_module"}
 
 
 def _main_guards_never_run(tree: ast.Module) -> bool:
@@ -45,71 +44,60 @@ def _own_backward_classes(tree: ast.Module) -> set[str]:
     """Classes of the file with a `backward` of their own (defined in the class or in a base of the file's that
     has one): calling it runs the file's code, not autograd."""
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    own = {name for name, node in classes.items()
-           if any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "backward" for f in node.body)}
-    grew = True
-    while grew:
-        grew = False
-        for name, node in classes.items():
-            if name not in own and any(isinstance(b, ast.Name) and b.id in own for b in node.bases):
-                own.add(name)
-                grew = True
+    own = {name for name, node in classes.items() if any(isinstance(f, FUNCTIONS) and f.name == "backward"
+                                                         for f in node.body)}
+    while grew := {name for name, node in classes.items()
+                   if name not in own and any(isinstance(b, ast.Name) and b.id in own for b in node.bases)}:
+        own |= grew
     return own
 
 
-def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
-    """(variable names, attribute names) that the file only ever binds to an instance of one of the `own`
-    classes (or None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`,
-    `sm = self.softmax`."""
-    names: set[str] = set()
-    attrs: set[str] = set()
-    while True:  # a holder may be bound from another holder: grow the sets until they stop changing
-        found = _holders_once(tree, own, names, attrs)
-        if found == (names, attrs):
-            return names, attrs
-        names, attrs = found
-
-
-def _holders_once(tree: ast.Module, own: set[str], names: set[str], attrs: set[str]) -> tuple[set[str], set[str]]:
-    def is_own(value) -> bool:
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-            return value.func.id in own
-        return (isinstance(value, ast.Name) and value.id in names) or (isinstance(value, ast.Attribute)
-                                                                       and value.attr in attrs)
-
-    bound: dict[tuple[str, str], list[bool]] = {}
+def _bindings(tree: ast.Module) -> dict[tuple[str, str], list]:
+    """("name" or "attr", name) -> the value of each binding of it: an expression, or None where it may be anything
+    (an import, a parameter, a def, an except clause, a loop, one element of a tuple target...)."""
+    bound: dict[tuple[str, str], list] = {}
     for node in ast.walk(tree):
-        # Names bound otherwise than by an assignment (an import, a parameter, a def, an except clause) may
-        # hold anything: `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
+        # `from torch import Tensor as sm` makes sm.backward autograd's, whatever else sm is.
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             others = [a.asname or a.name.split(".")[0] for a in node.names]
         elif isinstance(node, ast.arg):
             others = [node.arg]
         else:
-            named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler))
+            named = isinstance(node, (*FUNCTIONS, ast.ClassDef, ast.ExceptHandler))
             others = [node.name] if named and node.name else []
         for name in others:
-            bound.setdefault(("name", name), []).append(False)
+            bound.setdefault(("name", name), []).append(None)
         if isinstance(node, ast.Assign):
             pairs = [(t, node.value) for t in node.targets]
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
             pairs = [(node.target, node.value if not isinstance(node, ast.AugAssign) else None)]
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.AsyncWith, ast.NamedExpr)):
-            targets = ([node.target] if not isinstance(node, (ast.With, ast.AsyncWith))
-                       else [i.optional_vars for i in node.items if i.optional_vars is not None])
-            pairs = [(t, None) for t in targets]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)):
+            pairs = [(node.target, None)]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            pairs = [(i.optional_vars, None) for i in node.items if i.optional_vars is not None]
         else:
             continue
         for target, value in [(t, v) for target, value in pairs for t, v in _element_pairs(target, value)]:
             for t in ast.walk(target):
-                if not isinstance(t, (ast.Name, ast.Attribute)):
-                    continue
-                key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr)
-                direct = t is target  # an element of a tuple target gets one part of the value
-                none = isinstance(value, ast.Constant) and value.value is None
-                bound.setdefault(key, []).append(direct and (is_own(value) or none))
-    return ({k[1] for k, ok in bound.items() if k[0] == "name" and all(ok)},
-            {k[1] for k, ok in bound.items() if k[0] == "attr" and all(ok)})
+                if isinstance(t, (ast.Name, ast.Attribute)):  # an element of a tuple target gets one part of the value
+                    key = ("name", t.id) if isinstance(t, ast.Name) else ("attr", t.attr)
+                    bound.setdefault(key, []).append(value if t is target else None)
+    return bound
+
+
+def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
+    """(variable names, attribute names) the file only ever binds to an instance of one of the `own` classes (or
+    None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`, `sm = self.softmax`."""
+    bound = _bindings(tree)
+    names: set[str] = set()
+    attrs: set[str] = set()
+    while True:  # a holder may be bound from another holder: grow the sets until they stop changing
+        held = [key for key, values in bound.items() if all(
+            _is_own(v, own, names, attrs) or (isinstance(v, ast.Constant) and v.value is None) for v in values)]
+        found = {k for kind, k in held if kind == "name"}, {k for kind, k in held if kind == "attr"}
+        if found == (names, attrs):
+            return names, attrs
+        names, attrs = found
 
 
 def _element_pairs(target, value) -> list[tuple]:
@@ -120,20 +108,18 @@ def _element_pairs(target, value) -> list[tuple]:
     return [(target, value)]
 
 
-def _calls_own_backward(node: ast.Attribute, own: set[str], names: set[str], attrs: set[str]) -> bool:
-    """Whether `<value>.backward` is the file's own method: on self, on one of its classes or on an instance of
-    one (made right there, or held by a variable or an attribute only ever bound to one)."""
-    value = node.value
-    if isinstance(value, ast.Name):
-        return value.id == "self" or value.id in own or value.id in names
-    if isinstance(value, ast.Attribute):
-        return value.attr in attrs
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in own
+def _is_own(value, own: set[str], names: set[str], attrs: set[str]) -> bool:
+    """Whether `value` is an instance of one of the file's `own` classes: made right there, or held by a variable
+    or an attribute only ever bound to one."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id in own
+    return (isinstance(value, ast.Name) and value.id in names) or (isinstance(value, ast.Attribute)
+                                                                   and value.attr in attrs)
 
 
 def autograd_uses(source: str) -> list[str]:
     """Lines of `source` that reach for automatic differentiation, as 'line N: code'. A `.backward` call is
-    autograd's unless it is the file's own method (a helper class with a hand-written backward, held on self)."""
+    autograd's unless it is the file's own method (on self, on one of its classes or on an instance of one)."""
     tree = ast.parse(source)
     # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
     # autograd) never runs when the grader imports the file; its `else` branch does. Unless
@@ -147,9 +133,10 @@ def autograd_uses(source: str) -> list[str]:
     for node in ast.walk(tree):
         bad = False
         if isinstance(node, ast.Attribute):
-            bad = node.attr in AUTOGRAD_NAMES or (node.attr == "func" and isinstance(node.value, ast.Name)
-                                                  and node.value.id == "torch") or (
-                node.attr == "backward" and not _calls_own_backward(node, own, names, attrs))
+            name = node.value.id if isinstance(node.value, ast.Name) else None
+            mine = name in {"self", *own} or _is_own(node.value, own, names, attrs)
+            bad = node.attr in AUTOGRAD_NAMES or (node.attr == "func" and name == "torch") or (
+                node.attr == "backward" and not mine)
         elif isinstance(node, ast.keyword):
             bad = node.arg in AUTOGRAD_NAMES
         elif isinstance(node, ast.Name):

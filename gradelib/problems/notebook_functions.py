@@ -1,8 +1,7 @@
 """Problems `losses` and `masks` (notebooks 1 and 2): run the student's notebook in the child, judge here.
 
-Each is plain data, a NotebookSpec: the notebook, the calls to make and, per quantity, the types accepted and a hint.
-Cases (<case_root>/notebooks/<visibility>/cases.json) are tagged with their problem id; only a case's inputs reach the
-child (child/notebook_child.py), never its expected_<quantity> arrays.
+Each is a NotebookSpec: the notebook, the calls to make and, per quantity, the types accepted and a hint. Only a
+case's inputs reach the child (child/notebook_child.py), never its expected_<quantity> arrays.
 """
 
 from __future__ import annotations
@@ -52,11 +51,6 @@ class NotebookSpec:
     notebook: str
     calls: tuple[Call, ...]
     quantities: dict[str, Quantity]
-    edge_lines: bool = False  # its case files tag edge cases (cases.json "edge")
-
-    @property
-    def functions(self) -> list[str]:
-        return sorted({c.function for c in self.calls})
 
 
 # Notebook 1: masked-LM and next-token losses in numpy.
@@ -97,7 +91,6 @@ LOSSES = NotebookSpec(
         "causal_mask": Quantity(ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.",
                                 additive_mask=True, diagnose=D.wrong_side(additive=True)),
     },
-    edge_lines=True,
 )
 
 # Notebook 2: attention with causal and padding masks in torch.
@@ -145,12 +138,7 @@ SPECS = {"losses": LOSSES, "masks": MASKS}
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade notebook 1 (`losses`) or 2 (`masks`) on ctx's case sets: a TestResult per (line, visibility)."""
-    return grade_notebook(ctx, problem, SPECS[problem.id])
-
-
-def grade_notebook(ctx: GradeContext, problem: Problem, spec: NotebookSpec) -> list[TestResult]:
-    """Run the functions `spec` names from its notebook on the cases; a TestResult per (line, visibility)."""
-    vis = ctx.visibilities
+    vis, spec = ctx.visibilities, SPECS[problem.id]
     src = ctx.submission / spec.notebook
     if not src.is_file():
         return all_zero(problem, vis, f"{spec.notebook} is missing from the handin; add it and submit again.")
@@ -185,11 +173,9 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
         got, quantity = observe(q), spec.quantities[q]
         result = _check(q, got, exp, quantity, tol)
-        if not result.passed and result.stage == "values" and quantity.diagnose is not None:
-            cause = quantity.diagnose(got.array, arrays, case.edge)
-            if cause:
-                result = _check(q, got, exp, replace(quantity, hint=cause), tol)
-        outcome.checks[q] = result
+        wrong = not result.passed and result.stage == "values" and quantity.diagnose
+        cause = quantity.diagnose(got.array, arrays, case.edge) if wrong else ""
+        outcome.checks[q] = _check(q, got, exp, replace(quantity, hint=cause), tol) if cause else result
     follow_upstream(outcome, {q: spec.quantities[q].upstream for q in expected})
     return outcome
 
@@ -201,8 +187,8 @@ def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, t
                      hint=quantity.hint)
     # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
     finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
-    early = check(name, Observed(got.present, got.type_name, finite, got.note), np.nan_to_num(expected, neginf=0.0),
-                  rtol=0.0, atol=0.0, expected_type=expected_type, hint=quantity.hint)
+    early = check(name, replace(got, array=finite), np.nan_to_num(expected, neginf=0.0), rtol=0.0, atol=0.0,
+                  expected_type=expected_type, hint=quantity.hint)
     if early.stage in ("present", "type", "shape", "dtype"):
         return early
     # ... then exact values, where -inf is a value like any other.

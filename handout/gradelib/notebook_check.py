@@ -1,8 +1,7 @@
 """The notebooks' `grader.check` and `make checks`: the local grader's public lines, graded in the student's kernel.
 
-check("losses", "token_nll", token_nll=token_nll), a public otter test, grades that rubric line on the handout's public
-cases with the local grader's calls (child/notebook_child.py, child/lm_child.py: here in the kernel), comparisons and
-message, and raises AssertionError with that message when the line would lose points: the two cannot disagree.
+check("losses", "token_nll", token_nll=token_nll) grades that rubric line on the public cases with the local grader's
+calls (the child harnesses, run here), comparisons and message: the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -152,16 +151,14 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     kept = tuple(q for q in group.quantities if q in {q for c in calls for q in c.outputs})
     if not kept:
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
-    # This line alone, on its public cases, restricted to what the functions passed make; an edge line keeps, after
-    # it, the ordinary lines made of its quantities, which decide whether a failure it shares is theirs.
+    # This line alone, on its public cases, restricted to what the functions passed make; an edge line keeps the
+    # ordinary lines made of its quantities, which decide whether a failure it shares is theirs.
     covering = [replace(g, visibilities=("public",)) for g in problem.groups
                 if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
     root = root or case_root()
-    # The local grader's cases for this line: an ordinary line skips the edge cases other lines take; an edge line
-    # takes its own and the ordinary ones, which decide what is particular to it.
-    taken = {g.edge for g in problem.groups if g.edge}
+    taken = {g.edge for g in problem.groups if g.edge}  # an edge line takes its own cases and the ordinary ones
     cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
              if c.edge == group.edge or c.edge not in taken]
     if not cases:
@@ -185,10 +182,8 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
             def observe(q: str, rec=rec):
                 return observed_from_child(rec.dir, rec.meta, q, quote(rec.meta["errors"].get(q, "not produced"), 800))
 
-            if folder == "notebooks":
-                outcomes.append(notebook_functions.judge_case(sub, spec, case, observe, wanted=set(kept)))
-            else:
-                outcomes.append(lm_functions.judge_case(sub, case, observe))
+            outcomes.append(notebook_functions.judge_case(sub, spec, case, observe, wanted=set(kept))
+                            if folder == "notebooks" else lm_functions.judge_case(sub, case, observe))
     return group_results(sub, outcomes, ("public",))[0]
 
 

@@ -1,8 +1,4 @@
-"""Test results and the score table a student reads.
-
-One TestResult is one test: a rubric line on one case set. The course grader writes the same list as
-Gradescope's results.json and Autolab's line.
-"""
+"""Test results (a rubric line on one case set each) and the score table a student reads."""
 
 from __future__ import annotations
 
@@ -30,9 +26,8 @@ class TestResult:
 
     def __post_init__(self) -> None:
         # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
-        self.name, self.output = clean_text(self.name), clean_text(self.output)
-        if not _finite(self.max_score):
-            self.max_score = 0.0
+        self.name, self.output, self.max_score = clean_text(self.name), clean_text(self.output), score_number(
+            self.max_score)
         if not _finite(self.score):
             said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
             self.output, self.score = f"{self.output}\n({said})", 0.0
@@ -76,12 +71,9 @@ class SubmissionResult:
         return round(sum(score_number(v) for v in self.max_points.values()), 4)
 
     def table(self, withhold: Callable[[str, list[TestResult], list[TestResult]], list[str]] | None = None) -> str:
-        """The report a student reads: per problem its score and how many lines pass; a problem whose lines all
-        pass is that one line; otherwise each failed line, directly followed by its first failing case and cause
-        (root causes before the lines that fail because of them), then its passing lines folded into one line.
-        Every row at most WIDTH columns. `withhold` (the course grader's feedback to students):
-        given a problem's id, its failed tests shown and its failed hidden tests whose messages are not (unless
-        the rubric shows hidden tests at once), the lines said of those instead."""
+        """The report a student reads, rows of at most WIDTH columns: per problem its score, each failed line with
+        its first failing case and cause (root causes first), its passing lines folded into one. `withhold` (the
+        course's feedback): (problem id, failed tests shown, failed hidden tests not shown) -> lines said instead."""
         lines = [f"Submission: {self.submission}"]
         if self.isolation:
             lines.append(f"Sandbox: {self.isolation}")
@@ -147,9 +139,8 @@ _TODO_SAID = (
 
 
 def not_attempted(output: str) -> str:
-    """What is still a TODO, when every failed case of a line failed only because the code it grades
-    still raises the handout's NotImplementedError (e.g. "`softmax`", "forward (attention.py, line 65)");
-    '' otherwise, or when some failures are not shown."""
+    """What is still a TODO (e.g. "`softmax`", "forward (attention.py, line 65)") when every failed case of a line
+    failed only on the handout's NotImplementedError; '' otherwise, or when some failures are not shown."""
     if output.startswith("not checked on "):
         cases = [output.splitlines()[0]]
     elif output.startswith("failed on ") and not any(f"\n{w}" in output for w in OTHER_FAILURES):
@@ -185,14 +176,13 @@ def why_lost(failed: list[tuple[str, str, float]]) -> list[str]:
         if output == previous:  # e.g. the backward points withheld, said on each backward line
             lines.append(f"- {name}: the same as the line above.")
             continue
-        if previous is not None and failure_gist(output) == failure_gist(previous) and output.startswith("failed on "):
-            # The same failure on the other case set (other cases, other figures): said once.
-            lines.append(f"- {name}: the same failure as the line above ({output.splitlines()[0].rstrip(':')}).")
-            previous = output
-            continue
+        same = previous is not None and output.startswith("failed on ")
+        same = same and failure_gist(output) == failure_gist(previous)
         previous = output
-        lines.append(f"- {name}:")
-        lines += [f"    {line}" for line in _hints_once(output, hints).splitlines()]
+        if same:  # the same failure on the other case set (other cases, other figures): said once
+            lines.append(f"- {name}: the same failure as the line above ({output.splitlines()[0].rstrip(':')}).")
+        else:
+            lines += [f"- {name}:", *(f"    {line}" for line in _hints_once(output, hints).splitlines())]
     if todo:
         lines.append("- not attempted yet (the handout's TODO still raises NotImplementedError), so every case failed:")
         for what, points in todo.items():

@@ -1,7 +1,4 @@
-"""Problem `attention`: grade attention.py's forward and backward passes.
-
-The submission runs in a child (child/attention_child.py) on every case's inputs; the expected values stay here.
-"""
+"""Problem `attention`: grade attention.py's forward and backward passes, run in a child (child/attention_child.py)."""
 
 from __future__ import annotations
 
@@ -81,16 +78,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return scoring.all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    # The public cases and the hidden ones run in two processes: the public run never has a hidden input at hand,
-    # so its words (messages, type names, values, what it printed) can be shown; the hidden run's reach the
-    # hidden lines only, and the notes say of it what the grader can say itself (how the process ended).
+    # Public and hidden cases run in two processes: only the public run's words (messages, values, what it printed)
+    # can be shown; the course's words (ctx.course) name the records of a hidden run, never quote them.
     outcomes: list[CaseOutcome] = []
     runtime_hits: set[str] = set()
-    tampered: list[str] = []
-    used = 0.0
-    stored = stored_at(source)
-    # How the records of the runs are repeated: the course grader's words, which never quote a hidden run's.
-    said = (ctx.course.said_record, ctx.course.said_program) if ctx.course else (said_record, clean_text)
+    tampered, used, stored = "", 0.0, stored_at(source)
+    said = ctx.course.said_record if ctx.course else said_record
     for mine in by_visibility(cases):
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
@@ -101,29 +94,29 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         used += run.wall_s
         outcomes += found
         runtime_hits |= hits
-        if run.events_tampered:
-            tampered.append(run.events_tampered)
+        if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
+            hits, why = ctx.course.attention_records(run)
+            runtime_hits |= hits
+            tampered = tampered or why
         _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
     scoring.name_float32(outcomes)
     for outcome in outcomes:
         scoring.follow_upstream(outcome, UPSTREAM)
 
-    withheld = {}
-    reasons = []
-    if tampered:  # the pipe that carries the record of autograd calls cannot be trusted
-        reasons.append(f"tampered with the grader's record of autograd calls ({tampered[0]})")
+    # The pipe that carries the record of autograd calls cannot be trusted when tampered with.
+    reasons = [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
     if static_hits:
         lines = clean_text("; ".join(static_hits[:5]))
         reasons.append(f"uses automatic differentiation or a built-in attention: {lines}")
     if runtime_hits:
         reasons.append("used " + ", ".join(sorted(runtime_hits)) + " while running")
-    if reasons:
-        msg = (f"Backward points withheld: {FILENAME} " + " and ".join(reasons) + ". This assignment asks for "
-               "hand-derived gradients with plain tensor operations; remove torch.autograd, .backward(), "
-               "requires_grad and scaled_dot_product_attention.")
-        withheld = {g.id: msg for g in problem.groups if g.backward}
-        ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
-    return scoring.group_results(problem, outcomes, vis, withheld)
+    if not reasons:
+        return scoring.group_results(problem, outcomes, vis)
+    msg = (f"Backward points withheld: {FILENAME} " + " and ".join(reasons) + ". This assignment asks for "
+           "hand-derived gradients with plain tensor operations; remove torch.autograd, .backward(), "
+           "requires_grad and scaled_dot_product_attention.")
+    ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
+    return scoring.group_results(problem, outcomes, vis, {g.id: msg for g in problem.groups if g.backward})
 
 
 def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
@@ -138,8 +131,7 @@ def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
 
 
 def said_record(label: object) -> str:
-    """A record of an autograd call as the local grader repeats it: on one line, the engine's attribute left out.
-    The course grader (ctx.course.said_record) names any label the child's tripwires do not write, never quotes it."""
+    """A record of an autograd call as the local grader repeats it: on one line, the engine's attribute left out."""
     text = quote(label, 200)
     return "the autograd engine" if text.startswith("the autograd engine (") else text
 
@@ -159,31 +151,30 @@ def stored_at(source: str) -> dict[int, str]:
 
 
 def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun, stored: dict[int, str],
-             said: tuple):
-    """Every case's outcome from what the child left in `scratch`, and the autograd calls it recorded (`said`: how
-    to repeat an autograd record and a program's start)."""
-    said_record, said_program = said
-    # Events reached the grader as they happened; meta.json is the child's own (editable) record.
-    runtime_hits: set[str] = {said_record(label) for label in run.event_args("autograd")}
-    # Another program (a fresh interpreter, free of every tripwire) is refused; trying is reported with the rest.
-    runtime_hits |= {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}
+             said_record) -> tuple[list[CaseOutcome], set[str]]:
+    """Every case's outcome from what the child left in `scratch`, and the autograd calls it recorded, said by
+    `said_record`: the events that reached the grader as they happened, and meta.json's (the child's own record)."""
+    runtime_hits = {said_record(label) for label in run.event_args("autograd")}
     outcomes = []
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = scoring.load_meta(case_dir / "meta.json", root=scratch)
+        flags = meta.get("flags") if meta and isinstance(meta.get("flags"), dict) else {}
+        calls = flags.get("autograd_calls", [])
+        runtime_hits.update(said_record(c) for c in (calls if isinstance(calls, list) else []))
+        if flags.get("grad_tracking") is True:
+            runtime_hits.add("requires_grad tensors in forward")
         with np.load(case.path, allow_pickle=False) as data:
             expected = {q: data[f"expected_{q}"] for q in QUANTITIES}
-        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, runtime_hits, stored,
-                                 said_record))
+        outcomes.append(_outcome(problem, case, expected, case_dir, meta, refused, run, scratch, stored))
     return outcomes, runtime_hits
 
 
 def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case_dir: Path, meta: dict | None,
-             refused: str, run: sandbox.ChildRun, scratch: Path, runtime_hits: set[str],
-             stored: dict[int, str], said_record) -> CaseOutcome:
-    """Every quantity of one case, checked; the autograd calls the child recorded are added to `runtime_hits`.
-    A crash on a line that stores one quantity (`stored`) is said on that quantity; the quantities left unstored
-    after it point there. Backward is judged after a failed forward when forward stored all it reads."""
+             refused: str, run: sandbox.ChildRun, scratch: Path, stored: dict[int, str]) -> CaseOutcome:
+    """Every quantity of one case, checked. A crash on a line that stores one quantity (`stored`) is said on that
+    quantity; the quantities left unstored after it point there. Backward is judged after a failed forward when
+    forward stored all it reads."""
     outcome = CaseOutcome.of(case)
     tol = problem.tolerance.get(case.dtype, {"rtol": 1e-6, "atol": 1e-8})
     if meta is None:
@@ -193,12 +184,6 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
             outcome.checks[q] = check(q, Observed(False, note=why), expected[q], rtol=tol["rtol"], atol=tol["atol"])
         return outcome
     errors = meta.get("errors") if isinstance(meta.get("errors"), dict) else {}
-    flags = meta.get("flags") if isinstance(meta.get("flags"), dict) else {}
-    calls = flags.get("autograd_calls", [])
-    if isinstance(calls, list):
-        runtime_hits.update(said_record(c) for c in calls)
-    if flags.get("grad_tracking") is True:
-        runtime_hits.add("requires_grad tensors in forward")
     quantities = meta.get("quantities") if isinstance(meta.get("quantities"), dict) else {}
     fed = all(isinstance(quantities.get(q), dict) and quantities[q].get("present") for q in BACKWARD_READS)
     crashed = {step: stored.get(int(m.group(1))) for step in ("forward", "backward")
@@ -222,11 +207,10 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
         # A wrong shape is reported as such; one far larger than expected is not even read.
         obs = scoring.observed_from_child(case_dir, meta, q, note, root=scratch,
                                           max_elements=64 * expected[q].size + 64)
-        backward_error = errors.get("backward")
         # Backward ran on what a failed forward left unstored (unless it is the handout's NotImplementedError):
         # nothing it returned can be judged.
-        if stage == "backward" and "forward" in errors and not fed and not (
-                isinstance(backward_error, str) and backward_error.startswith("NotImplementedError")):
+        if stage == "backward" and "forward" in errors and not fed and not str(errors.get("backward")).startswith(
+                "NotImplementedError"):
             obs = replace(obs, unchecked=f"forward raised {quote(errors['forward'], 600)} (see the forward lines)")
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
@@ -237,9 +221,8 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
 
 
 def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
-    """Name a constant factor: sqrt(Dk) (or its inverse) is the scaling of the scores done wrong; 1/B or B
-    on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs. Where one
-    number is both (B = 2, Dk = 4), both are named."""
+    """Name a constant factor: sqrt(Dk) (or its inverse) is the scores' scaling done wrong; 1/B or B on a weight
+    gradient is a mean over the batch (or a sum repeated) where a sum belongs. A number that is both: both named."""
     for q, c in outcome.checks.items():
         if c.ratio is None:
             continue
@@ -265,10 +248,8 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
     down to exp() overflowing only on a case whose scores are large enough for that (`large_scores`)."""
     a = a_sig.astype(np.float64)
     if not np.isfinite(a).all():
-        if large_scores:
-            return ("A_sig has NaN or inf where the scores are large: exp() overflowed; subtract each row's maximum "
-                    "before exp (softmax(s) = softmax(s - max s)).")
-        return ""
+        return ("A_sig has NaN or inf where the scores are large: exp() overflowed; subtract each row's maximum "
+                "before exp (softmax(s) = softmax(s - max s)).") if large_scores else ""
     T = a.shape[-1]
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
     below = np.tril(np.ones((T, T), dtype=bool), k=-1)
@@ -291,9 +272,8 @@ def diagnose_softmax(a_sig: np.ndarray, large_scores: bool = False) -> str:
 
 
 def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
-    """Name a wrong scale of the scores when A_sig is the causal softmax of the raw scores A_w times
-    another factor than 1/sqrt(Dk) ('' when it is none of them). The grader's own A_w is used, so the
-    cause is named whatever the submission stored as A_w."""
+    """Name a wrong scale when A_sig is the causal softmax of A_w times another factor than 1/sqrt(Dk) ('' if none),
+    from the grader's own A_w: named whatever the submission stored as A_w."""
     a_w = expected["A_w"].astype(np.float64)
     d, dk, dv = expected["dLdX"].shape[-1], expected["Q"].shape[-1], expected["V"].shape[-1]
     candidates = [
@@ -312,8 +292,5 @@ def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
         candidates.append((1 / math.sqrt(d), f"A_sig is the causal softmax of A_w / sqrt(D): the scale uses the "
                                              f"input width D = {d}; it is the key/query width Dk = {dk}."))
     above = np.triu(np.ones(a_w.shape[-2:], dtype=bool), k=1)
-    for factor, said in candidates:
-        if np.allclose(a_sig.astype(np.float64), softmax(np.where(above, -np.inf, a_w * factor)), rtol=1e-4,
-                       atol=1e-5):
-            return said
-    return ""
+    return next((said for factor, said in candidates if np.allclose(
+        a_sig.astype(np.float64), softmax(np.where(above, -np.inf, a_w * factor)), rtol=1e-4, atol=1e-5)), "")

@@ -21,7 +21,7 @@ from ..context import GradeContext
 from ..handin_contract import MAX_FILE_BYTES
 from ..rubric_schema import Problem
 from ..safeio import SafeReadError, quote
-from ..scoring import observed_from_child, read_meta
+from ..scoring import load_meta, observed_from_child
 
 CHILD = Path(__file__).resolve().parent.parent / "child"
 NOTEBOOK_HARNESS = ("child_common.py", "notebook_child.py")
@@ -103,7 +103,7 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
     }
 
     def collect_with_report(scratch: Path, run: sandbox.ChildRun):
-        return collect(scratch, run, read_meta(scratch / "outputs" / "notebook.json", root=scratch))
+        return collect(scratch, run, load_meta(scratch / "outputs" / "notebook.json", root=scratch)[0])
 
     return run_child(ctx, label, src=src, name=notebook, cases=cases, child=child, harness=harness, task=task,
                      collect=collect_with_report, prepare=prepare, limits=limits)

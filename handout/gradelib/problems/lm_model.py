@@ -20,7 +20,7 @@ from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_size_problem
 from ..lm.vocab import VOCAB_SIZE
 from ..safeio import quote
-from ..scoring import read_array, read_meta
+from ..scoring import load_meta, read_array
 from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
 from .lm_common import fixture_array
 
@@ -147,7 +147,7 @@ def prepare(inputs: Inputs, scratch: Path) -> dict:
 def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dict:
     """Read what the child wrote into `result`; returns the child's model.json ({} when nothing could be run)."""
     out = scratch / "outputs"
-    meta = read_meta(out / "model.json", root=scratch) or {}
+    meta = load_meta(out / "model.json", root=scratch)[0] or {}
     if report is not None and report.get("read_error") or meta.get("read_error"):
         result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
         return {}

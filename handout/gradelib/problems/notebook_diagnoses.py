@@ -1,7 +1,6 @@
 """Tested causes for the notebooks' wrong values: each names a mistake only when the student's array is what it gives.
 
-A diagnosis (got, the case's arrays, the case's edge) -> str recomputes what one mistake gives on the case's inputs and
-names it when the array matches, '' otherwise: a hint names only a cause checked against the evidence.
+A diagnosis (got, the case's arrays, the case's edge) -> str recomputes one mistake on the case's inputs ('' if none).
 """
 
 from __future__ import annotations
@@ -12,20 +11,17 @@ import numpy as np
 
 from ..lm.nll import prediction_token_nll
 
-# How close the student's array must be to a mistake's result for the mistake to be named.
-MATCH = {"rtol": 1e-6, "atol": 1e-9}
-
 
 def _same(got: np.ndarray, candidate: np.ndarray) -> bool:
+    """Whether the student's array is a mistake's result (`candidate`), to 1e-6 relative."""
     with np.errstate(all="ignore"):
-        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, **MATCH))
+        return got.shape == candidate.shape and bool(np.allclose(got.astype(np.float64), candidate, 1e-6, 1e-9))
 
 
 def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax of `z` over `axis`, the row's maximum subtracted first (float64 in, float64 out)."""
     with np.errstate(all="ignore"):
-        shifted = z - np.max(z, axis=axis, keepdims=True)
-        e = np.exp(shifted)
+        e = np.exp(z - np.max(z, axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -55,16 +51,14 @@ def nb1_attention_scale(masked: bool):
         q, k, v = (case[n].astype(np.float64) for n in ("Q", "K", "V"))
         mask = case["mask"].astype(np.float64) if masked else 0.0
         d_k, d_v = k.shape[-1], v.shape[-1]
-        raw = q @ k.T
         candidates = [(1.0, f"the 1/sqrt(d_k) scaling is missing (divide Q K^T by sqrt(d_k) = {math.sqrt(d_k):.4g})"),
                       (1 / d_k, f"the scores are divided by d_k = {d_k} where sqrt(d_k) belongs")]
         if d_v != d_k:
             candidates.append((1 / math.sqrt(d_v), f"the scores are divided by sqrt(d_v), V's width ({d_v}); d_k is "
                                                    f"K.shape[-1] = {d_k}"))
-        for factor, said in candidates:
-            if _same(got, softmax(raw * factor + mask)):
-                return f"the weights are the softmax of Q K^T times another factor: {said}."
-        return overflow("the weights")(got, case, edge)
+        said = next((words for factor, words in candidates if _same(got, softmax(q @ k.T * factor + mask))), "")
+        return (f"the weights are the softmax of Q K^T times another factor: {said}." if said
+                else overflow("the weights")(got, case, edge))
     return diagnose
 
 
