@@ -1,8 +1,5 @@
-"""`make handin`: check every handin file the way the grader will read it, and pack handin.tar.
-
-`make handin runid=<id> epoch=<n>` runs `python -m gradelib.handin --runid <id> --epoch <n>`: handin.tar is written
-only when every file passes, else it says what to fix. The files, shapes and caps: gradelib/handin_contract.py.
-"""
+"""`make handin runid=<id> epoch=<n>`: check every handin file the way the grader will read it, and pack handin.tar
+only when every file passes, else say what to fix. The files, shapes and caps: gradelib/handin_contract.py."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ from pathlib import Path
 
 from . import handin_contract as contract
 from . import safeio
-from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL
+from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL, RUN_FILES
 from .lm.vocab import VOCAB_SIZE
 from .problems.generation import check_ids
 from .problems.lm_common import load_npy
@@ -233,8 +230,7 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
                         "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
                         f"`make handin partial=1` hands in the other files without them; {runs_text(root)}")
     # A run or an epoch of which nothing exists is said once, with the runs that do, not once per file of it.
-    run_files = [rel for rel in sources(runid, epoch).values() if rel.startswith("experiments/")] if have_run else []
-    no_epoch = have_run and not partial and not any((root / rel).exists() for rel in run_files)
+    no_epoch = have_run and not partial and not any((root / sources(runid, epoch)[n]).exists() for n in RUN_FILES)
     if no_epoch:
         what = (f"experiments/{runid} has nothing for epoch {epoch}" if (root / "experiments" / runid).is_dir()
                 else f"there is no experiments/{runid}")
