@@ -1,8 +1,5 @@
-"""`make handin`: check every handin file the way the grader will read it, and pack handin.tar.
-
-`make handin runid=<id> epoch=<n>` runs `python -m gradelib.handin --runid <id> --epoch <n>`: handin.tar is written
-only when every file passes, else it says what to fix. The files, shapes and caps: gradelib/handin_contract.py.
-"""
+"""`make handin runid=<id> epoch=<n>`: check every handin file the way the grader will read it, and pack handin.tar
+only when every file passes, else say what to fix. The files, shapes and caps: gradelib/handin_contract.py."""
 
 from __future__ import annotations
 
@@ -19,12 +16,12 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from . import handin_contract as contract
 from . import safeio
-from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL
-from .lm.vocab import EOS, PAD, VOCAB_SIZE
+from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL, RUN_FILES
+from .lm.vocab import VOCAB_SIZE
+from .problems.generation import check_ids
+from .problems.lm_common import load_npy
 from .safeio import SafeReadError
 
 
@@ -147,49 +144,21 @@ def notebook_problem(data) -> str:
     return ""
 
 
-def _load_npy(path: Path, expected: tuple[int, ...], kinds: str, what: str) -> tuple[np.ndarray | None, list]:
-    """The array, or what is wrong with it: `what` says what the array should be, and a wrong shape is reported
-    before a wrong dtype. The header is checked before any data is loaded."""
-    wrong_shape = f"expected {expected}: {what}"
-    try:
-        arr = safeio.read_npy(path, max_bytes=MAX_FILE_BYTES, kinds=kinds, max_elements=10 * int(np.prod(expected)))
-    except SafeReadError as exc:
-        if exc.reason == "size" and exc.shape is not None:
-            return None, [f"has shape {exc.shape}, far larger than a handin array"]
-        if exc.reason == "dtype" and exc.shape is not None and exc.shape != expected:
-            return None, [f"has shape {exc.shape}, {wrong_shape}"]
-        return None, [exc.detail]
-    return (arr, []) if arr.shape == expected else (None, [f"has shape {arr.shape}, {wrong_shape}"])
+# Handin array -> (problem, shape, dtype kinds, what it holds), read and checked as that problem's grader does.
+ARRAYS = {"predictions.npy": ("prediction", contract.PREDICTION_SHAPE, "f", "raw logits of predict(inp, 20) for the "
+                              f"128 sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})"),
+          "generated.npy": ("generation", contract.GENERATION_SHAPE, "iu",
+                            "generate(inp, 30) for the 128 prompts of generation_test.npz")}
 
 
-def _check_predictions(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, contract.PREDICTION_SHAPE, "f", "raw logits of predict(inp, 20) for the 128 "
-                              f"sequences of prediction_test.npz, one per vocabulary token ({VOCAB_SIZE})")
-    if arr is None:
-        return problems
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        return [f"holds {int(bad.sum())} NaN or infinite values (first at index {where}); logits must be finite"]
-    return []
-
-
-def _check_generated(path: Path) -> list[str]:
-    arr, problems = _load_npy(path, contract.GENERATION_SHAPE, "iu",
-                              "generate(inp, 30) for the 128 prompts of generation_test.npz")
-    if arr is None:
-        return problems
-    outside = (arr < 0) | (arr >= VOCAB_SIZE)
-    if outside.any():
-        where = tuple(int(i) for i in np.argwhere(outside)[0])
-        return [f"holds ids outside the vocabulary 0..{VOCAB_SIZE - 1} (first {int(arr[where])} at index {where})"]
-    for token_id, token in ((EOS, "<eos>"), (PAD, "<pad>")):
-        hits = arr == token_id
-        if hits.any():
-            where = tuple(int(i) for i in np.argwhere(hits)[0])
-            return [f"holds {token} (id {token_id}) {int(hits.sum())} times (first at index {where}); generate must "
-                    "never emit <eos> or <pad>: mask their logits to -inf before choosing"]
-    return []
+def _check_array(name: str, path: Path) -> list[str]:
+    pid, shape, kinds, what = ARRAYS[name]
+    arr, said = load_npy(pid, path, shape, kinds, what)
+    if arr is not None and pid == "generation":
+        said = check_ids(arr)
+    for prefix in (f"{pid}: {path.name} ", f"{pid}: {name} "):  # the grader's words, less the file (said by collect)
+        said = said.removeprefix(prefix)
+    return [said] if said else []
 
 
 def _check_text(data: bytes) -> list[str]:
@@ -200,21 +169,21 @@ def _check_text(data: bytes) -> list[str]:
     return []
 
 
-def _check_checkpoint(path: Path) -> list[str]:
-    too_large = contract.checkpoint_size_problem(path.stat().st_size)
+def _check_checkpoint(name: str, path: Path) -> list[str]:
+    too_large = contract.checkpoint_size_problem(path.stat().st_size)  # the cap the grader enforces, in its words
     if too_large:
         return [too_large]
     try:
         with zipfile.ZipFile(path) as zf:
-            if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist()):
-                return ["is not a torch.save checkpoint (no data.pkl inside); save the model with torch.save"]
+            if any(("/" + n).endswith("/data.pkl") for n in zf.namelist()):
+                return []
     except (zipfile.BadZipFile, OSError):
-        return ["is not a torch.save checkpoint; save the model with torch.save(...)"]
-    return []
+        pass
+    return ["is not a torch.save checkpoint (no data.pkl inside); save the model with torch.save"]
 
 
 TEXT_CHECKS = {".py": _check_python, ".ipynb": _check_notebook, ".txt": _check_text}  # of the file's bytes
-CHECKS = {"predictions.npy": _check_predictions, "generated.npy": _check_generated, "model.pt": _check_checkpoint}
+CHECKS = {"predictions.npy": _check_array, "generated.npy": _check_array, "model.pt": _check_checkpoint}
 
 
 def check_file(name: str, path: Path) -> list[str]:
@@ -227,7 +196,7 @@ def check_file(name: str, path: Path) -> list[str]:
             return TEXT_CHECKS[suffix](safeio.read_bytes(path, MAX_FILE_BYTES))
     except SafeReadError as exc:
         return [exc.detail]
-    return CHECKS[name](path) if name in CHECKS else []
+    return CHECKS[name](name, path) if name in CHECKS else []
 
 
 def check_folder(folder: Path) -> dict[str, list[str]]:
@@ -261,8 +230,7 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
                         "experiments/<runid>/predictions_test_<n>.npy and generated_<n>.npy; "
                         f"`make handin partial=1` hands in the other files without them; {runs_text(root)}")
     # A run or an epoch of which nothing exists is said once, with the runs that do, not once per file of it.
-    run_files = [rel for rel in sources(runid, epoch).values() if rel.startswith("experiments/")] if have_run else []
-    no_epoch = have_run and not partial and not any((root / rel).exists() for rel in run_files)
+    no_epoch = have_run and not partial and not any((root / sources(runid, epoch)[n]).exists() for n in RUN_FILES)
     if no_epoch:
         what = (f"experiments/{runid} has nothing for epoch {epoch}" if (root / "experiments" / runid).is_dir()
                 else f"there is no experiments/{runid}")

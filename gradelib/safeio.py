@@ -1,6 +1,6 @@
-"""The one place that reads a file a submission or its child wrote (capped; a .npy header checked before its data, no
-pickles), and cleans text that came from one. Each refusal is a SafeReadError a student can act on. The kit's Reader
-trusts the student's own files; the course grader installs its own (`install`) for files a hostile child controls.
+"""Read a file a submission or its child wrote (capped, a .npy header checked before its data, no pickles); clean text.
+
+Each refusal is a SafeReadError a student can act on. The course grader installs its own Reader (`install`).
 """
 
 from __future__ import annotations
@@ -65,10 +65,6 @@ class Reader:
         if len(data) < count * dtype.itemsize:
             raise truncated(path.name, shape, dtype, count * dtype.itemsize, len(data))
         return to_array(data, 0, count, shape, fortran, dtype)
-
-    def notebook_budget(self, source: bytes | Path) -> str:
-        """Why parsing the notebook `source` would cost the grader more than it allows ('' when it would not)."""
-        return ""
 
 
 _INSTALLED = [Reader()]
@@ -210,8 +206,9 @@ def clean_text(text: object) -> str:
 
 def notebook_budget(source: bytes | Path) -> str:
     """Why parsing the notebook `source` (its bytes or its file) would cost the grader more than it allows ('' when
-    it would not), by the Reader installed: the kit's allows the student's own notebook anything."""
-    return _INSTALLED[0].notebook_budget(source)
+    it would not): only the course's Reader has a budget; the kit allows the student's own notebook anything."""
+    budget = getattr(_INSTALLED[0], "notebook_budget", None)
+    return budget(source) if budget else ""
 
 
 def quote(text: object, limit: int) -> str:

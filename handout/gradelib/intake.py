@@ -1,7 +1,4 @@
-"""Open the student's own handin -- the folder `python autograder.py` grades, or the handin.tar `make handin` writes.
-
-A tar is read as the course grader reads one (regular files at its top level or under one top folder), with its words.
-"""
+"""Open the student's own handin (a folder, or handin.tar read as the course grader reads one, with its words)."""
 
 from __future__ import annotations
 
@@ -54,12 +51,11 @@ def _open_tar(path: Path, dest: Path, intake: Intake) -> None:
         with tarfile.open(path) as tar:
             members = [(m, [p for p in PurePosixPath(m.name).parts if p != "."]) for m in tar if not m.isdir()]
             for m, parts in members:
-                said = clean_text(m.name)
                 if m.name.startswith("/") or ".." in parts:
-                    raise HandinError(f"{label}: member '{said}' points outside the archive; refusing it")
+                    raise HandinError(f"{label}: member '{clean_text(m.name)}' points outside the archive; refusing it")
                 if not m.isfile():
                     what = "is a link" if m.issym() or m.islnk() else "is not a regular file"
-                    raise HandinError(f"{label}: member '{said}' {what}; handins hold regular files only")
+                    raise HandinError(f"{label}: member '{clean_text(m.name)}' {what}; handins hold regular files only")
             if not members:
                 raise HandinError(f"{label} is an empty archive; it must hold the handin files at its top level")
             intake.found = [clean_text("/".join(parts)) for _, parts in members]
