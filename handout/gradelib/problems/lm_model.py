@@ -187,9 +187,8 @@ def public_run(ctx: GradeContext, settings: dict) -> ModelRun:
 
 def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict], collect: Callable,
               child: str = "model_child.py") -> None:
-    """Run notebook 3's cells, then model_child.py on the handin's model.pt (through `child`, a harness prepare put
-    beside it): prepare(scratch) writes the inputs and returns the task's entries, collect(scratch, run, report)
-    reads what the child wrote."""
+    """Run notebook 3's cells, then model_child.py (through `child`) on the handin's model.pt: prepare(scratch)
+    writes the inputs and returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
     # Notebook 3's cells, loading the model, 20 steps and 30 generated characters: a handin's heaviest run.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
