@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
 from gradelib.safeio import clean_text, quote
-from gradelib.scoring import Line, read_array
+from gradelib.scoring import Line, load_meta, read_array
 
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
@@ -158,6 +159,7 @@ def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
 # The hidden prediction set, as the kit's lm_model.PUBLIC_SET: its targets are revealed one step at a time. With the
 # hidden rows at hand the validation rows add nothing graded, so they are not run.
 HIDDEN_SET = ("test", "prediction_test.npz", "hidden/prediction_test_out.npz")
+REVEAL_CHILD = Path(__file__).with_name("model_reveal_child.py")  # model_child.py's run, a hidden set step by step
 
 
 @dataclass
@@ -200,10 +202,11 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
 
     def prepare(scratch: Path) -> dict:
         task = lm_model.prepare(replace(inputs, sets={}), scratch)
+        shutil.copyfile(REVEAL_CHILD, scratch / REVEAL_CHILD.name)
         for name, (inp, _out) in inputs.sets.items():  # the prompts only: the characters come one by one
             np.savez(scratch / "inputs" / f"{name}.npz", inp=inp)
-        task["teacher_forcing"] = [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS,
-                                    "given": False} for n in inputs.sets]
+        task["teacher_forcing"] = [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS}
+                                   for n in inputs.sets]
         finishing.append(reveal(scratch / "outputs", scratch / "inputs",
                                 {n: out for n, (_, out) in inputs.sets.items()}))
         return task
@@ -212,19 +215,20 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
         revealer = finishing.pop()()
         meta = lm_model.collect(replace(inputs, sets={}), result, scratch, run, report)
         if meta:  # the model loaded
-            _collect_hidden(inputs, result, meta, run, revealer)
+            seconds = load_meta(scratch / "outputs" / "seconds.json", root=scratch)[0] or {}
+            _collect_hidden(inputs, result, meta, run, revealer, seconds)
 
     try:
-        lm_model.run_model(ctx, settings, prepare, collect)
+        lm_model.run_model(ctx, settings, prepare, collect, child=REVEAL_CHILD.name)
     finally:
         for finish in finishing:  # the run failed before its collect: stop revealing
             finish()
     return result
 
 
-def _collect_hidden(inputs: lm_model.Inputs, result: HiddenRun, meta: dict, run, revealer) -> None:
-    """The hidden sets' logits, as the child answered them step by step, and the child's timings (its model.json:
-    `meta`)."""
+def _collect_hidden(inputs: lm_model.Inputs, result: HiddenRun, meta: dict, run, revealer, said: dict) -> None:
+    """The hidden sets' logits, as the child answered them step by step (its model.json: `meta`), and the child's
+    timings (`said`: its seconds.json)."""
     for name, (_inp, out_ids) in inputs.sets.items():
         answers = revealer.answers[name]
         if len(answers) == out_ids.shape[1]:
@@ -233,7 +237,7 @@ def _collect_hidden(inputs: lm_model.Inputs, result: HiddenRun, meta: dict, run,
             why = revealer.problems.get(name) or quote(meta.get(name) or "", 700) or f"the process {run.describe()}"
             result.set_problems[name] = result.quoted(
                 f"your model answered {len(answers)} of {out_ids.shape[1]} steps: {why}", 800)
-    said = meta.get("seconds") if isinstance(meta.get("seconds"), dict) else {}
+    said = said if isinstance(said, dict) else {}
     result.steps = {clean_text(k)[:40]: float(v) for k, v in list(said.items())[:16]
                     if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
 

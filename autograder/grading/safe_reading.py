@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gradelib import safeio
+from gradelib.handin_contract import MAX_FILE_BYTES
 from gradelib.safeio import SafeReadError, check_header, parse_header, to_array, too_big, truncated
 
 # Windows has none of these flags (nor opening a folder, nor dir_fd): there a path is checked for links
@@ -200,7 +201,17 @@ class HostileReader(safeio.Reader):
         return to_array(data, offset, count, shape, fortran, dtype)
 
     def notebook_budget(self, source: bytes | Path) -> str:
-        return notebook_budget(source)
+        """The module's notebook_budget, which the kit's problems ask before running a notebook; '' for a file a run
+        could not read either (not regular, over the handin's cap): the run reports it."""
+        try:
+            if not isinstance(source, bytes):
+                fd, st = self.open(Path(source))
+                os.close(fd)
+                if st.st_size > MAX_FILE_BYTES:
+                    return ""
+            return notebook_budget(source)
+        except (SafeReadError, OSError):
+            return ""
 
 
 READER = HostileReader()

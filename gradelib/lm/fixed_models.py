@@ -1,8 +1,6 @@
-"""Tiny language models whose logits are a table lookup, so what predict() and generate() return is known exactly.
-
-logits[b, t] = table[key(inp[b, :t+1])] (+ train_offset in training mode), table (K, 30): "prefix_sum" and "position"
-catch a predict or generate that drops the prompt or crops the context, a train_offset one a model left in training
-mode. child/lm_child.py builds them in torch."""
+"""Tiny language models whose logits are a table lookup, so what predict() and generate() return is known exactly:
+logits[b, t] = table[key(inp[b, :t+1])] (+ train_offset in training mode), table (K, 30). "prefix_sum" and "position"
+catch a predict or generate that drops the prompt or crops the context. child/lm_child.py builds them in torch."""
 
 from __future__ import annotations
 

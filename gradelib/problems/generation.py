@@ -1,8 +1,5 @@
-"""Problem `generation`: the perplexity of what the handed-in model generates, and generated.npy's form.
-
-The "perplexity" line (hidden) is the course grader's, under its secret oracle: the handout does not hold it.
-"format" counts generated.npy only when it is what model.pt's own greedy generate() writes (lm_model.py).
-"""
+"""Problem `generation`: generated.npy's form ("format": it counts only as what model.pt's own greedy generate()
+writes, lm_model.py); the "perplexity" line is the course grader's, under its secret oracle."""
 
 from __future__ import annotations
 

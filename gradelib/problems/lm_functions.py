@@ -1,10 +1,8 @@
 """Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models, whatever the training.
 
-Problems `prediction` and `generation` grade here their lines that list `quantities`. The notebook runs in the child
-(child/lm_child.py; training cells, tagged skip-grading, are skipped): predict() and generate() on the table-lookup
-models of gradelib/lm/fixed_models.py, the building blocks on the case's inputs and weights; what they return is
-judged here against the case files' expected values. Sampled ids are judged as samples: 8000 draws of one step from
-a model whose greedy token holds under half of every filtered distribution's mass.
+Problems `prediction` and `generation` grade here their lines that list `quantities`: child/lm_child.py calls
+predict() and generate() on the table-lookup models of lm/fixed_models.py and the building blocks on the case's
+weights. Sampled ids are judged as samples (8000 draws of one step from a model with no dominant token).
 """
 
 from __future__ import annotations

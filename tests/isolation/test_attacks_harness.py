@@ -11,6 +11,7 @@ only for the sets the grader gave out itself.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -59,10 +60,10 @@ def test_a_notebook_that_forges_the_model_harness_report_changes_no_grade(tmp_pa
 
 # ---------------------------------------------------------------- the one-pass path is for public rows only
 # The local grader hands the child the validation targets with the prompts and reads every step's logits
-# from outputs/<set>/logits.npy in one go. Under hidden grading, plant_logits_cell.py marks the hidden set
-# as given and plants logits.npy with logits that put all their mass on the true characters (which a
-# student could only have from a leak; the test writes them in). The grader takes the one-pass file only
-# for sets it gave out itself, so the attack earns nothing.
+# from outputs/<set>/logits.npy in one go. Under hidden grading, plant_logits_cell.py plants logits.npy
+# with logits that put all their mass on the true characters (which a student could only have from a
+# leak; the test writes them in). The course's run answers the hidden set step by step
+# (autograder/grading/model_reveal_child.py) and never reads a one-pass file, so the attack earns nothing.
 
 
 def test_a_notebook_that_plants_one_pass_logits_for_the_hidden_rows_gains_nothing(tmp_path):
@@ -76,8 +77,8 @@ def test_a_notebook_that_plants_one_pass_logits_for_the_hidden_rows_gains_nothin
     files = {"03_language_model.ipynb": nbformat.writes(nb), "model.pt": (lm / "reference_model.pt").read_bytes()}
     result = grade_files(tmp_path, files, only=["prediction"], timeout_s=120)
     nll = next(t for t in result.tests if t.line == "nll")
-    # Planted logits would give an NLL near 0 and full credit; the grader never read them.
-    assert nll.score == 0.0 and "prediction NLL" not in nll.output, nll.output
-    assert "answered 0 of 20 steps" in nll.output, nll.output
+    # Planted logits would give an NLL near 0; the grader scored the model's own answers, step by step.
+    figure = re.search(r"prediction NLL (\d+\.\d+) nats/char", nll.output)
+    assert figure and float(figure.group(1)) > 0.1, nll.output
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "internal grader error" not in said and "Traceback" not in said, said[:3000]

@@ -1,8 +1,6 @@
-"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights.
-
-Adds the argument kinds model (a FixedModel), float, bool and pieces; quantities named *_mode (model.training after a
-call in training mode, then in eval mode); the classes run like functions of two inputs (see lm_functions.py).
-"""
+"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights: adds
+the argument kinds model (a FixedModel), float, bool and pieces, quantities named *_mode (model.training after a call
+in training mode, then in eval mode), and runs the classes like functions of two inputs (see lm_functions.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Run a handin's code in the sandbox for every problem that needs it: attention.py, a notebook, a trained model.
-
 Each run's scratch folder holds the handin file (under submission/), each case's inputs (never its expected_*
-arrays, which stay in the grader's process), the child harness scripts and task.json; the child writes outputs/.
-"""
+arrays), the child harness scripts and task.json; the child writes outputs/."""
 
 from __future__ import annotations
 
@@ -18,9 +16,8 @@ from .. import runner as sandbox
 from .. import safeio
 from ..compare import Observed
 from ..context import GradeContext
-from ..handin_contract import MAX_FILE_BYTES
 from ..rubric_schema import Problem
-from ..safeio import SafeReadError, quote
+from ..safeio import quote
 from ..scoring import load_meta, observed_from_child
 
 CHILD = Path(__file__).resolve().parent.parent / "child"
@@ -55,12 +52,9 @@ def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
 def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: list[tuple[str, Path]], child: str,
               harness: tuple[str, ...], task: dict, collect: Callable, prepare: Callable[[Path], dict] | None = None,
               limits: sandbox.Limits | None = None):
-    """Run `child` in the sandbox on the handin file `src` (copied as submission/<name>) and each case's inputs.
-
-    `cases` are (case name, path of its .npz); `task` is written as task.json with the cases listed in it.
-    `prepare(scratch)` adds files and returns more task entries; `collect(scratch, run)` reads the child's outputs
-    before the scratch folder is removed. `limits` replaces ctx.limits. Returns (what collect returned, the ChildRun).
-    """
+    """Run `child` in the sandbox on the handin file `src` (as submission/<name>) and `cases` ((name, .npz path)),
+    `task` written as task.json; prepare(scratch) adds files and task entries, collect(scratch, run) reads the
+    outputs before the scratch folder goes. `limits` replaces ctx.limits. Returns (what collect returned, the run)."""
     scratch = ctx.new_scratch(label)
     try:
         (scratch / "submission").mkdir()
@@ -79,19 +73,15 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
         run = sandbox.run([child], scratch, limits or ctx.limits)
         return collect(scratch, run), run
     finally:
-        sandbox.remove_tree(scratch)
+        sandbox.current().release(scratch)
 
 
 def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases: list[tuple[str, Path]], calls,
                  settings: dict, collect: Callable, child: str = "notebook_child.py",
                  harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None,
                  limits: sandbox.Limits | None = None):
-    """Run the notebook `src` in the sandbox and call `calls` on each case's inputs.
-
-    `collect(scratch, run, report)` reads the child's outputs, `report` being the child's notebook report
-    (outputs/notebook.json, None when the child never wrote it). Returns (what collect returned, the ChildRun);
-    see run_child for the other arguments.
-    """
+    """Run the notebook `src` in the sandbox and call `calls` on each case's inputs; collect(scratch, run, report)
+    gets the child's outputs/notebook.json as `report` (None if never written). As run_child otherwise."""
     limits = limits or ctx.limits
     task = {
         "notebook": f"submission/{notebook}", "skip_tags": list(SKIP_TAGS), "skip_patterns": [OTTER_CELL],
@@ -127,7 +117,7 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     """Run the notebook once per case set (by_visibility) and judge(case, scratch, run, report) each case; the
     cells that failed are noted from the public run. Returns (the outcomes, '') or ([], why the notebook could not
     be read). `kwargs` go to run_notebook."""
-    too_large = notebook_too_large(src)
+    too_large = safeio.notebook_budget(src)  # the course grader's reader bounds its own parse of a notebook
     if too_large:
         return [], too_large
     outcomes = []
@@ -145,15 +135,6 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
         note_cells(ctx, problem, notebook, run, report, hidden=any(c.visibility != "public" for c in mine))
         outcomes += found
     return outcomes, ""
-
-
-def notebook_too_large(src: Path) -> str:
-    """Why the grader does not run the notebook `src` at all ('' when it does): it could not parse it within its
-    fixed budget (safeio.notebook_budget), nor could a run. `make handin` refuses it with the same words."""
-    try:
-        return safeio.notebook_budget(src) if safeio.stat_regular(src).st_size <= MAX_FILE_BYTES else ""
-    except (SafeReadError, OSError):  # the run reports it
-        return ""
 
 
 def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,

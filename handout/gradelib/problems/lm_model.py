@@ -1,9 +1,7 @@
 """Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
 
-The model-quality lines grade the model itself, never an array the student wrote. The kit's run gets the public set's
-targets with its prompts (one forward pass, as notebook 3 computes its figure, which the causality probe says when
-not to trust); the course grader's (GradeContext.course.model_run) answers the hidden rows. The run also calls the
-notebook's generate() and predict(), to compare with the handin's arrays.
+The kit's run gets the public set's targets with its prompts (one forward pass, as notebook 3 computes its figure);
+the course grader's (GradeContext.course.model_run) answers the hidden rows. It also calls generate() and predict().
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ import numpy as np
 from ..context import GradeContext
 from ..handin_contract import GENERATION_STEPS, PREDICTION_STEPS, checkpoint_size_problem
 from ..lm.vocab import VOCAB_SIZE
-from ..safeio import quote
+from ..safeio import notebook_budget, quote
 from ..scoring import load_meta, read_array
-from .handin_runs import NOTEBOOK_HARNESS, notebook_too_large, run_notebook
+from .handin_runs import NOTEBOOK_HARNESS, run_notebook
 from .lm_common import fixture_array
 
 CHECKPOINT = "model.pt"
@@ -111,7 +109,7 @@ def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str] | None) -> Inpu
         return f"{CHECKPOINT} {too_large}."
     if not notebook.is_file():
         return f"{NOTEBOOK} is missing from the handin: the grader rebuilds your model with its code."
-    unread = notebook_too_large(notebook)
+    unread = notebook_budget(notebook)
     if unread:
         return f"{NOTEBOOK} could not be read as a notebook ({unread})."
     lm, sets = ctx.case_root / "lm", {}
@@ -139,7 +137,7 @@ def prepare(inputs: Inputs, scratch: Path) -> dict:
     for name, (inp, out) in inputs.sets.items():  # the true characters before each step, all at once
         np.savez(folder / f"{name}.npz", inp=inp, given=out[:, :-1])
     return {"checkpoint": f"submission/{CHECKPOINT}",
-            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS, "given": True}
+            "teacher_forcing": [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS}
                                 for n in inputs.sets],
             "generation_steps": GENERATION_STEPS, "prediction_steps": PREDICTION_STEPS}
 
@@ -187,13 +185,14 @@ def public_run(ctx: GradeContext, settings: dict) -> ModelRun:
     return result
 
 
-def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict], collect: Callable) -> None:
-    """Run notebook 3's cells, then model_child.py on the handin's model.pt: prepare(scratch) writes the inputs and
-    returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
+def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict], collect: Callable,
+              child: str = "model_child.py") -> None:
+    """Run notebook 3's cells, then model_child.py (through `child`) on the handin's model.pt: prepare(scratch)
+    writes the inputs and returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
     timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
     # Notebook 3's cells, loading the model, 20 steps and 30 generated characters: a handin's heaviest run.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
-    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, collect, child="model_child.py",
+    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, collect, child=child,
                  harness=HARNESS, prepare=prepare, limits=limits)
 
 

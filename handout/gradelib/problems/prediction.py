@@ -1,8 +1,5 @@
-"""Problem `prediction`: the teacher-forced NLL of the handed-in model, and predictions.npy's form.
-
-The "nll" line (hidden) grades model.pt itself, run by problems/lm_model.py: no array the student wrote decides it.
-"format" counts predictions.npy only when it is what that model's predict() gives. Function lines: lm_functions.py.
-"""
+"""Problem `prediction`: predictions.npy's form ("format": it counts only as what model.pt's own predict() gives,
+lm_model.py); the "nll" line, the model's teacher-forced NLL, is the course grader's. Functions: lm_functions.py."""
 
 from __future__ import annotations
 

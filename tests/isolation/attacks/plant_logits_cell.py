@@ -1,11 +1,7 @@
-# A notebook cell of notebook 3 under hidden grading: finds the harness's task in memory, marks the
-# hidden set as given, and plants outputs/test/logits.npy with logits that put all their mass on the
-# true characters of TARGETS (a JSON list of lists, which a student could only have from a leak).
-import gc as _gc, json as _json, numpy as _np
-for _obj in _gc.get_objects():
-    if type(_obj) is dict and type(_obj.get("teacher_forcing")) is list:
-        for _entry in _obj["teacher_forcing"]:
-            _entry["given"] = True
+# A notebook cell of notebook 3 under hidden grading: plants outputs/test/logits.npy, the kit's one-pass
+# answer file, with logits that put all their mass on the true characters of TARGETS (a JSON list of
+# lists, which a student could only have from a leak).
+import json as _json, numpy as _np
 _targets = _np.array(_json.loads("@TARGETS@"), dtype=_np.int64)
 _logits = _np.full((*_targets.shape, 30), -30.0, dtype=_np.float32)
 _np.put_along_axis(_logits, _targets[..., None], 30.0, axis=-1)
