@@ -1,11 +1,11 @@
 """The narrow interface every problem runs code through: `run([harness], scratch, limits)` starts the harness in a
-separate process and returns how it ended (a ChildRun). The kit's runner (portable.py) isolates nothing; the course
-grader installs its isolating runner here (`install`), so every problem runs unchanged through either."""
+separate process and returns how it ended (a ChildRun). The kit's runner is the portable module (it isolates
+nothing); the course grader installs its isolating runner here (`install`), so every problem runs unchanged through
+either."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 from pathlib import Path
 from typing import Protocol
 
@@ -18,7 +18,7 @@ RAN_AS = "your code ran in a separate process with time, CPU, output and memory 
 
 
 class Runner(Protocol):
-    """What a problem's code runs through: the kit's runner, or the course grader's isolating one."""
+    """What a problem's code runs through: the kit's runner (portable.py), or the course grader's isolating one."""
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun: ...
     def session(self, root: Path, limits: Limits, preload: tuple[str, ...]) -> contextlib.AbstractContextManager: ...
@@ -27,27 +27,7 @@ class Runner(Protocol):
     def release(self, folder: Path) -> None: ...  # a scratch folder after its last run: removed, however deep
 
 
-class KitRunner:
-    """The kit's own: a plain child process with limits; within a session, one warm process per grading."""
-
-    def run(self, argv, workdir, limits, env_extra=None):
-        return portable.run(argv, workdir, limits, env_extra)
-
-    def session(self, root, limits, preload):
-        return portable.session(root, limits, preload)
-
-    def level(self) -> str:
-        return "portable"
-
-    def hold(self, folder) -> None:
-        pass
-
-    def release(self, folder) -> None:
-        with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-KIT = KitRunner()
+KIT: Runner = portable  # the kit's runner: a module with the protocol's functions
 _installed: list[Runner] = []
 
 
@@ -76,5 +56,5 @@ def remove_tree(folder: Path) -> None:
     current().release(Path(folder))
 
 
-__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",
-           "install", "remove_tree", "run", "session"]
+__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "Limits", "Runner", "current", "install",
+           "remove_tree", "run", "session"]

@@ -1,13 +1,10 @@
-"""The kit's runner, the same on Linux, macOS and Windows: a plain child of this interpreter with time, CPU, output
-and memory (psutil) limits, its whole process tree ended afterwards. It isolates nothing: a student grades their own
-code. Within a grading (`session`) the runs go in turn to one warm child that imported numpy and torch once (macOS
-and Windows cannot fork one that did) and forgets the modules each run imported; a run past a limit ends it.
-"""
+"""The kit's runner (gradelib.runner.Runner), the same on Linux, macOS and Windows: a plain child with time, CPU,
+output and memory (psutil) limits, its process tree ended afterwards; it isolates nothing. Within a grading (`session`)
+the runs go in turn to one warm child that imported numpy and torch once; a run past a limit ends it."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import queue
@@ -82,25 +79,20 @@ class Child:
             self.proc.stdin.flush()
         except OSError:
             return None
-        offsets, timed_out, flooded, answer, returncode = [0, 0], False, False, None, None
-        while True:
+        offsets, timed_out, flooded, answer = [0, 0], False, False, None
+        while answer is None and not (timed_out or flooded or memory.over()):
             with contextlib.suppress(queue.Empty):
                 answer = self.answers.get(timeout=0.02)
             _follow(files, sinks, offsets)
-            if isinstance(answer, dict):
-                returncode = answer.get("code", 1)
-                break
-            if answer is False or self.proc.poll() is not None:
-                break
-            if time.monotonic() >= start + limits.timeout_s:
-                timed_out = True
-            elif sinks[0].total > limits.output_mb << 20:  # stopped at once: reading it all costs the grader
-                flooded = True
-            if timed_out or flooded or memory.over():
-                break
+            if answer is None and self.proc.poll() is None:
+                timed_out = time.monotonic() >= start + limits.timeout_s
+                flooded = not timed_out and sinks[0].total > limits.output_mb << 20  # a flood stops it at once
+            elif answer is None:  # the child is gone
+                answer = False
         wall = time.monotonic() - start
         if isinstance(answer, dict):
-            _end_children(self.proc.pid)
+            returncode = answer.get("code", 1)
+            _end_tree(self.proc, below_only=True)
         else:  # a limit passed, or the process ended: it goes, with all it started
             _end_tree(self.proc)
             returncode, self.proc = self.proc.returncode, None
@@ -108,7 +100,9 @@ class Child:
         for path in files:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
-                        limits.output_mb if flooded else 0, sinks[1].by_name, **memory.finish())
+                        limits.output_mb if flooded else 0, sinks[1].by_name,
+                        memory_limit_mb=limits.memory_mb if memory.stopped else 0,
+                        memory_used_mb=memory.peak_mb if memory.stopped else 0)
 
     def close(self) -> None:
         """End the child and everything it started."""
@@ -154,35 +148,29 @@ def _tree(pid: int) -> list:
         return []
 
 
-def _end_children(pid: int) -> None:
-    """Kill whatever the run started below the warm child."""
-    for p in _tree(pid)[1:]:
-        with contextlib.suppress(Exception):
-            p.kill()
-
-
-def _end_tree(proc: subprocess.Popen) -> None:
-    """Kill the child and everything it started. Each process found is suspended first, over and over until no
-    new one appears, so a chain that forks as fast as it is killed is caught whole."""
+def _end_tree(proc: subprocess.Popen, below_only: bool = False) -> None:
+    """Kill the child and everything it started (`below_only`: only what it started). Each process found is suspended
+    first, over and over until no new one appears, so a chain that forks as fast as it is killed is caught whole."""
     suspended: dict[int, object] = {}
     for _ in range(100):
-        fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
+        fresh = [p for p in _tree(proc.pid)[below_only:] if p.pid not in suspended]
         if not fresh:
             break
         for p in fresh:
             with contextlib.suppress(Exception):
                 p.suspend()
             suspended[p.pid] = p
-    if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
+    if hasattr(os, "killpg") and not below_only:  # the child's own session and process group, where systems have them
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
     for p in suspended.values():
         with contextlib.suppress(Exception):
             p.kill()
-    with contextlib.suppress(OSError):
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    if not below_only:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
 
 
 class MemoryWatch:
@@ -190,26 +178,21 @@ class MemoryWatch:
 
     def __init__(self, limit_mb: int, pid: int):
         self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
-        self.off = importlib.util.find_spec("psutil") is None  # no memory limit without it
 
     def over(self) -> bool:
         """Measure now and then: True once the run holds more than its limit."""
-        if self.off or self.stopped or time.monotonic() < self._next:
+        if self.stopped or time.monotonic() < self._next:
             return self.stopped
         self._next = time.monotonic() + SAMPLE_S
         try:
             used = resident_mb(self.pid)
             if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
                 used = resident_mb(self.pid, True)
-        except Exception:  # a process that ended mid-measurement, a psutil that cannot read it
+        except Exception:  # a process that ended mid-measurement, no psutil (no memory limit then), or one that fails
             return False
         self.peak_mb = max(self.peak_mb, used)
         self.stopped = used > self.limit_mb
         return self.stopped
-
-    def finish(self) -> dict:
-        return {"memory_limit_mb": self.limit_mb if self.stopped else 0,
-                "memory_used_mb": self.peak_mb if self.stopped else 0}
 
 
 def resident_mb(pid: int, shared_once: bool = False) -> int:
@@ -256,6 +239,21 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...]):
     finally:
         _current.remove(warm)
         warm.close()
+
+
+def level() -> str:
+    """The kit's level: a plain child process, isolating nothing."""
+    return "portable"
+
+
+def hold(folder: Path) -> None:
+    """Nothing to prepare: the kit's runs use their scratch folder as it is."""
+
+
+def release(folder: Path) -> None:
+    """Remove a scratch folder after its last run, however deep."""
+    with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def extra_paths() -> list[str]:
