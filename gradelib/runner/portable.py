@@ -71,8 +71,7 @@ class Child:
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
-        sinks = Tail(LOG_CAP), Events()
-        memory = MemoryWatch(limits.memory_mb, self.proc.pid)
+        sinks, sampled, peak = (Tail(LOG_CAP), Events()), 0.0, 0  # peak: the most resident MB seen
         start = time.monotonic()
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
@@ -80,13 +79,15 @@ class Child:
         except OSError:
             return None
         offsets, timed_out, flooded, answer = [0, 0], False, False, None
-        while answer is None and not (timed_out or flooded or memory.over()):
+        while answer is None and not (timed_out or flooded or peak > limits.memory_mb):
             with contextlib.suppress(queue.Empty):
                 answer = self.answers.get(timeout=0.02)
             _follow(files, sinks, offsets)
             if answer is None and self.proc.poll() is None:
                 timed_out = time.monotonic() >= start + limits.timeout_s
                 flooded = not timed_out and sinks[0].total > limits.output_mb << 20  # a flood stops it at once
+                if not (timed_out or flooded) and time.monotonic() >= sampled + SAMPLE_S:
+                    sampled, peak = time.monotonic(), max(peak, resident_mb(self.proc.pid, limits.memory_mb))
             elif answer is None:  # the child is gone
                 answer = False
         wall = time.monotonic() - start
@@ -101,8 +102,8 @@ class Child:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
                         limits.output_mb if flooded else 0, sinks[1].by_name,
-                        memory_limit_mb=limits.memory_mb if memory.stopped else 0,
-                        memory_used_mb=memory.peak_mb if memory.stopped else 0)
+                        memory_limit_mb=limits.memory_mb if peak > limits.memory_mb else 0,
+                        memory_used_mb=peak if peak > limits.memory_mb else 0)
 
     def close(self) -> None:
         """End the child and everything it started."""
@@ -173,39 +174,21 @@ def _end_tree(proc: subprocess.Popen, below_only: bool = False) -> None:
             proc.wait(timeout=10)
 
 
-class MemoryWatch:
-    """Whether a run has passed its memory limit (resident memory, measured with psutil), and its peak."""
-
-    def __init__(self, limit_mb: int, pid: int):
-        self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
-
-    def over(self) -> bool:
-        """Measure now and then: True once the run holds more than its limit."""
-        if self.stopped or time.monotonic() < self._next:
-            return self.stopped
-        self._next = time.monotonic() + SAMPLE_S
-        try:
-            used = resident_mb(self.pid)
-            if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
-                used = resident_mb(self.pid, True)
-        except Exception:  # a process that ended mid-measurement, no psutil (no memory limit then), or one that fails
-            return False
-        self.peak_mb = max(self.peak_mb, used)
-        self.stopped = used > self.limit_mb
-        return self.stopped
-
-
-def resident_mb(pid: int, shared_once: bool = False) -> int:
-    """Resident MB of the process `pid` and everything below it; `shared_once`: shared pages split among the
-    processes that share them (PSS) where the system says, else only each process's own (USS)."""
-    import psutil
-
-    total = 0
-    for p in _tree(pid):
-        with contextlib.suppress(psutil.Error, AttributeError):
-            info = p.memory_full_info() if shared_once else p.memory_info()
-            total += getattr(info, "pss", info.uss) if shared_once else info.rss
-    return total >> 20
+def resident_mb(pid: int, limit_mb: int) -> int:
+    """Resident MB of the process `pid` and everything below it (0 without psutil: no memory limit then). Whole
+    resident memories count shared pages once per process, so past `limit_mb` it is measured again with them split
+    among the processes that share them (PSS) where the system says, else with each process's own (USS)."""
+    used = 0
+    for shared_once in (False, True):
+        total = 0
+        for p in _tree(pid):
+            with contextlib.suppress(Exception):  # a process that ended mid-measurement, a psutil that cannot read it
+                info = p.memory_full_info() if shared_once else p.memory_info()
+                total += getattr(info, "pss", info.uss) if shared_once else info.rss
+        used = total >> 20
+        if used <= limit_mb:
+            break
+    return used
 
 
 _current: list[Child] = []
