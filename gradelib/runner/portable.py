@@ -244,9 +244,5 @@ def extra_paths() -> list[str]:
     .pth addition): the child adds back those `python -I` leaves off, so it sees the packages the grader sees. The
     grader's own folder (the handout, the course repository) is not one."""
     own, here = Path(__file__).resolve().parents[2], Path.cwd().resolve()  # the folder gradelib/ lies in
-    out = []
-    for entry in sys.path:
-        resolved = Path(entry).resolve() if entry and os.path.isdir(entry) else None
-        if resolved is not None and resolved != here and resolved != own and own not in resolved.parents:
-            out.append(entry)
-    return out
+    folders = [(entry, Path(entry).resolve()) for entry in sys.path if entry and os.path.isdir(entry)]
+    return [entry for entry, resolved in folders if resolved not in (here, own) and own not in resolved.parents]
