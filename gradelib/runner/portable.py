@@ -1,4 +1,4 @@
-"""The kit's runner (gradelib.runner.Runner), the same on Linux, macOS and Windows: a plain child with time, CPU,
+"""The kit's runner (see gradelib.runner), the same on Linux, macOS and Windows: a plain child with time, CPU,
 output and memory (psutil) limits, its process tree ended afterwards; it isolates nothing. Within a grading (`session`)
 the runs go in turn to one warm child that imported numpy and torch once; a run past a limit ends it."""
 
@@ -230,7 +230,7 @@ def level() -> str:
 
 
 def hold(folder: Path) -> None:
-    """Nothing to prepare: the kit's runs use their scratch folder as it is."""
+    """Prepare a submission's scratch folder before anything is written to it: nothing to do for the kit's runs."""
 
 
 def release(folder: Path) -> None:
