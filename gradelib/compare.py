@@ -90,9 +90,16 @@ def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: 
                      float("inf") if bad else None)
     if arr.size == 0:
         return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0, trivial=True)
-    if expected.dtype.kind in "biu":
-        return _exact_values(name, arr, expected, tail)
-    return _values(name, arr, expected, rtol, atol, tail)
+    if expected.dtype.kind not in "biu":
+        return _values(name, arr, expected, rtol, atol, tail)
+    # Booleans and integers (of the expected dtype, checked above): how many entries differ and the first one.
+    wrong, dtype = np.argwhere(arr != expected), str(expected.dtype)
+    if not len(wrong):
+        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
+    first = tuple(int(i) for i in wrong[0])
+    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
+                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
+                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)
 
 
 def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:
@@ -127,15 +134,3 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
                                         f"{_fmt_index(worst)}: got {g:.{digits}g}, expected {e:.{digits}g} "
                                         f"(rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
                  max_err, ratio=ratio, dtype=dtype, float32_level=float32_level)
-
-
-def _exact_values(name: str, arr: np.ndarray, expected: np.ndarray, tail: str) -> Check:
-    """Booleans and integers (of the expected dtype, checked before): how many entries differ and the first one."""
-    dtype = str(expected.dtype)
-    wrong = np.argwhere(arr != expected)
-    if not len(wrong):
-        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
-    first = tuple(int(i) for i in wrong[0])
-    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
-                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
-                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)

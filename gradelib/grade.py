@@ -20,7 +20,6 @@ from .intake import HandinError, Intake, found_text, open_upload
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
-from .runner.limits import Limits
 from .safeio import clean_text, notebook_budget, quote
 from .scoring import all_zero
 
@@ -55,7 +54,7 @@ def missing_files_notes(intake: Intake, files: Path, run_expected: bool = True) 
 
 def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ...] = ("public", "hidden"),
                      problems: dict[str, rubric_mod.Problem] | None = None, only: list[str] | None = None,
-                     limits: Limits = Limits(), name: str | None = None, course: Any = None,
+                     limits: runner.Limits = runner.Limits(), name: str | None = None, course: Any = None,
                      scratch_root: Path | None = None, run_expected: bool = True,
                      open_upload: Callable[[Path, Path], Intake] = open_upload) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets; the SubmissionResult. `run_expected`, `course`,

@@ -1,5 +1,4 @@
-"""What a run may use (Limits), how it ended (ChildRun), its environment, and what it sends back: its output
-(a capped tail) and its audit events."""
+"""What a run may use (Limits), how it ended (ChildRun), its environment, its output (a capped tail) and events."""
 
 from __future__ import annotations
 
@@ -99,8 +98,7 @@ class Events:
     """The audit events start.py's hook writes (each `gradelib.<name> args` on a line of its own), kept by name."""
 
     def __init__(self):
-        self.by_name: dict[str, list[str]] = {}
-        self._partial = b""
+        self.by_name, self._partial = {}, b""  # event name -> the arguments of each; a line not yet ended
 
     def add(self, chunk: bytes) -> None:
         *complete, self._partial = (self._partial + chunk).split(b"\n")

@@ -175,11 +175,10 @@ def _end_tree(proc: subprocess.Popen, below_only: bool = False) -> None:
 
 
 def resident_mb(pid: int, limit_mb: int) -> int:
-    """Resident MB of the process `pid` and everything below it (0 without psutil: no memory limit then). Whole
-    resident memories count shared pages once per process, so past `limit_mb` it is measured again with them split
-    among the processes that share them (PSS) where the system says, else with each process's own (USS)."""
+    """Resident MB of the process `pid` and all below it (0 without psutil: no memory limit then); past `limit_mb`
+    measured again with shared pages split among their sharers (PSS) where the system says, else unshared (USS)."""
     used = 0
-    for shared_once in (False, True):
+    for shared_once in (False, True):  # whole resident memories count shared pages in each process that shares them
         total = 0
         for p in _tree(pid):
             with contextlib.suppress(Exception):  # a process that ended mid-measurement, a psutil that cannot read it
@@ -195,8 +194,7 @@ _current: list[Child] = []
 
 
 def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
-    """The run in the grading's warm child (each run's limits are its own), else (outside a session, or where that
-    one cannot take it) in a child of its own; how it ended."""
+    """How the run ended, in the grading's warm child (with its own limits), else in a child of its own."""
     if _current and Path(workdir).resolve().is_relative_to(_current[-1].root):
         done = _current[-1].run(argv, workdir, limits, env_extra)
         if done is not None:
@@ -240,9 +238,8 @@ def release(folder: Path) -> None:
 
 
 def extra_paths() -> list[str]:
-    """The folders on this interpreter's sys.path (the user site of a `pip install --user`, PYTHONPATH, a venv's
-    .pth addition): the child adds back those `python -I` leaves off, so it sees the packages the grader sees. The
-    grader's own folder (the handout, the course repository) is not one."""
+    """The folders on sys.path (a `pip install --user` site, PYTHONPATH, a venv's .pth addition) the child adds back
+    after `python -I`, so it sees the packages the grader sees; not the grader's own folder (the handout, the repo)."""
     own, here = Path(__file__).resolve().parents[2], Path.cwd().resolve()  # the folder gradelib/ lies in
     folders = [(entry, Path(entry).resolve()) for entry in sys.path if entry and os.path.isdir(entry)]
     return [entry for entry, resolved in folders if resolved not in (here, own) and own not in resolved.parents]
