@@ -21,8 +21,7 @@ from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seco
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
-# Harnesses that set tripwires inside torch itself (state a warm child keeps): each runs in a child that has run
-# nothing before, so no earlier run can have taken its tripwires off, nor set its own to fire in it.
+# Harnesses that set tripwires in torch run in a child that ran nothing before (an earlier run could disarm them).
 CLEAN_SLATE = frozenset({"attention_child.py"})
 SAMPLE_S = 0.05  # how often a run's memory is measured
 
