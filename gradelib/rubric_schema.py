@@ -1,5 +1,4 @@
-"""The rubric's types: a problem, its lines (groups) and its settings (the course grader checks a rubric against
-what each problem can grade)."""
+"""The rubric's types: a problem, its lines (groups) and its settings (the course grader checks them too)."""
 
 from __future__ import annotations
 

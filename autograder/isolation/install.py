@@ -20,7 +20,7 @@ from .kernel import is_linux
 
 
 class Isolating:
-    """gradelib.runner.Runner at the strongest level the machine makes (levels.py)."""
+    """A gradelib.runner runner (the kit portable module's functions) at the strongest level here (levels.py)."""
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None = None) -> ChildRun:
         return runner.run(argv, workdir, limits, env_extra)

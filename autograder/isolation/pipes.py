@@ -23,18 +23,21 @@ EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4
 @dataclass
 class IsolatedRun(ChildRun):
     """A ChildRun at an isolation level: how it was confined, the processes it left that were killed, the level,
-    and the cap on the audit events it may send, when it sent more and was stopped for it."""
+    the cap on the audit events it may send, when it sent more and was stopped for it, and what a memory stop was
+    for, when not resident memory alone (said after the limit)."""
 
     isolation: list[str] = field(default_factory=list)
     leftover_killed: int = 0
     level: str = "fallback"
     events_capped_mb: int = 0
+    memory_where: str = ""
 
     def describe(self) -> str:
         if self.events_capped_mb:
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
-        return super().describe()
+        memory_stop = self.memory_limit_mb and not self.output_capped_mb
+        return super().describe() + (self.memory_where if memory_stop else "")
 
 
 class AuditEvents(Events):

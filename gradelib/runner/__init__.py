@@ -1,13 +1,11 @@
 """The narrow interface every problem runs code through: `run([harness], scratch, limits)` starts the harness in a
-separate process and returns how it ended (a ChildRun). The kit's runner (portable.py) isolates nothing; the course
-grader installs its isolating runner here (`install`), so every problem runs unchanged through either."""
+separate process and returns how it ended (a ChildRun). A runner has the portable module's run, session, level, hold
+and release: the kit's runner is that module (it isolates nothing); the course grader installs its isolating runner
+here (`install`), so every problem runs unchanged through either."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 from pathlib import Path
-from typing import Protocol
 
 from . import portable
 from .limits import ChildRun, Limits
@@ -15,48 +13,16 @@ from .limits import ChildRun, Limits
 PRELOAD = ("numpy", "torch")  # imported once per grading by a warm process, never by each run
 PRELOAD_NOTEBOOKS = ("matplotlib.pyplot",)  # also, when a cell the grader runs names matplotlib (grade.runs_matplotlib)
 RAN_AS = "your code ran in a separate process with time, CPU, output and memory limits"
+KIT = portable  # the kit's runner
+_installed: list = []
 
 
-class Runner(Protocol):
-    """What a problem's code runs through: the kit's runner, or the course grader's isolating one."""
-
-    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun: ...
-    def session(self, root: Path, limits: Limits, preload: tuple[str, ...]) -> contextlib.AbstractContextManager: ...
-    def level(self) -> str: ...
-    def hold(self, folder: Path) -> None: ...  # a submission's scratch folder before anything is written to it
-    def release(self, folder: Path) -> None: ...  # a scratch folder after its last run: removed, however deep
-
-
-class KitRunner:
-    """The kit's own: a plain child process with limits; within a session, one warm process per grading."""
-
-    def run(self, argv, workdir, limits, env_extra=None):
-        return portable.run(argv, workdir, limits, env_extra)
-
-    def session(self, root, limits, preload):
-        return portable.session(root, limits, preload)
-
-    def level(self) -> str:
-        return "portable"
-
-    def hold(self, folder) -> None:
-        pass
-
-    def release(self, folder) -> None:
-        with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-KIT = KitRunner()
-_installed: list[Runner] = []
-
-
-def install(runner: Runner | None) -> None:
+def install(runner) -> None:
     """Run every later grading through `runner` (None: the kit's own again)."""
     _installed[:] = [runner] if runner is not None else []
 
 
-def current() -> Runner:
+def current():
     """The runner in force: the one `install` put in, else the kit's own."""
     return _installed[0] if _installed else KIT
 
@@ -76,5 +42,5 @@ def remove_tree(folder: Path) -> None:
     current().release(Path(folder))
 
 
-__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "KitRunner", "Limits", "Runner", "current",
-           "install", "remove_tree", "run", "session"]
+__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "Limits", "current", "install", "remove_tree",
+           "run", "session"]

@@ -1,5 +1,4 @@
-"""What a run may use (Limits), how it ended (ChildRun), its environment, and what it sends back: its output
-(a capped tail) and its audit events."""
+"""What a run may use (Limits), how it ended (ChildRun), its environment, its output (a capped tail) and events."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ class ChildRun:
     events_tampered: str = ""  # why the audit channel cannot be trusted (the course grader's runner says)
     memory_limit_mb: int = 0  # the run's memory limit, when it was stopped for passing it
     memory_used_mb: int = 0  # the most resident memory seen (or the memory cgroup's peak), when known
-    memory_where: str = ""  # what the memory stop was for, when not resident memory alone (said after the limit)
 
     def describe(self) -> str:
         """How the run ended, as the end of a sentence about the submission's process (e.g. "was stopped when ...")."""
@@ -43,8 +41,7 @@ class ChildRun:
                     "(print less: the grader keeps only the last lines)")
         if self.memory_limit_mb:
             held = f"held {self.memory_used_mb} MB" if self.memory_used_mb else "held more"
-            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit" + \
-                self.memory_where
+            return f"was stopped when its processes {held}, over the {self.memory_limit_mb} MB memory limit"
         if self.timed_out:
             return f"was stopped after the {self.wall_s:.0f} s time limit"
         if self.returncode is None:
@@ -101,8 +98,7 @@ class Events:
     """The audit events start.py's hook writes (each `gradelib.<name> args` on a line of its own), kept by name."""
 
     def __init__(self):
-        self.by_name: dict[str, list[str]] = {}
-        self._partial = b""
+        self.by_name, self._partial = {}, b""  # event name -> the arguments of each; a line not yet ended
 
     def add(self, chunk: bytes) -> None:
         *complete, self._partial = (self._partial + chunk).split(b"\n")

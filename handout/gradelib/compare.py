@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# An error this small, relative to the expected values (and atol to their scale), is what float32
-# arithmetic leaves behind: about a hundred float32 epsilons (1.2e-7) at most.
+# What float32 arithmetic leaves behind: about a hundred float32 epsilons (1.2e-7) at most, relative (atol: to scale).
 FLOAT32_LEVEL = {"rtol": 1e-5, "atol": 1e-6}
 # Where a float32 value entered a float64 computation: said when every entry is within FLOAT32_LEVEL.
 FLOAT32_CAUSE = ("a float32 value entered this float64 computation (a constant made with torch.tensor(...).float() "
@@ -18,8 +17,8 @@ FLOAT32_CAUSE = ("a float32 value entered this float64 computation (a constant m
 
 @dataclass(frozen=True)
 class Observed:
-    """What the submission produced for one quantity: its fully qualified type (e.g. 'torch.Tensor'), its contents as a
-    numpy array when read back, why it is absent (note) or could not be checked (unchecked: an earlier stage raised)."""
+    """One quantity a submission produced: its type (e.g. 'torch.Tensor'), its contents read back as an array, why it
+    is absent (note) or could not be checked (unchecked: an earlier stage raised)."""
 
     present: bool
     type_name: str | None = None
@@ -30,9 +29,9 @@ class Observed:
 
 @dataclass(frozen=True)
 class Check:
-    """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected if
-    a constant factor is all that is wrong, the expected dtype, whether a float64 quantity is wrong only at float32
-    precision (FLOAT32_LEVEL), whether it is right on all-zero expected values (trivial: blank output is too)."""
+    """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected
+    if only a constant factor is wrong, whether a float64 quantity is wrong only at float32 precision (FLOAT32_LEVEL),
+    whether it is right on all-zero expected values (trivial: blank output is too)."""
 
     name: str
     passed: bool
@@ -91,9 +90,16 @@ def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: 
                      float("inf") if bad else None)
     if arr.size == 0:
         return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0, trivial=True)
-    if expected.dtype.kind in "biu":
-        return _exact_values(name, arr, expected, tail)
-    return _values(name, arr, expected, rtol, atol, tail)
+    if expected.dtype.kind not in "biu":
+        return _values(name, arr, expected, rtol, atol, tail)
+    # Booleans and integers (of the expected dtype, checked above): how many entries differ and the first one.
+    wrong, dtype = np.argwhere(arr != expected), str(expected.dtype)
+    if not len(wrong):
+        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
+    first = tuple(int(i) for i in wrong[0])
+    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
+                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
+                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)
 
 
 def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:
@@ -128,15 +134,3 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
                                         f"{_fmt_index(worst)}: got {g:.{digits}g}, expected {e:.{digits}g} "
                                         f"(rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
                  max_err, ratio=ratio, dtype=dtype, float32_level=float32_level)
-
-
-def _exact_values(name: str, arr: np.ndarray, expected: np.ndarray, tail: str) -> Check:
-    """Booleans and integers (of the expected dtype, checked before): how many entries differ and the first one."""
-    dtype = str(expected.dtype)
-    wrong = np.argwhere(arr != expected)
-    if not len(wrong):
-        return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
-    first = tuple(int(i) for i in wrong[0])
-    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
-                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
-                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)

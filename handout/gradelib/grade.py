@@ -20,15 +20,13 @@ from .intake import HandinError, Intake, found_text, open_upload
 from .problems import GRADERS, PER_CASE_SET, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
-from .runner.limits import Limits
 from .safeio import clean_text, notebook_budget, quote
 from .scoring import all_zero
 
 
 def runs_matplotlib(notebooks) -> bool:
-    """Whether a cell the grader runs in one of these notebooks names matplotlib: then the warm process imports it
-    once for every run (0.3 s), else no run pays for it. Only a matter of speed (a cell imports what it needs either
-    way), so a notebook that cannot be read here (malformed, or past safeio.notebook_budget) counts as yes."""
+    """Whether a cell the grader runs in these notebooks names matplotlib (then the warm process imports it once:
+    0.3 s); a speed matter only, so one that cannot be read here (malformed, past notebook_budget) counts as yes."""
     for path in notebooks:
         try:
             if notebook_budget(path):
@@ -56,14 +54,11 @@ def missing_files_notes(intake: Intake, files: Path, run_expected: bool = True) 
 
 def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ...] = ("public", "hidden"),
                      problems: dict[str, rubric_mod.Problem] | None = None, only: list[str] | None = None,
-                     limits: Limits = Limits(), name: str | None = None, course: Any = None,
+                     limits: runner.Limits = runner.Limits(), name: str | None = None, course: Any = None,
                      scratch_root: Path | None = None, run_expected: bool = True,
                      open_upload: Callable[[Path, Path], Intake] = open_upload) -> SubmissionResult:
-    """Grade the handin at `path` on the given case sets; the SubmissionResult.
-
-    `run_expected`, `course`: see GradeContext. Scratch folders go under `scratch_root` (system temp if None).
-    `open_upload(path, dest)` puts the handin's files in place (the course grader passes its own).
-    """
+    """Grade the handin at `path` on the given case sets; the SubmissionResult. `run_expected`, `course`,
+    `scratch_root`: see GradeContext; `open_upload(path, dest)` puts the files in place (the course passes its own)."""
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]

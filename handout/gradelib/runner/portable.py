@@ -1,13 +1,10 @@
-"""The kit's runner, the same on Linux, macOS and Windows: a plain child of this interpreter with time, CPU, output
-and memory (psutil) limits, its whole process tree ended afterwards. It isolates nothing: a student grades their own
-code. Within a grading (`session`) the runs go in turn to one warm child that imported numpy and torch once (macOS
-and Windows cannot fork one that did) and forgets the modules each run imported; a run past a limit ends it.
-"""
+"""The kit's runner (see gradelib.runner), the same on Linux, macOS and Windows: a plain child with time, CPU,
+output and memory (psutil) limits, its process tree ended afterwards; it isolates nothing. Within a grading (`session`)
+the runs go in turn to one warm child that imported numpy and torch once; a run past a limit ends it."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import queue
@@ -24,8 +21,7 @@ from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seco
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
-# Harnesses that set tripwires inside torch itself (state a warm child keeps): each runs in a child that has run
-# nothing before, so no earlier run can have taken its tripwires off, nor set its own to fire in it.
+# Harnesses that set tripwires in torch run in a child that ran nothing before (an earlier run could disarm them).
 CLEAN_SLATE = frozenset({"attention_child.py"})
 SAMPLE_S = 0.05  # how often a run's memory is measured
 
@@ -74,33 +70,29 @@ class Child:
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
-        sinks = Tail(LOG_CAP), Events()
-        memory = MemoryWatch(limits.memory_mb, self.proc.pid)
+        sinks, sampled, peak = (Tail(LOG_CAP), Events()), 0.0, 0  # peak: the most resident MB seen
         start = time.monotonic()
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return None
-        offsets, timed_out, flooded, answer, returncode = [0, 0], False, False, None, None
-        while True:
+        offsets, timed_out, flooded, answer = [0, 0], False, False, None
+        while answer is None and not (timed_out or flooded or peak > limits.memory_mb):
             with contextlib.suppress(queue.Empty):
                 answer = self.answers.get(timeout=0.02)
             _follow(files, sinks, offsets)
-            if isinstance(answer, dict):
-                returncode = answer.get("code", 1)
-                break
-            if answer is False or self.proc.poll() is not None:
-                break
-            if time.monotonic() >= start + limits.timeout_s:
-                timed_out = True
-            elif sinks[0].total > limits.output_mb << 20:  # stopped at once: reading it all costs the grader
-                flooded = True
-            if timed_out or flooded or memory.over():
-                break
+            if answer is None and self.proc.poll() is None:
+                timed_out = time.monotonic() >= start + limits.timeout_s
+                flooded = not timed_out and sinks[0].total > limits.output_mb << 20  # a flood stops it at once
+                if not (timed_out or flooded) and time.monotonic() >= sampled + SAMPLE_S:
+                    sampled, peak = time.monotonic(), max(peak, resident_mb(self.proc.pid, limits.memory_mb))
+            elif answer is None:  # the child is gone
+                answer = False
         wall = time.monotonic() - start
         if isinstance(answer, dict):
-            _end_children(self.proc.pid)
+            returncode = answer.get("code", 1)
+            _end_tree(self.proc, below_only=True)
         else:  # a limit passed, or the process ended: it goes, with all it started
             _end_tree(self.proc)
             returncode, self.proc = self.proc.returncode, None
@@ -108,7 +100,9 @@ class Child:
         for path in files:
             path.unlink(missing_ok=True)
         return ChildRun(None if timed_out else returncode, timed_out, wall, sinks[0].text(),
-                        limits.output_mb if flooded else 0, sinks[1].by_name, **memory.finish())
+                        limits.output_mb if flooded else 0, sinks[1].by_name,
+                        memory_limit_mb=limits.memory_mb if peak > limits.memory_mb else 0,
+                        memory_used_mb=peak if peak > limits.memory_mb else 0)
 
     def close(self) -> None:
         """End the child and everything it started."""
@@ -154,83 +148,52 @@ def _tree(pid: int) -> list:
         return []
 
 
-def _end_children(pid: int) -> None:
-    """Kill whatever the run started below the warm child."""
-    for p in _tree(pid)[1:]:
-        with contextlib.suppress(Exception):
-            p.kill()
-
-
-def _end_tree(proc: subprocess.Popen) -> None:
-    """Kill the child and everything it started. Each process found is suspended first, over and over until no
-    new one appears, so a chain that forks as fast as it is killed is caught whole."""
+def _end_tree(proc: subprocess.Popen, below_only: bool = False) -> None:
+    """Kill the child and everything it started (`below_only`: only what it started). Each process found is suspended
+    first, over and over until no new one appears, so a chain that forks as fast as it is killed is caught whole."""
     suspended: dict[int, object] = {}
     for _ in range(100):
-        fresh = [p for p in _tree(proc.pid) if p.pid not in suspended]
+        fresh = [p for p in _tree(proc.pid)[below_only:] if p.pid not in suspended]
         if not fresh:
             break
         for p in fresh:
             with contextlib.suppress(Exception):
                 p.suspend()
             suspended[p.pid] = p
-    if hasattr(os, "killpg"):  # the child's own session and process group, on systems that have them
+    if hasattr(os, "killpg") and not below_only:  # the child's own session and process group, where systems have them
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
     for p in suspended.values():
         with contextlib.suppress(Exception):
             p.kill()
-    with contextlib.suppress(OSError):
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    if not below_only:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
 
 
-class MemoryWatch:
-    """Whether a run has passed its memory limit (resident memory, measured with psutil), and its peak."""
-
-    def __init__(self, limit_mb: int, pid: int):
-        self.limit_mb, self.pid, self.peak_mb, self.stopped, self._next = limit_mb, pid, 0, False, 0.0
-        self.off = importlib.util.find_spec("psutil") is None  # no memory limit without it
-
-    def over(self) -> bool:
-        """Measure now and then: True once the run holds more than its limit."""
-        if self.off or self.stopped or time.monotonic() < self._next:
-            return self.stopped
-        self._next = time.monotonic() + SAMPLE_S
-        try:
-            used = resident_mb(self.pid)
-            if used > self.limit_mb:  # whole resident memories count shared pages once per process: measure again
-                used = resident_mb(self.pid, True)
-        except Exception:  # a process that ended mid-measurement, a psutil that cannot read it
-            return False
-        self.peak_mb = max(self.peak_mb, used)
-        self.stopped = used > self.limit_mb
-        return self.stopped
-
-    def finish(self) -> dict:
-        return {"memory_limit_mb": self.limit_mb if self.stopped else 0,
-                "memory_used_mb": self.peak_mb if self.stopped else 0}
-
-
-def resident_mb(pid: int, shared_once: bool = False) -> int:
-    """Resident MB of the process `pid` and everything below it; `shared_once`: shared pages split among the
-    processes that share them (PSS) where the system says, else only each process's own (USS)."""
-    import psutil
-
-    total = 0
-    for p in _tree(pid):
-        with contextlib.suppress(psutil.Error, AttributeError):
-            info = p.memory_full_info() if shared_once else p.memory_info()
-            total += getattr(info, "pss", info.uss) if shared_once else info.rss
-    return total >> 20
+def resident_mb(pid: int, limit_mb: int) -> int:
+    """Resident MB of the process `pid` and all below it (0 without psutil: no memory limit then); past `limit_mb`
+    measured again with shared pages split among their sharers (PSS) where the system says, else unshared (USS)."""
+    used = 0
+    for shared_once in (False, True):  # whole resident memories count shared pages in each process that shares them
+        total = 0
+        for p in _tree(pid):
+            with contextlib.suppress(Exception):  # a process that ended mid-measurement, a psutil that cannot read it
+                info = p.memory_full_info() if shared_once else p.memory_info()
+                total += getattr(info, "pss", info.uss) if shared_once else info.rss
+        used = total >> 20
+        if used <= limit_mb:
+            break
+    return used
 
 
 _current: list[Child] = []
 
 
 def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
-    """The run in the grading's warm child (each run's limits are its own), else (outside a session, or where that
-    one cannot take it) in a child of its own; how it ended."""
+    """How the run ended, in the grading's warm child (with its own limits), else in a child of its own."""
     if _current and Path(workdir).resolve().is_relative_to(_current[-1].root):
         done = _current[-1].run(argv, workdir, limits, env_extra)
         if done is not None:
@@ -258,14 +221,24 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...]):
         warm.close()
 
 
+def level() -> str:
+    """The kit's level: a plain child process, isolating nothing."""
+    return "portable"
+
+
+def hold(folder: Path) -> None:
+    """Prepare a submission's scratch folder before anything is written to it: nothing to do for the kit's runs."""
+
+
+def release(folder: Path) -> None:
+    """Remove a scratch folder after its last run, however deep."""
+    with contextlib.suppress(RecursionError):  # folders nested past it (Python < 3.13): the student's own code
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def extra_paths() -> list[str]:
-    """The folders on this interpreter's sys.path (the user site of a `pip install --user`, PYTHONPATH, a venv's
-    .pth addition): the child adds back those `python -I` leaves off, so it sees the packages the grader sees. The
-    grader's own folder (the handout, the course repository) is not one."""
+    """The folders on sys.path (a `pip install --user` site, PYTHONPATH, a venv's .pth addition) the child adds back
+    after `python -I`, so it sees the packages the grader sees; not the grader's own folder (the handout, the repo)."""
     own, here = Path(__file__).resolve().parents[2], Path.cwd().resolve()  # the folder gradelib/ lies in
-    out = []
-    for entry in sys.path:
-        resolved = Path(entry).resolve() if entry and os.path.isdir(entry) else None
-        if resolved is not None and resolved != here and resolved != own and own not in resolved.parents:
-            out.append(entry)
-    return out
+    folders = [(entry, Path(entry).resolve()) for entry in sys.path if entry and os.path.isdir(entry)]
+    return [entry for entry, resolved in folders if resolved not in (here, own) and own not in resolved.parents]
