@@ -58,12 +58,6 @@ def short_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"[:MAX_MESSAGE]
 
 
-def type_name(obj) -> str:
-    """The qualified name of obj's type (builtins unqualified)."""
-    cls = type(obj)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
 class Recorder:
     """Collects one case's observed quantities and writes them to outputs/<case>/."""
 
@@ -74,8 +68,10 @@ class Recorder:
 
     def record(self, name: str, obj, *, convert) -> None:
         """Store `obj` under `name`; `convert` turns an allowed type into an ndarray or returns None."""
-        entry = {"present": obj is not None, "type": type_name(obj) if obj is not None else None}
+        entry = {"present": obj is not None, "type": None}
         if obj is not None:
+            cls = type(obj)
+            entry["type"] = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
             try:
                 arr = convert(obj)
             except BaseException as exc:  # a hostile object may raise anything
@@ -86,10 +82,6 @@ class Recorder:
             elif arr is not None:
                 entry["note"] = f"has non-numeric dtype {arr.dtype}"
         self.meta["quantities"][name] = entry
-
-    def error(self, stage: str, exc: BaseException) -> None:
-        """Record why `stage` failed."""
-        self.meta["errors"][stage] = short_exception(exc)
 
     def write(self) -> None:
         """Write meta.json (atomically)."""
