@@ -1,7 +1,6 @@
-"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child).
-
-The cells run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and
-otter's own; a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
+"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child). The cells
+run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and otter's own;
+a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ def _on_timer(signum, frame):
 
 
 class GradingTimeout(BaseException):
-    """Raised in the student's code when its time is up (`except Exception` cannot catch it); `wall`: on the wall
-    clock."""
+    """Raised in student code when its time is up (`except Exception` cannot catch it); `wall`: on the wall clock."""
 
     def __init__(self, wall: bool = False):
         super().__init__()
@@ -175,8 +173,7 @@ def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
     source = "".join(source) if isinstance(source, list) else str(source)
     tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
     count = cell.get("execution_count")
-    counted = isinstance(count, int) and not isinstance(count, bool)
-    return source, tags, f"cell [{count}]" if counted else f"code cell {code_index} (not run when saved)"
+    return source, tags, f"cell [{count}]" if type(count) is int else f"code cell {code_index} (not run when saved)"
 
 
 def skipped_names(source: str) -> list[str]:
