@@ -138,8 +138,10 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         if any(p.search(source) for p in skip_patterns):
             entry.update(status="skipped", message="otter's own cell")
             continue
-        # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless two cells share that name.
-        filename = f"<{label}>" if f"<{label}>" not in linecache.cache else f"<code cell {code_index}>"
+        # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless an earlier cell of this
+        # notebook has that name (linecache keeps the names of a warm process's earlier runs: not asked).
+        unique = [c["label"] for c in report["cells"]].count(label) == 1
+        filename = f"<{label}>" if unique else f"<code cell {code_index}>"
         # IPython-only lines (%magic, !shell) are not Python: blanked, keeping line numbers.
         source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
