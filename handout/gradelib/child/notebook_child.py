@@ -270,6 +270,9 @@ def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
     """Run the notebook's cells as the grader does (`budget_s` seconds at most; one torch thread, as the runner's
     OMP_NUM_THREADS starts it): (the namespace they filled, their report)."""
     OUTPUTS.mkdir(exist_ok=True)
+    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
+    # not the runner's output cap.
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report = run_notebook(task, namespace, budget_s)
     if "torch" in sys.modules:
