@@ -191,6 +191,7 @@ def main() -> None:
             kernel().apply_landlock(abi, rules["read"], rules["write"])
     report_fd = config.get("report_fd")
     if report_fd is not None:
+        os.set_inheritable(int(report_fd), False)  # a submission's own subprocesses do not get it
         start().install_reporter(int(report_fd))
     if config.get("seccomp", True):
         why = kernel().apply_seccomp()

@@ -1,9 +1,6 @@
-"""Runs the submission's attention.py on each case's inputs (inside the child).
-
-For every case: build Attention(W_k, W_q, W_v), call forward(X) and backward(dLdXnew), and record X_new, dLdX and
-the attributes the contract says are stored on self. Records which autograd entry points the submission touched, so
-the grader can take away the backward points for them: in meta.json and, out of the submission's reach, as audit
-events that the runner's audit hook sends to the grader as they happen.
+"""Runs the submission's attention.py on each case's inputs (inside the child): Attention(W_k, W_q, W_v), forward(X),
+backward(dLdXnew), recording X_new, dLdX, the attributes the contract stores on self, and which autograd entry points
+it touched (in meta.json, and as audit events the runner's hook sends as they happen), which cost the backward points.
 """
 
 from __future__ import annotations
@@ -82,7 +79,7 @@ def _stage(rec: Recorder, att, stage: str, args: tuple, result: str, attrs: tupl
     try:
         value = getattr(att, stage)(*args)
     except BaseException as exc:
-        rec.error(stage, exc)
+        rec.meta["errors"][stage] = short_exception(exc)
     rec.record(result, value, convert=to_array)
     grad_tracking = False
     for name in attrs:
@@ -99,7 +96,6 @@ def _stage(rec: Recorder, att, stage: str, args: tuple, result: str, attrs: tupl
 
 def main() -> None:
     task = load_task()
-    torch.set_num_threads(1)
     install_tripwires()
     sys.path.insert(0, str(SUBMISSION))
     try:
@@ -107,9 +103,8 @@ def main() -> None:
     except BaseException as exc:
         for case in task["cases"]:
             rec = Recorder(case["name"])
-            rec.error("import", exc)
+            rec.meta["errors"]["import"] = short_exception(exc)
             rec.write()
-        print("import failed:", short_exception(exc))
         return
     # Every forward first, each saved as it finishes: a backward that hangs or kills the process then costs only
     # backward results. Backward runs even after a failed forward, so its own TODO or error is reported too.
@@ -119,7 +114,7 @@ def main() -> None:
         try:
             att = module.Attention(inputs["W_k"], inputs["W_q"], inputs["W_v"])
         except BaseException as exc:
-            rec.error("init", exc)
+            rec.meta["errors"]["init"] = short_exception(exc)
             rec.write()
             continue
         _stage(rec, att, "forward", (inputs["X"],), "X_new", FORWARD_ATTRS)

@@ -1,19 +1,19 @@
-"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child).
-
-The cells run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and
-otter's own; a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
+"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child). The cells
+run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and otter's own;
+a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
 """
 
 from __future__ import annotations
 
+import _thread
 import ast
-import contextlib
 import json
 import linecache
 import os
 import re
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -21,32 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, save, short_exception  # noqa: E402
 
-MAX_CAPTURED_OUTPUT = 64 * 1024  # what a notebook may print before the rest is dropped
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
-# A block under a time limit is stopped after its seconds of CPU time (so a busy machine costs it nothing), or, if it
-# waits instead, on the wall clock after WALL_FACTOR times its seconds plus WALL_SLACK_S (or where the budget ends).
-WALL_FACTOR = 3.0
-WALL_SLACK_S = 2.0
-
-
-class BoundedSink:
-    """Stands in for stdout/stderr while student code runs: keeps the first `limit` characters, drops the rest."""
-
-    def __init__(self, limit: int):
-        self.left = limit
-
-    def write(self, text: str) -> int:
-        if self.left > 0:
-            chunk = str(text)[: self.left]
-            self.left -= len(chunk)
-            sys.__stdout__.write(chunk)
-        return len(text)
-
-    def flush(self) -> None:
-        sys.__stdout__.flush()
-
-    def isatty(self) -> bool:
-        return False
 
 
 class OfflineGrader:
@@ -61,8 +36,7 @@ def _on_timer(signum, frame):
 
 
 class GradingTimeout(BaseException):
-    """Raised in the student's code when its time is up (`except Exception` cannot catch it); `wall`: on the wall
-    clock."""
+    """Raised in student code when its time is up (`except Exception` cannot catch it); `wall`: on the wall clock."""
 
     def __init__(self, wall: bool = False):
         super().__init__()
@@ -76,12 +50,13 @@ class GradingTimeout(BaseException):
 
 
 class time_limit:
-    """Interrupt the block after `seconds` of CPU time or `wall_s` on the wall clock, and again every 0.2 s if the code
-    swallows it. Without interval timers (Windows) a thread interrupts the main thread on the wall clock."""
+    """Interrupt the block after `seconds` of CPU time (a busy machine costs it nothing) or, if it waits instead, after
+    3 x `seconds` + 2 s on the wall clock (`wall_s` at most), and again every 0.2 s if the code swallows it. Without
+    interval timers (Windows) a thread interrupts the main thread on the wall clock."""
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
-        backstop = self.seconds * WALL_FACTOR + WALL_SLACK_S
+        backstop = self.seconds * 3 + 2
         self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
 
     def __enter__(self):
@@ -91,18 +66,12 @@ class time_limit:
             signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
             signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
             return self
-        import _thread
-        import threading
-
         self.done, self.fired = threading.Event(), False
 
         def watch() -> None:
-            if self.done.wait(self.wall_s):
-                return
-            while not self.done.is_set():
+            while not self.done.wait(0.2 if self.fired else self.wall_s):
                 self.fired = True
                 _thread.interrupt_main()
-                self.done.wait(0.2)
 
         threading.Thread(target=watch, daemon=True).start()
         return self
@@ -111,11 +80,10 @@ class time_limit:
         if hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_PROF, 0, 0)
             signal.setitimer(signal.ITIMER_REAL, 0, 0)
-            return False
-        self.done.set()
-        if self.fired and kind is KeyboardInterrupt:
-            raise GradingTimeout(True) from None
-        return False
+        else:
+            self.done.set()
+            if self.fired and kind is KeyboardInterrupt:
+                raise GradingTimeout(True) from None
 
 
 def first_line(source: str) -> str:
@@ -170,8 +138,10 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
         if any(p.search(source) for p in skip_patterns):
             entry.update(status="skipped", message="otter's own cell")
             continue
-        # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless two cells share that name.
-        filename = f"<{label}>" if f"<{label}>" not in linecache.cache else f"<code cell {code_index}>"
+        # Tracebacks name the cell as the report does (In [n], as Jupyter shows it), unless an earlier cell of this
+        # notebook has that name (linecache keeps the names of a warm process's earlier runs: not asked).
+        unique = [c["label"] for c in report["cells"]].count(label) == 1
+        filename = f"<{label}>" if unique else f"<code cell {code_index}>"
         # IPython-only lines (%magic, !shell) are not Python: blanked, keeping line numbers.
         source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
@@ -193,12 +163,8 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry.update(status="timed out", message=f"stopped after {exc.describe(limit)}")
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry.update(status="raised", message=short_exception(exc) + skipped_rule(exc, report, "this cell"))
-    for name in graded:
-        info = report["functions"].setdefault(name, {})
-        info.setdefault("placeholder", False)
-        where = defined_in.get(name) or {"cell": None, "label": "", "status": "", "message": "", "first_line": ""}
-        info["cell"], info["cell_label"], info["cell_first_line"] = where["cell"], where["label"], where["first_line"]
-        info["cell_status"] = where["status"] + (f": {where['message']}" if where["message"] else "")
+    for name in graded:  # the entry of the cell that defines it (None: no cell does)
+        report["functions"].setdefault(name, {"placeholder": False})["cell"] = defined_in.get(name)
     return report
 
 
@@ -209,8 +175,7 @@ def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
     source = "".join(source) if isinstance(source, list) else str(source)
     tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
     count = cell.get("execution_count")
-    counted = isinstance(count, int) and not isinstance(count, bool)
-    return source, tags, f"cell [{count}]" if counted else f"code cell {code_index} (not run when saved)"
+    return source, tags, f"cell [{count}]" if type(count) is int else f"code cell {code_index} (not run when saved)"
 
 
 def skipped_names(source: str) -> list[str]:
@@ -264,13 +229,12 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
     """Call `call`'s function on the case's `inputs` under a time limit; record its outputs or why they are missing."""
     name, outputs = call["function"], call["outputs"]
     info = report["functions"].get(name, {})
-    placeholder, why, value, fn = info.get("placeholder", False), "", None, namespace.get(name)
+    placeholder, why, value, fn, cell = info.get("placeholder", False), "", None, namespace.get(name), info.get("cell")
     try:
         if not callable(fn):  # which cell should have defined it, and what happened to it
             why = (f"`{name}` is not defined: no code cell defines it (was the cell deleted or the function renamed?)"
-                   if info.get("cell") is None else f"`{name}` is not defined after running the notebook: "
-                   f"{info.get('cell_label') or 'its cell'} (`{info.get('cell_first_line', '')}`) "
-                   f"{info.get('cell_status', '')}")
+                   if cell is None else f"`{name}` is not defined after running the notebook: {cell['label']} "
+                   f"(`{cell['first_line']}`) {cell['status']}{': ' if cell['message'] else ''}{cell['message']}")
         else:
             args = [argument(a, inputs) for a in call.get("args", [])]
             kwargs = {k: argument(v, inputs) for k, v in call.get("kwargs", {}).items()}
@@ -303,14 +267,12 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
 
 
 def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
-    """Run the notebook's cells as the grader does (output capped, one torch thread, `budget_s` seconds at most):
-    (the namespace they filled, their report)."""
+    """Run the notebook's cells as the grader does (`budget_s` seconds at most; one torch thread, as the runner's
+    OMP_NUM_THREADS starts it): (the namespace they filled, their report)."""
     OUTPUTS.mkdir(exist_ok=True)
-    sys.stdout = sys.stderr = BoundedSink(MAX_CAPTURED_OUTPUT)
-    with contextlib.suppress(ImportError):
-        import torch
-
-        torch.set_num_threads(1)
+    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
+    # not the runner's output cap.
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report = run_notebook(task, namespace, budget_s)
     if "torch" in sys.modules:

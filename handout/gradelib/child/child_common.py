@@ -1,7 +1,5 @@
-"""What the child harnesses share: the task and inputs in, outputs out, exceptions described.
-
-Copied beside a harness into the scratch folder. It knows the inputs and the submission, never an expected value;
-the grader reads what it writes as untrusted data: .npy arrays (loaded without pickle) and small JSON files.
+"""What the child harnesses share, copied beside them: the task and inputs in, outputs out (.npy arrays without pickle
+and small JSON files, which the grader reads as untrusted data), exceptions described. No expected value is here.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import numpy as np
 SCRATCH = Path.cwd()
 SUBMISSION = SCRATCH / "submission"
 OUTPUTS = SCRATCH / "outputs"
-MAX_MESSAGE = 2000
 
 
 def load_task() -> dict:
@@ -36,8 +33,6 @@ def save(path: Path, obj) -> None:
     anything else as JSON."""
     tmp = path.with_name(path.name + ".tmp")
     if isinstance(obj, np.ndarray):
-        # np.ascontiguousarray would turn a 0-d array (a scalar loss) into shape (1,).
-        obj = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
         with open(tmp, "wb") as fh:
             np.save(fh, obj, allow_pickle=False)
     else:
@@ -55,13 +50,7 @@ def short_exception(exc: BaseException) -> str:
         code = (mine[-1].line or "").strip()
         shown = "" if code.startswith("raise ") else f": {code}"
         where = f" (in {Path(mine[-1].filename).name}, line {mine[-1].lineno}{shown})"
-    return f"{type(exc).__name__}: {exc}{where}"[:MAX_MESSAGE]
-
-
-def type_name(obj) -> str:
-    """The qualified name of obj's type (builtins unqualified)."""
-    cls = type(obj)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
 
 
 class Recorder:
@@ -74,8 +63,10 @@ class Recorder:
 
     def record(self, name: str, obj, *, convert) -> None:
         """Store `obj` under `name`; `convert` turns an allowed type into an ndarray or returns None."""
-        entry = {"present": obj is not None, "type": type_name(obj) if obj is not None else None}
+        entry = {"present": obj is not None, "type": None}
         if obj is not None:
+            cls = type(obj)
+            entry["type"] = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
             try:
                 arr = convert(obj)
             except BaseException as exc:  # a hostile object may raise anything
@@ -86,10 +77,6 @@ class Recorder:
             elif arr is not None:
                 entry["note"] = f"has non-numeric dtype {arr.dtype}"
         self.meta["quantities"][name] = entry
-
-    def error(self, stage: str, exc: BaseException) -> None:
-        """Record why `stage` failed."""
-        self.meta["errors"][stage] = short_exception(exc)
 
     def write(self) -> None:
         """Write meta.json (atomically)."""

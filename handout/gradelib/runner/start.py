@@ -19,7 +19,6 @@ MAX_EVENT = 200
 def install_reporter(fd: int) -> None:
     """An audit hook that writes the harness's `gradelib.*` events (an autograd entry point called) on `fd` as they
     happen, so clearing Python state afterwards cannot take them back."""
-    os.set_inheritable(fd, False)  # a submission's own subprocesses do not get it
     write = os.write  # bound now: rebinding os.write later changes nothing here
 
     def hook(event: str, args: tuple) -> None:
@@ -42,9 +41,7 @@ def exit_code(code) -> int:
 
 
 def run_harness(argv: list[str]) -> None:
-    sys.audit("gradelib.boot", "ok")
-    if not argv:
-        sys.exit("start.py: no harness given")
+    """Run the harness argv[0] as __main__, with `argv` as its sys.argv."""
     sys.argv = list(argv)
     runpy.run_path(argv[0], run_name="__main__")
 
@@ -118,17 +115,12 @@ def serve(preload: list[str]) -> None:
                 path = getattr(sys.modules.get(name), "__file__", None) or ""
                 if not path or os.path.realpath(path).startswith(here):
                     sys.modules.pop(name, None)
-            _reset_torch()
+            torch = sys.modules.get("torch")
+            if torch is not None:  # torch's global switches a run may have turned, back to a fresh start's
+                torch.set_default_dtype(torch.float32)
+                torch.set_grad_enabled(True)
         answers.write(json.dumps({"code": code}) + "\n")
         answers.flush()
-
-
-def _reset_torch() -> None:
-    """torch's global switches a run may have turned, back to where a fresh interpreter starts."""
-    torch = sys.modules.get("torch")
-    with contextlib.suppress(Exception):  # AttributeError: no torch imported
-        torch.set_default_dtype(torch.float32)
-        torch.set_grad_enabled(True)
 
 
 def main() -> None:
