@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib.results import NOT_GRADED
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
+from ..grading.course_result import NOT_GRADED
 from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024

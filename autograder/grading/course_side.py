@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
 
+from .course_result import CourseResult
 from .model_quality import model_run, score_line
 
-__all__ = ["attention_records", "model_run", "score_line", "said_program", "said_record"]
+__all__ = ["CourseResult", "attention_records", "model_run", "score_line", "said_program", "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
