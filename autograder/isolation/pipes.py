@@ -29,6 +29,7 @@ class IsolatedRun(ChildRun):
     leftover_killed: int = 0
     level: str = "fallback"
     events_capped_mb: int = 0
+    events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
 
     def describe(self) -> str:
         if self.events_capped_mb:

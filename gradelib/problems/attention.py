@@ -70,7 +70,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     except SafeReadError as exc:
         return scoring.all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
     try:
-        static_hits = autograd_uses(source)
+        static_hits = (ctx.course.autograd_uses if ctx.course else autograd_uses)(source)
     except SyntaxError as exc:
         return scoring.all_zero(problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
                                               "Fix the syntax error and run the local autograder.")
