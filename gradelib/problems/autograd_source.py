@@ -1,7 +1,5 @@
-"""The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation.
-
-The run-time half is the child's tripwires (child/attention_child.py). Read from the source: nothing of it runs here.
-"""
+"""The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation,
+read from the source (nothing of it runs here); the run-time half is the child's tripwires (attention_child.py)."""
 
 from __future__ import annotations
 
