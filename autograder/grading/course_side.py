@@ -53,11 +53,13 @@ def said_record(label: object) -> str:
     return "an autograd call the grader's harness recorded"
 
 
-def attention_records(run) -> tuple[set[str], str]:
+def attention_records(run) -> tuple[set[str], list[str]]:
     """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
-    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted."""
+    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted (a
+    reason to withhold the backward points; none when it can)."""
+    tampered = getattr(run, "events_tampered", "")  # the kit's ChildRun (portable off Linux) has none
     return {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}, \
-        getattr(run, "events_tampered", "")  # the kit's ChildRun (portable off Linux) has none
+        [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
 
 
 # Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
