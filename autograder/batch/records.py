@@ -157,7 +157,7 @@ class Row:
 
     @property
     def not_graded(self) -> list[str]:
-        """The problems the grader failed on (gradelib.results.NOT_GRADED flags): no grade, marked for regrading."""
+        """The problems the grader failed on (course_result.NOT_GRADED flags): no grade, marked for regrading."""
         return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
     def autolab_line(self, problem_ids: list[str]) -> str:
