@@ -1,8 +1,5 @@
-"""Turn per-case checks into rubric lines, and read what a child process left.
-
-A rubric line (group) on a case set is one test: it earns its points when every case of that set passes every
-quantity of the line. A line with an `edge` (large scores, T = 1, ...) is graded on that edge's cases alone.
-"""
+"""Turn per-case checks into rubric lines, and read what a child process left. A rubric line (group) on a case set
+is one test: it earns its points when every case of that set (line_cases) passes every quantity of the line."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from autograder.batch import regrade
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.build.classgen import BUGS, _edit
 from autograder.grading import rubric_check as rubric_mod
+from autograder.grading.course_result import CourseResult
 from gradelib import results as results_mod
 
 from support import FIXTURES, REPO, SOLUTIONS
@@ -123,7 +124,7 @@ def test_a_gradebook_row_whose_times_cannot_be_used_costs_that_row_only():
 def _graded(out: Path, name: str, path: Path, scores: dict[str, float]) -> None:
     """A results.json as the grader writes it, in out/name, marked as graded from `path`."""
     records = regrade.current_records(rubric_mod.load(), ORDER, FIXTURES)
-    r = results_mod.SubmissionResult(submission=name, problems=tuple(ORDER))
+    r = CourseResult(submission=name, problems=tuple(ORDER))
     points = {p: rubric_mod.load()[p].points for p in ORDER}
     for pid in ORDER:
         r.tests.append(results_mod.TestResult(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))

@@ -21,6 +21,7 @@ import pytest
 
 from autograder.batch import gradebook, regrade
 from autograder.grading import rubric_check as rubric_mod
+from autograder.grading.course_result import CourseResult
 from gradelib import results as results_mod
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS
@@ -103,8 +104,8 @@ def _result(
     notes: dict[str, list[str]] | None = None,
     general: list[str] | None = None,
     flags: dict[str, dict[str, str]] | None = None,
-) -> results_mod.SubmissionResult:
-    r = results_mod.SubmissionResult(submission=name, problems=tuple(p for p in ORDER if p in scores))
+) -> CourseResult:
+    r = CourseResult(submission=name, problems=tuple(p for p in ORDER if p in scores))
     for pid, values in scores.items():
         for i, v in enumerate(values):
             r.tests.append(
@@ -291,7 +292,7 @@ def test_rounded_columns_always_add_up_to_the_rounded_total():
 
 def _synthetic_results(folder: Path, scores: dict[str, float], records: dict[str, dict]) -> None:
     """A results.json as the grader writes it: one test per problem, with the grader record."""
-    r = results_mod.SubmissionResult(submission=folder.name, problems=tuple(ORDER))
+    r = CourseResult(submission=folder.name, problems=tuple(ORDER))
     points = {p: rubric_mod.load()[p].points for p in ORDER}
     for pid in ORDER:
         r.tests.append(results_mod.TestResult(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))

@@ -103,9 +103,10 @@ def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
     from autograder.batch.records import read_row
     from autograder.batch.regrade import write_merged
     from autograder.batch.report import render_report
-    from gradelib.results import SubmissionResult, TestResult
+    from autograder.grading.course_result import CourseResult
+    from gradelib.results import TestResult
 
-    result = SubmissionResult("mallory", problems=("generation",), max_points={"generation": 2.0})
+    result = CourseResult("mallory", problems=("generation",), max_points={"generation": 2.0})
     result.tests.append(
         TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format")
     )

@@ -39,8 +39,8 @@ from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
 from autograder.batch.report import write_report
 from autograder.grading import safe_reading
+from autograder.grading.course_result import CourseResult
 from gradelib import safeio
-from gradelib.results import SubmissionResult
 from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
@@ -321,7 +321,7 @@ def test_clean_text_removes_escapes_bells_c1_and_bidi_but_keeps_newlines_and_tab
 # --- scores are numbers, JSON is strict ----------------------------------------------------------------
 
 def test_a_non_finite_score_is_recorded_as_zero_and_json_stays_strict(tmp_path):
-    result = SubmissionResult("s\x1b[31m", problems=("p",), max_points={"p": 2.0})
+    result = CourseResult("s\x1b[31m", problems=("p",), max_points={"p": 2.0})
     result.tests += [Line("p", "nan line", float("nan"), 1.0, "public", "x"),
                      Line("p", "inf line", float("inf"), 1.0, "hidden", "y\x07")]
     assert [t.score for t in result.tests] == [0.0, 0.0]
@@ -433,7 +433,7 @@ BROKEN_RESULTS = {
 
 def test_report_and_gradebook_are_written_whatever_one_results_json_holds(tmp_path, secret):
     out = tmp_path / "grades"
-    good = SubmissionResult("good", problems=("attention",), max_points={"attention": 1.0},
+    good = CourseResult("good", problems=("attention",), max_points={"attention": 1.0},
                             tests=[Line("attention", "t", 1.0, 1.0, "public", "ok")])
     write_merged(good, out / "good", {}, ["attention"], merge_old=False)
     names = ["good"]

@@ -33,9 +33,9 @@ from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import cgroups, kernel, processes, slots
 from autograder.isolation.kernel import PR_SET_PDEATHSIG
 from gradelib.problems import GRADERS
-from gradelib.results import SubmissionResult
 from gradelib.scoring import all_zero
 
+from ..grading.course_result import CourseResult
 from . import regrade
 from .atomic import remove_partial_writes
 
@@ -53,12 +53,12 @@ def selected_problems(only: list[str] | None, rubric: Path | None = None) -> lis
 
 
 def ungraded_result(name: str, only: list[str] | None, message: str,
-                    problems: dict[str, rubric_mod.Problem]) -> SubmissionResult:
+                    problems: dict[str, rubric_mod.Problem]) -> CourseResult:
     """Every test of the graded `problems` (those in `only`, if given) 0 with `message`: what a submission gets
     when the grader could not finish it."""
     vis = ("public", "hidden")
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
-    result = SubmissionResult(
+    result = CourseResult(
         submission=name,
         problems=tuple(p.id for p in selected),
         max_points={p.id: sum(p.share(g, v) for g in p.groups for v in vis if v in g.visibilities) for p in selected},

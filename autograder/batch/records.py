@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradelib.results import NOT_GRADED
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
+from ..grading.course_result import NOT_GRADED
 from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
@@ -157,7 +157,7 @@ class Row:
 
     @property
     def not_graded(self) -> list[str]:
-        """The problems the grader failed on (gradelib.results.NOT_GRADED flags): no grade, marked for regrading."""
+        """The problems the grader failed on (course_result.NOT_GRADED flags): no grade, marked for regrading."""
         return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
     def autolab_line(self, problem_ids: list[str]) -> str:

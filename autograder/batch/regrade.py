@@ -24,10 +24,11 @@ import re
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
-from gradelib.results import NOT_GRADED, SubmissionResult, TestResult, score_number, wrap
+from gradelib.results import SubmissionResult, TestResult, score_number, wrap
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
+from ..grading.course_result import NOT_GRADED, CourseResult
 from .atomic import write_json_atomic, write_text_atomic
 from .records import MAX_RESULTS_BYTES
 
@@ -148,11 +149,11 @@ def stale_problems(data: dict | None, current: dict[str, dict]) -> dict[str, str
     return why
 
 
-def from_gradescope(data: dict, name: str, problem_order: list[str]) -> SubmissionResult:
-    """A SubmissionResult back from a results.json, with its per-problem notes and flags when recorded."""
+def from_gradescope(data: dict, name: str, problem_order: list[str]) -> CourseResult:
+    """A CourseResult back from a results.json, with its per-problem notes and flags when recorded."""
     record = grader_record(data) or {}
     graded = record.get("problems", {}) if record else {}
-    result = SubmissionResult(submission=name)
+    result = CourseResult(submission=name)
     for t in data.get("tests", []):
         if not isinstance(t, dict):
             continue
@@ -194,13 +195,13 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> Submissi
     return result
 
 
-def general_notes(result: SubmissionResult) -> list[str]:
+def general_notes(result: CourseResult) -> list[str]:
     """The notes of the whole submission (intake, missing files): those no problem added."""
     mine = sum(len(result.problem_notes.get(p, [])) for p in result.problems)
     return list(result.notes[: len(result.notes) - mine]) if mine else list(result.notes)
 
 
-def merge(old: SubmissionResult, new: SubmissionResult, problem_order: list[str]) -> SubmissionResult:
+def merge(old: CourseResult, new: CourseResult, problem_order: list[str]) -> CourseResult:
     """`old` with the problems graded in `new` replaced by `new`'s: tests, notes, flags; the score is the new sum."""
     regraded = set(new.problems)
     kept = [p for p in old.problems if p not in regraded]
@@ -208,7 +209,7 @@ def merge(old: SubmissionResult, new: SubmissionResult, problem_order: list[str]
     problems += [p for p in [*old.problems, *new.problems] if p not in problems]
     whole = not kept  # the regrade covers every problem the old results had
     notes_general = general_notes(new) if whole or not old.notes else general_notes(old)
-    merged = SubmissionResult(
+    merged = CourseResult(
         submission=new.submission or old.submission,
         problems=tuple(problems),
         isolation=new.isolation or old.isolation,
@@ -306,7 +307,7 @@ def feedback(result: SubmissionResult) -> str:
     return "\n".join([result.table(withhold=_withheld), *said])
 
 
-def to_results_json(result: SubmissionResult, records: dict[str, dict]) -> dict:
+def to_results_json(result: CourseResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems
     (records: id -> rubric/fixtures).
 
@@ -365,7 +366,7 @@ def records_of(data: dict | None) -> dict[str, dict]:
 
 
 def write_merged(
-    new: SubmissionResult, folder: Path, records: dict[str, dict], problem_order: list[str], merge_old: bool
+    new: CourseResult, folder: Path, records: dict[str, dict], problem_order: list[str], merge_old: bool
 ) -> None:
     """Write `new` to folder/results.json and feedback.txt; with merge_old, into the results already there."""
     result, all_records = new, dict(records)

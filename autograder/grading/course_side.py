@@ -3,16 +3,21 @@
 The model-quality lines (model_quality.py: score_line, and model_run, which runs the handed-in model on the hidden
 rows), and the words in which attention's grading repeats what the child's tripwires recorded: a run with a hidden
 input at hand may write anything on the audit pipe or in meta.json, so a label the tripwires do not write is named,
-never quoted.
+never quoted. The static autograd check that also reads a forged main guard, and the course's records (CourseResult).
 """
 
 from __future__ import annotations
 
-from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
+import ast
 
+from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
+from gradelib.problems import autograd_source
+
+from .course_result import CourseResult
 from .model_quality import model_run, score_line
 
-__all__ = ["attention_records", "model_run", "score_line", "said_program", "said_record"]
+__all__ = ["CourseResult", "attention_records", "autograd_uses", "model_run", "score_line", "said_program",
+           "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
@@ -48,8 +53,35 @@ def said_record(label: object) -> str:
     return "an autograd call the grader's harness recorded"
 
 
-def attention_records(run) -> tuple[set[str], str]:
+def attention_records(run) -> tuple[set[str], list[str]]:
     """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
-    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted."""
+    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted (a
+    reason to withhold the backward points; none when it can)."""
+    tampered = getattr(run, "events_tampered", "")  # the kit's ChildRun (portable off Linux) has none
     return {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}, \
-        run.events_tampered
+        [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
+
+
+# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
+# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
+META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
+              "__dict__", "__builtins__", "modules", "import_module"}
+
+
+def autograd_uses(source: str) -> list[str]:
+    """The kit's static autograd check (autograd_source.autograd_uses), its `if __name__ == "__main__":` blocks
+    counted too unless they surely do not run on import: a forged guard (`__name__ = "__main__"` first) would."""
+    return autograd_source.autograd_uses(source, main_blocks=not _main_guards_never_run(ast.parse(source)))
+
+
+def _main_guards_never_run(tree: ast.Module) -> bool:
+    """Whether the module's `if __name__ == "__main__":` blocks surely do not run when it is imported:
+    it never binds __name__ itself nor uses META_NAMES."""
+    return not any(
+        (isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
+                                         or node.id in META_NAMES))
+        or (isinstance(node, ast.Attribute) and node.attr in META_NAMES)
+        or (isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names)
+        or (isinstance(node, ast.Constant) and node.value == "__name__")
+        or (isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names))
+        for node in ast.walk(tree))

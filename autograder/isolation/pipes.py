@@ -31,6 +31,7 @@ class IsolatedRun(ChildRun):
     level: str = "fallback"
     events_capped_mb: int = 0
     memory_where: str = ""
+    events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
 
     def describe(self) -> str:
         if self.events_capped_mb:

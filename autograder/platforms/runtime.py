@@ -26,7 +26,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gradelib.results import NOT_GRADED
 from gradelib.safeio import clean_text
 
 from ..batch import cli
@@ -34,6 +33,7 @@ from ..batch.atomic import write_json_atomic
 from ..batch.pool import selected_problems
 from ..batch.records import submission_names
 from ..batch.regrade import feedback, from_gradescope
+from ..grading.course_result import NOT_GRADED
 from ..grading.uploads import resolve_upload
 
 NOT_GRADED_TEXT = ("This submission was NOT graded: the grader refused to run, for a reason of the course's set-up, "

@@ -70,7 +70,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     except SafeReadError as exc:
         return scoring.all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
     try:
-        static_hits = autograd_uses(source)
+        static_hits = (ctx.course.autograd_uses if ctx.course else autograd_uses)(source)
     except SyntaxError as exc:
         return scoring.all_zero(problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
                                               "Fix the syntax error and run the local autograder.")
@@ -82,7 +82,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     # can be shown; the course's words (ctx.course) name the records of a hidden run, never quote them.
     outcomes: list[CaseOutcome] = []
     runtime_hits: set[str] = set()
-    tampered, used, stored = "", 0.0, stored_at(source)
+    reasons, used, stored = [], 0.0, stored_at(source)  # reasons: why the backward points are withheld
     said = ctx.course.said_record if ctx.course else said_record
     for mine in by_visibility(cases):
         (found, hits), run = run_child(
@@ -95,16 +95,13 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         outcomes += found
         runtime_hits |= hits
         if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
-            hits, why = ctx.course.attention_records(run)
-            runtime_hits |= hits
-            tampered = tampered or why
+            hits, tampered = ctx.course.attention_records(run)
+            runtime_hits, reasons = runtime_hits | hits, reasons or tampered
         _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
     scoring.name_float32(outcomes)
     for outcome in outcomes:
         scoring.follow_upstream(outcome, UPSTREAM)
 
-    # The pipe that carries the record of autograd calls cannot be trusted when tampered with.
-    reasons = [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
     if static_hits:
         lines = clean_text("; ".join(static_hits[:5]))
         reasons.append(f"uses automatic differentiation or a built-in attention: {lines}")

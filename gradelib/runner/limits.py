@@ -30,7 +30,6 @@ class ChildRun:
     log_tail: str
     output_capped_mb: int = 0  # the cap on what it may print, when it printed more and was stopped for it
     event_index: dict[str, list[str]] = field(default_factory=dict)  # event name -> arguments of each, in order
-    events_tampered: str = ""  # why the audit channel cannot be trusted (the course grader's runner says)
     memory_limit_mb: int = 0  # the run's memory limit, when it was stopped for passing it
     memory_used_mb: int = 0  # the most resident memory seen (or the memory cgroup's peak), when known
 

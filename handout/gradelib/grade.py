@@ -62,7 +62,7 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
     start = time.monotonic()
     problems = problems if problems is not None else rubric_mod.load()
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
-    result = SubmissionResult(
+    result = (course.CourseResult if course is not None else SubmissionResult)(
         submission=name or Path(path).name, problems=tuple(p.id for p in selected), isolation=runner.current().level(),
         max_points={p.id: p.max_points(visibilities) for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
@@ -111,10 +111,8 @@ def _grade_problem(p: rubric_mod.Problem, ctx: GradeContext, result: SubmissionR
                                               "course staff will regrade it.")
         ctx.flags = {}
     result.tests += tests
-    result.problem_notes[p.id] = [clean_text(n) for n in ctx.notes]
-    result.notes += result.problem_notes[p.id]
-    result.problem_flags[p.id] = list(ctx.flags)
+    notes = [clean_text(n) for n in ctx.notes]
+    result.notes += notes
     result.flags.update(ctx.flags)
-    if failed:
-        result.mark_not_graded(p.id, f"internal grader error: {failed}")
-    result.problem_seconds[p.id] = round(time.monotonic() - problem_start, 3)
+    if ctx.course is not None:  # the course's records keep each problem's notes, flags and seconds
+        result.graded(p.id, notes, ctx.flags, failed, time.monotonic() - problem_start)

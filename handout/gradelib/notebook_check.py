@@ -1,8 +1,5 @@
-"""The notebooks' `grader.check` and `make checks`: the local grader's public lines, graded in the student's kernel.
-
-check("losses", "token_nll", token_nll=token_nll) grades that rubric line on the public cases with the local grader's
-calls (the child harnesses, run here), comparisons and message: the two cannot disagree.
-"""
+"""The notebooks' `grader.check` and `make checks`: the local grader's public lines, graded in the student's kernel
+with the local grader's calls (the child harnesses, run here), comparisons and messages: the two cannot disagree."""
 
 from __future__ import annotations
 

@@ -38,9 +38,6 @@ class TestResult:
         return self.score >= self.max_score - 1e-9
 
 
-NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
-
-
 @dataclass
 class SubmissionResult:
     submission: str
@@ -51,16 +48,6 @@ class SubmissionResult:
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
     isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
-    # Per problem id, its notes, flag keys (in notes and flags too) and seconds: a regrade keeps the others'.
-    problem_notes: dict[str, list[str]] = field(default_factory=dict)
-    problem_flags: dict[str, list[str]] = field(default_factory=dict)
-    problem_seconds: dict[str, float] = field(default_factory=dict)
-
-    def mark_not_graded(self, problem_id: str, why: str) -> None:
-        """The grader itself failed on this problem: a flag for the staff; its zeros are no grade (regrade it)."""
-        key = NOT_GRADED + problem_id
-        self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
-        self.problem_flags.setdefault(problem_id, []).append(key)
 
     @property
     def score(self) -> float:

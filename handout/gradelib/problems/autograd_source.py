@@ -1,7 +1,5 @@
-"""The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation.
-
-The run-time half is the child's tripwires (child/attention_child.py). Read from the source: nothing of it runs here.
-"""
+"""The static half of attention's autograd check: which lines of attention.py reach for automatic differentiation,
+read from the source (nothing of it runs here); the run-time half is the child's tripwires (attention_child.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +8,6 @@ import ast
 # Names whose use means gradients came from automatic differentiation.
 AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
                   "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
-# Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):
-# a file that uses any of them gets no benefit of the doubt for its `if __name__ == "__main__":` blocks.
-META_NAMES = {"globals", "vars", "locals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
-              "__dict__", "__builtins__", "modules", "import_module"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -25,19 +19,6 @@ def _is_main_guard(node: ast.stmt) -> bool:
     sides = [test.left, *test.comparators]
     return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
         isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
-
-
-def _main_guards_never_run(tree: ast.Module) -> bool:
-    """Whether the module's `if __name__ == "__main__":` blocks surely do not run when it is imported:
-    it never binds __name__ itself (`__name__ = "__main__"` first would run them) nor uses META_NAMES."""
-    return not any(
-        (isinstance(node, ast.Name) and ((node.id == "__name__" and not isinstance(node.ctx, ast.Load))
-                                         or node.id in META_NAMES))
-        or (isinstance(node, ast.Attribute) and node.attr in META_NAMES)
-        or (isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names)
-        or (isinstance(node, ast.Constant) and node.value == "__name__")
-        or (isinstance(node, (ast.Import, ast.ImportFrom)) and any(a.asname == "__name__" for a in node.names))
-        for node in ast.walk(tree))
 
 
 def _own_backward_classes(tree: ast.Module) -> set[str]:
@@ -117,14 +98,13 @@ def _is_own(value, own: set[str], names: set[str], attrs: set[str]) -> bool:
                                                                    and value.attr in attrs)
 
 
-def autograd_uses(source: str) -> list[str]:
+def autograd_uses(source: str, main_blocks: bool = False) -> list[str]:
     """Lines of `source` that reach for automatic differentiation, as 'line N: code'. A `.backward` call is
-    autograd's unless it is the file's own method (on self, on one of its classes or on an instance of one)."""
+    autograd's unless it is the file's own method (on self, on one of its classes or on an instance of one).
+    A self-test under `if __name__ == "__main__":` never runs when the grader imports the file (its `else` branch
+    does): it counts only with `main_blocks` (the course's grader says when a file could run it)."""
     tree = ast.parse(source)
-    # A self-test under `if __name__ == "__main__":` (att.backward(...), checks against
-    # autograd) never runs when the grader imports the file; its `else` branch does. Unless
-    # the file rebinds __name__ or could: then every line counts.
-    if _main_guards_never_run(tree):
+    if not main_blocks:
         tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
     lines = source.splitlines()
     own = _own_backward_classes(tree)

@@ -1,7 +1,5 @@
 """Tested causes for the notebooks' wrong values: each names a mistake only when the student's array is what it gives.
-
-A diagnosis (got, the case's arrays, the case's edge) -> str recomputes one mistake on the case's inputs ('' if none).
-"""
+A diagnosis (got, the case's arrays, the case's edge) -> str recomputes a mistake on the case's inputs ('' if none)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Problems `losses` and `masks` (notebooks 1 and 2): run the student's notebook in the child, judge here.
-
-Each is a NotebookSpec: the notebook, the calls to make and, per quantity, the types accepted and a hint. Only a
-case's inputs reach the child (child/notebook_child.py), never its expected_<quantity> arrays.
-"""
+"""Problems `losses` and `masks` (notebooks 1 and 2): run the student's notebook in the child, judge here. Only a
+case's inputs reach the child (child/notebook_child.py), never its expected_<quantity> arrays."""
 
 from __future__ import annotations
 
@@ -48,6 +45,8 @@ class Quantity:
 
 @dataclass(frozen=True)
 class NotebookSpec:
+    """A notebook, the calls to make and, per quantity, the types accepted and a hint."""
+
     notebook: str
     calls: tuple[Call, ...]
     quantities: dict[str, Quantity]

@@ -1,0 +1,32 @@
+"""The course's SubmissionResult: the kit's, plus what its records (results.json, a regrade) keep per problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradelib.results import SubmissionResult
+
+NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
+@dataclass
+class CourseResult(SubmissionResult):
+    """Per problem id, its notes, flag keys (in notes and flags too) and seconds: a regrade keeps the others'."""
+
+    problem_notes: dict[str, list[str]] = field(default_factory=dict)
+    problem_flags: dict[str, list[str]] = field(default_factory=dict)
+    problem_seconds: dict[str, float] = field(default_factory=dict)
+
+    def graded(self, problem_id: str, notes: list[str], flags: dict[str, str], failed: str, seconds: float) -> None:
+        """Keep what grading `problem_id` added (gradelib.grade calls it); `failed`: the grader's own error, or ''."""
+        self.problem_notes[problem_id] = list(notes)
+        self.problem_flags[problem_id] = list(flags)
+        if failed:
+            self.mark_not_graded(problem_id, f"internal grader error: {failed}")
+        self.problem_seconds[problem_id] = round(seconds, 3)
+
+    def mark_not_graded(self, problem_id: str, why: str) -> None:
+        """The grader itself failed on this problem: a flag for the staff; its zeros are no grade (regrade it)."""
+        key = NOT_GRADED + problem_id
+        self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
+        self.problem_flags.setdefault(problem_id, []).append(key)
