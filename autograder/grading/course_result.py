@@ -1,12 +1,32 @@
-"""The course's SubmissionResult: the kit's, plus what its records (results.json, a regrade) keep per problem."""
+"""The course's SubmissionResult and TestResult: the kit's, plus what its records (results.json, a regrade) keep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gradelib.results import SubmissionResult
+from gradelib.results import SubmissionResult, TestResult, finite
+from gradelib.rubric_schema import Problem
+from gradelib.safeio import clean_text
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
+@dataclass
+class CourseTest(TestResult):
+    """A test as the course records it: the figures its line measured (e.g. prediction_nll: the staff's report) and
+    a hidden test's visibility on Gradescope (the rubric's hidden_tests; '' for the default)."""
+
+    figures: dict[str, float] = field(default_factory=dict)
+    shown: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if finite(v)}
+
+    @property
+    def grades_run(self) -> bool:
+        """A line that measured a figure (notebook 3's NLL) grades the run's files too."""
+        return bool(self.figures) or super().grades_run
 
 
 @dataclass
@@ -30,3 +50,11 @@ class CourseResult(SubmissionResult):
         key = NOT_GRADED + problem_id
         self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
         self.problem_flags.setdefault(problem_id, []).append(key)
+
+    def recorded(self, problems: dict[str, Problem]) -> CourseResult:
+        """`self`, each test a CourseTest, a hidden one shown on Gradescope as its problem's hidden_tests says."""
+        self.tests = [t if isinstance(t, CourseTest) else CourseTest(**vars(t)) for t in self.tests]
+        for t in self.tests:
+            if t.visibility == "hidden":
+                t.shown = problems[t.problem].hidden_tests
+        return self
