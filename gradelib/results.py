@@ -61,10 +61,7 @@ class SubmissionResult:
     def table(self) -> str:
         """The report a student reads, rows of at most WIDTH columns: per problem its score, each failed line with
         its first failing case and cause (failures), its passing lines folded into one."""
-        lines = [f"Submission: {self.submission}"]
-        if self.isolation:
-            lines.append(f"Sandbox: {self.isolation}")
-        lines += [ln for n in self.notes for ln in wrap(f"  note: {n}")]
+        lines = [f"Submission: {self.submission}", *(ln for n in self.notes for ln in wrap(f"  note: {n}"))]
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)

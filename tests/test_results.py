@@ -249,6 +249,7 @@ def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, 
     """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
     from autograder.batch.regrade import gradescope_test
     from autograder.grading import rubric_check
+    from autograder.grading.course_result import CourseResult
     from gradelib.scoring import all_zero
 
     text = rubric.RUBRIC_PATH.read_text()
@@ -256,7 +257,8 @@ def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, 
     path.write_text(text.replace('hidden_tests = "after_published"', f'hidden_tests = "{shown}"'))
     problem = rubric_check.load(path)["attention"]
     assert problem.hidden_tests == shown
-    tests = [gradescope_test(t, "1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
+    result = CourseResult("s", all_zero(problem, ("public", "hidden"), "not graded")).recorded({"attention": problem})
+    tests = [gradescope_test(t, "1.1") for t in result.tests]
     assert {t["visibility"] for t in tests if t["name"].endswith("[hidden]")} == {shown}
     assert {t["visibility"] for t in tests if t["name"].endswith("[public]")} == {"visible"}
 

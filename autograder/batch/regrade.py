@@ -312,7 +312,10 @@ def feedback(result: CourseResult) -> str:
                   for pid in result.problems for t in result.tests if t.problem == pid)
     said = wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
                 "cases); the course staff publish them with the grades.") if unshown else []
-    return "\n".join([_Feedback(**vars(result)).table(), *said])
+    shown = _Feedback(**vars(result))
+    if result.isolation:  # under the submission's name: students see what ran their code, and how confined
+        shown.submission += f"\nSandbox: {result.isolation}"
+    return "\n".join([shown.table(), *said])
 
 
 def to_results_json(result: CourseResult, records: dict[str, dict]) -> dict:
