@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from gradelib.results import SubmissionResult, TestResult, finite
+from gradelib.results import SubmissionResult, TestResult
 from gradelib.rubric_schema import Problem
 from gradelib.safeio import clean_text
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
+def finite(x) -> bool:
+    """Whether `x` is a finite number."""
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def score_number(x) -> float:
+    """`x` as a float, 0.0 when it is not a finite number."""
+    return float(x) if finite(x) else 0.0
 
 
 @dataclass
@@ -20,7 +34,12 @@ class CourseTest(TestResult):
     shown: str = ""
 
     def __post_init__(self) -> None:
+        # The last guard: whatever the course computed or a results.json held, a score is a finite number.
         super().__post_init__()
+        if not finite(self.score):
+            said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
+            self.output, self.score = f"{self.output}\n({said})", 0.0
+        self.score, self.max_score = float(self.score), score_number(self.max_score)
         self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if finite(v)}
 
     @property
