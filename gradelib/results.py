@@ -70,8 +70,7 @@ class SubmissionResult:
         return clean_text("\n".join(lines))
 
     def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
-        """The table's lines on problem `pid`'s `failed` tests, root causes first: each with its first failing case
-        and cause (why_lost)."""
+        """The table's lines on problem `pid`'s `failed` tests (why_lost), root causes first."""
         failed = sorted(failed, key=lambda t: (knock_on(t.output), t.grades_run))
         items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')}", t.output, t.max_score)
                  for t in failed]
