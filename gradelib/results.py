@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .handin_contract import RUN_FILES
 from .safeio import clean_text
@@ -21,21 +19,18 @@ class TestResult:
     visibility: str  # "public" or "hidden"
     output: str = ""
     line: str = ""  # the rubric line's id (rubric.toml), stable whatever its title says
-    figures: dict[str, float] = field(default_factory=dict)  # measured figures a line scored (e.g. prediction_nll)
-    shown: str = ""  # a hidden test's visibility on Gradescope, the rubric's hidden_tests; '' for the default
 
     def __post_init__(self) -> None:
-        # The last guard: whatever a grader computed, a score is a finite number and text is safe to show.
-        self.name, self.output, self.max_score = clean_text(self.name), clean_text(self.output), score_number(
-            self.max_score)
-        if not _finite(self.score):
-            said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
-            self.output, self.score = f"{self.output}\n({said})", 0.0
-        self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if _finite(v)}
+        self.name, self.output = clean_text(self.name), clean_text(self.output)  # safe to show, whatever it quotes
 
     @property
     def passed(self) -> bool:
         return self.score >= self.max_score - 1e-9
+
+    @property
+    def grades_run(self) -> bool:
+        """Whether the line grades a training run's files (predictions.npy's format): shown after the code lines."""
+        return self.name.removeprefix(f"{self.problem}: ").startswith(tuple(f"{name}:" for name in RUN_FILES))
 
 
 @dataclass
@@ -51,44 +46,35 @@ class SubmissionResult:
 
     @property
     def score(self) -> float:
-        return round(sum(score_number(t.score) for t in self.tests), 4)
+        return round(sum(t.score for t in self.tests), 4)
 
     @property
     def max_score(self) -> float:
-        return round(sum(score_number(v) for v in self.max_points.values()), 4)
+        return round(sum(self.max_points.values()), 4)
 
-    def table(self, withhold: Callable[[str, list[TestResult], list[TestResult]], list[str]] | None = None) -> str:
+    def table(self) -> str:
         """The report a student reads, rows of at most WIDTH columns: per problem its score, each failed line with
-        its first failing case and cause (root causes first), its passing lines folded into one. `withhold` (the
-        course's feedback): (problem id, failed tests shown, failed hidden tests not shown) -> lines said instead."""
-        lines = [f"Submission: {self.submission}"]
-        if self.isolation:
-            lines.append(f"Sandbox: {self.isolation}")
-        lines += [ln for n in self.notes for ln in wrap(f"  note: {n}")]
+        its first failing case and cause (failures), its passing lines folded into one."""
+        lines = [f"Submission: {self.submission}", *(ln for n in self.notes for ln in wrap(f"  note: {n}"))]
         for pid in self.problems:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
             passing = [t for t in mine if t.passed]
             said = "all" if len(passing) == len(mine) and mine else f"{len(passing)} of"
             lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
-            failed = [t for t in mine if not t.passed]
-            shown = [t for t in failed if not withhold or t.visibility != "hidden" or t.shown == "visible"]
-            prefix = f"{pid}: "
-            # A line that grades a training run's files (predictions.npy's format, a figure: notebook 3's NLL) after
-            # the code lines whose bug it may follow from (the attention line before predictions.npy's).
-            shown.sort(key=lambda t: (knock_on(t.output), bool(t.figures) or t.name.removeprefix(prefix).startswith(
-                tuple(f"{name}:" for name in RUN_FILES))))
-            items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(prefix)}", t.output, t.max_score)
-                     for t in shown]
-            lost = [ln[2:] if ln.startswith("- ") else ln for ln in why_lost(items)]
-            lines += [ln for line in lost for ln in wrap(f"  {line}")]
-            if len(shown) < len(failed):
-                lines += withhold(pid, shown, [t for t in failed if t not in shown])
-            if passing and failed:
+            lines += self.failures(pid, [t for t in mine if not t.passed])
+            if passing and len(passing) < len(mine):
                 lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
                              f"({sum(t.score for t in passing):.2f} points)")
         lines.append(f"TOTAL {self.score:.2f} / {self.max_score:.2f}")
         return clean_text("\n".join(lines))
+
+    def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
+        """The table's lines on problem `pid`'s `failed` tests (why_lost), root causes first."""
+        failed = sorted(failed, key=lambda t: (knock_on(t.output), t.grades_run))
+        items = [(f"FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')}", t.output, t.max_score)
+                 for t in failed]
+        return [ln for line in why_lost(items) for ln in wrap(f"  {line.removeprefix('- ')}")]
 
 
 WIDTH = 100  # columns of the score table: a terminal, an e-mail, a phone turned sideways
@@ -231,15 +217,3 @@ def _hints_once(output: str, said: set[str]) -> str:
             said.add(hint)
         out.append(line)
     return "\n".join(out)
-
-
-def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-def score_number(x) -> float:
-    """`x` as a float, 0.0 when it is not a finite number."""
-    return float(x) if _finite(x) else 0.0

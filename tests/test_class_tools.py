@@ -24,7 +24,7 @@ from autograder.batch import regrade
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.build.classgen import BUGS, _edit
 from autograder.grading import rubric_check as rubric_mod
-from autograder.grading.course_result import CourseResult
+from autograder.grading.course_result import CourseResult, CourseTest
 from gradelib import results as results_mod
 
 from support import FIXTURES, REPO, SOLUTIONS
@@ -127,7 +127,7 @@ def _graded(out: Path, name: str, path: Path, scores: dict[str, float]) -> None:
     r = CourseResult(submission=name, problems=tuple(ORDER))
     points = {p: rubric_mod.load()[p].points for p in ORDER}
     for pid in ORDER:
-        r.tests.append(results_mod.TestResult(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))
+        r.tests.append(CourseTest(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))
         r.max_points[pid] = points[pid]
     regrade.write_merged(r, out / name, records, ORDER, merge_old=False)
     (out / name / ".source").write_text(source_key(path))

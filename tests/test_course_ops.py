@@ -21,8 +21,7 @@ import pytest
 
 from autograder.batch import gradebook, regrade
 from autograder.grading import rubric_check as rubric_mod
-from autograder.grading.course_result import CourseResult
-from gradelib import results as results_mod
+from autograder.grading.course_result import CourseResult, CourseTest
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS
 
@@ -109,7 +108,7 @@ def _result(
     for pid, values in scores.items():
         for i, v in enumerate(values):
             r.tests.append(
-                results_mod.TestResult(
+                CourseTest(
                     pid, f"{pid}: line {i}", v, 2.0, "public" if i % 2 == 0 else "hidden", line=f"l{i}"
                 )
             )
@@ -295,7 +294,7 @@ def _synthetic_results(folder: Path, scores: dict[str, float], records: dict[str
     r = CourseResult(submission=folder.name, problems=tuple(ORDER))
     points = {p: rubric_mod.load()[p].points for p in ORDER}
     for pid in ORDER:
-        r.tests.append(results_mod.TestResult(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))
+        r.tests.append(CourseTest(pid, f"{pid}: all", scores.get(pid, 0.0), points[pid], "hidden"))
         r.max_points[pid] = points[pid]
     regrade.write_merged(r, folder, records, ORDER, merge_old=False)
 

@@ -142,6 +142,9 @@ def test_the_model_is_graded_and_the_argmax_trick_changes_nothing(tricked, refer
         expected = teacher_forced_nll(reference, f["inp"], g["out"])
     shown = float(nll_line.output.split("prediction NLL ")[1].split(" ")[0])
     assert shown == pytest.approx(expected, abs=2e-3)
+    # The course records the figures it scored (the staff's report draws them), and shows them after the code lines.
+    assert nll_line.figures == {"prediction_nll": pytest.approx(shown, abs=1e-4)} and nll_line.grades_run
+    assert set(ppl_line.figures) == {"generation_perplexity"} and ppl_line.shown == "after_published"
 
 
 def test_arrays_that_do_not_match_the_model_are_flagged_and_earn_no_format_points(tricked):

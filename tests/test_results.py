@@ -103,12 +103,11 @@ def test_integrity_flags_reach_the_class_report_escaped(tmp_path):
     from autograder.batch.records import read_row
     from autograder.batch.regrade import write_merged
     from autograder.batch.report import render_report
-    from autograder.grading.course_result import CourseResult
-    from gradelib.results import TestResult
+    from autograder.grading.course_result import CourseResult, CourseTest
 
     result = CourseResult("mallory", problems=("generation",), max_points={"generation": 2.0})
     result.tests.append(
-        TestResult("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format")
+        CourseTest("generation", "generation: format [public]", 2.0, 2.0, "public", "ok", line="format")
     )
     result.flags["generated_does_not_match_model"] = "generated.npy is not what model.pt generates <b>bold</b>"
     write_merged(result, tmp_path / "mallory", {}, ["generation"], merge_old=False)
@@ -250,6 +249,7 @@ def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, 
     """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
     from autograder.batch.regrade import gradescope_test
     from autograder.grading import rubric_check
+    from autograder.grading.course_result import CourseResult
     from gradelib.scoring import all_zero
 
     text = rubric.RUBRIC_PATH.read_text()
@@ -257,7 +257,8 @@ def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, 
     path.write_text(text.replace('hidden_tests = "after_published"', f'hidden_tests = "{shown}"'))
     problem = rubric_check.load(path)["attention"]
     assert problem.hidden_tests == shown
-    tests = [gradescope_test(t, "1.1") for t in all_zero(problem, ("public", "hidden"), "not graded")]
+    result = CourseResult("s", all_zero(problem, ("public", "hidden"), "not graded")).recorded({"attention": problem})
+    tests = [gradescope_test(t, "1.1") for t in result.tests]
     assert {t["visibility"] for t in tests if t["name"].endswith("[hidden]")} == {shown}
     assert {t["visibility"] for t in tests if t["name"].endswith("[public]")} == {"visible"}
 
@@ -289,6 +290,7 @@ def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
 def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_columns():
     """A knock-on line (its value follows from another's) and a measured-output line (notebook 3's NLL) come after
     the line they follow from; an exception raised at one place is quoted once; no line is over 100 columns."""
+    from autograder.grading.course_result import CourseTest
     from gradelib.results import SubmissionResult, TestResult
 
     error = "forward raised RuntimeError: expected scalar type Double but found Float (in attention.py, line 32: " \
@@ -302,7 +304,7 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
         TestResult("attention", "attention: forward: context X_new [public]", 0, 1.5, "public", knock, line="out"),
         TestResult("attention", "attention: forward: causal softmax A_sig [public]", 0, 2, "public", root, line="s"),
         TestResult("attention", "attention: forward: projections [hidden]", 0, 2.5, "hidden", again, line="p"),
-        TestResult("prediction", "prediction: nll [hidden]", 0, 12, "hidden", "too high", line="nll",
+        CourseTest("prediction", "prediction: nll [hidden]", 0, 12, "hidden", "too high", line="nll",
                    figures={"prediction_nll": 3.2}),
         TestResult("prediction", "prediction: predictions.npy: (128, 20, 30) finite float logits [public]", 0, 2,
                    "public", "predictions.npy has NaN entries", line="format"),
@@ -324,16 +326,16 @@ def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_o
     """feedback.txt (hidden messages not shown): a hidden line failing with its public twin is counted in one line,
     one whose public twin passed (a slip only hidden cases show) is named; passing lines are folded."""
     from autograder.batch.regrade import feedback
-    from gradelib.results import SubmissionResult, TestResult
+    from autograder.grading.course_result import CourseResult, CourseTest
 
-    def test(line: str, vis: str, score: float) -> TestResult:
+    def test(line: str, vis: str, score: float) -> CourseTest:
         said = "" if score else f"failed on 1 of 1 {vis} cases:\ncase 'x' (B=1): 'y' is wrong."
-        return TestResult("p", f"p: {line} [{vis}]", score, 1.0, vis, said, line=line)
+        return CourseTest("p", f"p: {line} [{vis}]", score, 1.0, vis, said, line=line)
 
-    result = SubmissionResult("s", problems=("p", "q"), max_points={"p": 6.0, "q": 1.0})
+    result = CourseResult("s", problems=("p", "q"), max_points={"p": 6.0, "q": 1.0})
     result.tests = [test("a", "public", 0), test("a", "hidden", 0), test("b", "public", 1), test("b", "hidden", 0),
                     test("c", "public", 1), test("c", "hidden", 1),
-                    TestResult("q", "q: d [public]", 1.0, 1.0, "public", "", line="d")]
+                    CourseTest("q", "q: d [public]", 1.0, 1.0, "public", "", line="d")]
     assert feedback(result).splitlines()[1:] == [
         "p 3.00 / 6.00: 3 of 6 lines pass",
         "  FAIL 0.00 / 1.00 a [public]:", "      failed on 1 of 1 public cases:", "      case 'x' (B=1): 'y' is wrong.",

@@ -66,7 +66,7 @@ def ungraded_result(name: str, only: list[str] | None, message: str,
     )
     for p in selected:
         result.tests += all_zero(p, vis, message)
-    return result
+    return result.recorded(problems)
 
 
 @dataclass

@@ -24,11 +24,11 @@ import re
 from pathlib import Path
 
 from gradelib import rubric as rubric_mod
-from gradelib.results import SubmissionResult, TestResult, score_number, wrap
+from gradelib.results import SubmissionResult, TestResult, wrap
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
-from ..grading.course_result import NOT_GRADED, CourseResult
+from ..grading.course_result import NOT_GRADED, CourseResult, CourseTest, score_number
 from .atomic import write_json_atomic, write_text_atomic
 from .records import MAX_RESULTS_BYTES
 
@@ -161,7 +161,7 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> CourseRe
         extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
         figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
         shown = t.get("visibility") if t.get("visibility") in GRADESCOPE_VISIBILITIES else ""
-        result.tests.append(TestResult(
+        result.tests.append(CourseTest(
             problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score", 0.0),
             max_score=t.get("max_score", 0.0), visibility=FROM_GRADESCOPE.get(t.get("visibility"), "hidden"),
             output=str(t.get("output", "")), line=str(extra.get("line", "")),
@@ -263,7 +263,7 @@ def not_graded_normally(result: SubmissionResult) -> list[str]:
     return out
 
 
-def gradescope_test(t: TestResult, number: str) -> dict:
+def gradescope_test(t: CourseTest, number: str) -> dict:
     """Test `t` as one entry of results.json's tests, numbered `number` (e.g. "1.2"); a hidden test's visibility is
     the rubric's hidden_tests (t.shown)."""
     return {
@@ -296,7 +296,15 @@ def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> li
     return lines
 
 
-def feedback(result: SubmissionResult) -> str:
+class _Feedback(CourseResult):
+    """The kit's table with the messages of hidden tests withheld (_withheld) unless the rubric shows them at once."""
+
+    def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
+        shown = [t for t in failed if t.visibility != "hidden" or t.shown == "visible"]
+        return super().failures(pid, shown) + _withheld(pid, shown, [t for t in failed if t not in shown])
+
+
+def feedback(result: CourseResult) -> str:
     """feedback.txt, the report a student reads on Gradescope: the kit's table, a hidden test's message shown only
     where the rubric shows hidden tests at once (hidden_tests = "visible"); the staff's report.html lists every
     line."""
@@ -304,7 +312,10 @@ def feedback(result: SubmissionResult) -> str:
                   for pid in result.problems for t in result.tests if t.problem == pid)
     said = wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
                 "cases); the course staff publish them with the grades.") if unshown else []
-    return "\n".join([result.table(withhold=_withheld), *said])
+    shown = _Feedback(**vars(result))
+    if result.isolation:  # under the submission's name: students see what ran their code, and how confined
+        shown.submission += f"\nSandbox: {result.isolation}"
+    return "\n".join([shown.table(), *said])
 
 
 def to_results_json(result: CourseResult, records: dict[str, dict]) -> dict:

@@ -163,7 +163,7 @@ def _head(text: str, lines: int = 6, width: int = 200) -> str:
     return "\n".join(kept)
 
 
-# Figures a line records (TestResult.figures) ->
+# Figures a line records (CourseTest.figures) ->
 # (rubric problem, full-credit setting, zero-credit setting, label, log axis).
 FIGURES = {
     "prediction_nll": ("prediction", "full_credit_nll", "zero_credit_nll", "prediction NLL (nats/char)", False),

@@ -28,6 +28,7 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import kernel
 from autograder.isolation.levels import ISOLATION_CHOICES
+from gradelib import rubric
 from gradelib.grade import grade_submission
 from gradelib.problems import GRADERS
 
@@ -42,8 +43,10 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     """Grade as the course grader does: public and hidden cases, every shape of upload, the model-quality lines
     (generations scored by the oracle)."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
+    kwargs.setdefault("problems", rubric.load())  # what grade_submission reads by default
     with sandbox.installed():  # the problems' runs go through the isolation levels
-        return grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
+        result = grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
+    return result.recorded(kwargs["problems"])
 
 
 def _kill_children_and_exit(signum: int, _frame) -> None:

@@ -1,12 +1,51 @@
-"""The course's SubmissionResult: the kit's, plus what its records (results.json, a regrade) keep per problem."""
+"""The course's SubmissionResult and TestResult: the kit's, plus what its records (results.json, a regrade) keep."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from gradelib.results import SubmissionResult
+from gradelib.results import SubmissionResult, TestResult
+from gradelib.rubric_schema import Problem
+from gradelib.safeio import clean_text
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+
+
+def finite(x) -> bool:
+    """Whether `x` is a finite number."""
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def score_number(x) -> float:
+    """`x` as a float, 0.0 when it is not a finite number."""
+    return float(x) if finite(x) else 0.0
+
+
+@dataclass
+class CourseTest(TestResult):
+    """A test as the course records it: the figures its line measured (e.g. prediction_nll: the staff's report) and
+    a hidden test's visibility on Gradescope (the rubric's hidden_tests; '' for the default)."""
+
+    figures: dict[str, float] = field(default_factory=dict)
+    shown: str = ""
+
+    def __post_init__(self) -> None:
+        # The last guard: whatever the course computed or a results.json held, a score is a finite number.
+        super().__post_init__()
+        if not finite(self.score):
+            said = f"the score computed for this line was {self.score!r}, not a finite number; it counts as 0"
+            self.output, self.score = f"{self.output}\n({said})", 0.0
+        self.score, self.max_score = float(self.score), score_number(self.max_score)
+        self.figures = {clean_text(k): float(v) for k, v in self.figures.items() if finite(v)}
+
+    @property
+    def grades_run(self) -> bool:
+        """A line that measured a figure (notebook 3's NLL) grades the run's files too."""
+        return bool(self.figures) or super().grades_run
 
 
 @dataclass
@@ -30,3 +69,11 @@ class CourseResult(SubmissionResult):
         key = NOT_GRADED + problem_id
         self.flags[key] = f"{why} (an internal failure, not the submission's: regrade it)"
         self.problem_flags.setdefault(problem_id, []).append(key)
+
+    def recorded(self, problems: dict[str, Problem]) -> CourseResult:
+        """`self`, each test a CourseTest, a hidden one shown on Gradescope as its problem's hidden_tests says."""
+        self.tests = [t if isinstance(t, CourseTest) else CourseTest(**vars(t)) for t in self.tests]
+        for t in self.tests:
+            if t.visibility == "hidden":
+                t.shown = problems[t.problem].hidden_tests
+        return self

@@ -36,6 +36,7 @@ from gradelib.scoring import Line, load_meta, read_array
 
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
+from .course_result import CourseTest
 from .safe_reading import DIR_FLAGS
 
 
@@ -122,7 +123,7 @@ def _perplexity_result(line: Line, prompts, ids, scored, full, zero) -> TestResu
             "Hint: greedy decoding from a well-trained model should continue the prompt's sentence grammatically; "
             "check that generate feeds each picked id back as input for the next step."
         )
-    return line.result(frac, "\n".join(said), {"generation_perplexity": ppl})
+    return CourseTest(**vars(line.result(frac, "\n".join(said))), figures={"generation_perplexity": ppl})
 
 
 def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
@@ -153,7 +154,7 @@ def _score_nll(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     if frac < 1.0:
         text += "\n" + (note or "Hint: the notebook prints the same figure on prediction.npz for each epoch; hand in "
                          "the checkpoint of the epoch with the lowest validation NLL.")
-    return line.result(frac, text, {"prediction_nll": nll})
+    return CourseTest(**vars(line.result(frac, text)), figures={"prediction_nll": nll})
 
 
 # The hidden prediction set, as the kit's lm_model.PUBLIC_SET: its targets are revealed one step at a time. With the

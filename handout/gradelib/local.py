@@ -140,7 +140,6 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
                                   only=only, limits=Limits(timeout_s=args.timeout),
                                   name=str(args.handin) if args.handin else "this folder",
                                   run_expected=bool(args.handin or runid))
-    result.isolation = ""  # a level's name means nothing to a student: said in words instead
     print(f"{RAN_AS[0].upper()}{RAN_AS[1:]}.")
     print(result.table())
     print(stakes(result, problems))

@@ -55,12 +55,11 @@ class Line:
         """The points this line earns on its visibility's cases."""
         return self.problem.share(self.group, self.visibility)
 
-    def result(self, fraction: float, output: str, figures: dict[str, float] | None = None) -> TestResult:
-        """The test with `fraction` of the line's points, the message a student reads and the figures it scored."""
+    def result(self, fraction: float, output: str) -> TestResult:
+        """The test with `fraction` of the line's points and the message a student reads."""
         name = f"{self.problem.id}: {self.group.title} [{self.visibility}]"
         return TestResult(self.problem.id, name, fraction * self.points, self.points, self.visibility, output,
-                          line=self.group.id, figures=dict(figures or {}),
-                          shown=self.problem.hidden_tests if self.visibility == "hidden" else "")
+                          line=self.group.id)
 
 
 def lines(problem: Problem, visibilities: tuple[str, ...]) -> list[Line]:
