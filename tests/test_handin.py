@@ -286,13 +286,13 @@ def test_a_wrong_run_lists_the_runs_that_exist(student, capsys):
     assert "optional" not in out + err, out + err
 
 
-def test_the_notebook_check_refuses_what_the_grader_cannot_read():
+def test_the_notebook_check_refuses_what_the_grader_cannot_read(tmp_path):
     """The handin check reads notebooks without nbformat (whose validator takes a second to import): the shipped
     notebooks pass; JSON with no list of cells, which the grader cannot run a cell of, is refused, and nbformat
     agrees that it is no notebook."""
     import copy
 
-    from gradelib.handin import notebook_problem
+    from gradelib.handin import check_file
 
     def nbformat_rejects(data) -> bool:
         try:
@@ -301,12 +301,17 @@ def test_the_notebook_check_refuses_what_the_grader_cannot_read():
             return True
         return False
 
+    def checked(data) -> list[str]:
+        (tmp_path / "nb.ipynb").write_text(json.dumps(data))
+        return check_file("nb.ipynb", tmp_path / "nb.ipynb")
+
     good = [json.loads(p.read_text()) for p in [*SOLUTIONS.glob("0*.ipynb"), *HANDOUT.glob("0*.ipynb")]]
     assert len(good) == 6
     for data in good:
-        assert notebook_problem(data) == "" and not nbformat_rejects(data)
+        assert checked(data) == [] and not nbformat_rejects(data)
     for what, data in {"cells not a list": {**copy.deepcopy(good[0]), "cells": {}}, "not an object": [1, 2]}.items():
-        assert notebook_problem(data) == "no list of cells", what
+        said = checked(data)
+        assert said == ["is not a valid notebook (no list of cells); open it in Jupyter, fix it and save it"], what
         assert nbformat_rejects(data), what  # the oracle agrees that it is malformed
 
 
