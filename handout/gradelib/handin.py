@@ -112,17 +112,13 @@ def _check_python(data: bytes) -> list[str]:
 
 def _check_notebook(data: bytes) -> list[str]:
     try:
-        why = notebook_problem(json.loads(data.decode("utf-8")))
+        notebook = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return [f"is not a notebook (not JSON: {safeio.clean_text(exc)[:200]}); save it from Jupyter and do not "
                 "edit it by hand"]
-    return [f"is not a valid notebook ({why}); open it in Jupyter, fix it and save it"] if why else []
-
-
-def notebook_problem(data) -> str:
-    """What keeps parsed JSON from being a notebook the grader can read ('' when nothing): the grader runs the code
-    cells it finds in a version-4 notebook's list of cells."""
-    return "" if isinstance(data, dict) and isinstance(data.get("cells"), list) else "no list of cells"
+    if isinstance(notebook, dict) and isinstance(notebook.get("cells"), list):  # the grader runs its code cells
+        return []
+    return ["is not a valid notebook (no list of cells); open it in Jupyter, fix it and save it"]
 
 
 # Handin array -> (problem, shape, dtype kinds, what it holds), read and checked as that problem's grader does.
