@@ -1,7 +1,5 @@
 """Read a file a submission or its child wrote (capped, a .npy header checked before its data, no pickles); clean text.
-
-Each refusal is a SafeReadError a student can act on. The course grader installs its own Reader (`install`).
-"""
+Each refusal is a SafeReadError a student can act on; the course grader installs its own Reader (`install`)."""
 
 from __future__ import annotations
 
@@ -19,12 +17,11 @@ import numpy as np
 class SafeReadError(ValueError):
     """A file was refused: str(exc) is "<file name> <detail>", in words a student can act on. reason: "missing",
     "not_regular", "size", "format" (not parseable), "dtype" (a plain number of another kind) or "unsafe_dtype"
-    (objects, structured, subarray, complex, long double). shape, dtype: from a .npy header that was parsed."""
+    (objects, structured, subarray, complex, long double). shape: from a .npy header that was parsed."""
 
-    def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None,
-                 dtype: np.dtype | None = None):
+    def __init__(self, name: str, detail: str, reason: str, shape: tuple[int, ...] | None = None):
         super().__init__(f"{name} {detail}")
-        self.name, self.detail, self.reason, self.shape, self.dtype = name, detail, reason, shape, dtype
+        self.name, self.detail, self.reason, self.shape = name, detail, reason, shape
 
 
 class Reader:
@@ -79,7 +76,7 @@ def install(reader: Reader | None) -> Reader:
 def truncated(name: str, shape: tuple, dtype: np.dtype, needed: int, held: int) -> SafeReadError:
     """The refusal of a .npy that holds fewer bytes of data than its header says."""
     return SafeReadError(name, f"is truncated: shape {shape} of {dtype} needs {needed} bytes of data and the file "
-                         f"holds {held}; save it again with np.save.", "format", shape, dtype)
+                         f"holds {held}; save it again with np.save.", "format", shape)
 
 
 def too_big(name: str, size: int, max_bytes: int) -> SafeReadError:
@@ -139,10 +136,10 @@ def check_dtype(dtype: np.dtype, kinds: str, name: str, shape: tuple[int, ...] |
         why = (f"has dtype {dtype} (long double), {refused}: its values can overflow the float64 that scores are "
                f"computed in; expected {wanted}.")
     elif dtype.kind not in kinds or dtype.kind not in "biuf":
-        raise SafeReadError(name, f"has dtype {dtype}, expected {wanted}.", "dtype", shape, dtype)
+        raise SafeReadError(name, f"has dtype {dtype}, expected {wanted}.", "dtype", shape)
     else:
         return
-    raise SafeReadError(name, why, "unsafe_dtype", shape, dtype)
+    raise SafeReadError(name, why, "unsafe_dtype", shape)
 
 
 def parse_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -166,14 +163,14 @@ def check_header(name: str, shape: tuple[int, ...], dtype: np.dtype, kinds: str,
     is invalid, its dtype refused (check_dtype) or its values more than `max_elements`."""
     if size > max_bytes:
         raise SafeReadError(name, f"has shape {shape} of {dtype} in {size} bytes, more than the {max_bytes} the grader "
-                            "reads; it was not read.", "size", shape, dtype)
+                            "reads; it was not read.", "size", shape)
     if not all(isinstance(s, int) and s >= 0 for s in shape):
         raise SafeReadError(name, f"has an invalid shape {shape}; save it again with np.save.", "format")
     check_dtype(dtype, kinds, name, shape)
     count = math.prod(shape)  # Python ints: a hostile shape cannot overflow
     if max_elements is not None and count > max_elements:
         raise SafeReadError(name, f"has shape {shape} ({count} values), more than the {max_elements} the grader "
-                            "reads; it was not read.", "size", shape, dtype)
+                            "reads; it was not read.", "size", shape)
     return count
 
 

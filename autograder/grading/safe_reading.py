@@ -192,7 +192,7 @@ class HostileReader(safeio.Reader):
             if st.st_size - offset > needed:  # padding costs the grader reads
                 raise SafeReadError(name, f"holds {st.st_size - offset - needed} bytes after the {needed} bytes of "
                                     f"data its shape {shape} of {dtype} needs; it was not read (save it again with "
-                                    "np.save).", "format", shape, dtype)
+                                    "np.save).", "format", shape)
             data += _read_prefix(fd, name, offset + needed - len(data))
         finally:
             os.close(fd)

@@ -1,7 +1,6 @@
-"""The narrow interface every problem runs code through: `run([harness], scratch, limits)` starts the harness in a
-separate process and returns how it ended (a ChildRun). A runner has the portable module's run, session, level, hold
-and release: the kit's runner is that module (it isolates nothing); the course grader installs its isolating runner
-here (`install`), so every problem runs unchanged through either."""
+"""How every problem runs code: `run([harness], scratch, limits)` runs the harness in a separate process and returns
+how it ended (a ChildRun), through the kit's runner (the portable module: run, session, level, hold and release) or
+the one the course grader installs (`install`)."""
 
 from __future__ import annotations
 
@@ -35,12 +34,3 @@ def run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str
 def session(root: Path, limits: Limits, preload: tuple[str, ...] = PRELOAD):
     """Runs under `root` share the modules `preload` names, imported once (a speed matter only)."""
     return current().session(Path(root), limits, preload)
-
-
-def remove_tree(folder: Path) -> None:
-    """Remove a scratch folder runs wrote into, however deep, through the runner in force."""
-    current().release(Path(folder))
-
-
-__all__ = ["KIT", "PRELOAD", "PRELOAD_NOTEBOOKS", "RAN_AS", "ChildRun", "Limits", "current", "install", "remove_tree",
-           "run", "session"]

@@ -1,7 +1,5 @@
 """First code of the student kit's child (`python -I -B start.py`, configured by $GRADER_BOOT): import numpy and
-torch once, then run the harnesses it is sent in turn. Standard library only (`-I` leaves the kit off sys.path).
-The course's boot.py uses its event reporter and its way of running a harness too.
-"""
+torch once, then run the harnesses it is sent in turn. Standard library only (`-I` leaves the kit off sys.path)."""
 
 from __future__ import annotations
 
