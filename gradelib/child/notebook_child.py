@@ -93,28 +93,23 @@ def first_line(source: str) -> str:
 
 
 def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
-    """Top-level functions of a cell -> whether their body still holds a `...` or NotImplementedError."""
-    found = {}
-    for node in getattr(tree, "body", []):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = any(
-                isinstance(sub, ast.Constant) and sub.value is Ellipsis
-                or isinstance(sub, ast.Raise) and sub.exc is not None and _names_not_implemented(sub.exc)
-                for sub in ast.walk(node))
-    return found
+    """Top-level functions of a cell -> whether their body still holds a `...` or raises NotImplementedError."""
+    return {node.name: any(map(_placeholder, ast.walk(node))) for node in getattr(tree, "body", [])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _names_not_implemented(exc: ast.expr) -> bool:
-    target = exc.func if isinstance(exc, ast.Call) else exc
-    return isinstance(target, ast.Name) and target.id == "NotImplementedError"
+def _placeholder(node: ast.AST) -> bool:
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        node = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        return isinstance(node, ast.Name) and node.id == "NotImplementedError"
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
 def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     """Execute the code cells; return the per-cell log and where each graded function is defined."""
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
-        with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
-            code_cells = [c for c in json.load(fh)["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+        cells = code_cells(SCRATCH / task["notebook"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
         return report
@@ -123,13 +118,12 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     graded = set(task["functions"])
     defined_in: dict[str, dict] = {}
     deadline = time.monotonic() + budget_s
-    for code_index, cell in enumerate(code_cells, 1):
-        source, tags, label = cell_facts(cell, code_index)
+    for code_index, (source, tags, label) in enumerate(cells, 1):
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
         for name in set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded:
             defined_in[name] = entry
-        tagged = skip_tags & set(map(str, tags)) if isinstance(tags, list) else set()
+        tagged = skip_tags & tags
         if tagged:
             entry.update(status="skipped", message=f"tagged {', '.join(sorted(tagged))}")
             for name in skipped_names(source):
@@ -168,14 +162,19 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     return report
 
 
-def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
-    """(source, tags, label) of the code_index-th code cell; the label as Jupyter shows the cell: In [12]
-    when the notebook was saved after running it."""
-    source = cell.get("source", "")
-    source = "".join(source) if isinstance(source, list) else str(source)
-    tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
-    count = cell.get("execution_count")
-    return source, tags, f"cell [{count}]" if type(count) is int else f"code cell {code_index} (not run when saved)"
+def code_cells(path) -> list[tuple[str, set[str], str]]:
+    """(source, tags, label) of each code cell of the notebook file `path`, the label as Jupyter shows the cell (In
+    [12] when the notebook was saved after running it); OSError, ValueError, KeyError or TypeError if unreadable."""
+    with open(path, encoding="utf-8") as fh:
+        cells = [c for c in json.load(fh)["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+    facts = []
+    for index, cell in enumerate(cells, 1):
+        source, count = cell.get("source", ""), cell.get("execution_count")
+        tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
+        facts.append(("".join(source) if isinstance(source, list) else str(source),
+                      set(map(str, tags)) if isinstance(tags, list) else set(),
+                      f"cell [{count}]" if type(count) is int else f"code cell {index} (not run when saved)"))
+    return facts
 
 
 def skipped_names(source: str) -> list[str]:
