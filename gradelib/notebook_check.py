@@ -58,12 +58,12 @@ def case_root() -> Path:
 def harness(name: str):
     """A private copy of the child script `name` (notebook_child or lm_child), imported once per process."""
     shared = ("child_common", "notebook_child", "lm_child")
-    saved = {n: sys.modules.pop(n) for n in shared if n in sys.modules}
+    saved, path = {n: sys.modules.pop(n) for n in shared if n in sys.modules}, list(sys.path)
     sys.path.insert(0, str(CHILD))
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(str(CHILD))
+        sys.path[:] = path  # the scripts put their folder first too
         for n in shared:
             sys.modules.pop(n, None)
         sys.modules.update(saved)
@@ -86,8 +86,7 @@ def skipped_only(notebook: Path) -> dict[str, str]:
         cells = base.code_cells(notebook)
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    skipped: dict[str, str] = {}
-    bound: set[str] = set()
+    skipped, bound = {}, set()
     for text, tags, label in cells:
         if tags & set(SKIP_TAGS):
             for name in base.skipped_names(text):

@@ -1,7 +1,6 @@
-"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child). The cells
-run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and otter's own;
-a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
-"""
+"""Runs a student notebook's code cells in order in one namespace, like "Run All", each under a time limit, but those
+tagged `skip_tags` and otter's own (a failing cell is recorded, the next runs anyway: outputs/notebook.json tells of
+each cell); then calls its graded functions on each case."""
 
 from __future__ import annotations
 
@@ -106,7 +105,7 @@ def _placeholder(node: ast.AST) -> bool:
 
 
 def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
-    """Execute the code cells; return the per-cell log and where each graded function is defined."""
+    """Execute the code cells; return the per-cell log and, per graded function, its defining cell and placeholder."""
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
         cells = code_cells(SCRATCH / task["notebook"])
@@ -116,13 +115,12 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
     skip_tags = set(task.get("skip_tags", []))
     skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
     graded = set(task["functions"])
-    defined_in: dict[str, dict] = {}
     deadline = time.monotonic() + budget_s
     for code_index, (source, tags, label) in enumerate(cells, 1):
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
         for name in set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded:
-            defined_in[name] = entry
+            report["functions"].setdefault(name, {})["cell"] = entry  # the last cell that defines it
         tagged = skip_tags & tags
         if tagged:
             entry.update(status="skipped", message=f"tagged {', '.join(sorted(tagged))}")
@@ -157,8 +155,6 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry.update(status="timed out", message=f"stopped after {exc.describe(limit)}")
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry.update(status="raised", message=short_exception(exc) + skipped_rule(exc, report, "this cell"))
-    for name in graded:  # the entry of the cell that defines it (None: no cell does)
-        report["functions"].setdefault(name, {"placeholder": False})["cell"] = defined_in.get(name)
     return report
 
 
