@@ -104,14 +104,21 @@ def _placeholder(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
-def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
-    """Execute the code cells; return the per-cell log and, per graded function, its defining cell and placeholder."""
+def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
+    """Run the notebook's code cells as the grader does (`budget_s` seconds at most; then one torch thread, as the
+    runner's OMP_NUM_THREADS starts it): (the namespace they filled, their report: the per-cell log and, per graded
+    function, its defining cell and whether it is a placeholder)."""
+    OUTPUTS.mkdir(exist_ok=True)
+    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
+    # not the runner's output cap.
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
         cells = code_cells(SCRATCH / task["notebook"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return report
+        return namespace, report
     skip_tags = set(task.get("skip_tags", []))
     skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
     graded = set(task["functions"])
@@ -155,7 +162,9 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry.update(status="timed out", message=f"stopped after {exc.describe(limit)}")
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry.update(status="raised", message=short_exception(exc) + skipped_rule(exc, report, "this cell"))
-    return report
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)  # the notebook may have asked for more
+    return namespace, report
 
 
 def code_cells(path) -> list[tuple[str, set[str], str]]:
@@ -247,32 +256,12 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
         why = (f"not attempted: `{name}` still has a `...` placeholder and returned {value!r}" if placeholder
                else f"`{name}` returned {value!r}; it must return a value (did you forget `return`?)")
     for quantity, index in outputs.items():
-        part = None if why else value
-        if part is not None and index is not None:
-            if isinstance(value, tuple) and len(value) > index:
-                part = value[index]
-            else:
-                what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
-                part = None
-                rec.meta["errors"][quantity] = (
-                    f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})")
-        rec.record(quantity, part, convert=convert)
-        if why:
-            rec.meta["errors"][quantity] = why
-
-
-def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
-    """Run the notebook's cells as the grader does (`budget_s` seconds at most; one torch thread, as the runner's
-    OMP_NUM_THREADS starts it): (the namespace they filled, their report)."""
-    OUTPUTS.mkdir(exist_ok=True)
-    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
-    # not the runner's output cap.
-    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
-    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
-    report = run_notebook(task, namespace, budget_s)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)  # the notebook may have asked for more
-    return namespace, report
+        fits = not why and (index is None or isinstance(value, tuple) and len(value) > index)
+        if not fits:
+            what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
+            rec.meta["errors"][quantity] = why or (
+                f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})")
+        rec.record(quantity, (value if index is None else value[index]) if fits else None, convert=convert)
 
 
 def main() -> None:
