@@ -9,7 +9,6 @@ import contextlib
 import functools
 import importlib
 import inspect
-import json
 import signal
 import sys
 import tempfile
@@ -59,12 +58,12 @@ def case_root() -> Path:
 def harness(name: str):
     """A private copy of the child script `name` (notebook_child or lm_child), imported once per process."""
     shared = ("child_common", "notebook_child", "lm_child")
-    saved = {n: sys.modules.pop(n) for n in shared if n in sys.modules}
+    saved, path = {n: sys.modules.pop(n) for n in shared if n in sys.modules}, list(sys.path)
     sys.path.insert(0, str(CHILD))
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(str(CHILD))
+        sys.path[:] = path  # the scripts put their folder first too
         for n in shared:
             sys.modules.pop(n, None)
         sys.modules.update(saved)
@@ -84,15 +83,12 @@ def skipped_only(notebook: Path) -> dict[str, str]:
     words it), read from the file: the grader never runs those cells, the kernel has."""
     base = harness("notebook_child")
     try:
-        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        cells = base.code_cells(notebook)
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    skipped: dict[str, str] = {}
-    bound: set[str] = set()
-    code = [c for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"] if isinstance(cells, list) else []
-    for index, cell in enumerate(code, 1):
-        text, tags, label = base.cell_facts(cell, index)
-        if isinstance(tags, list) and set(map(str, tags)) & set(SKIP_TAGS):
+    skipped, bound = {}, set()
+    for text, tags, label in cells:
+        if tags & set(SKIP_TAGS):
             for name in base.skipped_names(text):
                 skipped.setdefault(name, f"{label} (`{base.first_line(text)}`)")
         else:
@@ -136,7 +132,7 @@ def _as_the_grader_runs(base, objects, skipped: dict[str, str]):
             spaces[key][name] = value
 
 
-def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = None):
+def grade_line(problem_id: str, line: str, namespace: dict):
     """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
     if problem_id not in CHECKED:
         raise ValueError(f"no notebook check for problem {problem_id!r}")
@@ -148,13 +144,10 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     kept = tuple(q for q in group.quantities if q in {q for c in calls for q in c.outputs})
     if not kept:
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
-    # This line alone, on its public cases, restricted to what the functions passed make; an edge line keeps the
-    # ordinary lines made of its quantities, which decide whether a failure it shares is theirs.
-    covering = [replace(g, visibilities=("public",)) for g in problem.groups
-                if group.edge and not g.edge and g.quantities and set(g.quantities) <= set(kept)]
-    sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)), *covering))
+    # This line alone, on its public cases, restricted to what the functions passed make.
+    sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
-    root = root or case_root()
+    root = case_root()
     taken = {g.edge for g in problem.groups if g.edge}  # an edge line takes its own cases and the ordinary ones
     cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
              if c.edge == group.edge or c.edge not in taken]
@@ -163,7 +156,7 @@ def grade_line(problem_id: str, line: str, namespace: dict, root: Path | None = 
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
     skipped = next((skipped_only(where / spec.notebook) for where in (Path.cwd(), ROOT)
                     if (where / spec.notebook).is_file()), {})
-    report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function]), "cell": 0} for c in calls},
+    report = {"functions": {c.function: {"placeholder": placeholder(namespace[c.function])} for c in calls},
               "skipped_defs": skipped}
     timeout = float(problem.settings.get("call_timeout_s", 10.0))
     outcomes, objects = [], [namespace[c.function] for c in calls]

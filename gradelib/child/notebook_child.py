@@ -1,7 +1,6 @@
-"""Runs a student notebook's code cells, then calls its graded functions on each case (inside the child). The cells
-run in order in one namespace, like "Run All", each under a time limit, but those tagged `skip_tags` and otter's own;
-a failing cell is recorded and the next runs anyway (outputs/notebook.json tells of each cell).
-"""
+"""Runs a student notebook's code cells in order in one namespace, like "Run All", each under a time limit, but those
+tagged `skip_tags` and otter's own (a failing cell is recorded, the next runs anyway: outputs/notebook.json tells of
+each cell); then calls its graded functions on each case."""
 
 from __future__ import annotations
 
@@ -93,43 +92,43 @@ def first_line(source: str) -> str:
 
 
 def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
-    """Top-level functions of a cell -> whether their body still holds a `...` or NotImplementedError."""
-    found = {}
-    for node in getattr(tree, "body", []):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = any(
-                isinstance(sub, ast.Constant) and sub.value is Ellipsis
-                or isinstance(sub, ast.Raise) and sub.exc is not None and _names_not_implemented(sub.exc)
-                for sub in ast.walk(node))
-    return found
+    """Top-level functions of a cell -> whether their body still holds a `...` or raises NotImplementedError."""
+    return {node.name: any(map(_placeholder, ast.walk(node))) for node in getattr(tree, "body", [])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _names_not_implemented(exc: ast.expr) -> bool:
-    target = exc.func if isinstance(exc, ast.Call) else exc
-    return isinstance(target, ast.Name) and target.id == "NotImplementedError"
+def _placeholder(node: ast.AST) -> bool:
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        node = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        return isinstance(node, ast.Name) and node.id == "NotImplementedError"
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
-def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
-    """Execute the code cells; return the per-cell log and where each graded function is defined."""
+def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
+    """Run the notebook's code cells as the grader does (`budget_s` seconds at most; then one torch thread, as the
+    runner's OMP_NUM_THREADS starts it): (the namespace they filled, their report: the per-cell log and, per graded
+    function, its defining cell and whether it is a placeholder)."""
+    OUTPUTS.mkdir(exist_ok=True)
+    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
+    # not the runner's output cap.
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
     report: dict = {"read_error": None, "cells": [], "functions": {}, "skipped_defs": {}}
     try:
-        with open(SCRATCH / task["notebook"], encoding="utf-8") as fh:
-            code_cells = [c for c in json.load(fh)["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+        cells = code_cells(SCRATCH / task["notebook"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return report
+        return namespace, report
     skip_tags = set(task.get("skip_tags", []))
     skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
     graded = set(task["functions"])
-    defined_in: dict[str, dict] = {}
     deadline = time.monotonic() + budget_s
-    for code_index, cell in enumerate(code_cells, 1):
-        source, tags, label = cell_facts(cell, code_index)
+    for code_index, (source, tags, label) in enumerate(cells, 1):
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
         for name in set(re.findall(r"^def\s+(\w+)\s*\(", source, flags=re.MULTILINE)) & graded:
-            defined_in[name] = entry
-        tagged = skip_tags & set(map(str, tags)) if isinstance(tags, list) else set()
+            report["functions"].setdefault(name, {})["cell"] = entry  # the last cell that defines it
+        tagged = skip_tags & tags
         if tagged:
             entry.update(status="skipped", message=f"tagged {', '.join(sorted(tagged))}")
             for name in skipped_names(source):
@@ -163,19 +162,24 @@ def run_notebook(task: dict, namespace: dict, budget_s: float) -> dict:
             entry.update(status="timed out", message=f"stopped after {exc.describe(limit)}")
         except BaseException as exc:  # the notebook goes on after a failing cell, as the student saw it
             entry.update(status="raised", message=short_exception(exc) + skipped_rule(exc, report, "this cell"))
-    for name in graded:  # the entry of the cell that defines it (None: no cell does)
-        report["functions"].setdefault(name, {"placeholder": False})["cell"] = defined_in.get(name)
-    return report
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)  # the notebook may have asked for more
+    return namespace, report
 
 
-def cell_facts(cell: dict, code_index: int) -> tuple[str, list, str]:
-    """(source, tags, label) of the code_index-th code cell; the label as Jupyter shows the cell: In [12]
-    when the notebook was saved after running it."""
-    source = cell.get("source", "")
-    source = "".join(source) if isinstance(source, list) else str(source)
-    tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
-    count = cell.get("execution_count")
-    return source, tags, f"cell [{count}]" if type(count) is int else f"code cell {code_index} (not run when saved)"
+def code_cells(path) -> list[tuple[str, set[str], str]]:
+    """(source, tags, label) of each code cell of the notebook file `path`, the label as Jupyter shows the cell (In
+    [12] when the notebook was saved after running it); OSError, ValueError, KeyError or TypeError if unreadable."""
+    with open(path, encoding="utf-8") as fh:
+        cells = [c for c in json.load(fh)["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+    facts = []
+    for index, cell in enumerate(cells, 1):
+        source, count = cell.get("source", ""), cell.get("execution_count")
+        tags = cell.get("metadata", {}).get("tags", []) if isinstance(cell.get("metadata"), dict) else []
+        facts.append(("".join(source) if isinstance(source, list) else str(source),
+                      set(map(str, tags)) if isinstance(tags, list) else set(),
+                      f"cell [{count}]" if type(count) is int else f"code cell {index} (not run when saved)"))
+    return facts
 
 
 def skipped_names(source: str) -> list[str]:
@@ -252,32 +256,12 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
         why = (f"not attempted: `{name}` still has a `...` placeholder and returned {value!r}" if placeholder
                else f"`{name}` returned {value!r}; it must return a value (did you forget `return`?)")
     for quantity, index in outputs.items():
-        part = None if why else value
-        if part is not None and index is not None:
-            if isinstance(value, tuple) and len(value) > index:
-                part = value[index]
-            else:
-                what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
-                part = None
-                rec.meta["errors"][quantity] = (
-                    f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})")
-        rec.record(quantity, part, convert=convert)
-        if why:
-            rec.meta["errors"][quantity] = why
-
-
-def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
-    """Run the notebook's cells as the grader does (`budget_s` seconds at most; one torch thread, as the runner's
-    OMP_NUM_THREADS starts it): (the namespace they filled, their report)."""
-    OUTPUTS.mkdir(exist_ok=True)
-    # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
-    # not the runner's output cap.
-    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
-    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__, "grader": OfflineGrader()}
-    report = run_notebook(task, namespace, budget_s)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)  # the notebook may have asked for more
-    return namespace, report
+        fits = not why and (index is None or isinstance(value, tuple) and len(value) > index)
+        if not fits:
+            what = f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
+            rec.meta["errors"][quantity] = why or (
+                f"`{name}` returned {what}; expected a tuple of {len(outputs)} ({', '.join(outputs)})")
+        rec.record(quantity, (value if index is None else value[index]) if fits else None, convert=convert)
 
 
 def main() -> None:

@@ -1,6 +1,5 @@
 """What the child harnesses share, copied beside them: the task and inputs in, outputs out (.npy arrays without pickle
-and small JSON files, which the grader reads as untrusted data), exceptions described. No expected value is here.
-"""
+and small JSON files, which the grader reads as untrusted data), exceptions described. No expected value is here."""
 
 from __future__ import annotations
 

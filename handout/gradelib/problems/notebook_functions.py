@@ -4,6 +4,7 @@ case's inputs reach the child (child/notebook_child.py), never its expected_<qua
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -73,22 +74,22 @@ LOSSES = NotebookSpec(
         "softmax": Quantity(ARRAY, "softmax(z) = exp(z - max) / sum(exp(z - max)) over the last axis, each row "
                                    "summing to 1.", diagnose=D.softmax_axis),
         "attn_weights": Quantity(ARRAY, "weights = softmax(Q K^T / sqrt(d_k)) over the last (key) axis, with d_k = "
-                                        "K.shape[-1].", diagnose=D.nb1_attention_scale(masked=False),
+                                        "K.shape[-1].", diagnose=partial(D.nb1_attention_scale, masked=False),
                                  upstream=("softmax",)),
         "attn_output": Quantity(ARRAY, "output = weights @ V, shape (Tq, d_v).", upstream=("attn_weights",)),
         "masked_weights": Quantity(ARRAY, "add the mask to the scaled scores before the softmax; -inf entries get "
-                                          "weight exactly 0.", diagnose=D.nb1_attention_scale(masked=True),
+                                          "weight exactly 0.", diagnose=partial(D.nb1_attention_scale, masked=True),
                                    upstream=("softmax",)),
         "masked_output": Quantity(ARRAY, "output = weights @ V with the masked weights.", upstream=("masked_weights",)),
         "predicted_ids": Quantity(ARRAY, "take the arg-max over the vocabulary axis (axis=-1): one id per position, "
                                          "shape (N,)."),
         "token_nll": Quantity(ARRAY, "nll[i] = -log softmax(logits[i])[target_ids[i]] from the max-subtracted "
-                                     "log-softmax, shape (N,).", diagnose=D.overflow("token_nll")),
+                                     "log-softmax, shape (N,).", diagnose=partial(D.overflow, what="token_nll")),
         "cross_entropy_loss": Quantity(NP_SCALAR, "the mean of -log p(target) over the positions whose target is not "
                                             "ignore_index (a scalar).", diagnose=D.cross_entropy_reduction,
                                        upstream=("token_nll",)),
         "causal_mask": Quantity(ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.",
-                                additive_mask=True, diagnose=D.wrong_side(additive=True)),
+                                additive_mask=True, diagnose=partial(D.wrong_side, additive=True)),
     },
 )
 
@@ -113,15 +114,15 @@ MASKS = NotebookSpec(
     quantities={
         "uniform": Quantity(TENSOR, "H[b, t] is the mean of X[b, 0..t]: cumsum over dim 1 divided by 1..T."),
         "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes.",
-                      diagnose=D.nb2_attention_scale(masked=False)),
+                      diagnose=partial(D.nb2_attention_scale, masked=False)),
         "C": Quantity(TENSOR, "C = A @ V, shape (B, Tq, Dv).", upstream=("A",)),
         "A_masked": Quantity(TENSOR, "fill blocked scores (mask False) with -inf before the softmax; a query with no "
                                      "allowed key gets a row of zeros, not NaN.",
-                             diagnose=D.nb2_attention_scale(masked=True)),
+                             diagnose=partial(D.nb2_attention_scale, masked=True)),
         "C_masked": Quantity(TENSOR, "C = A @ V with the masked A; a query with no allowed key gets a zero vector.",
                              upstream=("A_masked",)),
         "causal_mask": Quantity(TENSOR, "bool (T, T), True where j <= i (diagonal included).",
-                                diagnose=D.wrong_side(additive=False)),
+                                diagnose=partial(D.wrong_side, additive=False)),
         "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
         "combined_mask": Quantity(TENSOR, "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id (padding on the key "
                                           "axis, the last).", diagnose=D.combined_mask_axis),
@@ -144,9 +145,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     cases = load_cases(ctx.case_root, CASE_FOLDER, vis, problem.id)
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    outcomes, unread = run_notebook_sets(
-        ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
-        lambda case, scratch, run, report: _outcome(problem, spec, case, scratch, run, report))
+    outcomes, unread = run_notebook_sets(ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
+                                         partial(_outcome, problem, spec))
     if unread:
         return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
