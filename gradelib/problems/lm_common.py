@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -43,11 +44,13 @@ def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
 
 def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
                 judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
-    """(a TestResult per array line of `problem`, the array or None): the handin's `filename`, a row per prompt of
-    the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in, says what it holds).
+    """(a TestResult per array line of `problem` (those without quantities), the array or None): the handin's
+    `filename`, a row per prompt of the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in,
+    says what it holds).
     judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
     '', the message of full points) for the 'format' line, which counts only arrays the model made. The
     model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
+    problem = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
     prompts = fixture_array(ctx.case_root / rel, "inp")
     if prompts is None:
         return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel)), None

@@ -121,16 +121,9 @@ HINTS = {
 }
 
 
-def split_lines(problem: Problem) -> tuple[Problem, Problem]:
-    """(the problem with its array lines only, the problem with its function lines only)."""
-    arrays = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
-    functions = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
-    return arrays, functions
-
-
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """One TestResult per (function line, visibility) of `problem`; its array lines are left out."""
-    problem = split_lines(problem)[1]
+    problem = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
     if not problem.groups:
         return []
     vis, src = ctx.visibilities, ctx.submission / NOTEBOOK
@@ -148,18 +141,6 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
-
-
-def _named_special_ids(result: Check, obs: Observed) -> Check:
-    """A wrong id array that holds <eos> or <pad> says so first: the usual cause is not masking them."""
-    if result.passed or result.stage != "values" or obs.array is None:
-        return result
-    found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
-             for name, token in (("<eos>", EOS), ("<pad>", PAD)) if (obs.array == token).any()]
-    if not found:
-        return result
-    return replace(result, message=f"'{result.name}' holds {' and '.join(found)}: generate must never emit them; "
-                   f"set their logits to -inf before choosing (filter_logits). {result.message}")
 
 
 def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
@@ -228,14 +209,18 @@ class _Judge:
                            partial(self.keep, q))
         if q == "emb_dropout_train":
             return _row_dropout(obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
-        if q in GREEDY:
-            return _named_special_ids(first, obs)
-        if q.endswith("_mode") and not first.passed:
+        if first.passed:
+            return first
+        if q.endswith("_mode"):
             return _wrong(q, f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in "
                              f"eval mode; expected {expected.tolist()} (the mode the model had before the call).")
-        if q == "weight_tied" and not first.passed:
+        if q == "weight_tied":
             return _wrong(q, "'weight_tied': model.fc.weight is not model.token_embedding.weight.")
-        return first
+        # Wrong greedy ids that hold <eos> or <pad> say so first: the usual cause is not masking them.
+        found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
+                 for name, token in (("<eos>", EOS), ("<pad>", PAD)) if q in GREEDY and (obs.array == token).any()]
+        return replace(first, message=f"'{q}' holds {' and '.join(found)}: generate must never emit them; set their "
+                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else first
 
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
