@@ -20,12 +20,8 @@ MAX_HEADER_BYTES = 64 * 1024
 
 
 def credit(value: float, full: float, zero: float) -> float:
-    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between."""
-    if value <= full:
-        return 1.0
-    if value >= zero:
-        return 0.0
-    return (zero - value) / (zero - full)
+    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between (full < zero)."""
+    return min(1.0, max(0.0, (zero - value) / (zero - full)))
 
 
 def fixture_array(path: Path, key: str) -> np.ndarray | None:
