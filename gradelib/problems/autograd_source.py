@@ -9,16 +9,9 @@ import ast
 AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
                   "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def _is_main_guard(node: ast.stmt) -> bool:
-    """`if __name__ == "__main__":` (either order)."""
-    test = node.test if isinstance(node, ast.If) else None
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, *test.comparators]
-    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
-        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
+# The tests of `if __name__ == "__main__":` (either order), as ast.dump writes them.
+MAIN_GUARDS = {ast.dump(ast.parse(test, mode="eval").body) for main in ("'__main__'", "u'__main__'")
+               for test in (f"__name__ == {main}", f"{main} == __name__")}
 
 
 def _own_backward_classes(tree: ast.Module) -> set[str]:
@@ -66,19 +59,16 @@ def _bindings(tree: ast.Module) -> dict[tuple[str, str], list]:
     return bound
 
 
-def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> tuple[set[str], set[str]]:
-    """(variable names, attribute names) the file only ever binds to an instance of one of the `own` classes (or
-    None), directly or through another such holder: `self.softmax = Softmax(dim=-1)`, `sm = self.softmax`."""
-    bound = _bindings(tree)
-    names: set[str] = set()
-    attrs: set[str] = set()
-    while True:  # a holder may be bound from another holder: grow the sets until they stop changing
-        held = [key for key, values in bound.items() if all(
-            _is_own(v, own, names, attrs) or (isinstance(v, ast.Constant) and v.value is None) for v in values)]
-        found = {k for kind, k in held if kind == "name"}, {k for kind, k in held if kind == "attr"}
-        if found == (names, attrs):
-            return names, attrs
-        names, attrs = found
+def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> set[tuple[str, str]]:
+    """The ("name" or "attr", name) the file only ever binds to an instance of one of the `own` classes (or None),
+    directly or through another such holder: `self.softmax = Softmax(dim=-1)`, `sm = self.softmax`."""
+    bound, held = _bindings(tree), set()
+    while True:  # a holder may be bound from another holder: grow the set until it stops changing
+        found = {key for key, values in bound.items() if all(
+            _is_own(v, own, held) or (isinstance(v, ast.Constant) and v.value is None) for v in values)}
+        if found == held:
+            return held
+        held = found
 
 
 def _element_pairs(target, value) -> list[tuple]:
@@ -89,13 +79,13 @@ def _element_pairs(target, value) -> list[tuple]:
     return [(target, value)]
 
 
-def _is_own(value, own: set[str], names: set[str], attrs: set[str]) -> bool:
+def _is_own(value, own: set[str], held: set[tuple[str, str]]) -> bool:
     """Whether `value` is an instance of one of the file's `own` classes: made right there, or held by a variable
     or an attribute only ever bound to one."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
         return value.func.id in own
-    return (isinstance(value, ast.Name) and value.id in names) or (isinstance(value, ast.Attribute)
-                                                                   and value.attr in attrs)
+    return (isinstance(value, ast.Name) and ("name", value.id) in held) or (isinstance(value, ast.Attribute)
+                                                                            and ("attr", value.attr) in held)
 
 
 def autograd_uses(source: str, main_blocks: bool = False) -> list[str]:
@@ -105,16 +95,17 @@ def autograd_uses(source: str, main_blocks: bool = False) -> list[str]:
     does): it counts only with `main_blocks` (the course's grader says when a file could run it)."""
     tree = ast.parse(source)
     if not main_blocks:
-        tree.body = [n for node in tree.body for n in (node.orelse if _is_main_guard(node) else [node])]
+        tree.body = [n for node in tree.body for n in (node.orelse if isinstance(node, ast.If)
+                                                       and ast.dump(node.test) in MAIN_GUARDS else [node])]
     lines = source.splitlines()
     own = _own_backward_classes(tree)
-    names, attrs = _holders_of_own_instances(tree, own)
+    held = _holders_of_own_instances(tree, own)
     hits = []
     for node in ast.walk(tree):
         bad = False
         if isinstance(node, ast.Attribute):
             name = node.value.id if isinstance(node.value, ast.Name) else None
-            mine = name in {"self", *own} or _is_own(node.value, own, names, attrs)
+            mine = name in {"self", *own} or _is_own(node.value, own, held)
             bad = node.attr in AUTOGRAD_NAMES or (node.attr == "func" and name == "torch") or (
                 node.attr == "backward" and not mine)
         elif isinstance(node, ast.keyword):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,12 +20,8 @@ MAX_HEADER_BYTES = 64 * 1024
 
 
 def credit(value: float, full: float, zero: float) -> float:
-    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between."""
-    if value <= full:
-        return 1.0
-    if value >= zero:
-        return 0.0
-    return (zero - value) / (zero - full)
+    """Fraction of the points: 1 at or below `full`, 0 at or above `zero`, linear in between (full < zero)."""
+    return min(1.0, max(0.0, (zero - value) / (zero - full)))
 
 
 def fixture_array(path: Path, key: str) -> np.ndarray | None:
@@ -43,11 +40,13 @@ def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
 
 def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
                 judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
-    """(a TestResult per array line of `problem`, the array or None): the handin's `filename`, a row per prompt of
-    the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in, says what it holds).
+    """(a TestResult per array line of `problem` (those without quantities), the array or None): the handin's
+    `filename`, a row per prompt of the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in,
+    says what it holds).
     judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
     '', the message of full points) for the 'format' line, which counts only arrays the model made. The
     model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
+    problem = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
     prompts = fixture_array(ctx.case_root / rel, "inp")
     if prompts is None:
         return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel)), None

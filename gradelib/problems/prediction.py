@@ -22,14 +22,11 @@ INPUTS = "lm/prediction_test.npz"
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade predictions.npy and predict() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
-    arrays = lm_functions.split_lines(problem)[0]
-    tests = []
-    if arrays.groups:
-        what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
-                "prediction_test.npz")
-        tests, logits = lm_common.grade_array(ctx, arrays, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
-                                              partial(_judge, ctx, problem))
-        model_notes(ctx, problem, logits)
+    what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
+            "prediction_test.npz")
+    tests, logits = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
+                                          partial(_judge, ctx, problem))
+    model_notes(ctx, problem, logits)
     return tests + lm_functions.grade(ctx, problem)
 
 

@@ -42,10 +42,9 @@ def check_ids(arr: np.ndarray) -> str:
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade generated.npy and generate() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
-    arrays = lm_functions.split_lines(problem)[0]
     what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {{rows}} prompts of generation_test.npz"
-    tests = lm_common.grade_array(ctx, arrays, INPUTS, FILENAME, (STEPS,), "iu", what, partial(_judge, ctx, arrays))[0]
-    return tests + lm_functions.grade(ctx, problem)
+    graded = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS,), "iu", what, partial(_judge, ctx, problem))
+    return graded[0] + lm_functions.grade(ctx, problem)
 
 
 def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.ndarray) -> tuple[str, str, str] | str:

@@ -121,16 +121,9 @@ HINTS = {
 }
 
 
-def split_lines(problem: Problem) -> tuple[Problem, Problem]:
-    """(the problem with its array lines only, the problem with its function lines only)."""
-    arrays = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
-    functions = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
-    return arrays, functions
-
-
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """One TestResult per (function line, visibility) of `problem`; its array lines are left out."""
-    problem = split_lines(problem)[1]
+    problem = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
     if not problem.groups:
         return []
     vis, src = ctx.visibilities, ctx.submission / NOTEBOOK
@@ -150,18 +143,6 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return group_results(problem, outcomes, vis)
 
 
-def _named_special_ids(result: Check, obs: Observed) -> Check:
-    """A wrong id array that holds <eos> or <pad> says so first: the usual cause is not masking them."""
-    if result.passed or result.stage != "values" or obs.array is None:
-        return result
-    found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
-             for name, token in (("<eos>", EOS), ("<pad>", PAD)) if (obs.array == token).any()]
-    if not found:
-        return result
-    return replace(result, message=f"'{result.name}' holds {' and '.join(found)}: generate must never emit them; "
-                   f"set their logits to -inf before choosing (filter_logits). {result.message}")
-
-
 def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
     case_dir = scratch / "outputs" / case.name
     meta, refused = load_meta(case_dir / "meta.json", root=scratch)
@@ -173,9 +154,7 @@ def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
     for notebook_check.py's grader.check the same calls made in the student's kernel), judged here."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
-        judge = _Judge(problem, {k: data[k] for k in data.files}, observe)
-    for part in (judge.predict_and_modes, judge.greedy_ids, judge.sampled_ids, judge.building_blocks):
-        outcome.checks.update(part())
+        outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe).checks())
     return outcome
 
 
@@ -189,11 +168,12 @@ class _Judge:
         self.wanted = {q for g in problem.groups for q in g.quantities}
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
 
-    def got(self, q: str, kind: str, dtype) -> Observed:
-        """What the notebook returned for q: any float (logits) or integer (ids) dtype, in the contract's dtype."""
+    def got(self, q: str, expected: np.ndarray) -> Observed:
+        """What the notebook returned for q: any float (logits) or integer (ids) dtype, in the contract's dtype (that
+        of `expected`)."""
         got = self.observe(q)
-        if got.array is not None and got.array.dtype.kind in kind:
-            return replace(got, array=got.array.astype(dtype))
+        if got.array is not None and got.array.dtype.kind in ACCEPTED_KINDS[expected.dtype.kind]:
+            return replace(got, array=got.array.astype(expected.dtype))
         return got
 
     def exact(self, q: str, obs: Observed, expected: np.ndarray, tol: dict | None = None) -> Check:
@@ -202,14 +182,54 @@ class _Judge:
         expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
         return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
 
+    def checks(self) -> dict[str, Check]:
+        """The check of each wanted quantity on this case."""
+        out = {}
+        for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
+                                          ("model_logits", "model_causal", "lm_position")):
+            out.update(self.block_output(out_q, causal_q, int(self.c[position])))
+        return {**out, **{q: self.check(q) for q in sorted(self.wanted - out.keys())}}
+
+    def check(self, q: str) -> Check:
+        """q's check: exact() up to its values stage (present, type, shape, dtype); from there, for ids drawn at
+        random and for dropout, the judge of samples."""
+        c = self.c
+        expected = np.zeros((len(c["dist_inp"]), 1), np.int64) if q in SAMPLED else c[EXPECTED.get(q, f"expected_{q}")]
+        obs = self.got(q, expected)
+        first = self.exact(q, obs, expected, self.tol if q == "lm_loss" else None)
+        if first.stage != "values" and not first.passed:
+            return first
+        if q in SAMPLED:  # one step of a distribution model per row of dist_inp
+            table, temperature = SAMPLED[q]
+            tempered = _allowed(c[table][0]) / float(c[temperature])
+            return _frequencies(q, obs.array, tempered, self.keep(q, tempered) if q in KEEP else None,
+                                float(c[temperature]), float(self.problem.settings["sampling_max_tv"]))
+        if q in KEEP:
+            return _inside(q, obs.array, c["inp"], fixed_models.KINDS[int(c["m_kind"])], c["m_table"],
+                           partial(self.keep, q))
+        if q == "emb_dropout_train":
+            return _row_dropout(obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
+        if first.passed:
+            return first
+        if q.endswith("_mode"):
+            return _wrong(q, f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in "
+                             f"eval mode; expected {expected.tolist()} (the mode the model had before the call).")
+        if q == "weight_tied":
+            return _wrong(q, "'weight_tied': model.fc.weight is not model.token_embedding.weight.")
+        # Wrong greedy ids that hold <eos> or <pad> say so first: the usual cause is not masking them.
+        found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
+                 for name, token in (("<eos>", EOS), ("<pad>", PAD)) if q in GREEDY and (obs.array == token).any()]
+        return replace(first, message=f"'{q}' holds {' and '.join(found)}: generate must never emit them; set their "
+                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else first
+
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
         change. Outputs that are exactly those without the 1/sqrt(hs) scaling say so (and that the mask works,
         when the causality probe shows it)."""
         c, out = self.c, {}
-        original = self.got(out_q, "f", np.float32)
+        original = self.got(out_q, c[f"expected_{out_q}"])
         if causal_q in self.wanted:
-            changed = self.got(causal_q, "f", np.float32)
+            changed = self.got(causal_q, c[f"expected_{causal_q}"])
             out[causal_q] = _causal(causal_q, changed, original, position,
                                     self.exact(causal_q, changed, c[f"expected_{causal_q}"], self.tol), self.tol)
         if out_q in self.wanted:
@@ -226,81 +246,10 @@ class _Judge:
             out[out_q] = result
         return out
 
-    def predict_and_modes(self) -> dict[str, Check]:
-        c, out = self.c, {}
-        if "predict_logits" in self.wanted:
-            out["predict_logits"] = self.exact("predict_logits", self.got("predict_logits", "f", np.float32),
-                                               c["expected_predict_logits"])
-        for q in ("predict_mode", "generate_mode"):
-            if q in self.wanted:
-                obs = self.got(q, "b", np.bool_)
-                first = self.exact(q, obs, c["expected_mode"])
-                out[q] = first if first.passed or first.stage != "values" else _wrong(
-                    q, f"'{q}': model.training was {obs.array.tolist()} after calls made in training mode and in eval "
-                    f"mode; expected {c['expected_mode'].tolist()} (the mode the model had before the call).")
-        return out
-
-    def greedy_ids(self) -> dict[str, Check]:
-        c, out = self.c, {}
-        for q in ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids"):
-            if q in self.wanted:
-                obs = self.got(q, "iu", np.int64)
-                out[q] = _named_special_ids(self.exact(q, obs, c["expected_greedy_ids"]), obs)
-        kind = fixed_models.KINDS[int(c["m_kind"])]
-        for q, keep in (("top_k_ids", lambda row: _top_k(row, int(c["top_k"]))),
-                        ("top_p_ids", lambda row: _nucleus(row, float(c["top_p"])))):
-            if q in self.wanted:
-                obs = self.got(q, "iu", np.int64)
-                first = self.exact(q, obs, c["expected_greedy_ids"])  # present/type/shape/dtype stages only
-                out[q] = first if first.stage != "values" and not first.passed else _inside(
-                    q, obs.array, c["inp"], kind, c["m_table"], keep)
-        return out
-
-    def sampled_ids(self) -> dict[str, Check]:
-        c, out = self.c, {}
-        temperature = float(c["dist_temperature"])
-        tempered = _allowed(c["d_table"][0]) / temperature
-        rules = {"sampled_top_k_tie_ids": ("t_table", lambda row: _top_k(row, int(c["tie_k"]))),
-                 "sampled_top_p_edge_ids": ("e_table", lambda row: _nucleus(row, float(c["edge_p"])))}
-        for q, keep, tempered, temperature in (
-            ("sampled_ids", None, tempered, temperature),
-            ("sampled_top_k_ids", _top_k(tempered, int(c["top_k"])), tempered, temperature),
-            ("sampled_top_p_ids", _nucleus(tempered, float(c["dist_top_p"])), tempered, temperature),
-            *((rq, rule(_allowed(c[table][0])), _allowed(c[table][0]), float(c["unit_temperature"]))
-              for rq, (table, rule) in rules.items() if rq in self.wanted),
-        ):
-            if q in self.wanted:
-                obs = self.got(q, "iu", np.int64)
-                first = self.exact(q, obs, np.zeros((c["dist_inp"].shape[0], 1), np.int64))
-                out[q] = first if first.stage != "values" and not first.passed else _frequencies(
-                    q, obs.array, tempered, keep, temperature, float(self.problem.settings["sampling_max_tv"]))
-        return out
-
-    def building_blocks(self) -> dict[str, Check]:
-        c, wanted, out = self.c, self.wanted, {}
-        for q in ("collate_inputs", "collate_targets"):
-            if q in wanted:
-                out[q] = self.exact(q, self.got(q, "iu", np.int64), c[f"expected_{q}"])
-        if "lm_loss" in wanted:
-            out["lm_loss"] = self.exact("lm_loss", self.got("lm_loss", "f", np.float32), c["expected_lm_loss"],
-                                        self.tol)
-        for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
-                                          ("model_logits", "model_causal", "lm_position")):
-            out.update(self.block_output(out_q, causal_q, int(c[position])))
-        if "weight_tied" in wanted:
-            obs = self.got("weight_tied", "b", np.bool_)
-            first = self.exact("weight_tied", obs, c["expected_weight_tied"])
-            out["weight_tied"] = first if first.passed or first.stage != "values" else _wrong(
-                "weight_tied", "'weight_tied': model.fc.weight is not model.token_embedding.weight.")
-        if "emb_dropout_eval" in wanted:
-            out["emb_dropout_eval"] = self.exact("emb_dropout_eval", self.got("emb_dropout_eval", "f", np.float32),
-                                                 c["ed_weight"])
-        if "emb_dropout_train" in wanted:
-            obs = self.got("emb_dropout_train", "f", np.float32)
-            first = self.exact("emb_dropout_train", obs, c["ed_weight"])  # present/type/shape/dtype stages only
-            out["emb_dropout_train"] = first if first.stage != "values" and not first.passed else _row_dropout(
-                obs.array, c["ed_weight"], float(c["ed_p"]), self.tol)
-        return out
+    def keep(self, q: str, row: np.ndarray) -> set[int]:
+        """The ids q's rule (KEEP) lets a sampling pick given the logits `row`."""
+        rule, param = KEEP[q]
+        return rule(row, self.c[param].item())
 
 
 def _wrong(q: str, message: str, error: float | None = None) -> Check:
@@ -368,6 +317,23 @@ def _nucleus(row: np.ndarray, p: float) -> set[int]:
     probs /= probs.sum()
     before = np.cumsum(probs) - probs
     return set(order[before < p].tolist())
+
+
+# The ids that must be the greedy ones (expected_greedy_ids); the rule that keeps the ids a sampling may pick and
+# the case's parameter for it (q -> rule, parameter); one step of a distribution model (q -> its table, temperature).
+GREEDY = ("greedy_ids", "top_k1_ids", "top_p_tiny_ids", "cold_ids", "zero_temperature_ids")
+KEEP = {"top_k_ids": (_top_k, "top_k"), "top_p_ids": (_nucleus, "top_p"), "sampled_top_k_ids": (_top_k, "top_k"),
+        "sampled_top_p_ids": (_nucleus, "dist_top_p"), "sampled_top_k_tie_ids": (_top_k, "tie_k"),
+        "sampled_top_p_edge_ids": (_nucleus, "edge_p")}
+SAMPLED = {**dict.fromkeys(("sampled_ids", "sampled_top_k_ids", "sampled_top_p_ids"), ("d_table", "dist_temperature")),
+           "sampled_top_k_tie_ids": ("t_table", "unit_temperature"),
+           "sampled_top_p_edge_ids": ("e_table", "unit_temperature")}
+# The case's array a quantity is checked against where it is not expected_<q> (only up to the values stage for ids
+# that need not be the greedy ones).
+EXPECTED = {**dict.fromkeys((*GREEDY, "top_k_ids", "top_p_ids"), "expected_greedy_ids"),
+            **dict.fromkeys(("emb_dropout_eval", "emb_dropout_train"), "ed_weight"),
+            **dict.fromkeys(("predict_mode", "generate_mode"), "expected_mode")}
+ACCEPTED_KINDS = {"f": "f", "i": "iu", "b": "b"}  # dtype kinds got() converts to the expected dtype
 
 
 def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarray, keep) -> Check:
