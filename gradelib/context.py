@@ -14,9 +14,9 @@ from .runner.limits import Limits
 class GradeContext:
     """Everything one problem needs to grade one submission. submission: the handin's folder; case_root:
     <problem>/<visibility>/ case sets; scratch_root: where run folders go (system temp if None); course: the course
-    grader's additions (score_line, model_run, said_record, attention_records), None in the handout; cache: work a
-    submission's problems share; flags: integrity flags for the staff; run_expected: False for the local grader
-    before notebook 3 has trained (a missing run file is not trained yet)."""
+    grader's additions (score_line, model_run, run_sets, ...), None in the handout; cache: work a submission's
+    problems share; flags: integrity flags for the staff; run_expected: False for the local grader before notebook 3
+    has trained (a missing run file is not trained yet)."""
 
     submission: Path
     case_root: Path
