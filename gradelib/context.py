@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,6 @@ class GradeContext:
     cache: dict = field(default_factory=dict)
     flags: dict[str, str] = field(default_factory=dict)
     run_expected: bool = True
-
-    def new_scratch(self, label: str) -> Path:
-        """A new folder for one run under the submission's scratch root."""
-        return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))
 
     def note(self, message: str) -> None:
         """Add a note the student reads at the top of the feedback."""

@@ -79,9 +79,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return scoring.all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    outcomes: list[CaseOutcome] = []
-    runtime_hits: set[str] = set()
-    reasons, stored = [], stored_at(source)  # reasons: why the backward points are withheld
+    # reasons: why the backward points are withheld
+    outcomes, runtime_hits, reasons, stored = [], set(), [], stored_at(source)
     # A record of an autograd call, on one line; the course's words (ctx.course) name those it does not write.
     said = ctx.course.said_record if ctx.course else partial(quote, limit=200)
 
@@ -97,7 +96,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             runtime_hits.update(hits)
             if not reasons:  # the first run's
                 reasons.extend(tampered)
-        _note_end(ctx, run, hidden)
+        (ctx.course.hidden_end if hidden else _note_end)(ctx, run)
         return run
 
     run_sets(ctx, cases, run_set)
@@ -119,14 +118,13 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return scoring.group_results(problem, outcomes, vis, {g.id: msg for g in problem.groups if g.backward})
 
 
-def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
-    """Say how a run that did not end well ended. What it printed is shown only for a run that had no hidden
-    input at hand (it could print one), each line quoted: indented under the grader's words."""
+def _note_end(ctx: GradeContext, run: sandbox.ChildRun) -> None:
+    """Say how a run that did not end well ended, with what it printed last, each line quoted: indented under the
+    grader's words."""
     if not (run.timed_out or run.returncode not in (0, None)):
         return
-    which = "on the hidden cases " if hidden else ""
-    log = [] if hidden else [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
-    ctx.note(f"attention: the submission's process {which}{run.describe()}."
+    log = [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
+    ctx.note(f"attention: the submission's process {run.describe()}."
              + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
 
 

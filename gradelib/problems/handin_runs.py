@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -39,7 +40,7 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
     """Run `child` in the sandbox within `limits` on the handin file `src` (as submission/<name>) and `cases` ((name,
     .npz path)), `task` written as task.json; prepare(scratch) adds files and task entries, collect(scratch, run)
     reads the outputs before the scratch folder goes. Returns (what collect returned, the run)."""
-    scratch = ctx.new_scratch(label)
+    scratch = Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=ctx.scratch_root))
     try:
         (scratch / "submission").mkdir()
         shutil.copyfile(src, scratch / "submission" / name)
@@ -96,7 +97,8 @@ def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, r
 
 def run_sets(ctx: GradeContext, cases: list, run_set: Callable) -> None:
     """run_set(cases, limits, hidden) -> its ChildRun (None: stop) on every case, in one run; the course grader
-    (ctx.course.run_sets) makes one run per case set, so that no run holds public and hidden inputs together."""
+    (ctx.course.run_sets) makes one run per case set, so that no run holds public and hidden inputs together, and
+    notes a run with hidden inputs at hand (`hidden`) in its own words."""
     if ctx.course is not None:
         return ctx.course.run_sets(ctx, cases, run_set)
     run_set(cases, ctx.limits, False)
@@ -117,7 +119,7 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
                 unread.append(quote(report["read_error"], 300))
             else:
                 outcomes.extend(judge(case, scratch, run, report) for case in mine)
-                note_cells(ctx, problem, notebook, run, report, hidden)
+                (ctx.course.hidden_cells if hidden else note_cells)(ctx, problem, notebook, run, report)
 
         run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls, settings, collect,
                            limits=limits, **kwargs)[1]
@@ -127,14 +129,12 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
     return ([], unread[0]) if unread else (outcomes, "")
 
 
-def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
-               hidden: bool = False) -> None:
-    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden inputs
-    at hand, only how its process ended: its own words could carry a hidden input (the public run named the cells)."""
+def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None) -> None:
+    """Tell the student which cells of `notebook` failed to run, and how its process ended if that cut the run short."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
-    elif not hidden:
+    else:
         for cell in report.get("cells", []):
             if isinstance(cell, dict) and cell.get("status") in ("raised", "syntax error", "timed out"):
                 lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
@@ -144,6 +144,5 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        which = " on the hidden cases" if hidden else ""
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:",
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join(["when the grader ran your notebook:",
                                                                  *lines[:MAX_CELL_NOTES], *more]))
