@@ -17,7 +17,7 @@ from . import runner
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
-from .problems import GRADERS, PER_CASE_SET, RUNS
+from .problems import GRADERS, RUNS
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text, notebook_budget, quote
@@ -84,8 +84,8 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         result.notes += ([] if only else missing_files_notes(intake, files, run_expected)) + intake.notes
         shared: dict = {}  # one run of the trained model serves every problem that grades it
         preload = runner.PRELOAD + (runner.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
-        runs = sum(n * (len(visibilities) if p.id in PER_CASE_SET else 1)
-                   for p in selected if p.id in RUNS for name, n in [RUNS[p.id]] if (files / name).is_file())
+        runs = sum(n * len(visibilities) for p in selected if p.id in RUNS for name, n in [RUNS[p.id]]
+                   if (files / name).is_file())
         # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             for p in selected:

@@ -169,6 +169,9 @@ def test_a_checkpoint_that_does_not_fit_the_notebook_is_named(tmp_path, checkpoi
     result = grade_files(tmp_path, files, only=["prediction"], timeout_s=90)
     line = next(iter(quality(result).values()))
     assert line.score == 0.0 and "missing keys" in line.output and dropped in line.output, line.output
+    # The run had the hidden rows at hand: the notes (always visible) name its words, never quote them.
+    notes = "\n".join(result.notes)
+    assert dropped not in notes and "is not shown here, since that run had the hidden rows at hand" in notes, notes
 
 
 def test_a_model_without_its_causal_mask_is_told_so(tmp_path, checkpoint):

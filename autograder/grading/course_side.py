@@ -1,14 +1,16 @@
 """What the course grader adds to the kit's grading, passed as grade_submission's `course` (GradeContext.course).
 
 The model-quality lines (model_quality.py: score_line, and model_run, which runs the handed-in model on the hidden
-rows), and the words in which attention's grading repeats what the child's tripwires recorded: a run with a hidden
-input at hand may write anything on the audit pipe or in meta.json, so a label the tripwires do not write is named,
-never quoted. The static autograd check that also reads a forged main guard, and the course's records (CourseResult).
+rows); one run per case set (run_sets) and what the notes say of a hidden one (hidden_end, hidden_cells); the words
+in which attention's grading repeats what the child's tripwires recorded: a run with a hidden input at hand may write
+anything on the audit pipe or in meta.json, so a label the tripwires do not write is named, never quoted. The static
+autograd check that also reads a forged main guard, and the course's records (CourseResult).
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
 from gradelib.problems import autograd_source
@@ -16,8 +18,8 @@ from gradelib.problems import autograd_source
 from .course_result import CourseResult
 from .model_quality import model_run, score_line
 
-__all__ = ["CourseResult", "attention_records", "autograd_uses", "model_run", "score_line", "said_program",
-           "said_record"]
+__all__ = ["CourseResult", "attention_records", "autograd_uses", "hidden_cells", "hidden_end", "model_run", "run_sets",
+           "score_line", "said_program", "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
@@ -36,6 +38,41 @@ KNOWN_RECORDS = frozenset(
         *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
     }
 )
+
+
+def run_sets(ctx, cases: list, run_set) -> None:
+    """The kit's handin_runs.run_sets on the course grader: run_set(cases, limits, hidden) once per case set, the
+    public set first, since a run that has a hidden input at hand may write it into anything it says (`hidden`: its
+    words are not shown). The runs share the problem's time limit, a hidden run getting what the public one left and
+    at least half of it (an honest run takes a few seconds); a run_set that returns None stops them."""
+    sets: dict[str, list] = {}
+    for case in cases:
+        sets.setdefault(case.visibility, []).append(case)
+    used, limit = 0.0, ctx.limits.timeout_s
+    for visibility in sorted(sets, key=lambda v: v != "public"):
+        run = run_set(sets[visibility], replace(ctx.limits, timeout_s=max(limit - used, limit / 2)),
+                      visibility != "public")
+        if run is None:
+            return
+        used += run.wall_s
+
+
+def hidden_end(ctx, run) -> None:
+    """attention's note on a run that did not end well, for a run that had hidden inputs at hand: how it ended, never
+    what it printed (it could print one)."""
+    if run.timed_out or run.returncode not in (0, None):
+        ctx.note(f"attention: the submission's process on the hidden cases {run.describe()}.")
+
+
+def hidden_cells(ctx, problem, notebook: str, run, report: dict | None) -> None:
+    """handin_runs.note_cells for a run that had hidden inputs at hand: only how its process ended, since its own
+    words could carry a hidden input (the public run named the cells)."""
+    lines = [f"the notebook's process {run.describe()} before it finished running the cells"] if report is None else []
+    if report is not None and run.timed_out:
+        lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
+    if lines:
+        head = "when the grader ran your notebook on the hidden cases:"
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([head, *lines]))
 
 
 def said_program(label: object) -> str:

@@ -215,7 +215,10 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
     def collect(scratch: Path, run, report) -> None:
         revealer = finishing.pop()()
         meta = lm_model.collect(replace(inputs, sets={}), result, scratch, run, report)
-        if meta:  # the model loaded
+        result.child_words.update(result.call_problems.values())  # what the kit's collect quoted of the child
+        if meta.get("load_error"):
+            result.child_words.add(quote(meta["load_error"], 1500))
+        if not result.problem:  # the model loaded
             seconds = load_meta(scratch / "outputs" / "seconds.json", root=scratch)[0] or {}
             _collect_hidden(inputs, result, meta, run, revealer, seconds)
 

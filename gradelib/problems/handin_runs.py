@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -34,28 +34,13 @@ OTTER_CELL = (
 MAX_CELL_NOTES = 6
 
 
-def by_visibility(cases: list) -> list[list]:
-    """Cases (anything with a .visibility) split into one run's worth per case set, the public set first: a run
-    that has a hidden input at hand may write it into anything it says, so no run mixes the two."""
-    sets = {}
-    for case in cases:
-        sets.setdefault(case.visibility, []).append(case)
-    return [sets[v] for v in sorted(sets, key=lambda v: v != "public")]
-
-
-def next_limits(limits: sandbox.Limits, used_s: float) -> sandbox.Limits:
-    """The limits of a problem's run on its next case set: its runs share the problem's time limit, the hidden
-    run getting what the public one left, and at least half of it (an honest run takes a few seconds)."""
-    return replace(limits, timeout_s=max(limits.timeout_s - used_s, limits.timeout_s / 2))
-
-
 def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: list[tuple[str, Path]], child: str,
-              harness: tuple[str, ...], task: dict, collect: Callable, prepare: Callable[[Path], dict] | None = None,
-              limits: sandbox.Limits | None = None):
-    """Run `child` in the sandbox on the handin file `src` (as submission/<name>) and `cases` ((name, .npz path)),
-    `task` written as task.json; prepare(scratch) adds files and task entries, collect(scratch, run) reads the
-    outputs before the scratch folder goes. `limits` replaces ctx.limits. Returns (what collect returned, the run)."""
-    scratch = ctx.new_scratch(label)
+              harness: tuple[str, ...], task: dict, collect: Callable, limits: sandbox.Limits,
+              prepare: Callable[[Path], dict] | None = None):
+    """Run `child` in the sandbox within `limits` on the handin file `src` (as submission/<name>) and `cases` ((name,
+    .npz path)), `task` written as task.json; prepare(scratch) adds files and task entries, collect(scratch, run)
+    reads the outputs before the scratch folder goes. Returns (what collect returned, the run)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=ctx.scratch_root))
     try:
         (scratch / "submission").mkdir()
         shutil.copyfile(src, scratch / "submission" / name)
@@ -70,19 +55,17 @@ def run_child(ctx: GradeContext, label: str, *, src: Path, name: str, cases: lis
         if prepare is not None:
             task.update(prepare(scratch))
         (scratch / "task.json").write_text(json.dumps(task, allow_nan=False))
-        run = sandbox.run([child], scratch, limits or ctx.limits)
+        run = sandbox.run([child], scratch, limits)
         return collect(scratch, run), run
     finally:
         sandbox.current().release(scratch)
 
 
 def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases: list[tuple[str, Path]], calls,
-                 settings: dict, collect: Callable, child: str = "notebook_child.py",
-                 harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None,
-                 limits: sandbox.Limits | None = None):
+                 settings: dict, collect: Callable, limits: sandbox.Limits, child: str = "notebook_child.py",
+                 harness: tuple[str, ...] = NOTEBOOK_HARNESS, prepare: Callable[[Path], dict] | None = None):
     """Run the notebook `src` in the sandbox and call `calls` on each case's inputs; collect(scratch, run, report)
     gets the child's outputs/notebook.json as `report` (None if never written). As run_child otherwise."""
-    limits = limits or ctx.limits
     task = {
         "notebook": f"submission/{notebook}", "skip_tags": list(SKIP_TAGS), "skip_patterns": [OTTER_CELL],
         "cell_timeout_s": float(settings["cell_timeout_s"]), "call_timeout_s": float(settings["call_timeout_s"]),
@@ -112,39 +95,46 @@ def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, r
     return observed_from_child(case_dir, meta, q, quote(errors.get(q, "not produced"), 800), root=root)
 
 
+def run_sets(ctx: GradeContext, cases: list, run_set: Callable) -> None:
+    """run_set(cases, limits, hidden) -> its ChildRun (None: stop) on every case, in one run; the course grader
+    (ctx.course.run_sets) makes one run per case set, so that no run holds public and hidden inputs together, and
+    notes a run with hidden inputs at hand (`hidden`) in its own words."""
+    if ctx.course is not None:
+        return ctx.course.run_sets(ctx, cases, run_set)
+    run_set(cases, ctx.limits, False)
+
+
 def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: str, cases: list, calls, settings: dict,
                       judge: Callable, **kwargs) -> tuple[list, str]:
-    """Run the notebook once per case set (by_visibility) and judge(case, scratch, run, report) each case; the
-    cells that failed are noted from the public run. Returns (the outcomes, '') or ([], why the notebook could not
-    be read). `kwargs` go to run_notebook."""
+    """Run the notebook on `cases` (run_sets) and judge(case, scratch, run, report) each case; the cells that failed
+    are noted. Returns (the outcomes, '') or ([], why the notebook could not be read). `kwargs` go to run_notebook."""
     too_large = safeio.notebook_budget(src)  # the course grader's reader bounds its own parse of a notebook
     if too_large:
         return [], too_large
-    outcomes = []
-    limits, used = kwargs.pop("limits", None) or ctx.limits, 0.0
-    for mine in by_visibility(cases):
-        def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None, mine=mine):
-            unread = report is not None and report.get("read_error")
-            return (None if unread else [judge(case, scratch, run, report) for case in mine]), report
+    outcomes, unread = [], []
 
-        (found, report), run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine],
-                                            calls, settings, collect, limits=next_limits(limits, used), **kwargs)
-        used += run.wall_s
-        if found is None:
-            return [], quote(report["read_error"], 300)
-        note_cells(ctx, problem, notebook, run, report, hidden=any(c.visibility != "public" for c in mine))
-        outcomes += found
-    return outcomes, ""
+    def run_set(mine: list, limits: sandbox.Limits, hidden: bool) -> sandbox.ChildRun | None:
+        def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None) -> None:
+            if report is not None and report.get("read_error"):
+                unread.append(quote(report["read_error"], 300))
+            else:
+                outcomes.extend(judge(case, scratch, run, report) for case in mine)
+                (ctx.course.hidden_cells if hidden else note_cells)(ctx, problem, notebook, run, report)
+
+        run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls, settings, collect,
+                           limits=limits, **kwargs)[1]
+        return None if unread else run
+
+    run_sets(ctx, cases, run_set)
+    return ([], unread[0]) if unread else (outcomes, "")
 
 
-def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
-               hidden: bool = False) -> None:
-    """Tell the student which cells of `notebook` failed to run, once per problem. Of a run that had hidden inputs
-    at hand, only how its process ended: its own words could carry a hidden input (the public run named the cells)."""
+def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None) -> None:
+    """Tell the student which cells of `notebook` failed to run, and how its process ended if that cut the run short."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
-    elif not hidden:
+    else:
         for cell in report.get("cells", []):
             if isinstance(cell, dict) and cell.get("status") in ("raised", "syntax error", "timed out"):
                 lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
@@ -154,6 +144,5 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        which = " on the hidden cases" if hidden else ""
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([f"when the grader ran your notebook{which}:",
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join(["when the grader ran your notebook:",
                                                                  *lines[:MAX_CELL_NOTES], *more]))

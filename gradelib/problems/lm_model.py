@@ -1,8 +1,6 @@
-"""Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox.
-
-The kit's run gets the public set's targets with its prompts (one forward pass, as notebook 3 computes its figure);
-the course grader's (GradeContext.course.model_run) answers the hidden rows. It also calls generate() and predict().
-"""
+"""Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox: the public
+set's logits in one forward pass (as notebook 3 computes its figure), generate() and predict() (the course grader's
+GradeContext.course.model_run answers the hidden rows)."""
 
 from __future__ import annotations
 
@@ -55,10 +53,6 @@ class ModelRun:
         """`text` (one of the run's texts) as a note or a public line may show it (the course's run names some)."""
         return text
 
-    def quoted(self, text: object, limit: int) -> str:
-        """The child's `text`, kept to one line."""
-        return quote(text, limit)
-
 
 def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
     """The submission's ModelRun, made on first use: the kit's (public_run), or the course grader's."""
@@ -97,8 +91,8 @@ class Inputs:
     prediction: np.ndarray
 
 
-def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str] | None) -> Inputs | str:
-    """The run's inputs with the prediction set `chosen` (as PUBLIC_SET; None for none), or why there is no run."""
+def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str]) -> Inputs | str:
+    """The run's inputs with the prediction set `chosen` (as PUBLIC_SET), or why there is no run."""
     src, notebook = ctx.submission / CHECKPOINT, ctx.submission / NOTEBOOK
     if not src.is_file():
         return (ctx.not_trained(CHECKPOINT) if not ctx.run_expected else
@@ -112,19 +106,17 @@ def model_inputs(ctx: GradeContext, chosen: tuple[str, str, str] | None) -> Inpu
     unread = notebook_budget(notebook)
     if unread:
         return f"{NOTEBOOK} could not be read as a notebook ({unread})."
-    lm, sets = ctx.case_root / "lm", {}
-    if chosen is not None:
-        name, prompts, targets = chosen
-        inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
-        if inp is None or out is None:
-            return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
-        sets[name] = (inp, out[:, :PREDICTION_STEPS])
+    lm, (name, prompts, targets) = ctx.case_root / "lm", chosen
+    inp, out = fixture_array(lm / prompts, "inp"), fixture_array(lm / targets, "out")
+    if inp is None or out is None:
+        return f"the grader's fixtures lack {prompts} or {targets} under {lm}: the case files are incomplete."
     gen_inp = fixture_array(lm / "generation_test.npz", "inp")
     test_inp = fixture_array(lm / "prediction_test.npz", "inp")
     if gen_inp is None or test_inp is None:
         return (f"the grader's fixtures lack generation_test.npz or prediction_test.npz under {lm}: the case files are "
                 "incomplete.")
-    return Inputs(src, sets, gen_inp[:GENERATE_CHECK_ROWS], test_inp[:PREDICT_CHECK_ROWS])
+    return Inputs(src, {name: (inp, out[:, :PREDICTION_STEPS])}, gen_inp[:GENERATE_CHECK_ROWS],
+                  test_inp[:PREDICT_CHECK_ROWS])
 
 
 def prepare(inputs: Inputs, scratch: Path) -> dict:
@@ -143,18 +135,18 @@ def prepare(inputs: Inputs, scratch: Path) -> dict:
 
 
 def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dict:
-    """Read what the child wrote into `result`; returns the child's model.json ({} when nothing could be run)."""
+    """Read what the child wrote into `result` (.problem set when the model was not run); returns the child's
+    model.json ({} if none)."""
     out = scratch / "outputs"
     meta = load_meta(out / "model.json", root=scratch)[0] or {}
     if report is not None and report.get("read_error") or meta.get("read_error"):
         result.problem = f"{NOTEBOOK} could not be read as a notebook; submit the .ipynb file saved by Jupyter."
-        return {}
-    if meta.get("load_error"):
-        result.problem = result.quoted(meta["load_error"], 1500)
-        return {}
-    if not meta:
+    elif meta.get("load_error"):
+        result.problem = quote(meta["load_error"], 1500)
+    elif not meta:
         result.problem = f"the process that runs your model {run.describe()} before it loaded model.pt"
-        return {}
+    if result.problem:
+        return meta
     for name, (_inp, out_ids) in inputs.sets.items():
         logits = read_array(out / name / "logits.npy", scratch)[0]
         why = logits_problem(logits, (*out_ids.shape, VOCAB_SIZE)) if logits is not None else ""
@@ -162,7 +154,7 @@ def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dic
             result.teacher_forced[name], result.targets[name] = logits.astype(np.float32), out_ids
         else:
             why = quote(meta.get(name) or "", 700) or why or f"the process {run.describe()}"
-            result.set_problems[name] = result.quoted(f"your model's teacher-forced logits are missing: {why}", 800)
+            result.set_problems[name] = quote(f"your model's teacher-forced logits are missing: {why}", 800)
     a, b = read_array(out / "probe_x.npy", scratch)[0], read_array(out / "probe_changed.npy", scratch)[0]
     if a is not None and b is not None and a.shape == b.shape and a.ndim == 3 and a.shape[1] == PROBE_LENGTH:
         head_a, head_b = (x[:, : PROBE_POSITION + 1].astype(np.float64) for x in (a, b))
@@ -171,13 +163,13 @@ def collect(inputs: Inputs, result: ModelRun, scratch: Path, run, report) -> dic
     result.generated = read_array(out / "generated.npy", scratch)[0]
     result.predicted = read_array(out / "predicted.npy", scratch)[0]
     calls = meta.get("calls") if isinstance(meta.get("calls"), dict) else {}
-    result.call_problems = {quote(k, 40): result.quoted(v, 500) for k, v in list(calls.items())[:16]}
+    result.call_problems = {quote(k, 40): quote(v, 500) for k, v in list(calls.items())[:16]}
     return meta
 
 
 def public_run(ctx: GradeContext, settings: dict) -> ModelRun:
-    """The kit's ModelRun: the public set's logits (if graded) in one forward pass, the probe, generate(), predict()."""
-    inputs = model_inputs(ctx, PUBLIC_SET if "public" in ctx.visibilities else None)
+    """The kit's ModelRun: the public set's logits in one forward pass, the probe, generate(), predict()."""
+    inputs = model_inputs(ctx, PUBLIC_SET)
     if isinstance(inputs, str):
         return ModelRun(inputs)
     result = ModelRun()
@@ -189,11 +181,10 @@ def run_model(ctx: GradeContext, settings: dict, prepare: Callable[[Path], dict]
               child: str = "model_child.py") -> None:
     """Run notebook 3's cells, then model_child.py (through `child`) on the handin's model.pt: prepare(scratch)
     writes the inputs and returns the task's entries, collect(scratch, run, report) reads what the child wrote."""
-    timeouts = {"cell_timeout_s": settings["cell_timeout_s"], "call_timeout_s": settings["call_timeout_s"]}
     # Notebook 3's cells, loading the model, 20 steps and 30 generated characters: a handin's heaviest run.
     limits = replace(ctx.limits, timeout_s=ctx.limits.timeout_s * MODEL_TIME_FACTOR)
-    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), timeouts, collect, child=child,
-                 harness=HARNESS, prepare=prepare, limits=limits)
+    run_notebook(ctx, "model", ctx.submission / NOTEBOOK, NOTEBOOK, [], (), settings, collect, limits, child=child,
+                 harness=HARNESS, prepare=prepare)
 
 
 def causal_note(run: ModelRun) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ from .runner.limits import Limits
 class GradeContext:
     """Everything one problem needs to grade one submission. submission: the handin's folder; case_root:
     <problem>/<visibility>/ case sets; scratch_root: where run folders go (system temp if None); course: the course
-    grader's additions (score_line, model_run, said_record, attention_records), None in the handout; cache: work a
-    submission's problems share; flags: integrity flags for the staff; run_expected: False for the local grader
-    before notebook 3 has trained (a missing run file is not trained yet)."""
+    grader's additions (score_line, model_run, run_sets, ...), None in the handout; cache: work a submission's
+    problems share; flags: integrity flags for the staff; run_expected: False for the local grader before notebook 3
+    has trained (a missing run file is not trained yet)."""
 
     submission: Path
     case_root: Path
@@ -28,10 +27,6 @@ class GradeContext:
     cache: dict = field(default_factory=dict)
     flags: dict[str, str] = field(default_factory=dict)
     run_expected: bool = True
-
-    def new_scratch(self, label: str) -> Path:
-        """A new folder for one run under the submission's scratch root."""
-        return Path(tempfile.mkdtemp(prefix=f"grade-{label}-", dir=self.scratch_root))
 
     def note(self, message: str) -> None:
         """Add a note the student reads at the top of the feedback."""

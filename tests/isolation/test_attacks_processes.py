@@ -58,7 +58,7 @@ def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
     only_at(attack_batch, "namespaces", "fallback", "portable", attack="infinite_loop")
     text = outputs(attack_batch["results"]["infinite_loop"])
     assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
-    # The public run takes the limit, the hidden run what is left and at least half of it (handin_runs.next_limits).
+    # The public run takes the limit, the hidden run what is left and at least half of it (course_side.run_sets).
     assert attack_batch["results"]["infinite_loop"]["execution_time"] < 1.5 * BATCH_TIMEOUT_S + 15
 
 

@@ -1,8 +1,6 @@
-"""Rebuilds the handin's trained model from notebook 3's own code and model.pt, and runs it (inside the child).
-
-After notebook_child.py's run of the cells: the causality probe's logits, each prediction set's teacher-forced
-logits, generate() and predict() (see lm_model.py); model.json says how it went.
-"""
+"""Rebuilds the handin's trained model from notebook 3's own code and model.pt and runs it (inside the child), after
+notebook_child.py's run of the cells: the causality probe's logits, each prediction set's teacher-forced logits,
+generate() and predict() (see lm_model.py); model.json says how it went."""
 
 from __future__ import annotations
 
@@ -106,10 +104,9 @@ def main(answer=teacher_forced) -> None:
     model = None
     if not report["read_error"]:
         model, report["load_error"] = build_model(namespace, str(SCRATCH / task["checkpoint"]))
-    if model is None:
-        save(OUTPUTS / "model.json", report)
-        return
     save(OUTPUTS / "model.json", report)
+    if model is None:
+        return
     try:
         probe = load_arrays("inputs/probe.npz")
         for key, saved in (("x", "probe_x"), ("x_changed", "probe_changed")):

@@ -6,6 +6,7 @@ import ast
 import math
 import re
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..rubric_schema import Problem
 from ..safeio import SafeReadError, clean_text, quote
 from ..scoring import Case, CaseOutcome
 from .autograd_source import autograd_uses
-from .handin_runs import by_visibility, next_limits, run_child
+from .handin_runs import run_child, run_sets
 from .notebook_diagnoses import softmax
 
 FILENAME = "attention.py"
@@ -78,26 +79,27 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return scoring.all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    # Public and hidden cases run in two processes: only the public run's words (messages, values, what it printed)
-    # can be shown; the course's words (ctx.course) name the records of a hidden run, never quote them.
-    outcomes: list[CaseOutcome] = []
-    runtime_hits: set[str] = set()
-    reasons, used, stored = [], 0.0, stored_at(source)  # reasons: why the backward points are withheld
-    said = ctx.course.said_record if ctx.course else said_record
-    for mine in by_visibility(cases):
+    # reasons: why the backward points are withheld
+    outcomes, runtime_hits, reasons, stored = [], set(), [], stored_at(source)
+    # A record of an autograd call, on one line; the course's words (ctx.course) name those it does not write.
+    said = ctx.course.said_record if ctx.course else partial(quote, limit=200)
+
+    def run_set(mine: list[Case], limits: sandbox.Limits, hidden: bool) -> sandbox.ChildRun:
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
-            collect=lambda scratch, run, mine=mine: _collect(problem, mine, scratch, run, stored, said),
-            limits=next_limits(ctx.limits, used),
-        )
-        used += run.wall_s
-        outcomes += found
-        runtime_hits |= hits
+            collect=lambda scratch, run: _collect(problem, mine, scratch, run, stored, said), limits=limits)
+        outcomes.extend(found)
+        runtime_hits.update(hits)
         if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
             hits, tampered = ctx.course.attention_records(run)
-            runtime_hits, reasons = runtime_hits | hits, reasons or tampered
-        _note_end(ctx, run, hidden=any(c.visibility != "public" for c in mine))
+            runtime_hits.update(hits)
+            if not reasons:  # the first run's
+                reasons.extend(tampered)
+        (ctx.course.hidden_end if hidden else _note_end)(ctx, run)
+        return run
+
+    run_sets(ctx, cases, run_set)
     scoring.name_float32(outcomes)
     for outcome in outcomes:
         scoring.follow_upstream(outcome, UPSTREAM)
@@ -116,21 +118,14 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return scoring.group_results(problem, outcomes, vis, {g.id: msg for g in problem.groups if g.backward})
 
 
-def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
-    """Say how a run that did not end well ended. What it printed is shown only for a run that had no hidden
-    input at hand (it could print one), each line quoted: indented under the grader's words."""
+def _note_end(ctx: GradeContext, run: sandbox.ChildRun) -> None:
+    """Say how a run that did not end well ended, with what it printed last, each line quoted: indented under the
+    grader's words."""
     if not (run.timed_out or run.returncode not in (0, None)):
         return
-    which = "on the hidden cases " if hidden else ""
-    log = [] if hidden else [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
-    ctx.note(f"attention: the submission's process {which}{run.describe()}."
+    log = [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
+    ctx.note(f"attention: the submission's process {run.describe()}."
              + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
-
-
-def said_record(label: object) -> str:
-    """A record of an autograd call as the local grader repeats it: on one line, the engine's attribute left out."""
-    text = quote(label, 200)
-    return "the autograd engine" if text.startswith("the autograd engine (") else text
 
 
 def stored_at(source: str) -> dict[int, str]:
@@ -148,17 +143,17 @@ def stored_at(source: str) -> dict[int, str]:
 
 
 def _collect(problem: Problem, cases: list[Case], scratch: Path, run: sandbox.ChildRun, stored: dict[int, str],
-             said_record) -> tuple[list[CaseOutcome], set[str]]:
-    """Every case's outcome from what the child left in `scratch`, and the autograd calls it recorded, said by
-    `said_record`: the events that reached the grader as they happened, and meta.json's (the child's own record)."""
-    runtime_hits = {said_record(label) for label in run.event_args("autograd")}
+             said) -> tuple[list[CaseOutcome], set[str]]:
+    """Every case's outcome from what the child left in `scratch`, and the autograd calls it recorded, said(label):
+    the events that reached the grader as they happened, and meta.json's (the child's own record)."""
+    runtime_hits = {said(label) for label in run.event_args("autograd")}
     outcomes = []
     for case in cases:
         case_dir = scratch / "outputs" / case.name
         meta, refused = scoring.load_meta(case_dir / "meta.json", root=scratch)
         flags = meta.get("flags") if meta and isinstance(meta.get("flags"), dict) else {}
         calls = flags.get("autograd_calls", [])
-        runtime_hits.update(said_record(c) for c in (calls if isinstance(calls, list) else []))
+        runtime_hits.update(said(c) for c in (calls if isinstance(calls, list) else []))
         if flags.get("grad_tracking") is True:
             runtime_hits.add("requires_grad tensors in forward")
         with np.load(case.path, allow_pickle=False) as data:
