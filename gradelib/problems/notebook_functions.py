@@ -181,22 +181,5 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
 
 def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
     expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
-    if not quantity.additive_mask:
-        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
-                     hint=quantity.hint)
-    # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
-    finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
-    early = check(name, replace(got, array=finite), np.nan_to_num(expected, neginf=0.0), rtol=0.0, atol=0.0,
-                  expected_type=expected_type, hint=quantity.hint)
-    if early.stage in ("present", "type", "shape", "dtype"):
-        return early
-    # ... then exact values, where -inf is a value like any other.
-    got64, exp64 = got.array.astype(np.float64), expected.astype(np.float64)
-    same = (got64 == exp64) | (np.isnan(got64) & np.isnan(exp64))
-    if same.all():
-        return Check(name, True, "ok", f"'{name}' matches.", 0.0)
-    wrong = np.argwhere(~same)
-    first = tuple(int(i) for i in wrong[0])
-    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, "
-                 f"first at index ({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. "
-                 f"Hint: {quantity.hint}", float("inf"))
+    return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
+                 hint=quantity.hint, exact=quantity.additive_mask)
