@@ -24,7 +24,7 @@ from .problems import lm_functions, notebook_functions
 from .problems.handin_runs import SKIP_TAGS
 from .rubric import load
 from .safeio import quote
-from .scoring import group_results, load_cases, observed_from_child
+from .scoring import group_results, line_cases, load_cases, observed_from_child
 
 CHILD = Path(__file__).resolve().parent / "child"
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,9 +148,8 @@ def grade_line(problem_id: str, line: str, namespace: dict):
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
     root = case_root()
-    taken = {g.edge for g in problem.groups if g.edge}  # an edge line takes its own cases and the ordinary ones
-    cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
-             if c.edge == group.edge or c.edge not in taken]
+    loaded = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
+    cases = line_cases(problem, group, loaded, "public", ordinary=True)
     if not cases:
         raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.
