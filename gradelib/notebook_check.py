@@ -29,10 +29,8 @@ from .scoring import group_results, line_cases, load_cases, observed_from_child
 CHILD = Path(__file__).resolve().parent / "child"
 ROOT = Path(__file__).resolve().parent.parent
 # The problems the notebooks check -> (their spec, case folder, child script).
-CHECKED = {"losses": (notebook_functions.SPECS["losses"], "notebooks", "notebook_child"),
-           "masks": (notebook_functions.SPECS["masks"], "notebooks", "notebook_child"),
-           "prediction": (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child"),
-           "generation": (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child")}
+CHECKED = {**{pid: (spec, "notebooks", "notebook_child") for pid, spec in notebook_functions.SPECS.items()},
+           **{pid: (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child") for pid in ("prediction", "generation")}}
 
 
 def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for the class otter.Notebook)
