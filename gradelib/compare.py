@@ -63,10 +63,11 @@ def _non_finite(arr: np.ndarray) -> str:
 
 
 def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: float,
-          expected_type: str = "torch.Tensor", hint: str = "") -> Check:
+          expected_type: str = "torch.Tensor", hint: str = "", exact: bool = False) -> Check:
     """The Check of `got` against `expected`, stage by stage, its message ending in `hint` when one fails. Values
     match when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected| elementwise (atol scaled so that
-    entries which cancel are judged fairly); booleans and integers (masks, ids) must be equal entry by entry."""
+    entries which cancel are judged fairly); booleans and integers (masks, ids), and every value when `exact` (an
+    additive mask's -inf), must be equal entry by entry."""
     tail = f" Hint: {hint}" if hint else ""
     note = f" ({got.note})" if got.note else ""
     arr = got.array
@@ -90,16 +91,18 @@ def check(name: str, got: Observed, expected: np.ndarray, *, rtol: float, atol: 
                      float("inf") if bad else None)
     if arr.size == 0:
         return Check(name, True, "ok", f"'{name}' matches (empty).", 0.0, trivial=True)
-    if expected.dtype.kind not in "biu":
+    if expected.dtype.kind not in "biu" and not exact:
         return _values(name, arr, expected, rtol, atol, tail)
-    # Booleans and integers (of the expected dtype, checked above): how many entries differ and the first one.
+    # Equal entry by entry (of the expected dtype, checked above): how many entries differ and the first one.
     wrong, dtype = np.argwhere(arr != expected), str(expected.dtype)
     if not len(wrong):
         return Check(name, True, "ok", f"'{name}' matches.", 0.0, dtype=dtype, trivial=not np.any(expected))
     first = tuple(int(i) for i in wrong[0])
+    got_v, exp_v = (f"{a[first].item():g}" if exact else a[first].item() for a in (arr, expected))
+    # A wrong mask entry counts as non-finite (scoring.failure_kind): 0 where -inf belongs, or the other way round.
     return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {arr.size} entries differ, first "
-                                        f"at index {_fmt_index(first)}: got {arr[first].item()}, expected "
-                                        f"{expected[first].item()}.{tail}", float(len(wrong)), dtype=dtype)
+                                        f"at index {_fmt_index(first)}: got {got_v}, expected {exp_v}.{tail}",
+                 float("inf") if exact else float(len(wrong)), dtype=dtype)
 
 
 def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol: float, tail: str) -> Check:

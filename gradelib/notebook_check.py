@@ -24,15 +24,13 @@ from .problems import lm_functions, notebook_functions
 from .problems.handin_runs import SKIP_TAGS
 from .rubric import load
 from .safeio import quote
-from .scoring import group_results, load_cases, observed_from_child
+from .scoring import group_results, line_cases, load_cases, observed_from_child
 
 CHILD = Path(__file__).resolve().parent / "child"
 ROOT = Path(__file__).resolve().parent.parent
 # The problems the notebooks check -> (their spec, case folder, child script).
-CHECKED = {"losses": (notebook_functions.SPECS["losses"], "notebooks", "notebook_child"),
-           "masks": (notebook_functions.SPECS["masks"], "notebooks", "notebook_child"),
-           "prediction": (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child"),
-           "generation": (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child")}
+CHECKED = {**{pid: (spec, "notebooks", "notebook_child") for pid, spec in notebook_functions.SPECS.items()},
+           **{pid: (lm_functions.SPEC, lm_functions.CASE_FOLDER, "lm_child") for pid in ("prediction", "generation")}}
 
 
 def Notebook(nb_path: str | None = None, **kwargs):  # noqa: N802 (stands in for the class otter.Notebook)
@@ -148,9 +146,8 @@ def grade_line(problem_id: str, line: str, namespace: dict):
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
     base = harness(child) if child == "notebook_child" else harness(child).notebook_child
     root = case_root()
-    taken = {g.edge for g in problem.groups if g.edge}  # an edge line takes its own cases and the ordinary ones
-    cases = [c for c in load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
-             if c.edge == group.edge or c.edge not in taken]
+    loaded = load_cases(root, folder, ("public",), problem_id if folder == "notebooks" else None)
+    cases = line_cases(problem, group, loaded, "public", ordinary=True)
     if not cases:
         raise FileNotFoundError(f"no public {problem_id} cases under {root / folder}")
     # The saved notebook: in the folder the kernel runs in (where grader.check runs), else beside gradelib/.

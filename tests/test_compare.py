@@ -175,3 +175,13 @@ def test_masks_and_ids_are_counted_not_measured():
     assert "2 of 3 entries differ, first at index (0, 1): got 9, expected 4." in c.message
     for message in (c.message, check("m", tensor(wrong_mask), mask, rtol=0.0, atol=0.0).message):
         assert "relative" not in message and "max abs error" not in message and "got/expected" not in message
+
+
+def test_an_additive_mask_is_compared_exactly_with_its_minus_infinities():
+    """exact=True: -inf is a value like any other; a wrong entry is said as the student wrote it, and counts as
+    non-finite (not within any tolerance)."""
+    mask = np.triu(np.full((3, 3), -np.inf), 1)
+    assert check("causal_mask", tensor(mask.copy()), mask, rtol=0.0, atol=0.0, exact=True).passed
+    c = check("causal_mask", tensor(np.zeros((3, 3))), mask, rtol=0.0, atol=0.0, exact=True)
+    assert c.message.startswith("'causal_mask' has wrong values: 3 of 9 entries differ, first at index (0, 1): got 0, "
+                                "expected -inf.") and c.max_abs_error == float("inf"), c

@@ -67,35 +67,3 @@ def test_output_exit_code_memory_and_events_are_the_runs_own(runs):
     assert runs["grow.py:"].memory_limit_mb == LIMITS.memory_mb, runs["grow.py:"]
     assert runs["event.py:"].returncode == 4 and runs["event.py:"].event_args("autograd") == ["backward"]
 
-
-def test_a_harness_with_tripwires_in_torch_runs_where_no_run_has_been(tmp_path):
-    """attention_child.py sets tripwires inside torch, which a warm process keeps: a run before it (a notebook,
-    the public run of the same file) could take them off for it, or set its own to fire in it. So it runs in a
-    process that has run nothing before."""
-    marks = "import sys\nprint('mark', getattr(sys, '_left_here', None))\nsys._left_here = {name!r}\n"
-    seen = {}
-    with runner.session(tmp_path, LIMITS, ()) as warm:
-        assert warm is not None
-        for i, name in enumerate(["plain.py", "attention_child.py", "attention_child.py", "plain.py", "plain.py"]):
-            work = tmp_path / f"run{i}"
-            work.mkdir()
-            (work / name).write_text(marks.format(name=name))
-            seen[i] = runner.run([name], work, LIMITS).log_tail.strip()
-    assert seen == {0: "mark None", 1: "mark None", 2: "mark None", 3: "mark attention_child.py",
-                    4: "mark plain.py"}, seen
-
-
-def test_the_reference_attention_keeps_every_point_graded_public_then_hidden_in_one_session(tmp_path):
-    """The course grader's portable level grades attention twice in one warm session (public, then hidden):
-    the second run's tripwires must not be taken for the reference's own use of autograd."""
-    from autograder.grading import course_side
-    from gradelib import rubric
-    from gradelib.grade import grade_submission
-
-    (tmp_path / "handin").mkdir()
-    (tmp_path / "handin" / "attention.py").write_bytes((REPO / "solutions" / "attention.py").read_bytes())
-    result = grade_submission(tmp_path / "handin", case_root=REPO / "fixtures", only=["attention"], limits=LIMITS,
-                              course=course_side)  # one run per case set: the course grader's
-    full = rubric.load()["attention"].points
-    assert result.flags == {} and sum(t.score for t in result.tests) == full, (
-        result.flags, [t.output[:300] for t in result.tests if not t.passed])

@@ -43,7 +43,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     """Grade as the course grader does: public and hidden cases, every shape of upload, the model-quality lines
     (generations scored by the oracle)."""
     kwargs.setdefault("visibilities", ("public", "hidden"))
-    kwargs.setdefault("problems", rubric.load())  # what grade_submission reads by default
+    kwargs["problems"] = kwargs.get("problems") or rubric.load()  # what grade_submission reads by default (None too)
     with sandbox.installed():  # the problems' runs go through the isolation levels
         result = grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
     return result.recorded(kwargs["problems"])

@@ -3,7 +3,7 @@ case's inputs reach the child (child/notebook_child.py), never its expected_<qua
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from .. import runner as sandbox
-from ..compare import Check, Observed, check
+from ..compare import check
 from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem
@@ -171,32 +171,12 @@ def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted
     for q, exp in expected.items():
         tol = problem.tolerance.get(str(exp.dtype), {"rtol": 0.0, "atol": 0.0})
         got, quantity = observe(q), spec.quantities[q]
-        result = _check(q, got, exp, quantity, tol)
+        compare = partial(check, q, got, exp, rtol=tol["rtol"], atol=tol["atol"], exact=quantity.additive_mask,
+                          expected_type=got.type_name if got.type_name in quantity.types else quantity.types[0])
+        result = compare(hint=quantity.hint)
         wrong = not result.passed and result.stage == "values" and quantity.diagnose
         cause = quantity.diagnose(got.array, arrays, case.edge) if wrong else ""
-        outcome.checks[q] = _check(q, got, exp, replace(quantity, hint=cause), tol) if cause else result
+        outcome.checks[q] = compare(hint=cause) if cause else result
     follow_upstream(outcome, {q: spec.quantities[q].upstream for q in expected})
     return outcome
 
-
-def _check(name: str, got: Observed, expected: np.ndarray, quantity: Quantity, tol: dict) -> Check:
-    expected_type = got.type_name if got.type_name in quantity.types else quantity.types[0]
-    if not quantity.additive_mask:
-        return check(name, got, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
-                     hint=quantity.hint)
-    # Present, type, shape and dtype stages as usual (on a copy without infinities) ...
-    finite = None if got.array is None else np.nan_to_num(got.array, nan=0.0, neginf=0.0, posinf=0.0)
-    early = check(name, replace(got, array=finite), np.nan_to_num(expected, neginf=0.0), rtol=0.0, atol=0.0,
-                  expected_type=expected_type, hint=quantity.hint)
-    if early.stage in ("present", "type", "shape", "dtype"):
-        return early
-    # ... then exact values, where -inf is a value like any other.
-    got64, exp64 = got.array.astype(np.float64), expected.astype(np.float64)
-    same = (got64 == exp64) | (np.isnan(got64) & np.isnan(exp64))
-    if same.all():
-        return Check(name, True, "ok", f"'{name}' matches.", 0.0)
-    wrong = np.argwhere(~same)
-    first = tuple(int(i) for i in wrong[0])
-    return Check(name, False, "values", f"'{name}' has wrong values: {len(wrong)} of {got64.size} entries differ, "
-                 f"first at index ({', '.join(map(str, first))}): got {got64[first]:g}, expected {exp64[first]:g}. "
-                 f"Hint: {quantity.hint}", float("inf"))

@@ -84,14 +84,12 @@ class CaseOutcome:
         return cls(case.name, case.visibility, case.description, edge=case.edge, dtype=case.dtype)
 
 
-def line_cases(problem: Problem, group: Group, outcomes: list[CaseOutcome], vis: str) -> list[CaseOutcome]:
-    """The cases of set `vis` a line is graded on: its edge's, or the ordinary ones (an edge no line of the
-    problem takes is graded as ordinary)."""
-    mine = [o for o in outcomes if o.visibility == vis]
-    if group.edge:
-        return [o for o in mine if o.edge == group.edge]
+def line_cases(problem: Problem, group: Group, outcomes: list, vis: str, ordinary: bool = False) -> list:
+    """The outcomes (or Cases) of set `vis` a line is graded on: its edge's, or the ordinary ones (an edge no line of
+    the problem takes is graded as ordinary); with `ordinary`, an edge line's ordinary ones too (it forgives theirs)."""
     taken = {g.edge for g in problem.groups if g.edge}
-    return [o for o in mine if o.edge not in taken]
+    return [o for o in outcomes if o.visibility == vis
+            and (o.edge == group.edge or ((ordinary or not group.edge) and o.edge not in taken))]
 
 
 def group_results(problem: Problem, outcomes: list[CaseOutcome], visibilities: tuple[str, ...],

@@ -21,8 +21,6 @@ from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seco
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
 START = Path(__file__).resolve().parent / "start.py"
 FRESH_ENV = "GRADELIB_TEMPLATE"  # "off": a fresh interpreter per run (the benchmarks compare both)
-# Harnesses that set tripwires in torch run in a child that ran nothing before (an earlier run could disarm them).
-CLEAN_SLATE = frozenset({"attention_child.py"})
 SAMPLE_S = 0.05  # how often a run's memory is measured
 
 
@@ -42,7 +40,6 @@ class Child:
         self._start()
 
     def _start(self) -> None:
-        self.served = 0  # runs the current process has taken
         env = child_env(str(self.folder), str(self.folder / "tmp"), None)
         env[BOOT_ENV] = json.dumps({"paths": extra_paths(), "preload": list(self.preload)})
         own = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
@@ -57,15 +54,13 @@ class Child:
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
         """The run, in this child; None when it cannot take it (it did not start)."""
-        if argv and Path(str(argv[0])).name in CLEAN_SLATE and self.served:
-            self.close()
         if self.proc is None or self.proc.poll() is not None:
             self._start()
             if self.proc is None:
                 return None
         workdir = Path(workdir).resolve()
         (workdir / "tmp").mkdir(exist_ok=True)
-        self.runs, self.served = self.runs + 1, self.served + 1
+        self.runs += 1
         files = [self.folder / f"run{self.runs}.out", self.folder / f"run{self.runs}.events"]
         task = {"argv": [str(a) for a in argv], "cwd": str(workdir), "cpu_s": cpu_seconds(limits),
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
