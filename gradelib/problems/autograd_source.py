@@ -79,8 +79,7 @@ def _element_pairs(target, value) -> list[tuple]:
 
 
 def _is_own(value, own: set[str], held: set[tuple[str, str]]) -> bool:
-    """Whether `value` is an instance of one of the file's `own` classes: made right there, or held by a variable
-    or an attribute only ever bound to one."""
+    """Whether `value` is an instance of one of the `own` classes: made right there, or read from a `held` holder."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
         return value.func.id in own
     return (isinstance(value, ast.Name) and ("name", value.id) in held) or (isinstance(value, ast.Attribute)
