@@ -63,12 +63,11 @@ def _holders_of_own_instances(tree: ast.Module, own: set[str]) -> set[tuple[str,
     """The ("name" or "attr", name) the file only ever binds to an instance of one of the `own` classes (or None),
     directly or through another such holder: `self.softmax = Softmax(dim=-1)`, `sm = self.softmax`."""
     bound, held = _bindings(tree), set()
-    while True:  # a holder may be bound from another holder: grow the set until it stops changing
-        found = {key for key, values in bound.items() if all(
-            _is_own(v, own, held) or (isinstance(v, ast.Constant) and v.value is None) for v in values)}
-        if found == held:
-            return held
+    # A holder may be bound from another holder: grow the set until it stops changing.
+    while (found := {key for key, values in bound.items() if all(
+            _is_own(v, own, held) or (isinstance(v, ast.Constant) and v.value is None) for v in values)}) != held:
         held = found
+    return held
 
 
 def _element_pairs(target, value) -> list[tuple]:
@@ -80,8 +79,7 @@ def _element_pairs(target, value) -> list[tuple]:
 
 
 def _is_own(value, own: set[str], held: set[tuple[str, str]]) -> bool:
-    """Whether `value` is an instance of one of the file's `own` classes: made right there, or held by a variable
-    or an attribute only ever bound to one."""
+    """Whether `value` is an instance of one of the `own` classes: made right there, or read from a `held` holder."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
         return value.func.id in own
     return (isinstance(value, ast.Name) and ("name", value.id) in held) or (isinstance(value, ast.Attribute)

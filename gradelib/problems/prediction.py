@@ -24,36 +24,37 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade predictions.npy and predict() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
             "prediction_test.npz")
-    tests, logits = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
-                                          partial(_judge, ctx, problem))
-    model_notes(ctx, problem, logits)
+    model_notes(ctx, problem)
+    tests = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
+                                  partial(_judge, ctx, problem))
     return tests + lm_functions.grade(ctx, problem)
 
 
 def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple[str, str, str]:
     """A well-formed predictions.npy judged for lm_common.grade_array."""
     return (f"{FILENAME} is well formed (shape {logits.shape}, dtype {logits.dtype})",
-            model_mismatch(lm_model.model_run(ctx, problem.settings), logits),
+            model_mismatch(ctx, lm_model.model_run(ctx, problem.settings), logits),
             f"{FILENAME}: shape {logits.shape}, dtype {logits.dtype}, all finite, and its first rows are what "
             "model.pt's predict() gives. The NLL line grades model.pt itself, after you submit.")
 
 
-def model_mismatch(run: lm_model.ModelRun, logits: np.ndarray) -> str:
-    """'' when predictions.npy's first rows are what the handed-in model's own predict() gives, else why not."""
+def model_mismatch(ctx: GradeContext, run: lm_model.ModelRun, logits: np.ndarray) -> str:
+    """'' when predictions.npy's first rows are what model.pt's own predict() gives, else why not (noted, flagged)."""
     head, why = lm_model.handin_head(run, logits, run.predicted, "predict")
     if why:
         return why
     differ = np.abs(run.predicted.astype(np.float64) - head) > 1e-3 * max(1.0, float(np.abs(head).max()))
     if differ.any():
         rows = int(differ.any(axis=(1, 2)).sum())
-        return (f"{FILENAME} is not what model.pt predicts: {rows} of the first {len(head)} rows "
-                f"{'differs' if rows == 1 else 'differ'} from the model's own predict()")
-    return ""
+        why = (f"{FILENAME} is not what model.pt predicts: {rows} of the first {len(head)} rows "
+               f"{'differs' if rows == 1 else 'differ'} from the model's own predict()")
+        ctx.flags["predictions_do_not_match_model"] = f"{why}. The grader scores the model, not the array."
+        ctx.note(f"prediction: {ctx.flags['predictions_do_not_match_model']}")
+    return why
 
 
-def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) -> None:
-    """What the handed-in model did, said once: its validation figure, whether it is causal, and whether
-    predictions.npy (`logits`) is what it predicts."""
+def model_notes(ctx: GradeContext, problem: Problem) -> None:
+    """What the handed-in model did, said once: its validation figure and whether it is causal."""
     run = lm_model.model_run(ctx, problem.settings)
     if run.problem:
         ctx.note(f"prediction: {run.said(run.problem)}")
@@ -74,8 +75,3 @@ def model_notes(ctx: GradeContext, problem: Problem, logits: np.ndarray | None) 
         ctx.note(f"prediction: {run.said(run.set_problems['validation'])}")
     if note:
         ctx.note(f"prediction: {note}")
-    mismatch = model_mismatch(run, logits) if logits is not None else ""
-    if mismatch.startswith(f"{FILENAME} is not what model.pt predicts"):
-        message = f"{mismatch}. The grader scores the model, not the array."
-        ctx.note(f"prediction: {message}")
-        ctx.flags["predictions_do_not_match_model"] = message

@@ -45,12 +45,9 @@ def runs(root: Path) -> dict[str, list[int]]:
     return found
 
 
-SHORT_RUN = re.compile(r"-steps(\d+)$")  # notebook 3 names a run cut short by MAX_STEPS <time>-steps<N>
-
-
 def short_run(runid: str) -> int | None:
     """The step cap of a short run (MAX_STEPS, or LM_TRAIN_STEPS for a quick try), None for a full one."""
-    match = SHORT_RUN.search(runid)
+    match = re.search(r"-steps(\d+)$", runid)  # notebook 3 names a run cut short <time>-steps<N>
     return int(match.group(1)) if match else None
 
 

@@ -28,8 +28,7 @@ def load_arrays(path) -> dict[str, np.ndarray]:
 
 
 def save(path: Path, obj) -> None:
-    """Write `obj` to `path` atomically (the grader never reads half a file): an ndarray as .npy without pickle,
-    anything else as JSON."""
+    """Write `obj` atomically (never read half written): an ndarray as .npy without pickle, anything else as JSON."""
     tmp = path.with_name(path.name + ".tmp")
     if isinstance(obj, np.ndarray):
         with open(tmp, "wb") as fh:

@@ -1,6 +1,5 @@
-"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights: adds
-the argument kinds model (a FixedModel), float, bool and pieces, quantities named *_mode (model.training after a call
-in training mode, then in eval mode), and runs the classes like functions of two inputs (see lm_functions.py)."""
+"""Runs notebook 3 (through notebook_child.py) and calls its functions and classes on fixed inputs and weights, with
+the argument kinds model, float, bool and pieces, the *_mode quantities and the classes run like functions."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ class BuiltinAttentionUsed(RuntimeError):
 
 
 class _NoBuiltinAttention(TorchFunctionMode):
-    """While the notebook's modules run on the grader's weights, a call of a built-in attention (however the
-    notebook named it) raises."""
+    """While the notebook's modules run on the grader's weights, a built-in attention (however named) raises."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")

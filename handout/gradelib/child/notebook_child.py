@@ -1,6 +1,5 @@
-"""Runs a student notebook's code cells in order in one namespace, like "Run All", each under a time limit, but those
-tagged `skip_tags` and otter's own (a failing cell is recorded, the next runs anyway: outputs/notebook.json tells of
-each cell); then calls its graded functions on each case."""
+"""Runs a notebook's code cells in one namespace like "Run All" (a failing cell is recorded, the next runs anyway),
+each under a time limit, but skip-tagged cells and otter's own; then calls its graded functions on each case."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ class time_limit:
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
-        backstop = self.seconds * 3 + 2
-        self.wall_s = max(self.seconds, min(backstop, wall_s) if wall_s is not None else backstop)
+        self.wall_s = max(self.seconds, min(self.seconds * 3 + 2, float("inf") if wall_s is None else wall_s))
 
     def __enter__(self):
         if hasattr(signal, "setitimer"):
@@ -105,9 +103,8 @@ def _placeholder(node: ast.AST) -> bool:
 
 
 def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
-    """Run the notebook's code cells as the grader does (`budget_s` seconds at most; then one torch thread, as the
-    runner's OMP_NUM_THREADS starts it): (the namespace they filled, their report: the per-cell log and, per graded
-    function, its defining cell and whether it is a placeholder)."""
+    """(namespace, report) of running the notebook's code cells within `budget_s` seconds; the report holds the per-cell
+    log and, per graded function, its defining cell and whether it is a placeholder. Torch is left on one thread."""
     OUTPUTS.mkdir(exist_ok=True)
     # What a notebook prints is never shown: dropped here, so a loop that prints without end meets its time limit,
     # not the runner's output cap.

@@ -39,17 +39,15 @@ def missing(problem_id: str, ctx: GradeContext, rel: str) -> str:
 
 
 def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple[int, ...], kinds: str, what: str,
-                judge: Callable) -> tuple[list[TestResult], np.ndarray | None]:
-    """(a TestResult per array line of `problem` (those without quantities), the array or None): the handin's
-    `filename`, a row per prompt of the case file <case_root>/<rel>, read by load_npy (`what`, with {rows} filled in,
-    says what it holds).
+                judge: Callable) -> list[TestResult]:
+    """A TestResult per array line of `problem` (those without quantities) for the handin's `filename`: a row per
+    prompt of the case file <case_root>/<rel>, read by load_npy (`what`, {rows} filled in, says what it holds).
     judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
-    '', the message of full points) for the 'format' line, which counts only arrays the model made. The
-    model-quality line is the course grader's (ctx.course.score_line: what the handout does not hold decides it)."""
+    '', the full-points message) for the 'format' line. The model-quality line is the course grader's (ctx.course)."""
     problem = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
     prompts = fixture_array(ctx.case_root / rel, "inp")
     if prompts is None:
-        return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel)), None
+        return all_zero(problem, ctx.visibilities, missing(problem.id, ctx, rel))
     rows = prompts.shape[0]
     arr, message = load_npy(problem.id, ctx.submission / filename, (rows, *tail), kinds, what.format(rows=rows),
                             "" if ctx.run_expected else ctx.not_trained(filename))
@@ -69,7 +67,7 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
                                           "does not hold); this grader does not."))
         else:
             tests.append(line.result(*verdict))
-    return tests, (None if isinstance(judged, str) else arr)
+    return tests
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,

@@ -1,9 +1,5 @@
-"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models, whatever the training.
-
-Problems `prediction` and `generation` grade here their lines that list `quantities`: child/lm_child.py calls
-predict() and generate() on the table-lookup models of lm/fixed_models.py and the building blocks on the case's
-weights. Sampled ids are judged as samples (8000 draws of one step from a model with no dominant token).
-"""
+"""Notebook 3's functions and classes, graded on fixed inputs and fixed-weight models, whatever the training: the
+lines of problems `prediction` and `generation` that list `quantities` (child/lm_child.py runs them)."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ MODEL, STEPS, UNIT, DIST = "model:m", "int:steps", "float:unit_temperature", "fl
 
 
 def _generate(q: str, model: str = MODEL, **kwargs: str) -> Call:
-    """The generate() call for quantity q: on the prompts of `model` (the case's table model m), or one step on
-    dist_inp of a distribution model."""
+    """The generate() call for quantity q: on the prompts of the case's table model m, or one step of another."""
     args = (model, "tensor:inp", STEPS) if model == MODEL else (model, "tensor:dist_inp", "int:one")
     return Call("generate", args, {q: None}, kwargs=kwargs)
 
@@ -150,8 +145,7 @@ def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOu
 
 
 def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
-    """The quantities of `problem`'s lines on one case: observe(q) -> Observed (what the sandboxed child wrote, or
-    for notebook_check.py's grader.check the same calls made in the student's kernel), judged here."""
+    """The checks of `problem`'s quantities on one case; observe(q) -> Observed (the child's, or grader.check's)."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
         outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe).checks())
@@ -169,8 +163,7 @@ class _Judge:
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
 
     def got(self, q: str, expected: np.ndarray) -> Observed:
-        """What the notebook returned for q: any float (logits) or integer (ids) dtype, in the contract's dtype (that
-        of `expected`)."""
+        """What the notebook returned for q: any float or integer dtype, as `expected`'s dtype."""
         got = self.observe(q)
         if got.array is not None and got.array.dtype.kind in ACCEPTED_KINDS[expected.dtype.kind]:
             return replace(got, array=got.array.astype(expected.dtype))
@@ -223,9 +216,8 @@ class _Judge:
                        f"logits to -inf before choosing (filter_logits). {first.message}") if found else first
 
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
-        """A module's outputs on fixed weights, and whether those before `position` stay put when the later inputs
-        change. Outputs that are exactly those without the 1/sqrt(hs) scaling say so (and that the mask works,
-        when the causality probe shows it)."""
+        """A module's outputs on fixed weights, and whether those before `position` stay put when later inputs change;
+        outputs exactly those without the 1/sqrt(hs) scaling say so (and whether the mask works)."""
         c, out = self.c, {}
         original = self.got(out_q, c[f"expected_{out_q}"])
         if causal_q in self.wanted:
@@ -351,8 +343,7 @@ def _inside(q: str, ids: np.ndarray, inp: np.ndarray, kind: str, table: np.ndarr
 
 def _frequencies(q: str, ids: np.ndarray, tempered: np.ndarray, keep: set[int] | None, temperature: float,
                  max_tv: float) -> Check:
-    """Samples of one step: none outside `keep` (all allowed ids when None), frequencies close to the softmax over
-    it."""
+    """Samples of one step: none outside `keep` (None: all allowed ids), frequencies close to the softmax over it."""
     flat = ids.reshape(-1)
     special = np.isin(flat, [EOS, PAD]) | (flat < 0) | (flat >= VOCAB_SIZE)
     if special.any():
