@@ -53,6 +53,6 @@ def test_the_kit_and_the_course_grader_give_the_same_verdict(tmp_path, name):
         handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS)
     )
     course = grade_hidden(handin, case_root=FIXTURES, visibilities=("public",), limits=Limits(**LIMITS))
-    assert kit.isolation == "portable" and course.isolation in ("namespaces", "fallback", "portable")
+    assert course.isolation in ("namespaces", "fallback", "portable")
     assert verdict(kit) and verdict(kit) == verdict(course)
     assert kit.score == course.score

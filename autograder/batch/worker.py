@@ -46,6 +46,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     kwargs["problems"] = kwargs.get("problems") or rubric.load()  # what grade_submission reads by default (None too)
     with sandbox.installed():  # the problems' runs go through the isolation levels
         result = grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
+        result.isolation = sandbox.ISOLATING.level()
     return result.recorded(kwargs["problems"])
 
 

@@ -52,6 +52,7 @@ class CourseTest(TestResult):
 class CourseResult(SubmissionResult):
     """Per problem id, its notes, flag keys (in notes and flags too) and seconds: a regrade keeps the others'."""
 
+    isolation: str = ""  # the level the submission's code ran under (autograder/isolation/levels.py)
     problem_notes: dict[str, list[str]] = field(default_factory=dict)
     problem_flags: dict[str, list[str]] = field(default_factory=dict)
     problem_seconds: dict[str, float] = field(default_factory=dict)

@@ -47,14 +47,12 @@ def test_a_harness_with_tripwires_in_torch_runs_where_no_run_has_been(tmp_path, 
 def test_the_reference_attention_keeps_every_point_graded_public_then_hidden_in_one_session(tmp_path, off_linux):
     """The course grader's portable level grades attention twice in one warm session (public, then hidden):
     the second run's tripwires must not be taken for the reference's own use of autograd."""
-    from autograder.grading import course_side
+    from autograder.batch.worker import grade_hidden
     from gradelib import rubric
-    from gradelib.grade import grade_submission
 
     (tmp_path / "handin").mkdir()
     (tmp_path / "handin" / "attention.py").write_bytes((REPO / "solutions" / "attention.py").read_bytes())
-    result = grade_submission(tmp_path / "handin", case_root=REPO / "fixtures", only=["attention"], limits=LIMITS,
-                              course=course_side)  # one run per case set: the course grader's
+    result = grade_hidden(tmp_path / "handin", case_root=REPO / "fixtures", only=["attention"], limits=LIMITS)
     full = rubric.load()["attention"].points
     assert result.isolation == "portable"
     assert result.flags == {} and sum(t.score for t in result.tests) == full, (
