@@ -63,7 +63,7 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
     problems = problems if problems is not None else rubric_mod.load()
     selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
     result = (course.CourseResult if course is not None else SubmissionResult)(
-        submission=name or Path(path).name, problems=tuple(p.id for p in selected), isolation=runner.current().level(),
+        submission=name or Path(path).name, problems=tuple(p.id for p in selected),
         max_points={p.id: p.max_points(visibilities) for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     runner.current().hold(workdir)

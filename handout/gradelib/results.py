@@ -42,7 +42,6 @@ class SubmissionResult:
     max_points: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings for the course staff
-    isolation: str = ""  # level the submission's code ran under (portable: the kit's runner; gradelib.runner)
 
     @property
     def score(self) -> float:

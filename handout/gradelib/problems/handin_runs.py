@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -83,7 +84,7 @@ def run_notebook(ctx: GradeContext, label: str, src: Path, notebook: str, cases:
 
 
 def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, report: dict | None,
-             root: Path | None = None, refused: str = "") -> Observed:
+             root: Path, refused: str) -> Observed:
     """What a notebook's child recorded for quantity q of a case, or why there is nothing (`refused`: why its
     meta.json was not read)."""
     if meta is None and refused:
@@ -106,8 +107,9 @@ def run_sets(ctx: GradeContext, cases: list, run_set: Callable) -> None:
 
 def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: str, cases: list, calls, settings: dict,
                       judge: Callable, **kwargs) -> tuple[list, str]:
-    """Run the notebook on `cases` (run_sets) and judge(case, scratch, run, report) each case; the cells that failed
-    are noted. Returns (the outcomes, '') or ([], why the notebook could not be read). `kwargs` go to run_notebook."""
+    """Run the notebook on `cases` (run_sets) and judge(case, observe) each case, observe(q) -> what the child
+    recorded for q (observed); the cells that failed are noted. Returns (the outcomes, '') or ([], why the notebook
+    could not be read). `kwargs` go to run_notebook."""
     too_large = safeio.notebook_budget(src)  # the course grader's reader bounds its own parse of a notebook
     if too_large:
         return [], too_large
@@ -118,7 +120,10 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
             if report is not None and report.get("read_error"):
                 unread.append(quote(report["read_error"], 300))
             else:
-                outcomes.extend(judge(case, scratch, run, report) for case in mine)
+                for case in mine:
+                    meta, refused = load_meta(scratch / "outputs" / case.name / "meta.json", root=scratch)
+                    outcomes.append(judge(case, partial(observed, case_dir=scratch / "outputs" / case.name, meta=meta,
+                                                        run=run, report=report, root=scratch, refused=refused)))
                 (ctx.course.hidden_cells if hidden else note_cells)(ctx, problem, notebook, run, report)
 
         run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls, settings, collect,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
@@ -15,8 +14,8 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases, load_meta
-from .handin_runs import NOTEBOOK_HARNESS, observed, run_notebook_sets
+from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases
+from .handin_runs import NOTEBOOK_HARNESS, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -131,17 +130,11 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     wanted = {q for g in problem.groups for q in g.quantities}
     calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
     outcomes, unread = run_notebook_sets(ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
-                                         partial(_outcome, problem), child="lm_child.py", harness=HARNESS)
+                                         partial(judge_case, problem), child="lm_child.py", harness=HARNESS)
     if unread:
         return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
-
-
-def _outcome(problem: Problem, case: Case, scratch: Path, run, report) -> CaseOutcome:
-    case_dir = scratch / "outputs" / case.name
-    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-    return judge_case(problem, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch, refused=refused))
 
 
 def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .. import runner as sandbox
 from ..compare import check
 from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases, load_meta
+from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases
 from . import notebook_diagnoses as D
-from .handin_runs import observed, run_notebook_sets
+from .handin_runs import run_notebook_sets
 
 CASE_FOLDER = "notebooks"
 
@@ -146,19 +144,11 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
     outcomes, unread = run_notebook_sets(ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
-                                         partial(_outcome, problem, spec))
+                                         partial(judge_case, problem, spec))
     if unread:
         return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
                                       "submit the .ipynb file saved by Jupyter.")
     return group_results(problem, outcomes, vis)
-
-
-def _outcome(problem: Problem, spec: NotebookSpec, case: Case, scratch: Path, run: sandbox.ChildRun,
-             report: dict | None) -> CaseOutcome:
-    case_dir = scratch / "outputs" / case.name
-    meta, refused = load_meta(case_dir / "meta.json", root=scratch)
-    return judge_case(problem, spec, case, lambda q: observed(q, case_dir, meta, run, report, root=scratch,
-                                                              refused=refused))
 
 
 def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:

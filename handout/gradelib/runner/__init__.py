@@ -1,5 +1,5 @@
 """How every problem runs code: `run([harness], scratch, limits)` runs the harness in a separate process and returns
-how it ended (a ChildRun), through the kit's runner (the portable module: run, session, level, hold and release) or
+how it ended (a ChildRun), through the kit's runner (the portable module: run, session, hold and release) or
 the one the course grader installs (`install`)."""
 
 from __future__ import annotations

@@ -216,11 +216,6 @@ def session(root: Path, limits: Limits, preload: tuple[str, ...]):
         warm.close()
 
 
-def level() -> str:
-    """The kit's level: a plain child process, isolating nothing."""
-    return "portable"
-
-
 def hold(folder: Path) -> None:
     """Prepare a submission's scratch folder before anything is written to it: nothing to do for the kit's runs."""
 
