@@ -40,8 +40,8 @@ from autograder.batch.regrade import gradescope_test, to_results_json, write_mer
 from autograder.batch.report import write_report
 from autograder.grading import safe_reading
 from autograder.grading.course_result import CourseResult
+from autograder.grading.course_result import CourseTest as Line  # the course records every test as one
 from gradelib import safeio
-from gradelib.results import TestResult as Line  # not collected as a test class
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
 
