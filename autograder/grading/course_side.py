@@ -1,7 +1,8 @@
 """What the course grader adds to the kit's grading, passed as grade_submission's `course` (GradeContext.course).
 
 The model-quality lines (model_quality.py: score_line, and model_run, which runs the handed-in model on the hidden
-rows); one run per case set (run_sets) and what the notes say of a hidden one (hidden_end, hidden_cells); the words
+rows); one run per case set (run_sets), every public run of a submission before any hidden one (in_order,
+run_order.py), and what the notes say of a hidden run (hidden_end, hidden_cells); the words
 in which attention's grading repeats what the child's tripwires recorded: a run with a hidden input at hand may write
 anything on the audit pipe or in meta.json, so a label the tripwires do not write is named, never quoted. The static
 autograd check that also reads a forged main guard, and the course's records (CourseResult).
@@ -17,9 +18,10 @@ from gradelib.problems import autograd_source
 
 from .course_result import CourseResult
 from .model_quality import model_run, score_line
+from .run_order import hidden_run, in_order, public_run
 
-__all__ = ["CourseResult", "attention_records", "autograd_uses", "hidden_cells", "hidden_end", "model_run", "run_sets",
-           "score_line", "said_program", "said_record"]
+__all__ = ["CourseResult", "attention_records", "autograd_uses", "hidden_cells", "hidden_end", "in_order", "model_run",
+           "run_sets", "score_line", "said_program", "said_record"]
 
 # The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
 KNOWN_RECORDS = frozenset(
@@ -43,13 +45,18 @@ KNOWN_RECORDS = frozenset(
 def run_sets(ctx, cases: list, run_set) -> None:
     """The kit's handin_runs.run_sets on the course grader: run_set(cases, limits, hidden) once per case set, the
     public set first, since a run that has a hidden input at hand may write it into anything it says (`hidden`: its
-    words are not shown). The runs share the problem's time limit, a hidden run getting what the public one left and
+    words are not shown); the hidden set waits until the submission's other problems have done their public runs
+    (run_order.py). The runs share the problem's time limit, a hidden run getting what the public one left and
     at least half of it (an honest run takes a few seconds); a run_set that returns None stops them."""
     sets: dict[str, list] = {}
     for case in cases:
         sets.setdefault(case.visibility, []).append(case)
     used, limit = 0.0, ctx.limits.timeout_s
     for visibility in sorted(sets, key=lambda v: v != "public"):
+        if visibility == "public":
+            public_run("a public case set")
+        else:
+            hidden_run()
         run = run_set(sets[visibility], replace(ctx.limits, timeout_s=max(limit - used, limit / 2)),
                       visibility != "public")
         if run is None:
