@@ -64,7 +64,8 @@ def launch(argv, workdir: Path, limits: Limits, slot: Slot | None, rep_w: int, e
     # lists /proc to end a run's processes: all of /proc then.
     proc = PROC_PATHS if slot is not None else ("/proc",)
     read_paths = [p for p in (*READ_ONLY_SYSTEM_PATHS, *proc, *python_paths(), *extra_paths()) if os.path.exists(p)]
-    write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p)]]
+    # /dev/shm only as a uid of the run's own, whose files there are removed after each run.
+    write_paths = [str(workdir), *[p for p in DEVICE_PATHS if os.path.exists(p) and (slot or p != "/dev/shm")]]
     if slot is not None:
         if template is None:
             give_to(workdir, slot.uid)

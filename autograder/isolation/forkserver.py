@@ -2,7 +2,9 @@
 request from the grader, one forked run, one reply with how it ended.
 
 The template imported numpy and torch once; each run is a fork of it that takes the run's pipes for
-output and audit events, its folder, environment and rlimits, and runs the harness. The template
+output and audit events, its folder, environment and rlimits, and runs the harness; where the grader asks
+(`write`), a Landlock layer of its own lets it write in its folder (and a few devices) only, never where an
+earlier run of the submission wrote. The template
 reports how the run ended and kills whatever it left (it is their subreaper). A run never holds the
 template's control socket. The template runs no line of the submission itself. `k` is kernel.py,
 loaded by boot.py from beside this file.
@@ -69,11 +71,15 @@ def fork_run(k, sock, request: dict, fds: list[int], report_fd: int, run_harness
                 os.close(fd)
         k.set_rlimits({name: int(value) for name, value in request.get("rlimits", {}).items()})
         os.chdir(request["cwd"])
+        if request.get("write") is not None:  # a Landlock layer of the run's own: it writes in its folder only
+            k.apply_landlock(k.landlock_abi(), ["/"], request["write"])
         os.environ.clear()
         os.environ.update(request.get("env", {}))
         import random
 
         random.seed()
+        if "tempfile" in sys.modules:  # its own TMPDIR, not the one the template's imports asked for
+            sys.modules["tempfile"].tempdir = None
         run_harness(request["argv"])
         code = 0
     except SystemExit as exc:

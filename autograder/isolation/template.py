@@ -33,12 +33,13 @@ from gradelib.runner.limits import LOG_CAP, ChildRun, Tail, child_env
 
 from . import cgroups, fallback, launch, leftovers
 from .interpreter import Limits
-from .kernel import children_of, is_linux, kill_tree, kill_until_gone
+from .kernel import children_of, is_linux, kill_tree, kill_until_gone, landlock_abi
 from .levels import isolation_level
 from .memory import MemoryWatch
 from .namespaces import SCRATCH_INSIDE
 from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
+from .scratch import remove_tree
 
 TEMPLATE_START_S = 120.0  # a template that is not ready by then is given up (runs start one by one)
 TEMPLATE_REPLY_S = 5.0  # after its run was killed, a template that does not answer is given up
@@ -205,6 +206,25 @@ class Session:
             fallback.give_to(workdir, slot.uid)
         return str(workdir)
 
+    def _writable(self, inside: str) -> list[str] | None:
+        """Where the run may write, as it sees it: its own folder and the devices (and /dev/shm where it is emptied
+        after each run); None where no Landlock layer confines it (the portable level, a kernel without Landlock)."""
+        if self.level == "portable" or not landlock_abi():
+            return None
+        emptied = self.level == "namespaces" or self.started.slot is not None  # or removed as the run's own uid
+        return [inside, *(p for p in fallback.DEVICE_PATHS if p != "/dev/shm" or emptied)]
+
+    def _empty_shared_tmp(self) -> None:
+        """Empty the template's own temp folder (`root`/tmp, which every run could reach as ../tmp): a run finds
+        nothing an earlier run, or the template's imports, left there."""
+        tmp = self.root / "tmp"
+        try:
+            entries = list(os.scandir(tmp))
+        except OSError:
+            return
+        for entry in entries:
+            remove_tree(Path(entry.path))
+
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
         """The run, forked from the template; None when no template works here (run it the usual way)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -217,7 +237,9 @@ class Session:
         slot = self.started.slot
         env = child_env(inside, f"{inside}/tmp", {**(env_extra or {}), **(slot.env if slot else {})})
         cpu_s = int(limits.timeout_s) + 5
-        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s}}
+        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s},
+                   "write": self._writable(inside)}
+        self._empty_shared_tmp()
         out_r, out_w = os.pipe()
         rep_r, rep_w = os.pipe()
         start = time.monotonic()
