@@ -11,9 +11,11 @@ every other line and leaves these to this module, which the course grader passes
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -37,6 +39,7 @@ from gradelib.scoring import Line, load_meta, read_array
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
 from .course_result import CourseTest
+from .run_order import hidden_run, public_run
 from .safe_reading import DIR_FLAGS
 
 
@@ -194,10 +197,12 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
     rows graded, each of their characters revealed once the model has answered the step before, and every prompt
     of generation_test.npz generated from (the perplexity line scores them all)."""
     if "hidden" not in ctx.visibilities:
+        public_run("the model on the public rows")
         return lm_model.public_run(ctx, settings)
     inputs = lm_model.model_inputs(ctx, HIDDEN_SET)
     if isinstance(inputs, str):
         return lm_model.ModelRun(inputs)
+    hidden_run()  # after every public run of the submission (run_order.py)
     inputs = replace(inputs, generation=lm_common.fixture_array(ctx.case_root / generation.INPUTS, "inp"))
     result, finishing = HiddenRun(), []
 
@@ -214,19 +219,28 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
 
     def collect(scratch: Path, run, report) -> None:
         revealer = finishing.pop()()
-        meta = lm_model.collect(replace(inputs, sets={}), result, scratch, run, report)
-        result.child_words.update(result.call_problems.values())  # what the kit's collect quoted of the child
-        if meta.get("load_error"):
-            result.child_words.add(quote(meta["load_error"], 1500))
-        if not result.problem:  # the model loaded
-            seconds = load_meta(scratch / "outputs" / "seconds.json", root=scratch)[0] or {}
-            _collect_hidden(inputs, result, meta, run, revealer, seconds)
+        try:
+            # What the notes and the public lines read (the notebook's and the model's reports, the probe,
+            # generate() and predict()): as the run had written it before its first hidden character.
+            seen = revealer.seen or scratch
+            if revealer.seen is not None:
+                report = load_meta(seen / "outputs" / "notebook.json", root=seen)[0]
+            meta = lm_model.collect(replace(inputs, sets={}), result, seen, run, report)
+            result.child_words.update(result.call_problems.values())  # what the kit's collect quoted of the child
+            if meta.get("load_error"):
+                result.child_words.add(quote(meta["load_error"], 1500))
+            if not result.problem:  # the model loaded
+                final = load_meta(scratch / "outputs" / "model.json", root=scratch)[0] or {}
+                seconds = load_meta(scratch / "outputs" / "seconds.json", root=scratch)[0] or {}
+                _collect_hidden(inputs, result, final, run, revealer, seconds)
+        finally:
+            revealer.forget()
 
     try:
         lm_model.run_model(ctx, settings, prepare, collect, child=REVEAL_CHILD.name)
     finally:
         for finish in finishing:  # the run failed before its collect: stop revealing
-            finish()
+            finish().forget()
     return result
 
 
@@ -263,8 +277,15 @@ def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):
     return finish
 
 
+# What the run writes before its first hidden character and a visible note or a public line reads (the notebook's
+# report, the model's, the causality probe, generate() and predict()): kept as it was then, out of the run's reach.
+SEEN_BEFORE_REVEAL = ("notebook.json", "model.json", "probe_x.npy", "probe_changed.npy", "generated.npy",
+                      "predicted.npy")
+
+
 class Revealer(threading.Thread):
-    """Reveals each true character once the child has answered the step it grades."""
+    """Reveals each true character once the child has answered the step it grades; before the first, keeps what
+    the child had written (SEEN_BEFORE_REVEAL) in `seen`, a folder of the grader's."""
 
     def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
         super().__init__(daemon=True)
@@ -272,6 +293,26 @@ class Revealer(threading.Thread):
         self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
         self.problems: dict[str, str] = {}
         self.stop = threading.Event()
+        self.seen: Path | None = None
+
+    def keep_what_was_written(self) -> None:
+        """Copy SEEN_BEFORE_REVEAL as the child wrote it (each read as the grader reads it) into `seen`."""
+        self.seen = Path(tempfile.mkdtemp(prefix="gradelib-seen-"))
+        kept, scratch = self.seen / "outputs", self.outputs.parent
+        kept.mkdir()
+        for name in SEEN_BEFORE_REVEAL:
+            if name.endswith(".npy"):
+                arr = read_array(self.outputs / name, scratch)[0]
+                if arr is not None:
+                    np.save(kept / name, arr, allow_pickle=False)
+            else:
+                data = load_meta(self.outputs / name, root=scratch)[0]
+                if data is not None:
+                    (kept / name).write_text(json.dumps(data))
+
+    def forget(self) -> None:
+        if self.seen is not None:
+            shutil.rmtree(self.seen, ignore_errors=True)
 
     def run(self) -> None:
         for name, targets in self.sets.items():
@@ -285,6 +326,8 @@ class Revealer(threading.Thread):
                     self.problems[name] = f"step {t}: {why}"
                     break
                 self.answers[name].append(logits.astype(np.float32))
+                if self.seen is None:
+                    self.keep_what_was_written()
                 final = f"{name}_reveal_{t}.npy"
                 try:
                     if _exists(final, self.inputs_fd):
@@ -300,12 +343,15 @@ class Revealer(threading.Thread):
                     break
 
     def _wait_for(self, path: Path) -> np.ndarray | None:
-        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone.
+        # The sandbox's time limit bounds the wait: `stop` is set once the child is gone. A step comes within a few
+        # ms of the reveal before it; the first, after the cells, generate() and predict(), takes seconds.
+        pause = 0.002
         while not self.stop.is_set():
             arr = read_array(path, self.outputs.parent)[0] if path.is_file() else None
             if arr is not None:
                 return arr
-            time.sleep(0.002)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
         return None
 
 

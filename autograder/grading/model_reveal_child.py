@@ -29,9 +29,12 @@ def lap(step: str) -> None:
 
 
 def timed(function, step):
-    """`function`, which records a lap named step(*its arguments) when it returns."""
+    """`function`, which records a lap named step(*its arguments) when it returns (and the probe's, which ran just
+    before the first generate(), when it begins)."""
 
     def run(*args):
+        if "probe" not in SECONDS and "load" in SECONDS:
+            lap("probe")
         value = function(*args)
         lap(step(*args))
         return value
@@ -42,8 +45,6 @@ def timed(function, step):
 def step_by_step(model, name: str, data: dict, steps: int) -> str:
     """Write the hidden set's logits a step at a time (outputs/<set>/step_<t>.npy, (B, V)), each true character read
     once revealed; '' when all steps were answered, else why not."""
-    if "probe" not in SECONDS:
-        lap("probe")
     folder = OUTPUTS / name
     folder.mkdir(exist_ok=True)
     seq = data["inp"].astype(np.int64)
