@@ -1,25 +1,36 @@
 """Attacks on what a hidden case may reveal: a run prints the inputs it has at hand and exits badly, raises
 a message that names its cases with a forged score line inside, and puts a forged record on the audit pipe
-(tests/isolation/attacks/hidden_inputs_in_output.py); a model.pt over make handin's cap; a notebook within the caps
-that json.loads would inflate to gigabytes in the grader's own process.
+(tests/isolation/attacks/hidden_inputs_in_output.py); hidden inputs and the characters revealed to the model's run
+stashed wherever a later run of the same submission might look, for a later public run to raise (stash_*.py,
+raise_stashed_cell.py); a model.pt over make handin's cap; a notebook within the caps that json.loads would inflate
+to gigabytes in the grader's own process.
 
 What must hold: nothing of a run that had a hidden input at hand reaches a visible channel (the notes,
 i.e. results.json's top-level output, the public tests, feedback.txt, which Autolab prints) but the grader's
-own words; a submission's message stays on one line, so no forged line starts a line; the course grader
+own words, at every level: every public run of a submission comes before any hidden run, and a run writes only in
+its own folder; a submission's message stays on one line, so no forged line starts a line; the course grader
 refuses what `make handin` refuses, with its words; the grader's own process reads a notebook within a fixed
-budget. Reporting and the grader's own reading, not isolation: the same at every level, so graded once, at the
-machine's own.
+budget. The reporting and the grader's own reading are the same at every level, so graded once, at the machine's
+own; what a run carries to the next is graded at every level.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import uuid
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from autograder.build.demo import reference_handin
 from gradelib import handin
 
-from attack_tools import only_at
-from support import FIXTURES, grade_files
+from attack_tools import attack_source, only_at, run_cli
+from support import FIXTURES, SOLUTIONS, grade_files
 
 HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
 FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
@@ -44,6 +55,141 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
     # No forged line at the start of a line anywhere: the messages are kept to one line.
     shown = "\n".join([visible, hidden])
     assert not FORGED.search(shown), FORGED.search(shown)
+
+
+# ---------------------------------------------------------------- hidden inputs carried into a later public run
+# The red team's attack, as a hostile handin: attention.py stashes the name and first values of every case at hand,
+# and a thread a notebook-3 cell starts copies every character revealed to the model's run on the hidden rows, into
+# the template's temp folder (../tmp), the submission's folder, /tmp, /var/tmp and /dev/shm; the first cells of
+# notebooks 1 and 3 raise whatever they find there, two hidden ids a letter, in six parts. With the attention run on
+# hidden cases before notebook 1's public run, and the model's run before notebook 3's, this showed all 8 hidden case
+# names and all 2,560 hidden target ids (of 128 rows x 20 steps) in the notes at once, and the same weak model with a
+# lookup of them scored NLL 0.0000 and 12 of 12. Its model is the reference's with a zero output layer: uniform
+# logits, NLL ln 30 = 3.4012 nats/char, 0 of 12, however the lookup cell (last in notebook 3) fills its table.
+STASHED = re.compile(r"STASHED(\d):(.*?):END")
+PARTS = 6
+
+
+def carrying_handin(folder: Path, marker: str) -> None:
+    """The reference handin with the attack's sources and the weak model (see above)."""
+    import nbformat
+    import torch
+
+    reference_handin(folder)
+    raising = [attack_source("raise_stashed_cell", PART=k, MARKER=marker) for k in range(PARTS)]
+    (folder / "attention.py").write_text(attack_source("stash_hidden_inputs", MARKER=marker)
+                                         + SOLUTIONS.joinpath("attention.py").read_text())
+    thief = attack_source("stash_reveals_cell", MARKER=marker)
+    lookup = attack_source("lookup_cell", TABLE="{}", PROMPT=30)
+    for name, first, last in (("01_mlm_and_next_token.ipynb", raising, []),
+                              ("03_language_model.ipynb", [thief, *raising], [lookup])):
+        nb = nbformat.read(SOLUTIONS / name, as_version=4)
+        nb.cells = [*map(nbformat.v4.new_code_cell, first), *nb.cells, *map(nbformat.v4.new_code_cell, last)]
+        (folder / name).write_text(nbformat.writes(nb))
+    checkpoint = torch.load(FIXTURES / "lm" / "reference_model.pt", weights_only=True)
+    checkpoint["state_dict"]["fc.weight"] = torch.zeros_like(checkpoint["state_dict"]["fc.weight"])
+    torch.save(checkpoint, folder / "model.pt")
+
+
+def shown_hidden_ids(text: str, targets) -> int:
+    """How many hidden target ids (targets: rows x steps) the STASHED parts of `text` show in place."""
+    best = 0
+    for start in [m.start() for m in re.finditer("STASHED0:", text)]:
+        parts: dict[int, str] = {}
+        for k, said in STASHED.findall(text[start:]):
+            parts.setdefault(int(k), said)
+        whole = "".join(parts.get(k, "").ljust(280) for k in range(PARTS))
+        ids = np.full(targets.size, -1)
+        for i, letter in enumerate(whole[4:targets.size // 2 + 4] if whole.startswith("IDS:") else ""):
+            if 0 <= ord(letter) - 0x4E00 < 900:
+                ids[2 * i], ids[2 * i + 1] = divmod(ord(letter) - 0x4E00, 30)
+        best = max(best, int((ids == targets.T.reshape(-1)).sum()))
+    return best
+
+
+@pytest.mark.parametrize("level", ["machine", "fallback", "portable"])
+def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_nothing(tmp_path, level):
+    where = "" if level == "machine" else level
+    if where == "fallback":
+        from container import available
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+    marker = "zc" + uuid.uuid4().hex[:10]
+    carrying_handin(tmp_path / "carry", marker)
+    reference_handin(tmp_path / "reference")
+    out = tmp_path / "grades"
+    try:
+        proc = run_cli(str(tmp_path / "carry"), str(tmp_path / "reference"), "--out", str(out), "--jobs", "2",
+                       "--timeout", "60", level=where, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        result = json.loads((out / "carry" / "results.json").read_text())
+        visible = "\n".join([result["output"], *(t["output"] for t in result["tests"] if t["visibility"] == "visible"),
+                             (out / "carry" / "feedback.txt").read_text()])
+        with np.load(FIXTURES / "lm" / "hidden" / "prediction_test_out.npz") as data:
+            targets = data["out"][:, :20]
+        # The attack ran in the public runs of notebooks 1 and 3, after runs with hidden inputs at hand ...
+        assert visible.count("STASHED0:IDS:") >= 2 and visible.count("STASHED5:") >= 2, result["output"][:3000]
+        # ... and they showed nothing hidden: no hidden case's name (nor its values), no revealed character.
+        assert [c for c in HIDDEN_CASES if c in visible] == [], visible[:5000]
+        assert shown_hidden_ids(visible, targets) == 0
+        assert all(said.startswith("IDS: ") or said == "" for _k, said in STASHED.findall(visible)), visible[:5000]
+        if where == "portable":  # a run there may write where the next reads: only the public cases were carried
+            assert "batched.npz=" in visible, result["output"][:3000]
+        # The lookup had nothing to look up: the weak model's NLL, ln 30 (uniform logits), and none of the 12 points.
+        nll = next(t for t in result["tests"] if t["name"].startswith("prediction: prediction NLL"))
+        figure = re.search(r"prediction NLL (\d+\.\d+) nats/char", nll["output"])
+        assert figure and float(figure.group(1)) == round(math.log(30), 4) and nll["score"] == 0, nll["output"]
+        honest = json.loads((out / "reference" / "results.json").read_text())
+        assert honest["score"] == 120.0, [(t["name"], t["output"][:300]) for t in honest["tests"] if t["score"] < 1]
+        left = [f"{at}/{name}" for at in ("/tmp", "/var/tmp", "/dev/shm") for name in os.listdir(at) if marker in name]
+        assert where == "portable" or left == [], left  # the portable level removes nothing: it isolates nothing
+    finally:
+        for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+            for name in os.listdir(folder):
+                if marker in name:
+                    Path(folder, name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- what the model's run wrote before a reveal
+# The model's run on the hidden rows also calls predict() and generate() and runs the causality probe, and the notes
+# and public lines say how those came out (how many rows of predictions.npy differ, whether the model is causal,
+# whether it loaded). A thread of notebook 3 (rewrite_after_reveal_cell.py) rewrites those files after the first
+# character is revealed, as that character says; the grader reads them as they were before the first reveal.
+def test_what_the_model_run_rewrites_after_a_reveal_changes_nothing_shown(tmp_path):
+    import nbformat
+
+    nb = nbformat.read(SOLUTIONS / "03_language_model.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(attack_source("rewrite_after_reveal_cell")))
+    lm = FIXTURES / "lm"
+    files = {"03_language_model.ipynb": nbformat.writes(nb), "model.pt": (lm / "reference_model.pt").read_bytes(),
+             "predictions.npy": (lm / "reference_predictions.npy").read_bytes(),
+             "generated.npy": (lm / "reference_generated.npy").read_bytes()}
+    result = grade_files(tmp_path, files, only=["prediction", "generation"], timeout_s=120)
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    for rewritten in ("rows differ", "not what model.pt", "not causal", "not shown here", "LEAKED", "Traceback"):
+        assert rewritten not in said, said[:3000]
+    # The reference model, graded in full: its predictions and generations as it wrote them before the reveal.
+    assert result.score == result.max_score, [(t.name, t.output[:200]) for t in result.tests if not t.passed]
+
+
+def test_which_autograd_call_a_hidden_run_records_is_named_to_the_staff_only(tmp_path):
+    """attention.py makes one autograd call on the hidden cases only, the one a hidden input chooses
+    (autograd_on_hidden_cases.py): its backward points are withheld, and the lines and notes, shown at once for the
+    public lines, say only that it used automatic differentiation on the hidden cases; the flag for the staff names
+    the call."""
+    with np.load(FIXTURES / "attention" / "hidden" / "dk_ne_dv.npz") as data:
+        chosen = "torch.autograd.grad" if float(data["X"].ravel()[0]) > 0 else "Tensor.backward"
+    source = SOLUTIONS.joinpath("attention.py").read_text() + attack_source("autograd_on_hidden_cases",
+                                                                           HIDDEN="dk_ne_dv")
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=60)
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert backward and all(t.score == 0.0 for t in backward), [(t.name, t.score) for t in backward]
+    said = "\n".join([*result.notes, *(t.output for t in result.tests)])
+    assert "used automatic differentiation (or tampered with its record) on the hidden cases" in said, said[:3000]
+    assert "torch.autograd.grad" not in said and "Tensor.backward" not in said, said[:3000]
+    assert chosen in result.flags["attention_backward_by_autograd"], result.flags
+    assert all(t.passed for t in result.tests if "forward" in t.name)  # its honest forward keeps its points
 
 
 def test_the_course_grader_refuses_a_model_over_the_handin_cap(tmp_path):

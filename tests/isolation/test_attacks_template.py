@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.isolation import Limits as sandbox_limits
 from gradelib import rubric
 
 from attack_tools import attack_source, descendants, needs_namespaces, notebook_with_first_cell, processes_named
@@ -69,6 +70,36 @@ def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submiss
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "shared memory seen: files=[] segments=0" in said, said
     assert result.score == rubric.load()["attention"].points + rubric.load()["losses"].points
+
+
+def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_one_template(tmp_path, monkeypatch):
+    """The reference graded in full: the five public runs (attention, notebooks 1 and 2, notebook 3's functions for
+    prediction and for generation) come before the six hidden ones (those five and the model's run on the hidden
+    rows), all forked from one template (the problems' threads outlive its start), and it keeps 120 of 120."""
+    import json
+
+    from autograder.batch.worker import grade_hidden
+    from autograder.build.demo import reference_handin
+    from autograder.isolation import runner, template
+
+    from support import FIXTURES
+
+    hidden = {c["name"] for p in FIXTURES.glob("*/hidden/cases.json") for c in json.loads(p.read_text())}
+    seen, starts = [], []
+    run, start = runner.run, template.Session._start
+
+    def spied_run(argv, workdir, limits, env_extra=None):
+        cases = {p.stem for p in Path(workdir, "inputs").glob("*.npz")}
+        seen.append("hidden" if argv[0] == "model_reveal_child.py" or cases & hidden else "public")
+        return run(argv, workdir, limits, env_extra)
+
+    monkeypatch.setattr(runner, "run", spied_run)
+    monkeypatch.setattr(template.Session, "_start", lambda self: starts.append(self) or start(self))
+    result = grade_hidden(reference_handin(tmp_path / "reference"), case_root=FIXTURES,
+                          limits=sandbox_limits(timeout_s=60))
+    assert result.score == 120.0, [(t.name, t.output[:300]) for t in result.tests if t.score < t.max_score]
+    assert seen == ["public"] * 5 + ["hidden"] * 6, seen
+    assert len(starts) == 1, starts
 
 
 # Two runs in one session, at a level: what each says of how it ran (its isolation lines, its output).
