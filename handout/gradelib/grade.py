@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -86,33 +87,33 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         preload = runner.PRELOAD + (runner.PRELOAD_NOTEBOOKS if runs_matplotlib(sorted(files.glob("*.ipynb"))) else ())
         runs = sum(n * len(visibilities) for p in selected if p.id in RUNS for name, n in [RUNS[p.id]]
                    if (files / name).is_file())
-        # One process that imports torch once for every run; for a single run a fresh interpreter costs less.
+        contexts = [GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir, course=course,
+                                 cache=shared, run_expected=run_expected) for _ in selected]
+        jobs = [partial(_grade_problem, p, ctx, result.submission) for p, ctx in zip(selected, contexts)]
+        # One process imports torch for every run (one run: a fresh interpreter); public runs first (course.in_order).
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            for p in selected:
-                _grade_problem(p, GradeContext(files, Path(case_root), visibilities, limits, scratch_root=workdir,
-                                               course=course, cache=shared, run_expected=run_expected), result)
+            done = course.in_order(jobs) if course is not None else [(job(), 0.0) for job in jobs]
+        for p, ctx, ((tests, failed), seconds) in zip(selected, contexts, done):
+            result.tests += tests
+            notes = [clean_text(n) for n in ctx.notes]
+            result.notes += notes
+            result.flags.update(ctx.flags)
+            if course is not None:  # the course's records keep each problem's notes, flags and seconds (run, not wait)
+                result.graded(p.id, notes, ctx.flags, failed, seconds)
     finally:
         runner.current().release(workdir)
         result.wall_s = time.monotonic() - start
     return result
 
 
-def _grade_problem(p: rubric_mod.Problem, ctx: GradeContext, result: SubmissionResult) -> None:
-    """Grade problem `p` into `result`; a grader bug costs this problem only."""
-    problem_start = time.monotonic()
+def _grade_problem(p: rubric_mod.Problem, ctx: GradeContext, submission: str) -> tuple[list[TestResult], str]:
+    """(problem `p`'s tests, '') or (its zeros, the grader's own error): a grader bug costs this problem only."""
     try:
-        tests: list[TestResult] = GRADERS[p.id](ctx, p)
-        failed = ""
+        return GRADERS[p.id](ctx, p), ""
     except Exception as exc:  # a grader bug must not cost the student a results file
         # The traceback is for the staff (the worker's log), not for the student's feedback.
-        print(clean_text(f"grading {p.id} of {result.submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
+        print(clean_text(f"grading {p.id} of {submission}: {traceback.format_exc(limit=5)}"), file=sys.stderr)
         failed = quote(f"{type(exc).__name__}: {exc}", 300)
-        tests = all_zero(p, ctx.visibilities, f"not graded: internal grader error ({failed}); this is no grade: the "
-                                              "course staff will regrade it.")
         ctx.flags = {}
-    result.tests += tests
-    notes = [clean_text(n) for n in ctx.notes]
-    result.notes += notes
-    result.flags.update(ctx.flags)
-    if ctx.course is not None:  # the course's records keep each problem's notes, flags and seconds
-        result.graded(p.id, notes, ctx.flags, failed, time.monotonic() - problem_start)
+        return all_zero(p, ctx.visibilities, f"not graded: internal grader error ({failed}); this is no grade: the "
+                                             "course staff will regrade it."), failed

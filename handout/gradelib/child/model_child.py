@@ -1,6 +1,6 @@
 """Rebuilds the handin's trained model from notebook 3's own code and model.pt and runs it (inside the child), after
-notebook_child.py's run of the cells: the causality probe's logits, each prediction set's teacher-forced logits,
-generate() and predict() (see lm_model.py); model.json says how it went."""
+notebook_child.py's run of the cells: the causality probe's logits, generate() and predict(), each prediction set's
+teacher-forced logits (see lm_model.py); model.json says how it went."""
 
 from __future__ import annotations
 
@@ -113,11 +113,6 @@ def main(answer=teacher_forced) -> None:
             save(OUTPUTS / f"{saved}.npy", logits(model, probe[key]))
     except BaseException as exc:
         report["probe"] = f"the model raised {short_exception(exc)}"
-    for entry in task["teacher_forcing"]:
-        try:
-            report[entry["name"]] = answer(model, entry["name"], load_arrays(entry["inputs"]), int(entry["steps"]))
-        except BaseException as exc:
-            report[entry["name"]] = f"the model raised {short_exception(exc)}"
     for name, steps, saved in (("generate", "generation", "generated"), ("predict", "prediction", "predicted")):
         prompts = torch.from_numpy(load_arrays(f"inputs/{steps}.npz")["inp"])
         # The wall-clock cap of a call is half the time left: generate and predict both get their turn.
@@ -126,6 +121,12 @@ def main(answer=teacher_forced) -> None:
                      prompts, int(task[f"{steps}_steps"]))
         if value is not None:
             save(OUTPUTS / f"{saved}.npy", np.asarray(value))
+    save(OUTPUTS / "model.json", report)
+    for entry in task["teacher_forcing"]:
+        try:
+            report[entry["name"]] = answer(model, entry["name"], load_arrays(entry["inputs"]), int(entry["steps"]))
+        except BaseException as exc:
+            report[entry["name"]] = f"the model raised {short_exception(exc)}"
     save(OUTPUTS / "model.json", report)
 
 

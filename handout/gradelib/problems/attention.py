@@ -79,8 +79,8 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     if not cases:
         return scoring.all_zero(problem, vis, f"no attention cases under {ctx.case_root}")
 
-    # reasons: why the backward points are withheld
-    outcomes, runtime_hits, reasons, stored = [], set(), [], stored_at(source)
+    # reasons: why the backward points are withheld; hidden_hits: the hidden run's records (named to the staff only)
+    outcomes, runtime_hits, hidden_hits, reasons, stored = [], set(), set(), [], stored_at(source)
     # A record of an autograd call, on one line; the course's words (ctx.course) name those it does not write.
     said = ctx.course.said_record if ctx.course else partial(quote, limit=200)
 
@@ -90,11 +90,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
             collect=lambda scratch, run: _collect(problem, mine, scratch, run, stored, said), limits=limits)
         outcomes.extend(found)
-        runtime_hits.update(hits)
+        recorded = hidden_hits if hidden else runtime_hits
+        recorded.update(hits)
         if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
             hits, tampered = ctx.course.attention_records(run)
-            runtime_hits.update(hits)
-            if not reasons:  # the first run's
+            recorded.update([*hits, *(tampered if hidden else [])])
+            if not reasons and not hidden:
                 reasons.extend(tampered)
         (ctx.course.hidden_end if hidden else _note_end)(ctx, run)
         return run
@@ -109,12 +110,15 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         reasons.append(f"uses automatic differentiation or a built-in attention: {lines}")
     if runtime_hits:
         reasons.append("used " + ", ".join(sorted(runtime_hits)) + " while running")
+    if hidden_hits - runtime_hits:  # a hidden run could choose what it records: its words go to the staff only
+        reasons.append("used automatic differentiation (or tampered with its record) on the hidden cases")
     if not reasons:
         return scoring.group_results(problem, outcomes, vis)
     msg = (f"Backward points withheld: {FILENAME} " + " and ".join(reasons) + ". This assignment asks for "
            "hand-derived gradients with plain tensor operations; remove torch.autograd, .backward(), "
            "requires_grad and scaled_dot_product_attention.")
-    ctx.flags["attention_backward_by_autograd"] = msg  # report.html's list for the course staff
+    staff = f" On the hidden cases: {', '.join(sorted(hidden_hits))}." if hidden_hits else ""
+    ctx.flags["attention_backward_by_autograd"] = msg + staff  # report.html's list for the course staff
     return scoring.group_results(problem, outcomes, vis, {g.id: msg for g in problem.groups if g.backward})
 
 

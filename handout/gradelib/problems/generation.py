@@ -42,8 +42,9 @@ def check_ids(arr: np.ndarray) -> str:
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade generated.npy and generate() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     what = f"int ids (B, {STEPS}) of generate(inp, {STEPS}) for the {{rows}} prompts of generation_test.npz"
-    graded = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS,), "iu", what, partial(_judge, ctx, problem))
-    return graded + lm_functions.grade(ctx, problem)
+    functions = lm_functions.grade(ctx, problem)  # first: its public run comes before the model's on hidden rows
+    return lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS,), "iu", what,
+                                 partial(_judge, ctx, problem)) + functions
 
 
 def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.ndarray) -> tuple[str, str, str] | str:

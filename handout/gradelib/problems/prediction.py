@@ -24,10 +24,10 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade predictions.npy and predict() on ctx's case sets: a TestResult per (line of `problem`, visibility)."""
     what = (f"raw logits (B, {STEPS}, {VOCAB_SIZE}) of predict(inp, {STEPS}) for the {{rows}} rows of "
             "prediction_test.npz")
+    functions = lm_functions.grade(ctx, problem)  # first: its public run comes before the model's on hidden rows
     model_notes(ctx, problem)
-    tests = lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
-                                  partial(_judge, ctx, problem))
-    return tests + lm_functions.grade(ctx, problem)
+    return lm_common.grade_array(ctx, problem, INPUTS, FILENAME, (STEPS, VOCAB_SIZE), "f", what,
+                                 partial(_judge, ctx, problem)) + functions
 
 
 def _judge(ctx: GradeContext, problem: Problem, logits: np.ndarray, _prompts) -> tuple[str, str, str]:
