@@ -120,8 +120,9 @@ def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_noth
     reference_handin(tmp_path / "reference")
     out = tmp_path / "grades"
     try:
-        proc = run_cli(str(tmp_path / "carry"), str(tmp_path / "reference"), "--out", str(out), "--jobs", "2",
-                       "--timeout", "60", level=where, timeout=900)
+        # One job at a time at the portable level, as the attack batch: nothing there shares the CPU out between runs.
+        proc = run_cli(str(tmp_path / "carry"), str(tmp_path / "reference"), "--out", str(out), "--jobs",
+                       "1" if where == "portable" else "2", "--timeout", "60", level=where, timeout=900)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         result = json.loads((out / "carry" / "results.json").read_text())
         visible = "\n".join([result["output"], *(t["output"] for t in result["tests"] if t["visibility"] == "visible"),
@@ -133,7 +134,7 @@ def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_noth
         # ... and they showed nothing hidden: no hidden case's name (nor its values), no revealed character.
         assert [c for c in HIDDEN_CASES if c in visible] == [], visible[:5000]
         assert shown_hidden_ids(visible, targets) == 0
-        assert all(said.startswith("IDS: ") or said == "" for _k, said in STASHED.findall(visible)), visible[:5000]
+        assert all(said.startswith("IDS: ") for k, said in STASHED.findall(visible) if k == "0"), visible[:5000]
         if where == "portable":  # a run there may write where the next reads: only the public cases were carried
             assert "batched.npz=" in visible, result["output"][:3000]
         # The lookup had nothing to look up: the weak model's NLL, ln 30 (uniform logits), and none of the 12 points.

