@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -96,6 +97,27 @@ def test_a_hidden_run_says_how_it_ended_by_kind_alone(tmp_path, level):
     with np.load(FIXTURES / "attention" / "hidden" / f"{sorted(HIDDEN_CASES)[0]}.npz") as data:
         leaked = int(abs(float(data["X"].ravel()[0])) * 1000) % 256  # what the leak's exit code was
     assert leaked != 1 and f"code {leaked}" not in said["leak"]
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"returncode": 70}, "ended early"),
+    ({"returncode": 0}, "ended early"),  # before it finished its cases
+    ({"returncode": -11}, "ended early"),
+    ({"returncode": -9, "output_capped_mb": 32}, "ended early"),
+    ({"returncode": -9, "events_capped_mb": 1}, "ended early"),
+    ({"returncode": None, "timed_out": True}, "ran out of time"),
+    ({"returncode": -24}, "ran out of time"),  # SIGXCPU: the CPU-time limit
+    ({"returncode": -9, "memory_limit_mb": 1024, "memory_used_mb": 1100, "memory_where": " (in /dev/shm)"},
+     "ran out of memory"),
+], ids=["exit_70", "exit_0", "sigsegv", "output_cap", "audit_pipe_cap", "wall_clock", "cpu_time", "memory"])
+def test_every_way_a_hidden_run_ends_is_said_by_kind(fields, words):
+    """Each way a run ends, as the isolation levels record it, in a hidden run's words: one of three kinds. The
+    same run without hidden inputs at hand says more (the code, the signal, the MB, the cap)."""
+    from autograder.isolation.pipes import IsolatedRun
+
+    run = IsolatedRun(**{"returncode": None, "timed_out": False, "wall_s": 12.5, "log_tail": "", **fields}, hidden=True)
+    assert run.describe() == words
+    assert replace(run, hidden=False).describe() not in ("ended early", "ran out of time", "ran out of memory")
 
 
 def test_notebook_3s_model_on_the_hidden_rows_runs_as_a_hidden_run(tmp_path, monkeypatch):
