@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -32,13 +33,27 @@ class IsolatedRun(ChildRun):
     events_capped_mb: int = 0
     memory_where: str = ""
     events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
+    hidden: bool = False  # it had hidden inputs at hand (Limits.hidden): its end is said by kind alone
 
     def describe(self) -> str:
+        if self.hidden:
+            return hidden_end(self)
         if self.events_capped_mb:
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
         memory_stop = self.memory_limit_mb and not self.output_capped_mb
         return super().describe() + (self.memory_where if memory_stop else "")
+
+
+def hidden_end(run: ChildRun) -> str:
+    """How a run that had hidden inputs at hand ended, by kind alone: it ran out of time (the wall clock or the CPU
+    limit), ran out of memory, or ended early (any exit code, any other signal, a cap on what it sends). An exit code,
+    a signal's name or the memory it held could each carry bits of a hidden input, one resubmission at a time."""
+    if run.timed_out or run.returncode == -signal.SIGXCPU:
+        return "ran out of time"
+    if run.memory_limit_mb and not run.output_capped_mb:
+        return "ran out of memory"
+    return "ended early"
 
 
 class AuditEvents(Events):
