@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 LM = REPO / "fixtures" / "lm"
 MARKER = re.compile(r"<!-- figures: ([a-z-]+) -->")
+FIRST = ("bench-recorded", "suite", "mutants")  # the first marker of each measurement's section
 PICTURES = {"img/bench_ratios.png": "bench.json", "img/student_run.png": "student_run.txt"}
 
 
@@ -158,8 +159,8 @@ def figure(name: str) -> str:
         return {"lm-thresholds": lm_thresholds, "lm-epochs": lm_epochs}[name](json.loads(path.read_text()))
     file, command = source[name.split("-")[0]]
     data = _data(file)
-    if data is None:
-        return f"*Not measured yet: `{command}` writes `docs/data/{file}`; commit it.*"
+    if data is None:  # said once, by the section's first marker
+        return f"*Not measured yet: `{command}` writes `docs/data/{file}`; commit it.*" if name in FIRST else ""
     makers = {"bench-chart": lambda _: "![Each grading figure as a ratio to otter run](img/bench_ratios.png)",
               "bench-recorded": lambda b: recorded(b["recorded"]) + f" Each figure is the median of {b['runs']} runs.",
               "bench-table": bench_table, "bench-more": bench_more, "bench-steps": model_steps, "suite": suite,
