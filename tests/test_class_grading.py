@@ -256,7 +256,7 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
                               dict(os.environ))
     assert rc == 0, stderr
     data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
-    assert data["score"] == 0 and "not graded: attention" in data["extra_data"]["flags"]
+    assert data["score"] is None and "not graded: attention" in data["extra_data"]["flags"]  # no score, not a 0
     assert "could not be graded" in data["output"] and "on each of 2 attempts" in data["output"]
     assert stdout.strip().splitlines()[-1] == '{"scores":{}}'  # no score at all, rather than a student's 0
     assert (tmp_path / "out" / ".logs" / "student.log").read_text().count("--- attempt") == 2
@@ -269,7 +269,7 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
     )
 
 
-def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):
+def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_not_graded(tmp_path):
     sub = tmp_path / "hang"
     sub.mkdir()
     (sub / "attention.py").write_text("while True:\n    pass\n")
@@ -280,7 +280,7 @@ def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path
     assert rc == 0, stderr
     assert time.monotonic() - start < 90  # the 2 s deadline, not the run's 180 s limit (generous: a busy machine)
     data = json.loads((tmp_path / "out" / "hang" / "results.json").read_text())
-    assert data["score"] == 0 and "ran past the 2 s limit" in data["output"]
+    assert data["score"] is None and "ran past the 2 s limit" in data["output"]
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

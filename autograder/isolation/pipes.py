@@ -23,8 +23,8 @@ EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4
 @dataclass
 class IsolatedRun(ChildRun):
     """A ChildRun at an isolation level: how it was confined, the processes it left that were killed, the level,
-    the cap on the audit events it may send, when it sent more and was stopped for it, and what a memory stop was
-    for, when not resident memory alone (said after the limit)."""
+    the cap on the audit events it may send, when it sent more and was stopped for it, what a memory stop was
+    for, when not resident memory alone (said after the limit), and a fault the grader saw."""
 
     isolation: list[str] = field(default_factory=list)
     leftover_killed: int = 0
@@ -32,6 +32,7 @@ class IsolatedRun(ChildRun):
     events_capped_mb: int = 0
     memory_where: str = ""
     events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
+    fault: str = ""  # what the grader saw end the run that was none of its limits (runner.fault_of), '' when nothing
 
     def describe(self) -> str:
         if self.events_capped_mb:
