@@ -244,11 +244,10 @@ def test_a_disk_that_fills_mid_run_stops_the_run_cleanly_and_the_rerun_finishes_
         while not (out / "s1" / "results.json").is_file() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         filler = out / "filler"
-        with open(filler, "wb") as fh:  # the disk fills: whatever space is left, taken
+        with open(filler, "wb", buffering=0) as fh:  # the disk fills: whatever space is left, taken
             try:
                 while True:
                     fh.write(b"\0" * 4096)
-                    fh.flush()
             except OSError:
                 pass
         stdout, stderr = proc.communicate(timeout=600)
@@ -256,11 +255,11 @@ def test_a_disk_that_fills_mid_run_stops_the_run_cleanly_and_the_rerun_finishes_
         assert "Traceback" not in stderr and "Grading stopped: the grader could not write its own files" in stderr
         said = stderr[stderr.index("Grading stopped"):]
         assert "No space left on device" in said and f"have their results in {out}" in said, said
-        assert "MB on the disk of" in said and "run the same command again" in said, said
+        assert " on the disk of " in said and "run the same command again" in said, said
         assert f"python -m autograder {' '.join(args)}" in said, said
         graded = sorted(p.parent.name for p in out.glob("*/results.json"))
         assert "s1" in graded and len(graded) < len(names), graded
-        assert f"Saved: {len(graded)} of {len(names)} submissions" in said, said
+        assert f"Saved: the results of {len(graded)} of {len(names)} submissions" in said, said
         for name in graded:  # whole, and graded once: a worker that could not write was not retried
             assert _full_marks(_results(out, name)) == []
         for name in names:

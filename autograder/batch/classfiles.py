@@ -159,7 +159,7 @@ def write_stop(args: argparse.Namespace, names: list[str], why: str, problem_ids
             write_class_files(args, problem_ids)
             class_files = f"The class files (grades.csv, scores.csv, report.html) hold the {graded} results there."
         except OSError as exc:
-            class_files = f"The class files could not be rewritten either ({exc.strerror}); they are as they were."
+            class_files = f"The class files could not be written ({exc.strerror}): any there are as they were."
     else:
         class_files = "No class file was written: there are no results yet."
     per = _mean([_size(out / n) + _size(out / ".logs" / f"{n}.log") for n in done]) or 1 << 20
@@ -167,27 +167,28 @@ def write_stop(args: argparse.Namespace, names: list[str], why: str, problem_ids
     room = room or (64 << 10) * graded
     need = (len(names) - len(done)) * per + 2 * room  # a class file is rewritten beside the old one, then renamed
     try:
-        free = f"{_mb(shutil.disk_usage(out if out.is_dir() else out.parent).free)} free there now"
+        free = f"{_amount(shutil.disk_usage(out if out.is_dir() else out.parent).free)} free there now"
     except OSError:
         free = "its free space unknown"
-    print(f"Grading stopped: the grader could not write its own files ({why}). Saved: {len(done)} of "
-          f"{len(names)} submissions have their results in {out}, each whole (results.json and feedback.txt are "
-          f"written at once or not at all); the other {len(names) - len(done)} were not graded and no score was "
-          f"recorded for them. {class_files} Grading the rest needs about {_mb(need)} on the disk of {out} "
-          f"({_mb(per)} a submission, and room to rewrite the class files; {free}). Free that space, then run the "
-          f"same command again, which grades only what has no results: {args.command}", file=sys.stderr)
+    print(f"Grading stopped: the grader could not write its own files ({why}). Saved: the results of {len(done)} "
+          f"of {len(names)} submissions, in {out}, each whole (results.json and feedback.txt are written at once or "
+          f"not at all); the other {len(names) - len(done)} were not graded, and no score was recorded for them. "
+          f"{class_files} Grading the rest needs about {_amount(need)} on the disk of {out} ({_amount(per)} a "
+          f"submission, and room to rewrite the class files; {free}). Free that space, then run the same command "
+          f"again, which grades only what has no results: {args.command}", file=sys.stderr)
     return 2
 
 
 def _size(path: Path) -> int:
+    """Bytes the file, or the folder's files, take on disk."""
     if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+        return path.stat().st_blocks * 512
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def _mean(values: list[int]) -> int:
     return sum(values) // len(values) if values else 0
 
 
-def _mb(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MB"
+def _amount(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB" if n >= 1 << 20 else f"{max(1, round(n / 1024))} KB"
