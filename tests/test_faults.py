@@ -341,3 +341,43 @@ def test_a_kill_while_the_class_files_are_written_leaves_them_whole_and_the_reru
     for f in class_files:
         assert (out / f).read_bytes() == (clean / f).read_bytes(), f
     assert not list(out.glob(".*.tmp"))
+
+
+# ---------------------------------------------------------------- what each platform gets of a result not graded
+
+
+def test_a_result_not_graded_gives_gradescope_no_results_json_and_autolab_no_score(tmp_path, monkeypatch, capsys):
+    """Gradescope shows a run without results.json as failed, with no score: what the staff see, never a 0 the
+    student sees; Autolab's last line leaves the problem out. A refusal of the course's set-up goes the same way."""
+    from autograder.batch import regrade
+    from autograder.grading import rubric_check
+    from autograder.grading.course_result import CourseResult, CourseTest
+    from autograder.platforms import runtime
+
+    from support import FIXTURES
+
+    problems = rubric_check.load()
+    result = CourseResult(submission="s", problems=("attention", "losses"))
+    for pid, score in (("attention", 0.0), ("losses", problems["losses"].points)):
+        result.tests.append(CourseTest(pid, f"{pid}: all", score, problems[pid].points, "public", "x"))
+        result.max_points[pid] = problems[pid].points
+    result.mark_not_graded("attention", "the sandboxed run of attention_child.py was killed by SIGKILL")
+    data = regrade.to_results_json(result, regrade.current_records(problems, ["attention", "losses"], FIXTURES))
+    assert data["score"] is None and data["tests"][0]["score"] is None and "status" not in data["tests"][0]
+    assert data["tests"][1]["score"] == problems["losses"].points  # the problem graded keeps its score
+    root = tmp_path / "autograder"
+    (root / "submission").mkdir(parents=True)
+    (root / "results").mkdir()
+    target = root / "results" / "results.json"
+    target.write_text("{}")  # an older file there goes too
+    monkeypatch.setattr(runtime, "_grade", lambda *a: (data, ["attention", "losses"]))
+    assert runtime.gradescope(root, 30.0) == 1 and not target.exists()
+    said = capsys.readouterr().out
+    assert "NOT GRADED" in said and "attention: the sandboxed run of attention_child.py was killed by SIGKILL" in said
+    monkeypatch.setattr(runtime, "_grade", lambda *a: (_ for _ in ()).throw(runtime.Refused("no namespaces")))
+    assert runtime.gradescope(root, 30.0) == 1 and not target.exists()
+    assert "no namespaces" in capsys.readouterr().out
+    monkeypatch.setattr(runtime, "_grade", lambda *a: (data, ["attention", "losses"]))
+    assert runtime.autolab(tmp_path / "handin.tar", 30.0) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == {"scores": {"losses": problems["losses"].points}}
