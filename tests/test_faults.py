@@ -134,6 +134,28 @@ def test_only_a_kill_no_limit_explains_is_a_fault():
     assert fault_of(run(1)) == "" and fault_of(run(-signal.SIGSEGV)) == ""
     # What the grader recorded itself (the machine's OOM killer, a template gone) is a fault however the run ended.
     assert fault_of(run(0, fault="the template process it was forked from ended")) != ""
+    # ...unless the run's own code sent itself or its template SIGKILL (boot.py's guard records it: it costs the run).
+    chose = {"selfkill": ["os.kill"]}
+    assert fault_of(run(-signal.SIGKILL, event_index=chose)) == ""
+    assert fault_of(run(None, event_index=chose, fault="the template process it was forked from ended")) == ""
+
+
+def test_the_guard_records_a_sigkill_a_run_sends_itself_or_its_parent_and_no_other():
+    from autograder.isolation.boot import _ends_itself
+
+    me, parent = os.getpid(), os.getppid()
+    for event, args in (("os.kill", (me, signal.SIGKILL)), ("os.kill", (parent, 9)), ("os.kill", (0, 9)),
+                        ("os.kill", (-1, 9)), ("os.kill", (-os.getpgrp(), 9)), ("os.killpg", (0, 9)),
+                        ("os.killpg", (parent, 9)), ("os.killpg", (os.getpgrp(), signal.SIGKILL))):
+        assert _ends_itself(event, args), (event, args)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        for event, args in (("os.kill", (child.pid, 9)), ("os.killpg", (child.pid, 9)), ("os.kill", (me, 15)),
+                            ("os.kill", (parent, signal.SIGTERM)), ("os.kill", ("x",)), ("os.kill", ())):
+            assert not _ends_itself(event, args), (event, args)
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.parametrize(("files", "kills", "own"), [

@@ -16,7 +16,7 @@ from gradelib.runner.limits import EVENTS_KEPT, ChildRun, Events, Limits, Tail
 
 EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
 EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
-HARNESS_EVENTS = ("boot", "autograd")
+HARNESS_EVENTS = ("boot", "autograd", "selfkill")
 EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4 x 200 + 1
 
 
@@ -39,6 +39,8 @@ class IsolatedRun(ChildRun):
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
         memory_stop = self.memory_limit_mb and not self.output_capped_mb
+        if self.returncode == -9 and not (memory_stop or self.output_capped_mb) and self.event_args("selfkill"):
+            return "was killed by SIGKILL, which its own code sent (to itself, or to the process that runs it)"
         return super().describe() + (self.memory_where if memory_stop else "")
 
 

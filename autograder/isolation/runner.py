@@ -42,8 +42,12 @@ def fault_of(run: ChildRun) -> str:
     """How the run ended, when it was none of its limits nor its own code, by what the grader itself saw ('' when
     its end was the submission's): a fault it recorded (the group's OOM counters, a template gone), or a SIGKILL
     that neither its timer, its output and audit counters, its memory watch nor the run's own cgroup explains.
-    (A run whose code ignores SIGXCPU and passes its CPU limit's hard end in threads, where no cpu cgroup holds
-    it to one CPU, also ends by SIGKILL: it is not graded, never given a score, and a TA is told.)"""
+    The one thing a run says that counts here is that it sent itself or its template SIGKILL (boot.py's guard
+    records it): that can only cost the run. (One that does so unseen, or ignores SIGXCPU and passes its CPU
+    limit's hard end in threads where no cpu cgroup holds it to one CPU, is not graded: never a score, and a TA
+    is told.)"""
+    if run.event_args("selfkill"):
+        return ""
     fault = getattr(run, "fault", "")
     if fault:
         return fault
