@@ -56,7 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of a submission's process")
     ap.add_argument("--only", nargs="+", metavar="PROBLEM", help="grade only these problem ids")
     ap.add_argument("--force", action="store_true", help="regrade submissions that already have results.json")
-    ap.add_argument("--retries", type=int, default=2, help="restarts of a grader process that died (default 2)")
+    ap.add_argument("--retries", type=int, default=2,
+                    help="attempts again where the grader failed: its process died, or a run was lost to a fault "
+                    "(default 2)")
     ap.add_argument(
         "--submission-timeout", type=float, default=None,
         help="wall-clock cap on grading one submission (default: (1.5 x problems + 1) x --timeout + 60 s)",
