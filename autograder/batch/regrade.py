@@ -226,6 +226,7 @@ def merge(old: CourseResult, new: CourseResult, problem_order: list[str]) -> Cou
             merged.problem_seconds[pid] = src.problem_seconds[pid]
     merged.notes = notes_general + [n for pid in problems for n in merged.problem_notes.get(pid, [])]
     old_flag_owner = {f: pid for pid, fs in old.problem_flags.items() for f in fs}
+    old_flag_owner.update({NOT_GRADED + pid: pid for pid in old.problems})  # (a problem not graded has no record)
     merged.flags = {k: v for k, v in old.flags.items()
                     if (old_flag_owner.get(k) in kept) or (k not in old_flag_owner and not whole)}
     merged.flags.update(new.flags)
