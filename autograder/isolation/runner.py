@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gradelib.runner import KIT
@@ -69,9 +70,19 @@ def run(
     The child's stdout and stderr come back over a pipe (never to our stdout,
     never through a file the child could replace), so nothing a submission
     prints can pose as grader output. Inside `session(...)` the run is forked
-    from the submission's template process instead (template.py).
+    from the submission's template process instead (template.py). A run with
+    hidden inputs at hand (`limits.hidden`) says how it ended by kind alone
+    (pipes.hidden_end), whichever way it ran.
     """
-    workdir, limits = Path(workdir).resolve(), Limits.of(limits)
+    limits = Limits.of(limits)
+    done = _run(argv, Path(workdir).resolve(), replace(limits, hidden=False), env_extra)
+    if not limits.hidden:
+        return done
+    return replace(done, hidden=True) if isinstance(done, IsolatedRun) else \
+        IsolatedRun(**vars(done), hidden=True, level="portable")  # the kit's runner, off Linux
+
+
+def _run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun:
     level = isolation_level()
     why = refusal(limits.min_isolation)
     if why:
