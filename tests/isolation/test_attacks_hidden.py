@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from autograder.build.demo import reference_handin
-from gradelib import handin
+from gradelib import handin, rubric
 
 from attack_tools import attack_source, only_at, outputs, run_cli
 from support import FIXTURES, SOLUTIONS, grade_files
@@ -69,6 +69,7 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
 # logits, NLL ln 30 = 3.4012 nats/char, 0 of 12, however the lookup cell (last in notebook 3) fills its table.
 STASHED = re.compile(r"STASHED(\d):(.*?):END")
 PARTS = 6
+GRADED = ("attention", "losses", "prediction")  # attention's runs, notebook 1's, notebook 3's and the model's
 
 
 def carrying_handin(folder: Path, marker: str) -> None:
@@ -122,8 +123,11 @@ def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_noth
     out = tmp_path / "grades"
     try:
         # One job at a time at the portable level, as the attack batch: nothing there shares the CPU out between runs.
+        # generation is left out: its generate() over every prompt meets a wall-clock cap that a loaded machine can
+        # pass (test_faults.py does the same); prediction reads the same model run on the hidden rows.
         proc = run_cli(str(tmp_path / "carry"), str(tmp_path / "reference"), "--out", str(out), "--jobs",
-                       "1" if where == "portable" else "2", "--timeout", "60", level=where, timeout=900)
+                       "1" if where == "portable" else "2", "--timeout", "60", "--only", *GRADED, level=where,
+                       timeout=900)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         result = json.loads((out / "carry" / "results.json").read_text())
         visible = "\n".join([result["output"], *(t["output"] for t in result["tests"] if t["visibility"] == "visible"),
@@ -143,7 +147,8 @@ def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_noth
         figure = re.search(r"prediction NLL (\d+\.\d+) nats/char", nll["output"])
         assert figure and float(figure.group(1)) == round(math.log(30), 4) and nll["score"] == 0, nll["output"]
         honest = json.loads((out / "reference" / "results.json").read_text())
-        assert honest["score"] == 120.0, [(t["name"], t["output"][:300]) for t in honest["tests"] if t["score"] < 1]
+        assert honest["score"] == sum(rubric.load()[p].points for p in GRADED), \
+            [(t["name"], t["output"][:300]) for t in honest["tests"] if t["score"] < t["max_score"]]
         left = [f"{at}/{name}" for at in ("/tmp", "/var/tmp", "/dev/shm") for name in os.listdir(at) if marker in name]
         assert where == "portable" or left == [], left  # the portable level removes nothing: it isolates nothing
     finally:
