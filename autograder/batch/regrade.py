@@ -279,6 +279,15 @@ def gradescope_test(t: CourseTest, number: str) -> dict:
     }
 
 
+WITHHELD = "its message names hidden cases: not shown here"
+
+
+def shown_at_once(t: TestResult) -> bool:
+    """Whether a student sees test `t`'s message with its score: a public test's, or a hidden one's where the rubric
+    shows hidden tests at once (hidden_tests = "visible"; t.shown)."""
+    return t.visibility != "hidden" or getattr(t, "shown", "") == "visible"
+
+
 def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> list[str]:
     """What feedback says of problem `pid`'s failed `hidden` tests, whose messages name hidden cases: one failing with
     its public twin, among the `shown` failures, is counted (its public message said why); one whose public twin
@@ -287,8 +296,7 @@ def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> li
     twins = [t for t in hidden if t.name.rsplit(" [", 1)[0] in public_failed]
     lines = []
     for t in (t for t in hidden if t not in twins):
-        lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')} "
-                      "(its message names hidden cases: not shown here)")
+        lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')} ({WITHHELD})")
     if twins:
         said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
         lines += wrap(f"  the {said} on the hidden cases too "
@@ -300,7 +308,7 @@ class _Feedback(CourseResult):
     """The kit's table with the messages of hidden tests withheld (_withheld) unless the rubric shows them at once."""
 
     def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
-        shown = [t for t in failed if t.visibility != "hidden" or t.shown == "visible"]
+        shown = [t for t in failed if shown_at_once(t)]
         return super().failures(pid, shown) + _withheld(pid, shown, [t for t in failed if t not in shown])
 
 

@@ -1,4 +1,4 @@
-"""Grading one submission on Gradescope or Autolab, in each platform's own layout.
+"""Grading one submission on Gradescope or Autolab, in each platform's own layout (PrairieLearn: prairielearn.py).
 
 Gradescope (run_autograder in the zip calls this with `gradescope`):
     /autograder/submission/   what the student uploaded: handin.tar, a .zip, the loose files,
@@ -49,9 +49,10 @@ class Refused(Exception):
     """The grader graded nothing (a rubric, calibration or isolation level it may not use): why, in its words."""
 
 
-def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
-    """Grade quietly; return results.json's content and the problem ids (Refused when nothing was graded)."""
-    argv = [str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
+def _grade(handin: Path, out: Path, timeout: float, *options: str) -> tuple[dict, list[str]]:
+    """Grade quietly (cli's `options` added); return results.json's content and the problem ids (Refused when nothing
+    was graded)."""
+    argv = [*options, str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
     said = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
         code = cli.main(argv)
@@ -124,9 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     gs.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     al = sub.add_parser("autolab", help="grade a handin; the last stdout line is Autolab's scores")
     al.add_argument("handin", type=Path, nargs="?", default=Path("handin.tar"))
-    for p in (gs, al):
+    pl = sub.add_parser("prairielearn", help="grade <root>/student into <root>/results/results.json (PrairieLearn's)")
+    pl.add_argument("--root", type=Path, default=Path("/grade"))
+    pl.add_argument("--job-timeout", type=float, default=600.0, help="the question's timeout, seconds (default 600)")
+    for p in (gs, al, pl):
         p.add_argument("--timeout", type=float, default=60.0, help="seconds per problem run (default 60)")
     args = ap.parse_args(argv)
+    if args.platform == "prairielearn":
+        from .prairielearn import grade_job
+
+        return grade_job(args.root, args.timeout, args.job_timeout)
     if args.platform == "gradescope":
         return gradescope(args.root, args.timeout)
     return autolab(args.handin, args.timeout)
