@@ -19,6 +19,7 @@ Three outcomes, each a results.json:
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import json
@@ -222,3 +223,17 @@ def _job(student: Path, timeout: float, job_timeout: float) -> dict:
     problems = {p.id: p for p in selected_problems(None)}
     result = from_gradescope(results, "this submission", problem_ids)
     return results_json(result, problems, student_text(results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.platforms.prairielearn",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=Path("/grade"), help="the job's folder (default /grade)")
+    ap.add_argument("--job-timeout", type=float, default=600.0, help="the question's timeout, seconds (default 600)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per problem run, at most (default 60)")
+    args = ap.parse_args(argv)
+    return grade_job(args.root, args.timeout, args.job_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -125,16 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     gs.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     al = sub.add_parser("autolab", help="grade a handin; the last stdout line is Autolab's scores")
     al.add_argument("handin", type=Path, nargs="?", default=Path("handin.tar"))
-    pl = sub.add_parser("prairielearn", help="grade <root>/student into <root>/results/results.json (PrairieLearn's)")
-    pl.add_argument("--root", type=Path, default=Path("/grade"))
-    pl.add_argument("--job-timeout", type=float, default=600.0, help="the question's timeout, seconds (default 600)")
-    for p in (gs, al, pl):
+    for p in (gs, al):
         p.add_argument("--timeout", type=float, default=60.0, help="seconds per problem run (default 60)")
     args = ap.parse_args(argv)
-    if args.platform == "prairielearn":
-        from .prairielearn import grade_job
-
-        return grade_job(args.root, args.timeout, args.job_timeout)
     if args.platform == "gradescope":
         return gradescope(args.root, args.timeout)
     return autolab(args.handin, args.timeout)
