@@ -290,8 +290,8 @@ def run_dockerfile(root: Path, folder: Path, env: dict[str, str], binds: dict[st
 def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
     from autograder.platforms.package import build_autolab
 
-    tar_path, makefile = build_autolab(WORK / "autolab")
     env, binds, how = torch_source(wheel)
+    tar_path, makefile = build_autolab(WORK / "autolab", torch_wheel=wheel if "TORCH_WHEEL" in env else None)
     out: dict = {"torch": how, "cases": {}}
     with fresh_copy(base) as root:
         start = time.monotonic()
@@ -352,9 +352,9 @@ def prairielearn(base: Path, uploads: dict[str, Path], wheel: Path | None) -> di
     /grade laid out, the question's entrypoint run as root with Docker's default capabilities."""
     from autograder.platforms.package import build_prairielearn
 
-    question, folder = build_prairielearn(WORK / "prairielearn")
-    options = json.loads((question / "info.json").read_text())["externalGradingOptions"]
     env, binds, how = torch_source(wheel)
+    question, folder = build_prairielearn(WORK / "prairielearn", torch_wheel=wheel if "TORCH_WHEEL" in env else None)
+    options = json.loads((question / "info.json").read_text())["externalGradingOptions"]
     out: dict = {"torch": how, "cases": {}}
     with fresh_copy(base) as root:
         start = time.monotonic()

@@ -122,7 +122,7 @@ def _cut(text: str, chars: int) -> str:
 
 
 def _standing(t: CourseTest, key: str, problems: dict[str, Problem]) -> tuple | None:
-    """(title, full, zero, value, how it is known, log scale, reference) of a ramp line, None when it has no figure.
+    """(axis, full, zero, value, how it is known, log scale, reference) of a ramp line; None when it has no figure.
     Where its message is not shown, the value is what its points imply (exact between the thresholds)."""
     pid, full_key, zero_key, axis, log, ref_key = RAMPS[key]
     if key not in t.figures or pid not in problems or t.max_score <= 0:
