@@ -2,9 +2,9 @@
 makes, reproduced in a temp folder (the entrypoint run with PL_GRADE_ROOT and this interpreter). The same job in a
 real container, as PrairieLearn's host runs it: tests/isolation/test_container.py.
 
-What PrairieLearn's host reads is checked as its code reads it (apps/prairielearn's processGradingResult): a job
-that exits 0 and writes results.json (at most 1 MB) is gradable unless `gradable` is false; then its `score`
-must be a number in [0, 1]."""
+What PrairieLearn's host reads is checked as its code reads it (apps/grader-host reads results.json, at most 1 MB,
+only from a job that exits 0; apps/prairielearn's processGradingResult): such a job is gradable unless `gradable`
+is false; then its `score` must be a number in [0, 1]. A job that exits otherwise failed: not gradable."""
 
 from __future__ import annotations
 
@@ -83,9 +83,9 @@ def lay_out(grade: Path, package: dict, files: dict[str, bytes]) -> list[str]:
     return argv
 
 
-def job(tmp_path: Path, package: dict, files: dict[str, bytes], change=None) -> dict:
-    """A job laid out (lay_out; `change` then changes it), its entrypoint run here as info.json says; what the host
-    reads back."""
+def run_job(tmp_path: Path, package: dict, files: dict[str, bytes], change=None) -> tuple[int, Path, str]:
+    """A job laid out (lay_out; `change` then changes it), its entrypoint run here as info.json says: its exit
+    status, where its results.json goes, and what it printed."""
     grade = tmp_path / "grade"
     argv = lay_out(grade, package, files)
     if change:
@@ -93,7 +93,12 @@ def job(tmp_path: Path, package: dict, files: dict[str, bytes], change=None) -> 
     env = {**os.environ, "PL_GRADE_ROOT": str(grade), "AUTOGRADER_PYTHON": sys.executable}
     proc = subprocess.run([str(grade / argv[0].removeprefix("/grade/")), *argv[1:]], capture_output=True, text=True,
                           timeout=package["info"]["externalGradingOptions"]["timeout"], env=env)
-    return host_reads(proc.returncode, grade / "results" / "results.json", proc.stdout + proc.stderr)
+    return proc.returncode, grade / "results" / "results.json", proc.stdout + proc.stderr
+
+
+def job(tmp_path: Path, package: dict, files: dict[str, bytes], change=None) -> dict:
+    """run_job, and what the host reads back."""
+    return host_reads(*run_job(tmp_path, package, files, change))
 
 
 def test_the_question_is_what_prairielearn_reads(package):
@@ -168,14 +173,47 @@ def test_a_partial_handin_is_graded_and_hidden_messages_are_withheld(package, tm
     assert "The handin lacks" in data["output"] and "Traceback" not in json.dumps(data)
 
 
-def test_a_grader_that_refuses_writes_no_score(package, tmp_path):
-    """A course set-up the grader refuses (here: hidden cases lost from serverFilesCourse): no score, and why."""
+def test_a_grader_that_refuses_fails_the_job_with_no_results_json(package, tmp_path):
+    """A course set-up the grader refuses (here: hidden cases lost from serverFilesCourse): the job fails (exit 1,
+    no results.json), which PrairieLearn's host records as a failed job and PrairieLearn as not gradable, with no
+    score and no attempt used; why is in the job's output, which the staff read."""
     def lose_hidden_cases(grade: Path) -> None:
         (grade / "serverFilesCourse" / PL_GRADER / "fixtures" / "attention" / "hidden" / "cases.json").unlink()
 
-    data = job(tmp_path, package, {"attention.py": (SOLUTIONS / "attention.py").read_bytes()}, lose_hidden_cases)
-    assert data["gradable"] is False and "NOT graded" in data["message"]
-    assert "no hidden case" in data["format_errors"][0] and "Traceback" not in json.dumps(data)
+    code, results, said = run_job(tmp_path, package, {"attention.py": (SOLUTIONS / "attention.py").read_bytes()},
+                                  lose_hidden_cases)
+    assert code == 1 and not results.exists(), said[-3000:]
+    assert "NOT GRADED" in said and "no hidden case" in said and "Traceback" not in said, said[-3000:]
+
+
+def test_a_problem_not_graded_or_a_grader_bug_fails_the_job_and_is_never_a_score(tmp_path, monkeypatch, capsys):
+    """A problem the grader failed on (a run killed from outside, say) and a bug of the grader: exit 1 and no
+    results.json, an older one removed; why on stdout."""
+    from autograder.batch import regrade
+    from autograder.grading import rubric_check
+
+    from support import FIXTURES
+
+    result = CourseResult(submission="s", problems=("attention", "losses"))
+    for pid, score in (("attention", 0.0), ("losses", PROBLEMS["losses"].points)):
+        result.tests.append(CourseTest(pid, f"{pid}: all", score, PROBLEMS[pid].points, "public", "x"))
+        result.max_points[pid] = PROBLEMS[pid].points
+    result.mark_not_graded("attention", "the sandboxed run of attention_child.py was killed by SIGKILL")
+    data = regrade.to_results_json(
+        result, regrade.current_records(rubric_check.load(), ["attention", "losses"], FIXTURES))
+    root = tmp_path / "grade"
+    (root / "student").mkdir(parents=True)
+    (root / "student" / "attention.py").write_bytes((SOLUTIONS / "attention.py").read_bytes())
+    (root / "results").mkdir()
+    target = root / "results" / "results.json"
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a: (data, ["attention", "losses"]))
+    target.write_text("{}")  # an older file there goes too
+    assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
+    said = capsys.readouterr().out
+    assert "NOT GRADED" in said and "attention: the sandboxed run of attention_child.py was killed by SIGKILL" in said
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a: 1 / 0)
+    assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
+    assert "internal error: ZeroDivisionError" in capsys.readouterr().out
 
 
 def _result(tests: list[CourseTest]) -> CourseResult:

@@ -7,14 +7,17 @@ PrairieLearn's repository) and runs the question's entrypoint (platform_files/pr
     /grade/data/data.json                the question's data (not needed here)
     /grade/results/results.json          written here: at most 1 MB, or PrairieLearn drops it
 
-Three outcomes, each a results.json:
-- graded: `score`, the fraction of the rubric's points; one test per rubric line (points, max_points, its message
-  where a student may see it: regrade.shown_at_once, as in Gradescope's feedback); `output`, the feedback table;
-  an image of the language model's standing against the thresholds;
-- an upload `make handin` would refuse (a file that does not parse, a notebook that is not one): `gradable: false`,
-  a `format_errors` entry per problem in make handin's words; PrairieLearn counts no attempt and no points;
-- not graded, the grader's own failure (a refusal of the course's set-up, a problem it could not grade, a bug):
-  `gradable: false` too, with a message that says so and why; never a score.
+Three outcomes:
+- graded: results.json with `score`, the fraction of the rubric's points; one test per rubric line (points,
+  max_points, its message where a student may see it: regrade.shown_at_once, as in Gradescope's feedback);
+  `output`, the feedback table; an image of the language model's standing against the thresholds;
+- an upload `make handin` would refuse (a file that does not parse, a notebook that is not one): results.json with
+  `gradable: false` and a `format_errors` entry per problem in make handin's words; PrairieLearn shows it "invalid,
+  not gradable" and counts no attempt and no points;
+- not graded, the grader's own failure (a refusal of the course's set-up, a problem it could not grade, a bug): no
+  results.json and exit status 1, why on stdout. PrairieLearn's host records a failed job, with that output in its
+  log for the staff; PrairieLearn makes a failed job's submission not gradable: no points, no attempt used.
+  Never a score, and never "invalid" in the student's name (as Gradescope's runtime.no_results).
 """
 
 from __future__ import annotations
@@ -36,17 +39,14 @@ from gradelib.safeio import clean_text
 from ..batch.atomic import write_text_atomic
 from ..batch.pool import selected_problems
 from ..batch.regrade import WITHHELD, from_gradescope, shown_at_once
-from ..grading.course_result import NOT_GRADED, CourseResult, CourseTest
-from .runtime import Refused, _grade, student_text
+from ..grading.course_result import CourseResult, CourseTest
+from .runtime import Refused, _grade, not_graded, student_text
 
 MAX_BYTES = 1024 * 1024  # PrairieLearn's cap on results.json
 BUDGET = 900_000  # what this writer allows itself
 MESSAGE_CHARS = 2000  # a test's message when results.json must shrink to fit
 OUTPUT_CHARS = 20_000  # the top-level output, likewise
 MARGIN_S = 30.0  # of the question's timeout, left for starting, reading and writing
-NOT_GRADED_TEXT = ("This submission was NOT graded: the grader failed, for a reason of the course's set-up, not of "
-                   "your files (below). It costs no attempt and no points; submit again, and if this message comes "
-                   "back, tell the course staff.")
 TWIN_FAILS = "fails on the hidden cases too; the public line's message says why"
 REFUSED_TEXT = "Not graded: fix what is listed and submit again (an invalid submission costs no attempt)."
 # A line whose figure has a credit ramp: (problem, full-credit setting, zero-credit setting, axis, log scale,
@@ -187,18 +187,30 @@ def write(target: Path, data: dict) -> None:
     write_text_atomic(target, json.dumps(data, separators=(",", ":"), allow_nan=False))
 
 
+class NotGraded(Exception):
+    """The grader failed on this submission, not the submission: why, for the staff."""
+
+
 def grade_job(root: Path, timeout: float, job_timeout: float) -> int:
-    """Grade root/student into root/results/results.json; PrairieLearn reads the file only when this exits 0."""
+    """Grade root/student into root/results/results.json and exit 0; exit 1 with no results.json when the grader
+    failed (PrairieLearn's host reads results.json only from a job that exits 0)."""
     target = root / "results" / "results.json"
+    target.unlink(missing_ok=True)
     try:
         data = _job(root / "student", timeout, job_timeout)
+    except NotGraded as exc:
+        why = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug of the grader is said, and never becomes a score
         why = f"internal error: {type(exc).__name__}: {clean_text(exc)[:500]}"
-        data = not_gradable(NOT_GRADED_TEXT, [f"{NOT_GRADED_TEXT} {why}"])
-    write(target, data)
-    said = "not gradable" if not data.get("gradable", True) else f"score {data['score']:.4f}"
-    print(f"prairielearn: {said}; wrote {target} ({size(data)} bytes)", file=sys.stderr)
-    return 0
+    else:
+        write(target, data)
+        said = "not gradable" if not data.get("gradable", True) else f"score {data['score']:.4f}"
+        print(f"prairielearn: {said}; wrote {target} ({size(data)} bytes)", file=sys.stderr)
+        return 0
+    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so PrairieLearn records "
+          f"a failed job and no score (the submission costs the student no attempt). Fix the cause, then regrade "
+          f"the submission.\n{why}", flush=True)
+    return 1
 
 
 def _job(student: Path, timeout: float, job_timeout: float) -> dict:
@@ -215,11 +227,10 @@ def _job(student: Path, timeout: float, job_timeout: float) -> dict:
         with tempfile.TemporaryDirectory(prefix="prairielearn-") as tmp:
             results, problem_ids = _grade(student, Path(tmp), timeout, *options)
     except Refused as exc:
-        return not_gradable(NOT_GRADED_TEXT, [f"{NOT_GRADED_TEXT} {exc}"])
-    flags = (results.get("extra_data") or {}).get("flags") or {}
-    failed = [f"{key[len(NOT_GRADED):]}: {why}" for key, why in flags.items() if key.startswith(NOT_GRADED)]
+        raise NotGraded(f"The grader refused to run, for a reason of the course's set-up: {exc}") from None
+    failed = not_graded(results)
     if failed:  # a problem the grader could not grade: any score would lack its points
-        return not_gradable(NOT_GRADED_TEXT, [f"{NOT_GRADED_TEXT} {why}" for why in failed])
+        raise NotGraded("\n".join(["Problems the grader failed on:", *failed]))
     problems = {p.id: p for p in selected_problems(None)}
     result = from_gradescope(results, "this submission", problem_ids)
     return results_json(result, problems, student_text(results))
