@@ -29,6 +29,7 @@ import pytest
 from container import available, docker_default
 
 from autograder.build.demo import blank_handin, reference_handin
+from autograder.platforms.package import PL_GRADER
 from gradelib import rubric
 
 from support import REPO
@@ -147,7 +148,8 @@ PL_LIMITS = ("--cpus", "0.5", "--memory", "768m", "--memory-swap", "768m")  # be
 
 def _pl_cases(dest: Path) -> dict[str, tuple[dict[str, bytes], object]]:
     """PrairieLearn's four uploads (the files pl-file-upload takes, by name) and what each must get: a score, or
-    the start of the reason it is not gradable."""
+    the start of the reason it is not gradable; and the reference once more, with the hidden cases lost from the
+    job's serverFilesCourse (a fault of the course's set-up): a failed job, never a score."""
     ref = reference_handin(dest / "reference")
     blank = blank_handin(dest / "blank")
     files = {f.name: f.read_bytes() for f in sorted(ref.iterdir())}
@@ -155,13 +157,15 @@ def _pl_cases(dest: Path) -> dict[str, tuple[dict[str, bytes], object]]:
     points = sum(rubric.load()[p].points for p in ("attention", "losses"))
     return {"reference": (files, 1.0), "blank": ({f.name: f.read_bytes() for f in sorted(blank.iterdir())}, 0.0),
             "partial": (partial, points / COURSE_POINTS),
-            "broken": ({**files, "attention.py": b"class Attention(:\n    pass\n"}, "attention.py does not parse")}
+            "broken": ({**files, "attention.py": b"class Attention(:\n    pass\n"}, "attention.py does not parse"),
+            "grader fault": (files, None)}
 
 
 def test_prairielearn_on_a_real_engine_as_its_host_runs_a_job(tmp_path, engine):
     """PrairieLearn's host (apps/grader-host): the job's folder at /grade, the question's entrypoint run in the image
     without network, as the image's user (root), under the question's timeout; the job counts only when it exits 0,
-    and results.json over 1 MB is dropped. Limits: PL_LIMITS, PrairieLearn's process and core-dump limits."""
+    and results.json over 1 MB is dropped; a grader fault exits 1 with no results.json (a failed job).
+    Limits: PL_LIMITS, PrairieLearn's process and core-dump limits."""
     from test_prairielearn import host_reads, lay_out, pl_package
 
     (eng, base, wheel) = _real(engine)
@@ -174,7 +178,9 @@ def test_prairielearn_on_a_real_engine_as_its_host_runs_a_job(tmp_path, engine):
     for case, (files, wanted) in _pl_cases(tmp_path / "handins").items():
         grade = tmp_path / case / "grade"
         argv = lay_out(grade, package, files)
-        name = f"prairielearn-job-{os.getpid()}-{case}"
+        if wanted is None:
+            (grade / "serverFilesCourse" / PL_GRADER / "fixtures" / "attention" / "hidden" / "cases.json").unlink()
+        name = f"prairielearn-job-{os.getpid()}-{case.replace(' ', '-')}"
         t = time.monotonic()
         try:
             proc = eng("run", "--name", name, "-t", "--network", "none", *PL_LIMITS, "--pids-limit", "1024",
@@ -183,6 +189,13 @@ def test_prairielearn_on_a_real_engine_as_its_host_runs_a_job(tmp_path, engine):
         finally:
             eng("rm", "-f", name, check=False, timeout=120)
         seconds = time.monotonic() - t
+        if wanted is None:  # the host reads no results.json from a job that exits non-zero: a failed job
+            said = proc.stdout + proc.stderr
+            figures.append(f"{case}: exit {proc.returncode}, no results.json, in {seconds:.0f} s")
+            if proc.returncode != 1 or (grade / "results" / "results.json").exists() or "NOT GRADED" not in said \
+                    or "no hidden case" not in said or "Traceback" in said:
+                wrong.append(f"{case}: exit {proc.returncode}: {said[-3000:]}")
+            continue
         data = host_reads(proc.returncode, grade / "results" / "results.json", proc.stdout + proc.stderr)
         text = json.dumps(data)
         if isinstance(wanted, str):
