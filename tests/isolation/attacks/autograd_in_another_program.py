@@ -1,6 +1,6 @@
 # Takes the gradients from a fresh interpreter (no audit hook, no tripwire there), which reads the inputs
 # from the run's folder and writes the gradients back beside them. Started by @HOW@: "subprocess", or
-# "execv" (fork, then the C library's execv through ctypes, past every audit hook). Followed by
+# "execv" (fork, then the C library's execl through ctypes, past every audit hook). Followed by
 # autograd_forward.py.
 
 import math
@@ -36,8 +36,8 @@ def _backward(att, dLdXnew):
         import ctypes
         pid = os.fork()
         if pid == 0:
-            argv = (ctypes.c_char_p * 4)(sys.executable.encode(), b"-c", _PROGRAM.encode(), None)
-            ctypes.CDLL(None, use_errno=True).execv(sys.executable.encode(), argv)
+            exe = sys.executable.encode()
+            ctypes.CDLL(None, use_errno=True).execl(exe, exe, b"-c", _PROGRAM.encode(), None)
             os._exit(100 + ctypes.get_errno())
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if status != 0:
