@@ -6,8 +6,9 @@ from __future__ import annotations
 import ast
 
 # Names whose use means gradients came from automatic differentiation.
-AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
-                  "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
+AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn", "vjp", "jvp", "jacrev",
+                  "jacfwd", "hessian", "vmap", "linearize", "functorch", "_functorch", "forward_ad", "dual_level",
+                  "make_dual", "unpack_dual", "_make_dual", "_unpack_dual", "scaled_dot_product_attention"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # The tests of `if __name__ == "__main__":` (either order), as ast.dump writes them.
 MAIN_GUARDS = {ast.dump(ast.parse(test, mode="eval").body) for main in ("'__main__'", "u'__main__'")
