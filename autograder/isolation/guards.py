@@ -236,20 +236,21 @@ def _harness_original(obj) -> tuple:
 
 
 def _rebind(made_for: dict[int, object], more: list) -> None:
-    """Bind each replacement where any loaded module binds the object it replaces (`made_for`: id -> replacement):
-    `from torch._C import _enter_dual_level as impl` leaves no way around the tripwire. The modules are those of
-    sys.modules, `more` and the modules they hold (torch._C's submodules are in no registry)."""
-    modules = {id(m): m for m in (*sys.modules.values(), *more)}
-    for module in list(modules.values()):
-        for value in list(getattr(module, "__dict__", {}).values()):
-            if type(value) is type(sys):
-                modules.setdefault(id(value), value)
+    """Bind each replacement where a loaded module of torch (or _thread, threading) binds the object it replaces
+    (`made_for`: id -> replacement): `from torch._C import _enter_dual_level as impl` leaves no way around the
+    tripwire. The modules are those of sys.modules, `more`, and torch._C's submodules, which are in no registry; a
+    module imported later reads the replacement."""
+    modules = {id(m): m for name, m in list(sys.modules.items())
+               if name.partition(".")[0] in ("torch", "functorch", "_thread", "threading")}
+    modules.update((id(m), m) for m in more)
+    torch_c = sys.modules.get("torch._C")
+    modules.update((id(m), m) for m in vars(torch_c).values() if type(m) is type(sys)) if torch_c else None
     for module in modules.values():
         space = getattr(module, "__dict__", None)
         if type(space) is dict:
-            for name, value in list(space.items()):
-                if id(value) in made_for and space[name] is not made_for[id(value)]:
-                    space[name] = made_for[id(value)]
+            found = [name for name, value in space.items() if id(value) in made_for]
+            for name in found:
+                space[name] = made_for[id(space[name])]
 
 
 def _refuser(fd: int, protected: set[int]):

@@ -128,6 +128,7 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
             "--only",
             "attention",
             level=level,
+            timeout=BATCH_TIMEOUT_S + 30 * len(order),  # generous: a busy machine grades a handin in 10 to 20 s
         )
         wall = time.monotonic() - start
         alive_after = processes_named(marker)
