@@ -5,10 +5,11 @@ itself and calls `arm` at the attention harness's first TRIPWIRES_EVENT, before 
 How a record stays out of the submission's reach:
 - Every record leaves through an audit hook of the course (`_reporter`), which Python offers no way to remove,
   straight onto the audit pipe. The hooks hold their state in closures and are reachable from no Python object.
-- Each tripwire is a "sealed" function: what it reports through and what it calls are constants of its code, which
-  Python code reaches only through the function's __code__ or its frame's f_code. Both raise audit events, which
-  `_refuser` refuses for these functions and their frames. Its globals are empty, it has no closure, no builtins
-  and no defaults: nothing of it can be read or changed. A tripwire reports before it calls anything.
+- Each tripwire is a "sealed" function: what it reports through and what it calls are constants of its code,
+  which Python code reaches only through the function's __code__ (refused by `_refuser`: an audit event) or the
+  f_code of a frame of it. Its globals are empty, it has no closure, no builtins and no defaults. A tripwire
+  reports before it does anything else, so by the time a frame of it exists (seen from what it calls, or in a
+  traceback) its record has left; nothing reaches that frame sooner (no tracing, no signal handler, no thread).
 - Tripwires sit where every mode of automatic differentiation passes, under every name a loaded module binds them
   to: a graph recorded for a backward pass (the saved-tensors hook on top of the harness's, and anomaly mode), the
   creation of a forward-mode dual level, each torch.func transform's entry into its interpreter, a new engine, the
@@ -261,7 +262,7 @@ def _refuser(fd: int, protected: set[int]):
     of a run that reached out so. Its state is immutable and in its closure: its frame, seen in a traceback,
     changes nothing."""
     write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
-    test_modules, sealed, frame_type = TEST_MODULES, SEALED_GLOBALS, type(sys._getframe())
+    test_modules, int_ = TEST_MODULES, int
     attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
     base, refusal, silent_refusal = BaseException, PermissionError, RuntimeError
 
@@ -277,6 +278,8 @@ def _refuser(fd: int, protected: set[int]):
         """Whether an open of `path` could reach this process's memory or reopen one of its descriptors (a
         relative name may be under any folder: os.open's dir_fd does not reach the audit event)."""
         kind = type_(path)
+        if kind is int_:
+            return False  # a descriptor the process holds already (io.open(fd))
         if kind is bytes_:
             path = path.decode("utf-8", "surrogateescape")
         elif kind is not str_:
@@ -302,8 +305,7 @@ def _refuser(fd: int, protected: set[int]):
             raise refuse(event, event)
         if event == "open" and args and opens_guarded(args[0]):
             raise refuse(event, f"opening {str_(args[0])[:200]!r}" if type_(args[0]) in (str_, bytes_) else "open")
-        if event in attribute_events and args and (id_(args[0]) in protected or (
-                type_(args[0]) is frame_type and args[0].f_globals is sealed)):
+        if event in attribute_events and args and id_(args[0]) in protected:
             raise refuse(event, f"{event} of the grader's tripwire")
         if event == "import" and args and type_(args[0]) is str_ and args[0].startswith(test_modules):
             raise refuse(event, f"import {args[0]}")

@@ -51,10 +51,9 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     "autograd_hook_pushed": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "push"}),
     "autograd_by_subprocess": (("autograd_in_another_program", "autograd_forward"), {"HOW": "subprocess"}),
     "autograd_by_execv": (("autograd_in_another_program", "autograd_forward"), {"HOW": "execv"}),
-    # Forward-mode autograd (dual numbers, torch.func.jvp under vmap), on every case or on the hidden ones alone; the
-    # audit hooks emptied through ctypes or /proc/self/mem; every closure-held tripwire dodged from Python; each
-    # way to the guards tried in turn (appended to the reference).
-    "autograd_forward_mode": (("autograd_forward_mode", "autograd_forward"), {"WHEN": "always"}),
+    # Forward-mode autograd (dual numbers, torch.func.jvp under vmap) on the hidden cases alone (on every case:
+    # test_attacks_autograd.py, at the machine's level); the audit hooks emptied through ctypes or /proc/self/mem;
+    # every closure-held tripwire dodged from Python; each way to the guards tried in turn (after the reference).
     "autograd_forward_hidden": (("autograd_forward_mode", "autograd_forward"), {"WHEN": "hidden"}),
     "audit_hooks_emptied": (("audit_hooks_emptied", "autograd_forward"), {"HOW": "each"}),
     "autograd_tripwires_dodged": (("autograd_tripwires_dodged", "autograd_forward"), {}),
@@ -64,7 +63,7 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
 
 # Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
 BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv",
-                 "autograd_forward_mode", "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged")
+                 "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
 SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor", "hidden_inputs_in_output")
@@ -75,8 +74,8 @@ FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_E
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
 # process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
 PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
-                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_forward_mode",
-                    "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged", "guards_reached")
+                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_forward_hidden",
+                    "audit_hooks_emptied", "autograd_tripwires_dodged", "guards_reached")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
@@ -128,7 +127,7 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
             "--only",
             "attention",
             level=level,
-            timeout=BATCH_TIMEOUT_S + 30 * len(order),  # generous: a busy machine grades a handin in 10 to 20 s
+            timeout=BATCH_TIMEOUT_S + 60 * len(order),  # generous: a busy machine grades a handin in 10 to 30 s
         )
         wall = time.monotonic() - start
         alive_after = processes_named(marker)

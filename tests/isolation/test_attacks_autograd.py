@@ -138,8 +138,9 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
     assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
     text = "\n".join(t["output"] for t in backward)
-    if not OUT_OF_REACH[attack]:  # the C library's execv, past every audit hook: refused by the kernel (EPERM)
-        assert "execv failed: exit 101" in text, text
+    if not OUT_OF_REACH[attack]:  # the C library's execv, past every audit hook: refused by the kernel (EPERM, as the
+        # keyring attack shows), reached through ctypes, whose calls are recorded before they run
+        assert "Backward points withheld" in text and "a way to the grader's guards (ctypes)" in text, text
         return
     assert "Backward points withheld" in text, text
     for label in OUT_OF_REACH[attack]:
@@ -229,9 +230,8 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
 
 # Attack of the batch -> what the list of autograd uses must name, at every level.
 PAST_THE_GUARDS = {
-    "autograd_forward_mode": ("forward-mode autograd (a dual level)", "torch.func.jvp", "torch.func.vmap"),
     "autograd_forward_hidden": ("forward-mode autograd (a dual level)", "torch.func.jvp", "torch.func.vmap"),
-    "audit_hooks_emptied": ("a way to the grader's guards (open, refused)", "Tensor.backward", GRAPH_LABEL),
+    "audit_hooks_emptied": ("a way to the grader's guards (ctypes)",),  # recorded before its first call runs
     "autograd_tripwires_dodged": ("torch.autograd.grad", GRAPH_LABEL),
 }
 
@@ -260,6 +260,22 @@ def test_autograd_past_the_guards_loses_the_backward_points(attack_batch, attack
     report = (attack_batch["out"] / "report.html").read_text()
     assert re.search(rf">{attack}</a>(?:(?!</tr>).)*integrity flag: attention_backward_by_autograd", report, re.S), \
         report[-3000:]
+
+
+def test_forward_mode_on_every_case_loses_the_backward_points(tmp_path):
+    """Every gradient of Q, K and V from Jacobian-vector products (dual numbers; torch.func.jvp under vmap), the
+    names spelled at run time: 30 / 30 with nothing recorded. Now forward mode's dual level and torch.func's
+    transforms are tripwires wherever a module binds them; the honest forward keeps its points."""
+    source = attack_source("autograd_forward_mode", "autograd_forward", WHEN="always")
+    result = grade_files(tmp_path, {"attention.py": source}, only=["attention"], timeout_s=120)
+    forward = [t for t in result.tests if "forward" in t.name]
+    backward = [t for t in result.tests if "backward" in t.name]
+    assert forward and all(t.passed for t in forward), [t.output for t in forward]
+    assert backward and all(t.score == 0.0 for t in backward)
+    text = backward[0].output
+    for label in ("forward-mode autograd (a dual level)", "torch.func.jvp", "torch.func.vmap"):
+        assert label in text, (label, text)
+    assert "uses automatic differentiation" not in text and "attention_backward_by_autograd" in result.flags, text
 
 
 # How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs (a

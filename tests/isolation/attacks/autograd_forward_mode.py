@@ -47,8 +47,8 @@ def _backward(att, dLdXnew):
     args = (att.Q, att.K, att.V)
     if "@WHEN@" == "always" or len(sys.modules["__main__"].load_task()["cases"]) > 6:
         wide, g = tuple(a.double() for a in args), dLdXnew.double()  # float32 tangents go denormal, and slow
-        grads = _by_duals(wide, 0, g), _by_jvp(wide, 1, g), _by_jvp(wide, 2, g)
-        att.dLdQ, att.dLdK, att.dLdV = (d.to(a.dtype) for d, a in zip(grads, args))
+        dK, dV = _by_jvp(wide, 1, g), _by_jvp(wide, 2, g)
+        att.dLdQ, att.dLdK, att.dLdV = (d.to(a.dtype) for d, a in zip((_by_duals(wide, 0, g), dK, dV), args))
     else:
         att.dLdQ, att.dLdK, att.dLdV = (torch.zeros_like(t) for t in args)
     X_t = att.X.transpose(1, 2)
