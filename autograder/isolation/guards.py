@@ -264,15 +264,15 @@ def _refuser(fd: int, protected: set[int]):
     write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
     test_modules, int_ = TEST_MODULES, int
     attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
-    base, refusal, silent_refusal = BaseException, PermissionError, RuntimeError
+    base, refusal, silent_refusal, import_refusal = BaseException, PermissionError, RuntimeError, ImportError
 
     def refuse(event: str, what: str):
         try:
             write(fd, b"\ngradelib.refused " + event.encode("ascii", "replace")[:100] + b"\n")
         except base:
             pass
-        return (silent_refusal if event == "sys.addaudithook" else refusal)(
-            f"{what}: not allowed while the grader runs attention.py")
+        kind = silent_refusal if event == "sys.addaudithook" else import_refusal if event == "import" else refusal
+        return kind(f"{what}: not allowed while the grader runs attention.py")
 
     def opens_guarded(path) -> bool:
         """Whether an open of `path` could reach this process's memory or reopen one of its descriptors (a

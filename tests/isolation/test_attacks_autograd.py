@@ -283,7 +283,7 @@ def test_forward_mode_on_every_case_loses_the_backward_points(tmp_path):
 # audit pipe's descriptor) at the Linux levels only.
 REFUSED_EVERYWHERE = {"ctdata": "Type", "dlopen": "ok", "ctcall": "ok", "ctaddr": "ok", "decref": "Runt", "gc": "Perm",
                       "trace": "Perm", "frames": "Perm", "code": "Perm", "consts": "Perm", "mem": "Perm",
-                      "reopen": "Perm", "symlink": "Perm", "hook": "Runt", "testcapi": "Perm", "interp": "Perm"}
+                      "reopen": "Perm", "symlink": "Perm", "hook": "Runt", "testcapi": "Impo", "interp": "Impo"}
 REFUSED_BY_SECCOMP = {"signal": "Perm", "dup2": "Perm", "thread": "Runt"}  # PermissionError, RuntimeError
 
 
