@@ -18,8 +18,11 @@ by both kits), which the grader mounts or copies with it and nothing else:
 - installs the seccomp filter (Linux levels);
 - installs an audit hook of its own (`guard`) that refuses every way Python has
   to start another program (a fresh interpreter has none of the harness's
-  tripwires), and arms guards.py when the attention harness has set its own
-  tripwires: the course's, out of the submission's reach.
+  tripwires), records a SIGKILL the run sends itself or its parent (so that
+  the grader does not take the end it chose for a fault: the one record it
+  believes, since it can only cost the run), and arms guards.py when the
+  attention harness has set its own tripwires: the course's, out of the
+  submission's reach.
 
     python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 BOOT_ENV = "GRADER_BOOT"  # the grader's launch.py sets it
@@ -72,12 +76,17 @@ def start():
 def guard(fd, filtered: bool) -> None:
     """An audit hook that refuses every PROGRAM_EVENTS event (at every level; the seccomp filter refuses execve
     itself at the Linux levels, whatever calls it), said first on the events descriptor `fd` (when there is one) as
-    a `gradelib.program` record; and that arms guards.py (`filtered`: whether seccomp is in force) at the attention
-    harness's first TRIPWIRES_EVENT (a later one is the submission's), or says in a `gradelib.guards` record that
-    it could not."""
+    a `gradelib.program` record; that says a SIGKILL the run sends itself in a `gradelib.selfkill` record; and
+    that arms guards.py (`filtered`: whether seccomp is in force) at the attention harness's first TRIPWIRES_EVENT
+    (a later one is the submission's), or says in a `gradelib.guards` record that it could not."""
     write, asked = os.write, []
 
     def hook(event: str, args: tuple) -> None:
+        if event in ("os.kill", "os.killpg") and fd is not None and _ends_itself(event, args):
+            try:
+                write(fd, f"\n{EVENT_PREFIX}selfkill {event}\n".encode())
+            except OSError:
+                pass
         if event in PROGRAM_EVENTS:
             if fd is not None:
                 try:
@@ -93,6 +102,22 @@ def guard(fd, filtered: bool) -> None:
                 write(fd, f"\n{EVENT_PREFIX}guards {type(exc).__name__}\n".encode())
 
     sys.addaudithook(hook)
+
+
+def _ends_itself(event: str, args: tuple) -> bool:
+    """Whether os.kill's or os.killpg's `args` send SIGKILL to this process, its parent (the template, the sandbox's
+    first process) or either's group, or everything: an end the run chose."""
+    try:
+        target, sig = args
+        if sig != signal.SIGKILL:
+            return False
+        me, parent = os.getpid(), os.getppid()
+        groups = {os.getpgrp(), os.getpgid(parent)}
+        if event == "os.kill":
+            return target in (0, -1, me, parent) or (target < 0 and -target in groups)
+        return target == 0 or target in groups or target == parent
+    except Exception:  # whatever the arguments, never in the way of the call
+        return False
 
 
 def _add_paths(paths: list[str]) -> None:
