@@ -92,7 +92,8 @@ def test_the_static_check_reads_every_mode_of_automatic_differentiation():
 
     for line in ("import torch.autograd.forward_ad as fw", "with fw.dual_level():\n    pass", "d = fw.make_dual(x, t)",
                  "y = torch.func.jvp(f, (x,), (t,))", "from functorch import vmap", "g = torch.vmap(f)(x)",
-                 "h = func.hessian(f)(x)", "out, jvp_fn = func.linearize(f, x)", "import torch._functorch.apis"):
+                 "h = func.hessian(f)(x)", "out, jvp_fn = func.linearize(f, x)", "import torch._functorch.apis",
+                 "from torch import func", "g = torch.func.grad(f)(x)", "from torch.func import jacrev, jacfwd"):
         assert autograd_uses(line + "\n"), line
 
 
