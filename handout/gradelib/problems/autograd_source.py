@@ -112,7 +112,8 @@ def autograd_uses(source: str, main_blocks: bool = False) -> list[str]:
         elif isinstance(node, ast.Name):
             bad = node.id in AUTOGRAD_NAMES
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            imported = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            module = getattr(node, "module", None) or ""  # `from torch import func` imports torch.func
+            imported = [module, *(n for a in node.names for n in (a.name, f"{module}.{a.name}"))]
             bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in imported for part in (n, *n.split(".")))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             bad = node.value in AUTOGRAD_NAMES
