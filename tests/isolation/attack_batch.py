@@ -79,9 +79,9 @@ FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_E
 # process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can. The
 # programs started below the audit layer are there to measure what it does not stop.
 PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
-                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv",
-                    "autograd_by_fork_exec", "autograd_by_spawn", "autograd_forward_hidden", "audit_hooks_emptied",
-                    "autograd_tripwires_dodged", "guards_reached")
+                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_fork_exec",
+                    "autograd_by_spawn", "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged",
+                    "guards_reached")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:

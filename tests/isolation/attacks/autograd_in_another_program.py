@@ -62,14 +62,10 @@ def _other_program():
     else:
         import ctypes
         pid = os.fork()
-        if pid == 0:  # never back into the harness: the exit code says how far it got
-            code = 99
-            try:
-                exe = sys.executable.encode()
-                ctypes.CDLL(None, use_errno=True).execl(exe, exe, b"-c", _PROGRAM.encode(), None)
-                code = 100 + ctypes.get_errno()
-            finally:
-                os._exit(code)
+        if pid == 0:
+            exe = sys.executable.encode()
+            ctypes.CDLL(None, use_errno=True).execl(exe, exe, b"-c", _PROGRAM.encode(), None)
+            os._exit(100 + ctypes.get_errno())
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if status != 0:
             raise RuntimeError(f"execv failed: exit {status}")
