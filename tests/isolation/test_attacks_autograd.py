@@ -12,6 +12,7 @@ at the time limit. An honest self-test under a plain main guard costs nothing.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from autograder.isolation.guards import GRAPH_LABEL, THREAD
 
 from attack_batch import PROGRAM_STARTED
-from attack_tools import attack_source, batch_level, only_at, outputs
+from attack_tools import attack_source, batch_level, only_at, outputs, run_cli
 from support import SOLUTIONS, grade_files
 
 
@@ -305,6 +306,34 @@ def test_forward_mode_on_every_case_loses_the_backward_points(tmp_path):
     for label in ("forward-mode autograd (a dual level)", "torch.func.jvp", "torch.func.vmap"):
         assert label in text, (label, text)
     assert "uses automatic differentiation" not in text and "attention_backward_by_autograd" in result.flags, text
+
+
+@pytest.mark.parametrize("level", ["", "fallback", "portable"])
+def test_guards_silenced_lose_the_backward_points(tmp_path, level):
+    """The audit pipe pointed at /dev/null at import, the harness's record told it held every label, every gradient
+    by autograd (names spelled at run time): no record of the guards reaches the grader. At the Linux levels the
+    second seccomp filter refuses the dup2, so the graph is recorded as usual; at the portable level the pipe goes
+    silent, and the missing heartbeats say so. Either way the backward points are lost, with a flag."""
+    if level == "fallback":
+        from container import available
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+    folder = tmp_path / "silenced"
+    folder.mkdir()
+    (folder / "attention.py").write_text(attack_source("guards_silenced", "autograd_forward"))
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "120", "--only", "attention",
+                   level=level, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "grades" / "silenced" / "results.json").read_text())
+    forward = [t for t in result["tests"] if "forward" in t["name"]]
+    backward = [t for t in result["tests"] if "backward" in t["name"]]
+    assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
+    assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
+    text = "\n".join(t["output"] for t in backward)
+    assert "Backward points withheld" in text and "uses automatic differentiation" not in text, text
+    assert ("ran with the grader's tripwires silenced" if level == "portable" else GRAPH_LABEL) in text, text
+    assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
 
 
 # How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs (a
