@@ -138,8 +138,12 @@ def grade_line(problem_id: str, line: str, namespace: dict):
     group = next((g for g in problem.groups if g.id == line), None)
     if group is None:
         raise ValueError(f"problem {problem.id!r} has no rubric line {line!r}")
-    calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & set(group.quantities)]
-    kept = tuple(q for q in group.quantities if q in {q for c in calls for q in c.outputs})
+    # The line's quantities, and those they are computed from (another function passed): a failure there is said.
+    upstream = lm_functions.UPSTREAM if folder != "notebooks" else {q: v.upstream for q, v in spec.quantities.items()}
+    needed = {*group.quantities, *(u for q in group.quantities for u in upstream.get(q, ()))}
+    calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & needed]
+    made = {q for c in calls for q in c.outputs}
+    kept = tuple(q for q in group.quantities if q in made)
     if not kept:
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
     # This line alone, on its public cases, restricted to what the functions passed make.
@@ -169,8 +173,9 @@ def grade_line(problem_id: str, line: str, namespace: dict):
             def observe(q: str, rec=rec):
                 return observed_from_child(rec.dir, rec.meta, q, quote(rec.meta["errors"].get(q, "not produced"), 800))
 
-            outcomes.append(notebook_functions.judge_case(sub, spec, case, observe, wanted=set(kept))
-                            if folder == "notebooks" else lm_functions.judge_case(sub, case, observe))
+            judge = (functools.partial(notebook_functions.judge_case, sub, spec) if folder == "notebooks"
+                     else functools.partial(lm_functions.judge_case, sub))
+            outcomes.append(judge(case, observe, wanted=needed & made))
     return group_results(sub, outcomes, ("public",))[0]
 
 

@@ -342,7 +342,7 @@ def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_o
         "  FAIL 0.00 / 1.00 b [hidden] (its message names hidden cases: not shown here)",
         "  the same line fails on the hidden cases too (0.00 / 1.00)",
         "  the other 3 lines pass (3.00 points)",
-        "q 1.00 / 1.00: all 1 lines pass",
+        "q 1.00 / 1.00: its one line passes",
         "TOTAL 4.00 / 7.00",
         "The messages of the 2 failed hidden tests are not shown here (they name hidden cases); the course",
         "    staff publish them with the grades."]

@@ -3,6 +3,7 @@ lines of problems `prediction` and `generation` that list `quantities` (child/lm
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import partial
 
@@ -14,7 +15,7 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases
+from ..scoring import HINT, Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases
 from .handin_runs import NOTEBOOK_HARNESS, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
 
@@ -105,14 +106,18 @@ HINTS = {
     "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
     "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
     "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
-    # Outputs (attention_out, model_logits) that are exactly those without the scaling get this hint.
-    "unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) "
-    "before the softmax.",
     "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
     "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
     "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
     "emb_dropout_eval": "when training is False (or p == 0), return the weight unchanged.",
 }
+
+
+# What each quantity is computed from, in another function: when that fails, this one says so (notebook 3's model
+# runs the notebook's CausalSelfAttention).
+UPSTREAM = {"model_logits": ("attention_out",), "model_causal": ("attention_causal",)}
+VIA = dict.fromkeys(("attention_out", "attention_causal"), ("the model's layers run your CausalSelfAttention",
+                                                            "CausalSelfAttention"))
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -137,11 +142,13 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return group_results(problem, outcomes, vis)
 
 
-def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
-    """The checks of `problem`'s quantities on one case; observe(q) -> Observed (the child's, or grader.check's)."""
+def judge_case(problem: Problem, case: Case, observe, wanted=None) -> CaseOutcome:
+    """The checks of `problem`'s quantities (or the `wanted` ones) on one case; observe(q) -> Observed (the child's,
+    or grader.check's). One that fails because the quantity it is computed from fails says so (UPSTREAM)."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
-        outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe).checks())
+        outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe, wanted).checks())
+    follow_upstream(outcome, UPSTREAM, VIA)
     return outcome
 
 
@@ -150,9 +157,9 @@ class _Judge:
 
     TYPES = ("torch.Tensor", "numpy.ndarray")
 
-    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe):
+    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe, wanted=None):
         self.problem, self.c, self.observe = problem, case, observe
-        self.wanted = {q for g in problem.groups for q in g.quantities}
+        self.wanted = wanted or {q for g in problem.groups for q in g.quantities}
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
 
     def got(self, q: str, expected: np.ndarray) -> Observed:
@@ -206,11 +213,21 @@ class _Judge:
         found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
                  for name, token in (("<eos>", EOS), ("<pad>", PAD)) if q in GREEDY and (obs.array == token).any()]
         return replace(first, message=f"'{q}' holds {' and '.join(found)}: generate must never emit them; set their "
-                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else first
+                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else self.named(
+            q, obs, first)
+
+    def named(self, q: str, obs: Observed, result: Check, said: str = "") -> Check:
+        """`result`, or where its values are exactly those of a slip the case holds (expected_slips: JSON rows of the
+        quantity, the slip, what it is, its fix; fixturegen/lm_slips.py), that slip and its fix."""
+        rows = json.loads(self.c["expected_slips"].tobytes()) if "expected_slips" in self.c else []
+        for _, name, what, fix in (r for r in rows if r[0] == q and result.stage == "values"):
+            if self.exact(q, obs, self.c[f"expected_{q}__{name}"], self.tol).passed:
+                return replace(result, message=f"'{q}' {what}.{said} {result.message.partition(HINT)[0]}{HINT}{fix}")
+        return result
 
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when later inputs change;
-        outputs exactly those without the 1/sqrt(hs) scaling say so (and whether the mask works)."""
+        outputs that are a slip's say so, and whether the mask works."""
         c, out = self.c, {}
         original = self.got(out_q, c[f"expected_{out_q}"])
         if causal_q in self.wanted:
@@ -218,17 +235,10 @@ class _Judge:
             out[causal_q] = _causal(causal_q, changed, original, position,
                                     self.exact(causal_q, changed, c[f"expected_{causal_q}"], self.tol), self.tol)
         if out_q in self.wanted:
-            result = self.exact(out_q, original, c[f"expected_{out_q}"], self.tol)
-            unscaled = c.get(f"expected_{out_q}_unscaled")
-            if not result.passed and result.stage == "values" and unscaled is not None \
-                    and self.exact(out_q, original, unscaled, self.tol).passed:
-                causal = out.get(causal_q)
-                works = (f" The causal mask works: no output before position {position} moved when the later inputs "
-                         "changed." if causal is not None and causal.passed else "")
-                result = replace(result, message=(
-                    f"'{out_q}' is what the model gives without the 1/sqrt(hs) scaling of the attention scores.{works} "
-                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS['unscaled']}"))
-            out[out_q] = result
+            works = (f" The causal mask works: no output before position {position} moved when the later inputs "
+                     "changed." if causal_q in out and out[causal_q].passed else "")
+            out[out_q] = self.named(out_q, original, self.exact(out_q, original, c[f"expected_{out_q}"], self.tol),
+                                    works)
         return out
 
     def keep(self, q: str, row: np.ndarray) -> set[int]:
