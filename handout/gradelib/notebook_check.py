@@ -173,8 +173,8 @@ def grade_line(problem_id: str, line: str, namespace: dict):
             def observe(q: str, rec=rec):
                 return observed_from_child(rec.dir, rec.meta, q, quote(rec.meta["errors"].get(q, "not produced"), 800))
 
-            judge = functools.partial(notebook_functions.judge_case, sub, spec) if folder == "notebooks" else functools.partial(
-                lm_functions.judge_case, sub)
+            judge = (functools.partial(notebook_functions.judge_case, sub, spec) if folder == "notebooks"
+                     else functools.partial(lm_functions.judge_case, sub))
             outcomes.append(judge(case, observe, wanted=needed & made))
     return group_results(sub, outcomes, ("public",))[0]
 
