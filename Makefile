@@ -72,9 +72,10 @@ docs: setup ## build the manual (docs/) into build/docs/ with MkDocs, strictly: 
 bench: setup ## print speed figures (local and hidden grading times, ratios to otter)
 	$(PY) -m autograder.build.bench
 
-mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles (an hour) -> build/mutants*.json
+mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles, and which question's check each first fails (hours) -> build/mutants*.json
 	$(PY) -m autograder.build.mutants
 	$(PY) -m autograder.build.mutants_notebooks
+	$(PY) -m autograder.build.mutants_checks
 
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout

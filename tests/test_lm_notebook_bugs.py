@@ -257,10 +257,14 @@ SLIPS = {
                                    "'greedy_ids' is each step predicted from the last id alone."),
     "generate_never_appends": ("generate", "        x = torch.cat([x, next_id.unsqueeze(1)], dim=1)", "        pass",
                                "generate_greedy", "'greedy_ids' is every step predicted from the prompt alone"),
+    # The first sampling quantity a forgotten temperature breaks is the cold one, whose hint is the division.
+    "sampling_ignores_the_temperature": ("filter_logits", "    logits = logits / temperature\n", "",
+                                         "generate_sampling", "temperature 0.01 divides the logits by 0.01 before the "
+                                         "softmax"),
 }
 FUNCTIONS = {"collate_and_loss": ("collate", "lm_loss"), "causal_attention": ("CausalSelfAttention", "ModelConfig"),
              "model_building": ("CausalLanguageModel", "ModelConfig", "embedding_dropout", "CausalSelfAttention"),
-             "predict_function": ("predict",), "generate_greedy": ("generate",)}
+             "predict_function": ("predict",), "generate_greedy": ("generate",), "generate_sampling": ("generate",)}
 
 
 @pytest.mark.parametrize("slip", sorted(SLIPS))
