@@ -52,7 +52,7 @@ def first_failing(tests: list[tuple[str, str]], namespace: dict) -> str:
         params = [a.arg for a in next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)).args.args]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                scope[name](*(namespace.get(p) for p in params))
+                scope[name](*(namespace if p == "env" else namespace.get(p) for p in params))  # otter's way
         except Exception:  # noqa: BLE001 (a failed check is an AssertionError; a missing name fails too)
             return question
     return ""

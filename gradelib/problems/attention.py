@@ -216,9 +216,8 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
 
 
 def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
-    """Name a constant factor (the slip, for the edge rule): sqrt(Dk) (or its inverse) is the scores' scaling done
-    wrong; 1/B or B on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs. Both, if
-    both."""
+    """Name a constant factor (the slip of the edge rule): sqrt(Dk) (or its inverse) is the scores' scaling done
+    wrong; 1/B or B on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs."""
     for q, c in outcome.checks.items():
         if c.ratio is None:
             continue

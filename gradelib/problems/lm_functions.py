@@ -69,8 +69,7 @@ DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # embedding_dropout's count of dropped rows may be this many binomial standard deviations
 # from p * rows: a correct implementation falls outside with probability below 2e-9.
 DROPPED_ROWS_SD = 6.0
-# What each quantity is computed from, in another function: when that fails, this one says so (notebook 3's model
-# runs the notebook's CausalSelfAttention).
+# What a quantity is computed from, in another function: when that fails, this one says so (follow_upstream).
 UPSTREAM = {"model_logits": ("attention_out",), "model_causal": ("attention_causal",)}
 VIA = dict.fromkeys(("attention_out", "attention_causal"), ("the model's layers run your CausalSelfAttention",
                                                             "CausalSelfAttention"))

@@ -31,8 +31,8 @@ class Observed:
 class Check:
     """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected
     if only a constant factor is wrong (on the finite entries), whether a float64 quantity is wrong only at float32
-    precision (FLOAT32_LEVEL), whether it is right on all-zero expected values (trivial: blank output is too), the slip
-    that factor is (its number, or its name where a problem names it): two failures with one slip are one mistake."""
+    precision (FLOAT32_LEVEL), whether it is right on all-zero expected values (trivial: blank output is too), the
+    slip that factor is (its number, or its name): two failures with one slip are one mistake."""
 
     name: str
     passed: bool

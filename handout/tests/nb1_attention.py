@@ -19,7 +19,7 @@ def test_nb1_attention_2(scaled_dot_product_attention, softmax):
 
 @test_case(points=None, hidden=False, 
     failure_message="numerical stability: huge logits and scores (softmax, attention and the losses stay right): the course grader's public cases")
-def test_nb1_attention_3(scaled_dot_product_attention):
+def test_nb1_attention_3(scaled_dot_product_attention, env):
     from gradelib.notebook_check import check
-    check('losses', 'numerical_stability', scaled_dot_product_attention=scaled_dot_product_attention)
+    check('losses', 'numerical_stability', scaled_dot_product_attention=scaled_dot_product_attention, context=env)
 
