@@ -5,8 +5,8 @@ on each case's inputs, in numpy, from the same independent implementations as th
 (lm_building_cases.py, fixed_models.py). A case holds, for a slip `name` of quantity `q`:
 
     expected_<q>__<name>   what `q` is under the slip (never reaching the submission's process: expected_*)
-    expected_slips         UTF-8 JSON rows: q, name, what it is (said as "'<q>' <what>."), its fix (the hint)
-    expected_hints         UTF-8 JSON: quantity -> the hint its failures end with (HINTS)
+    expected_slips         JSON text: rows of q, name, what it is (said as "'<q>' <what>."), its fix (the hint)
+    expected_hints         JSON text: quantity -> the hint its failures end with (HINTS)
 
 A slip whose result equals the right one on a case is left out there (it cannot be told apart). The grader names
 a slip only where the notebook gave exactly its value.
@@ -117,8 +117,8 @@ def table(slips: dict[str, dict[str, np.ndarray]], right: dict[str, np.ndarray])
                 continue
             out[f"expected_{q}__{name}"] = value
             rows.append([q, name, *SAID[name]])
-    out["expected_slips"] = np.frombuffer(json.dumps(rows).encode(), dtype=np.uint8)
-    out["expected_hints"] = np.frombuffer(json.dumps(HINTS).encode(), dtype=np.uint8)
+    # Text, not numbers: words every case shares (the same in the handout's public cases), never a hidden value.
+    out["expected_slips"], out["expected_hints"] = np.array(json.dumps(rows)), np.array(json.dumps(HINTS))
     return out
 
 

@@ -116,8 +116,8 @@ class _Judge:
         self.problem, self.c, self.observe = problem, case, observe
         self.wanted = wanted or {q for g in problem.groups for q in g.quantities}
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
-        # Each quantity's hint, and the slips' words, come with the case (fixturegen/lm_slips.py).
-        self.hints = json.loads(case["expected_hints"].tobytes()) if "expected_hints" in case else {}
+        # Each quantity's hint, and the slips' words, come with the case (the course's case generator writes them).
+        self.hints = json.loads(case["expected_hints"].item()) if "expected_hints" in case else {}
 
     def got(self, q: str, expected: np.ndarray) -> Observed:
         """What the notebook returned for q: any float or integer dtype, as `expected`'s dtype."""
@@ -178,9 +178,9 @@ class _Judge:
 
     def named(self, q: str, obs: Observed, result: Check, said: str = "", out_q: str = "") -> Check:
         """`result`, or where the values of q (or of `out_q`, whose failure a causality probe shows) are exactly those
-        of a slip the case holds (expected_slips: JSON rows of the quantity, the slip, what it is, its fix;
-        fixturegen/lm_slips.py), that slip first and its fix."""
-        rows = json.loads(self.c["expected_slips"].tobytes()) if "expected_slips" in self.c else []
+        of a slip the case holds (expected_<q>__<slip>; expected_slips: JSON rows of the quantity, the slip, what
+        it is, its fix), that slip first and its fix."""
+        rows = json.loads(self.c["expected_slips"].item()) if "expected_slips" in self.c else []
         for slipped, name, what, fix in (r for r in rows if r[0] == (out_q or q) and result.stage == "values"):
             if self.exact(slipped, obs, self.c[f"expected_{slipped}__{name}"], self.tol).passed:
                 return replace(result, message=f"'{slipped}' {what}.{said} {result.message.partition(HINT)[0]}"
