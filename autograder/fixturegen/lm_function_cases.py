@@ -301,7 +301,9 @@ def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         folder = out / "lm_functions" / spec[0]
         save(folder / f"{name}.npz", arrays)
         written.append(folder / f"{name}.npz")
-        index[spec[0]].append({"name": name, "description": spec[1]})
+        d_model, heads, layers, _, _ = BUILDING[name]  # the header names what each line grades: the modules too
+        modules = f"modules of width {d_model}, {heads} head{'s' * (heads > 1)}, {layers} layer{'s' * (layers > 1)}"
+        index[spec[0]].append({"name": name, "description": f"{spec[1]}; {modules}"})
     for vis, entries in index.items():
         keep = {f"{e['name']}.npz" for e in entries} | {"cases.json"}
         for stale in (out / "lm_functions" / vis).iterdir():
