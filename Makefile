@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help check docs setup sandbox-tools pythons test test-course demo bench mutants handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help check docs setup sandbox-tools pythons test test-course demo bench mutants pictures handout fixtures notebooks clean gradescope autolab reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -48,18 +48,23 @@ pythons: $(STAMP) ## environments for the tests under Python 3.10, 3.12 and 3.13
 
 # One pytest worker per core plus one (at most 8; many tests wait on a sandbox time limit), a test file per worker,
 # the longest files first (tests/conftest.py's LONGEST_FIRST; xdist would otherwise reorder them by test count).
-test: setup pythons ## lint (ruff), then run the project's test suite
+# Each test file's time goes to build/test_times.jsonl, and their sum to docs/data/suite.json (the figures page's).
+TIMES := $(CURDIR)/build/test_times.jsonl
+test: setup pythons ## lint (ruff), then run the project's test suite; its time into docs/data/suite.json
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder --durations=30 tests
+	mkdir -p build && rm -f $(TIMES)
+	TEST_FILE_TIMES=$(TIMES) $(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile \
+		--no-loadscope-reorder --durations=30 tests
+	$(PY) -m autograder.build.measured suite $(TIMES)
 
 # tests/test_own_corpus.py as an instructor's course runs: `make course CORPUS=...` with no other option trains the
 # reference from scratch (make test's course is a warm start; it checks what this one would train).
-test-course: setup ## the test course with make course's defaults: the reference trained from scratch (about 500 CPU-seconds)
+test-course: setup ## the test course with make course's defaults: the reference trained from scratch
 	OWN_COURSE=defaults $(PY) -m pytest -q -p no:cacheprovider tests/test_own_corpus.py
 
 # The fast lane for the edit-test loop: lint and the tests that need no container, attack batch, other Python,
 # class run or training (tests/conftest.py's FAST_LANE).
-check: setup ## lint (ruff), then the fast lane of the test suite (under 90 s; make test runs everything)
+check: setup ## lint (ruff), then the fast lane of the test suite (make test runs everything)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 2 -m fast -p no:cacheprovider tests
 
@@ -69,13 +74,19 @@ demo: setup handout ## grade the reference solution and the blank handout with h
 docs: setup ## build the manual (docs/) into build/docs/ with MkDocs, strictly: a broken link or anchor fails
 	$(PY) -m mkdocs build --strict --quiet --site-dir build/docs
 
-bench: setup ## print speed figures (local and hidden grading times, ratios to otter)
+# The figures page (docs/figures.md, made by autograder/build/docs_figures.py) reads docs/data/*.json: commit them.
+bench: setup ## time grading next to otter run: a table, and its figures into build/bench.json and docs/data/bench.json
 	$(PY) -m autograder.build.bench
+	mkdir -p docs/data && cp build/bench.json docs/data/bench.json
 
-mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles, and which question's check each first fails (hours) -> build/mutants*.json
+mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles, and which question's check each first fails (hours) -> build/mutants*.json, docs/data/mutants.json
 	$(PY) -m autograder.build.mutants
 	$(PY) -m autograder.build.mutants_notebooks
 	$(PY) -m autograder.build.mutants_checks
+	$(PY) -m autograder.build.measured mutants build/mutants.json build/mutants_notebooks.json
+
+pictures: setup ## the manual's pictures of real runs: a student's python autograder.py, the class report in Chromium
+	$(PY) -m autograder.build.docs_pictures
 
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
 	$(PY) -m autograder.build.handout

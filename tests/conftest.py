@@ -103,13 +103,12 @@ def copy_solution(tmp_path: Path):
 
 # The longest test files first: with one worker per file, a long file started last would finish the run alone.
 # `make test` passes --no-loadscope-reorder, without which pytest-xdist hands out the files with the most tests
-# first, whatever this order says. Measured alone on the shared 2-core machine (CPU seconds, all processes):
-# test_own_corpus.py 120, test_class_grading.py's class run 120 (195 s of wall clock in CI: its runs wait on
-# time limits), test_student_platforms.py 95; in CI, test_container.py about 115 s of wall clock.
+# first, whatever this order says. Each file's time is in build/test_times.jsonl after `make test` (the longest
+# are on the manual's figures page).
 # The attack batch runs once per level, shared by the workers (conftest's shared_batch): test_attacks_batch.py
 # runs the machine's own level, then the portable one, while test_attacks_processes.py starts with its
-# fallback-level tests (BATCH_FIRST): two workers share the three batches (about 95 s each beside other work)
-# instead of one running them in a row; the other test_attacks_*.py files read them at their end.
+# fallback-level tests (BATCH_FIRST): two workers share the three batches instead of one running them in a row;
+# the other test_attacks_*.py files read them at their end.
 LONGEST_FIRST = ("test_attacks_batch.py", "test_attacks_processes.py", "test_own_corpus.py", "test_class_grading.py",
                  "test_container.py", "test_lm_notebook_bugs.py", "test_mutants.py", "test_lm_model_grading.py",
                  "test_student_platforms.py", "test_platforms.py", "test_course_ops.py", "test_attacks_files.py",
@@ -155,8 +154,9 @@ def pytest_collection_modifyitems(items) -> None:
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), batch_order(item)))
 
 
-# TEST_FILE_TIMES=path: each worker appends a JSON line per test file (its wall span and the CPU-seconds of this
-# process and of the children it reaped), to see which files make the suite's critical path.
+# TEST_FILE_TIMES=path: each worker appends a JSON line per test file (its wall span, the CPU-seconds of this
+# process and of the children it reaped, its tests by outcome), to see which files make the suite's critical path.
+# `make test` writes build/test_times.jsonl; autograder/build/measured.py sums it up for the figures page.
 _file_span: dict = {}
 
 
@@ -189,6 +189,28 @@ def pytest_runtest_setup(item) -> None:
         _file_span.update(file=item.path.name, start=time.time(), cpu0=_cpu_s())
 
 
-def pytest_sessionfinish(session) -> None:
+def pytest_runtest_logreport(report) -> None:
+    if os.environ.get("TEST_FILE_TIMES") and _file_span and (report.when == "call" or report.outcome != "passed"):
+        outcome = "error" if report.when != "call" and report.failed else report.outcome
+        counts = _file_span.setdefault("outcomes", {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+
+def _session_line(**record) -> None:
+    """The run's own start and end (pytest's main process, not a worker): its wall clock includes collection."""
+    import json
+    import time
+
+    if os.environ.get("TEST_FILE_TIMES") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(os.environ["TEST_FILE_TIMES"], "a") as fh:
+            fh.write(json.dumps({**record, "time": time.time(), "load": os.getloadavg()}) + "\n")
+
+
+def pytest_sessionstart(session) -> None:
+    _session_line(session="start")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
     if os.environ.get("TEST_FILE_TIMES"):
         _close_file_span()
+    _session_line(session="end", exitstatus=int(exitstatus))

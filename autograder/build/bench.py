@@ -48,6 +48,7 @@ from autograder.build.bench_class import BenchError as ClassBenchError
 from autograder.build.bench_class import print_class_figures
 from autograder.build.bench_similarity import print_similarity_figures
 from autograder.build.demo import reference_handin
+from autograder.build.measured import host_record, write
 from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Time the local and hidden graders and `otter run`.")
     ap.add_argument("--runs", type=int, default=5, help="runs per figure; the median is reported (default 5)")
     ap.add_argument("--batch", type=int, default=8, help="handins in the batch figure (default 8)")
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "bench.json", help="the figures as JSON")
     args = ap.parse_args(argv)
+    load_start = os.getloadavg()
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         figures, complete, otter = _figures(Path(tmp), args.batch)
@@ -264,10 +267,13 @@ def main(argv: list[str] | None = None) -> None:
         spread = f"[{min(f.times):.2f} .. {max(f.times):.2f}]"
         print(f"  {f.label:<{width}}  {statistics.median(f.times):6.2f} s  {spread:<16} {f.target}")
     print("ratios ours / otter run, and template process / fresh interpreter per run:")
+    otter_s, grading = statistics.median(otter.times), []
     for f, off in zip(figures[:-1:2], figures[1:-1:2]):
         mine, fresh = statistics.median(f.times), statistics.median(off.times)
-        print(f"  {f.label:<{width}}  {mine / statistics.median(otter.times):6.2f} x otter   "
+        print(f"  {f.label:<{width}}  {mine / otter_s:6.2f} x otter   "
               f"{mine / fresh:5.2f} x fresh interpreters ({fresh:.2f} s)")
+        grading.append({"what": f.label, "target": f.target, "template_s": round(mine, 3), "fresh_s": round(fresh, 3),
+                        "times_s": [round(t, 3) for t in f.times], "ratio_otter": round(mine / otter_s, 3)})
     linux = statistics.median(figures[2].times)
     print(
         "local, every problem, the same handin: Linux "
@@ -279,35 +285,40 @@ def main(argv: list[str] | None = None) -> None:
         )
         + " (target <= 1.5 x)"
     )
+    data = {"runs": args.runs, "otter_s": round(otter_s, 3), "grading": grading}
     print()
-    print_class_figures(min(args.runs, 3))
+    data["class"] = print_class_figures(min(args.runs, 3))
     print()
-    print_box_figures(min(args.runs, 3))
+    data["box"] = print_box_figures(min(args.runs, 3))
     print()
-    print_model_run_figures(min(args.runs, 3), statistics.median(complete.times))  # with the template
+    data["model_run"] = print_model_run_figures(min(args.runs, 3), statistics.median(complete.times))  # template
     print()
-    print_lm_figures(args.runs)
+    data["lm"] = print_lm_figures(args.runs)
     print()
-    print_similarity_figures()
+    data["similarity"] = print_similarity_figures()
+    command = "python -m autograder.build.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    write(args.out, {"recorded": host_record(command.strip(), load_start), **data})
+    print(f"\nbench: the figures as JSON in {args.out}")
 
 
 BOX_CPU_QUOTA = 0.5  # Gradescope's default autograder box: half a vCPU ...
 BOX_MEMORY_MB = 768  # ... and 768 MB
 
 
-def print_box_figures(runs: int) -> None:
+def print_box_figures(runs: int) -> dict | None:
     """The complete reference handin graded inside a cgroup the size of Gradescope's default box.
 
     As root with cgroup v1 cpu and memory controllers: a cpu quota of half a CPU and a memory
     limit of 768 MB hold for the grader and everything it starts (the sandbox's own cgroups are
-    made below the grader's). Prints the wall time and the peak memory of each run.
+    made below the grader's). Prints the wall time and the peak memory of each run, and returns them (None when
+    skipped).
     """
     from autograder.isolation.cgroups import CPU_PERIOD_US, kill, own, remove
 
     cpu, memory = own("cpu"), own("memory")
     if os.geteuid() != 0 or not (cpu / "cpu.cfs_quota_us").exists() or not (memory / "memory.limit_in_bytes").exists():
         print("Gradescope-sized box: skipped (needs root and cgroup v1 cpu and memory controllers)")
-        return
+        return None
     with tempfile.TemporaryDirectory(prefix="bench-box-") as tmp:
         handin = reference_handin(Path(tmp) / "reference")
         boxes = [cpu / f"bench-box-{os.getpid()}", memory / f"bench-box-{os.getpid()}"]
@@ -341,17 +352,19 @@ def print_box_figures(runs: int) -> None:
     print(f"Gradescope-sized box (cgroup: {BOX_CPU_QUOTA:g} CPU, {BOX_MEMORY_MB} MB), complete reference handin, "
           f"{runs} runs: wall min {min(times):.1f} s, median {statistics.median(times):.1f} s; "
           f"peak memory max {max(peaks):.0f} MB; scores {', '.join(f'{x:g}' for x in scores)}")
+    return {"cpu": BOX_CPU_QUOTA, "memory_mb": BOX_MEMORY_MB, "times_s": [round(t, 2) for t in times],
+            "peak_mb": round(max(peaks)), "scores": scores}
 
 
 # The steps of a model run that are the handed-in model's own forward passes (its size sets their cost).
 MODEL_COMPUTE_STEPS = ("teacher_forcing_test", "generate", "predict")
 
 
-def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
+def print_model_run_figures(runs: int, complete_s: float | None = None) -> dict:
     """Where the run of a handed-in model spends its time: the reference handin's model run as the
     hidden grader makes it (every step the child timed), pinned to one core. With `complete_s`, the
     complete handin's one-core time of the same bench run, also the grader's own share of it: that
-    time less the model's forward passes."""
+    time less the model's forward passes. Returns the steps' medians (and those two shares)."""
     from autograder import isolation as sandbox
     from autograder.grading import course_side
     from gradelib import rubric
@@ -393,6 +406,7 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
     print(f"model run of the reference handin, hidden grading, one core, median of {runs}:")
     for name, values in steps.items():
         print(f"  {statistics.median(values):6.2f} s  {name}")
+    out: dict = {"steps_s": {name: round(statistics.median(values), 3) for name, values in steps.items()}}
     if complete_s is not None:
         model_s = sum(statistics.median(steps.get(name, [0.0])) for name in MODEL_COMPUTE_STEPS)
         print(
@@ -400,9 +414,11 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> None:
             f"({' + '.join(MODEL_COMPUTE_STEPS)}) {model_s:.2f} s; the grader's own time: {complete_s - model_s:.2f} s "
             "(target <= 5 s)"
         )
+        out.update(complete_s=round(complete_s, 3), model_s=round(model_s, 3), grader_s=round(complete_s - model_s, 3))
+    return out
 
 
-def print_lm_figures(runs: int) -> None:
+def print_lm_figures(runs: int) -> dict:
     """The language-model figures: reference training as recorded, scores next to Bayes and bigram."""
     from autograder.reference.calibrate import format_figures, lm_figures
     from autograder.reference.train import full_credit_text
@@ -413,7 +429,10 @@ def print_lm_figures(runs: int) -> None:
         f"{ref['train_tokens_per_s']:,.0f} training tokens/s on 2 threads, trained in {ref['train_s']:.0f} s, "
         f"{full_credit_text(ref)} on both lines"
     )
-    print(format_figures(lm_figures(REPO / "fixtures", repeats=runs)))
+    figures = lm_figures(REPO / "fixtures", repeats=runs)
+    print(format_figures(figures))
+    return {"reference": {k: ref[k] for k in ("parameters", "train_tokens_per_s", "train_s") if k in ref},
+            "models": figures["models"], "scoring_s": figures["scoring_s"]}
 
 
 if __name__ == "__main__":

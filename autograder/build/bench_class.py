@@ -131,7 +131,7 @@ def _stats(times: list[float]) -> str:
     return f"median {statistics.median(times):5.2f} s, p90 {q:5.2f} s, max {max(times):5.2f} s"
 
 
-def print_class_figures(runs: int = 3) -> None:
+def print_class_figures(runs: int = 3) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
         work = Path(tmp)
         c = class_figures(work / "class")
@@ -149,6 +149,10 @@ def print_class_figures(runs: int = 3) -> None:
     ratio = statistics.median(ours) / statistics.median(otter)
     print(f"  notebook 1, ours (--only losses): median {statistics.median(ours):.2f} s; otter run: median "
           f"{statistics.median(otter):.2f} s; ratio ours / otter {ratio:.2f}")
+    return {"handins": c["n"], "jobs": 2, "wall_s": round(c["wall_s"], 2), "per_minute": round(c["per_minute"], 1),
+            "per_submission_median_s": round(statistics.median(c["each"]), 2),
+            "one_core_complete_s": round(statistics.median(one), 2), "notebook_1_s": round(statistics.median(ours), 2),
+            "notebook_1_otter_s": round(statistics.median(otter), 2), "notebook_1_ratio_otter": round(ratio, 3)}
 
 
 def main(argv: list[str] | None = None) -> None:

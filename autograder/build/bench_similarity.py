@@ -80,8 +80,8 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def print_similarity_figures(n: int = 300, jobs: int = 2) -> None:
-    """`make bench`: the whole run (open, fingerprint, compare, write) on n generated submissions."""
+def print_similarity_figures(n: int = 300, jobs: int = 2) -> dict:
+    """`make bench`: the whole run (open, fingerprint, compare, write) on n generated submissions; its figures."""
     with tempfile.TemporaryDirectory(prefix="similarity-bench-") as tmp:
         paths = make_bench_class(Path(tmp) / "class", n)
         cpu_before = _cpu_seconds()
@@ -98,3 +98,5 @@ def print_similarity_figures(n: int = 300, jobs: int = 2) -> None:
         f"{len(run.rows):,} rows listed, {run.flagged:,} pairs flagged; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items())
     )
+    return {"submissions": n, "pairs": run.pairs, "files": len(FILES), "jobs": jobs, "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2), "flagged": run.flagged, "phases_s": {k: round(v, 2) for k, v in run.phases.items()}}

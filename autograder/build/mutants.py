@@ -17,7 +17,10 @@ import argparse
 import difflib
 import json
 import math
+import os
+import sys
 import tempfile
+import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 from mutmut.mutation.file_mutation import deep_replace
 from mutmut.mutation.mutators import mutation_operators
 
+from autograder.build.measured import host_record
 from gradelib import rubric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -328,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "build" / "mutants.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    started, load = time.monotonic(), os.getloadavg()
     problem = rubric.load()["attention"]
     all_cases = cases(args.fixtures)
     found = mutants(args.source.read_text())
@@ -349,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(problem, chosen)
     print(json.dumps(summary, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "mutants": [
+    command = "python -m autograder.build.mutants " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.write_text(json.dumps({"recorded": host_record(command.strip(), load), "found": {"attention": len(found)},
+                                    "seconds": round(time.monotonic() - started), "summary": {"attention": summary},
+                                    "mutants": [
         {"name": m.name, "verdict": verdict(problem, m), "score": m.score, "diff": m.diff,
          "expected": sorted(m.expected), "graded": sorted(m.graded)} for m in chosen]}, indent=1))
     return 0

@@ -22,9 +22,12 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
 import signal
+import sys
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ import torch.nn.functional as F
 
 from autograder.build import mutants as mm
 from autograder.build import mutants_lm as lm
+from autograder.build.measured import host_record
 from gradelib import rubric
 from gradelib.problems import lm_functions
 from gradelib.problems.notebook_functions import LOSSES, MASKS, SPECS
@@ -422,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "build" / "mutants_notebooks.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    started, load, found_of = time.monotonic(), os.getloadavg(), {}
     chosen: dict[str, tuple[Target, object, list[mm.Mutant]]] = {}
     for target in TARGETS:
         if args.only and target.problem not in args.only:
@@ -436,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.pick:
             print("\n".join(m.name for m in cover(problem, found)), flush=True)
             continue
-        chosen[target.problem] = (target, problem, mine)
+        chosen[target.problem], found_of[target.problem] = (target, problem, mine), len(found)
         print(f"{target.problem}: {len(found)} mutants of {target.notebook}, grading {len(mine)}", flush=True)
     batches = handins(list(chosen.values()))
     for i, batch in enumerate(batches, 1):
@@ -455,7 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(
             json.dumps(
                 {
-                    "summary": summaries,
+                    "recorded": host_record(" ".join(["python -m autograder.build.mutants_notebooks",
+                                                      *(sys.argv[1:] if argv is None else argv)]), load),
+                    "found": found_of, "seconds": round(time.monotonic() - started), "summary": summaries,
                     "mutants": [
                         {
                             "name": m.name,

@@ -13,6 +13,7 @@ import ast
 from dataclasses import replace
 
 from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
+from autograder.isolation.interpreter import Limits
 from gradelib.problems import autograd_source
 
 from .course_result import CourseResult
@@ -50,18 +51,20 @@ def run_sets(ctx, cases: list, run_set) -> None:
         sets.setdefault(case.visibility, []).append(case)
     used, limit = 0.0, ctx.limits.timeout_s
     for visibility in sorted(sets, key=lambda v: v != "public"):
-        run = run_set(sets[visibility], replace(ctx.limits, timeout_s=max(limit - used, limit / 2)),
-                      visibility != "public")
+        hidden = visibility != "public"
+        run = run_set(sets[visibility], replace(Limits.of(ctx.limits), timeout_s=max(limit - used, limit / 2),
+                                                hidden=hidden), hidden)
         if run is None:
             return
         used += run.wall_s
 
 
 def hidden_end(ctx, run) -> None:
-    """attention's note on a run that did not end well, for a run that had hidden inputs at hand: how it ended, never
-    what it printed (it could print one)."""
+    """attention's note on a run that did not end well, for a run that had hidden inputs at hand: how it ended, by
+    kind alone (its run says so: Limits.hidden), never what it printed (it could print one)."""
     if run.timed_out or run.returncode not in (0, None):
-        ctx.note(f"attention: the submission's process on the hidden cases {run.describe()}.")
+        ctx.note(f"attention: the submission's process on the hidden cases {run.describe()} (its exit code and "
+                 "output are not shown: that run had the hidden cases at hand).")
 
 
 def hidden_cells(ctx, problem, notebook: str, run, report: dict | None) -> None:

@@ -34,6 +34,7 @@ from gradelib.rubric_schema import Problem
 from gradelib.safeio import clean_text, quote
 from gradelib.scoring import Line, load_meta, read_array
 
+from ..isolation.interpreter import Limits
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
 from .course_result import CourseTest
@@ -223,7 +224,9 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
             _collect_hidden(inputs, result, meta, run, revealer, seconds)
 
     try:
-        lm_model.run_model(ctx, settings, prepare, collect, child=REVEAL_CHILD.name)
+        # Hidden, so its end is said by kind alone (Limits.hidden): an exit code could carry a hidden character.
+        hidden = replace(ctx, limits=replace(Limits.of(ctx.limits), hidden=True))
+        lm_model.run_model(hidden, settings, prepare, collect, child=REVEAL_CHILD.name)
     finally:
         for finish in finishing:  # the run failed before its collect: stop revealing
             finish()

@@ -14,7 +14,11 @@ refused, and so are archives with too many members, duplicate names, or too
 many bytes once unpacked. Sizes are checked twice: against the member headers
 while listing (so a bomb is refused before it is inflated), and again by
 counting the bytes actually written, so a header or a gzip trailer that lies
-about a size cannot get past the cap. A folder is copied file by file without
+about a size cannot get past the cap. What a tar header announces beyond its
+own 512 bytes (a PAX header, a GNU long name), which tarfile reads whole, is
+measured before tarfile reads it (MeasuredTarInfo); a zip member compressed
+with bzip2 or LZMA, which zipfile inflates a whole read at a time, is refused.
+A folder is copied file by file without
 following symlinks, so a link cannot smuggle in a file from elsewhere on the
 grader's disk. Names the grader cannot safely write or show (control
 characters, NUL, not UTF-8, longer than a file name may be) are skipped with
@@ -46,6 +50,13 @@ MAX_MEMBERS = 64
 NAME_MAX_BYTES = 255  # longest file name Linux file systems take
 CHUNK = 1024 * 1024
 MAX_ZIP_INDEX_BYTES = 1024 * 1024  # a zip's central directory: 64 entries take a few KB
+# What tarfile reads whole beyond a header's 512 bytes, by type flag: measured first (MeasuredTarInfo).
+TAR_EXTENSIONS = {b"x": "a PAX extended header", b"X": "a PAX extended header", b"g": "a PAX global header",
+                  b"L": "a GNU long name", b"K": "a GNU long link name"}
+MAX_TAR_EXTENSION_BYTES = 256 * 1024  # all of an archive's together; a handin's take a few hundred bytes a file
+MAX_TAR_HEADERS = 4 * MAX_MEMBERS
+# zipfile inflates these a whole read at a time (a 4 KB read of bzip2 can be gigabytes); handins use deflate.
+ZIP_METHODS = {zipfile.ZIP_STORED: "", zipfile.ZIP_DEFLATED: "", zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA"}
 ZIP_FLAG_ENCRYPTED = 0x1
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ZIP_SUFFIXES = (".zip",)
@@ -313,9 +324,47 @@ def _vet_tar_member(label: str, m: tarfile.TarInfo) -> None:
         raise HandinError(f"{label}: member '{shown(m.name)}' is not a regular file")
 
 
+class MeasuredTarInfo(tarfile.TarInfo):
+    """A tar header, measured before tarfile reads what it announces (tarfile.open(..., tarinfo=MeasuredTarInfo)):
+    HandinError for extensions (TAR_EXTENSIONS) of more than MAX_TAR_EXTENSION_BYTES in all, two of one kind
+    before a member, a negative size, sparse data (its map is read block by block) or more than MAX_TAR_HEADERS
+    headers. tarfile's own code reads each header and calls _proc_member with its type and size; nothing here
+    parses the archive apart from tarfile, so the two cannot disagree on where a header starts."""
+
+    def _proc_member(self, tar):
+        seen = tar.__dict__.setdefault("measured", {"headers": 0, "bytes": 0, "kinds": set()})
+        kind, label = TAR_EXTENSIONS.get(self.type), shown(Path(tar.name or "the archive").name)
+        seen["headers"] += 1
+        seen["bytes"] += max(self.size, 0) if kind else 0
+        if self.size < 0 or seen["bytes"] > MAX_TAR_EXTENSION_BYTES:
+            alone = self.size < 0 or self.size > MAX_TAR_EXTENSION_BYTES
+            raise HandinError(
+                f"{label} holds " + (f"{kind or 'a tar header'} of {self.size:,} bytes" if alone else
+                                     f"PAX headers and GNU long names of more than {MAX_TAR_EXTENSION_BYTES:,} bytes")
+                + f"; a handin's tar headers may hold {MAX_TAR_EXTENSION_BYTES:,} bytes of names and attributes in "
+                f"all (a few hundred a file); {REBUILD}")
+        if kind in seen["kinds"]:
+            raise HandinError(f"{label} holds two {kind.split(' ', 1)[1]}s before one member (a tar writes one); "
+                              f"{REBUILD}")
+        if seen["headers"] > MAX_TAR_HEADERS:
+            raise HandinError(f"{label} holds more than {MAX_TAR_HEADERS} tar headers; a handin holds a few files")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            _refuse_sparse(label, self.name)
+        seen["kinds"] = seen["kinds"] | {kind} if kind else set()
+        return super()._proc_member(tar)
+
+    def _proc_gnusparse_10(self, next, pax_headers, tar):
+        """GNU sparse format 1.0: its map is read block by block until it holds as many numbers as it says."""
+        _refuse_sparse(shown(Path(tar.name or "the archive").name), next.name)
+
+
+def _refuse_sparse(label: str, name: str) -> None:
+    raise HandinError(f"{label}: member '{shown(name)}' is a sparse file; handins hold regular files only")
+
+
 def _open_tar(path: Path, label: str, dest: Path, intake: Intake, prefix: str) -> None:
     try:
-        tar = tarfile.open(path, mode="r:*")
+        tar = tarfile.open(path, mode="r:*", tarinfo=MeasuredTarInfo)
     except READ_ERRORS as exc:
         first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
         raise HandinError(f"{label} is not a tar archive ({shown(first, 120)}); {REBUILD}") from None
@@ -376,6 +425,10 @@ def _open_zip(path: Path, label: str, dest: Path, intake: Intake, prefix: str) -
                     raise HandinError(f"{label}: member '{shown(name)}' is a link; handins hold regular files only")
                 if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
                     raise HandinError(f"{label}: member '{shown(name)}' is a device or FIFO; refusing it")
+            method = ZIP_METHODS.get(info.compress_type, f"method {info.compress_type}")
+            if method:
+                raise HandinError(f"{label}: member '{shown(name)}' is compressed with {method}; a handin zip uses "
+                                  f"deflate (what zip, Finder and Windows make) or no compression")
             if info.flag_bits & ZIP_FLAG_ENCRYPTED:
                 raise HandinError(f"{label}: member '{shown(name)}' is encrypted; submit an archive without a password")
             if info.is_dir():

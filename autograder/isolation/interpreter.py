@@ -39,6 +39,8 @@ class Limits(kit.Limits):
     # The weakest isolation level a run accepts: "best" (the course grader's default), "strict" or "portable"
     # (levels.refusal).
     min_isolation: str = "best"
+    # The run has hidden inputs at hand: how it ended is said without a number it could choose (IsolatedRun.hidden).
+    hidden: bool = False
 
     @classmethod
     def of(cls, limits: kit.Limits) -> Limits:

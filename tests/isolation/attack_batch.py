@@ -33,6 +33,7 @@ BATCH_TIMEOUT_S = (
 )
 DAEMON_SLEEP_S = 3
 
+PROGRAM_STARTED = "program-started-by-"  # beside the batch's grades: the mark another program leaves as it starts
 # Each an attention.py, graded in this order: name in the batch -> (source in tests/isolation/attacks/, or a tuple of
 # sources joined, its own fills).
 BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
@@ -46,16 +47,19 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     "log_fifo": ("log_swap", {"SWAP": "fifo"}),
     "log_dev_zero": ("log_swap", {"SWAP": "/dev/zero"}),
     # Autograd out of the harness's reach: a graph in a new thread run by a new engine (with a saved-tensors
-    # hook pushed over the grader's first, or not); another program, started by subprocess or by execv.
+    # hook pushed over the grader's first, or not); another program, started by subprocess, by execv through
+    # ctypes, or with no audit event at all (_posixsubprocess.fork_exec; multiprocessing's spawn, which calls it).
     "autograd_in_a_thread": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "none"}),
     "autograd_hook_pushed": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "push"}),
-    "autograd_by_subprocess": (("autograd_in_another_program", "autograd_forward"), {"HOW": "subprocess"}),
-    "autograd_by_execv": (("autograd_in_another_program", "autograd_forward"), {"HOW": "execv"}),
+    **{f"autograd_by_{how}": (("autograd_in_another_program", "autograd_forward"),
+                              {"HOW": how, "MARK": f"@OUT@/../{PROGRAM_STARTED}{how}"})
+       for how in ("subprocess", "execv", "fork_exec", "spawn")},
 }
 
 
 # Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
-BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv")
+BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv",
+                 "autograd_by_fork_exec", "autograd_by_spawn")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
 SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor", "hidden_inputs_in_output")
@@ -64,9 +68,11 @@ WITH_REFERENCE = ("hidden_inputs_in_output",)
 # What the fallback level is checked against: what a run may reach and how it is ended.
 FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
-# process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can.
+# process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can. The
+# programs started below the audit layer are there to measure what it does not stop.
 PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
-                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess")
+                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_fork_exec",
+                    "autograd_by_spawn")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from attack_tools import attack_source, only_at
+from attack_batch import PROGRAM_STARTED
+from attack_tools import attack_source, batch_level, only_at
 from support import SOLUTIONS, grade_files
 
 
@@ -121,6 +122,7 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     levels = ("namespaces", "fallback") if attack == "autograd_by_execv" else ("namespaces", "fallback", "portable")
     only_at(attack_batch, *levels, attack=attack)
     result = attack_batch["results"][attack]
+    assert not started(attack_batch, attack)  # another program never started
     backward = [t for t in result["tests"] if "backward" in t["name"]]
     forward = [t for t in result["tests"] if "forward" in t["name"]]
     assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
@@ -137,6 +139,32 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     # In the list of handins to open, on this handin's own row.
     assert re.search(rf">{attack}</a>(?:(?!</tr>).)*integrity flag: attention_backward_by_autograd", report, re.S), \
         report[-3000:]
+
+
+def started(batch: dict, attack: str) -> bool:
+    """Whether the other program of an autograd_by_* attack started: it leaves its mark first thing."""
+    return (batch["out"].parent / f"{PROGRAM_STARTED}{attack.removeprefix('autograd_by_')}").exists()
+
+
+@pytest.mark.parametrize("attack", ["autograd_by_fork_exec", "autograd_by_spawn"])
+def test_a_program_started_below_the_audit_layer(attack_batch, attack):
+    """_posixsubprocess.fork_exec, which multiprocessing calls to spawn a process, raises no audit event: the hook
+    that refuses subprocess, os.exec* and os.posix_spawn never sees it. At the Linux levels seccomp refuses
+    execve: the other program never starts (the forked child exits 255), and the backward points are lost (17 of
+    30). At the portable level nothing stops it: the program starts (its mark is there) and, given the time to
+    import torch, scores the backward points (30 of 30 with a 120 s limit; on a loaded machine the batch's 20 s may
+    not be enough, so its points are not checked here), as docs/isolation.md says of that level."""
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack=attack)
+    result = attack_batch["results"][attack]
+    forward = [t for t in result["tests"] if "forward" in t["name"]]
+    assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
+    if batch_level(attack_batch) == "portable":
+        assert started(attack_batch, attack)
+        return
+    assert not started(attack_batch, attack)
+    backward = [t for t in result["tests"] if "backward" in t["name"]]
+    assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
+    assert "the other program failed: exit 255" in "\n".join(t["output"] for t in backward)
 
 
 # ---------------------------------------------------------------- the audit pipe

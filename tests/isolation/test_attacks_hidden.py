@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
 
 from gradelib import handin
 
-from attack_tools import only_at
-from support import FIXTURES, grade_files
+from attack_tools import attack_source, only_at, outputs, run_cli
+from support import FIXTURES, SOLUTIONS, grade_files
 
 HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
 FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
@@ -39,11 +43,99 @@ def test_a_run_that_prints_hidden_inputs_and_exits_3_shows_none(attack_batch):
     # the hidden run's message on a hidden line (shown once the grades are published).
     assert "LEAKED-INPUT single_batch.npz" in notes and "exited with code 3" in notes, notes
     assert "LEAKED-INPUT ['batched.npz'" in public and "LEAKED-INPUT ['dk_ne_dv.npz'" in hidden, (public, hidden)
-    assert "on the hidden cases exited with code 3" in notes, notes
+    assert "on the hidden cases ended early (its exit code and output are not shown" in notes, notes
     assert "an autograd call the grader's harness recorded" in public, public
     # No forged line at the start of a line anywhere: the messages are kept to one line.
     shown = "\n".join([visible, hidden])
     assert not FORGED.search(shown), FORGED.search(shown)
+
+
+# ---------------------------------------------------------------- how a hidden run ended
+
+# How the hidden run ends (tests/isolation/attacks/hidden_end.py's HOW) -> the words its note must use. "leak" exits
+# with the first hidden input's first value: "exited with code N" showed 8 bits of a hidden input a resubmission.
+HIDDEN_ENDS = {"exit_1": ("1", "ended early"), "leak": ("leak", "ended early"),
+               "sigsegv": ("signal 11", "ended early"), "memory": ("memory", "ran out of memory")}
+HIDDEN_NOTE = ("attention: the submission's process on the hidden cases {} (its exit code and output are not shown: "
+               "that run had the hidden cases at hand).")
+
+
+@pytest.mark.parametrize("level", ["machine", "fallback", "portable"])
+def test_a_hidden_run_says_how_it_ended_by_kind_alone(tmp_path, level):
+    """The note on a hidden run said "exited with code 70" (8 bits of a hidden input a resubmission: the "leak"
+    attack exits with one), the signal that killed it, the MB it held when stopped for memory. Now: that it ended
+    early or ran out of memory (or time), in the same words whatever the code or signal, at every level; the
+    hidden tests' messages (shown once the grades are published) say no more. The public run, honest here,
+    keeps its detailed words (test_exit_at_import_is_reported)."""
+    if level == "fallback":
+        from container import available
+
+        if available():
+            pytest.skip(f"Docker's default container cannot be reproduced here: {available()}")
+    public = ",".join(c["name"] for c in json.loads((FIXTURES / "attention" / "public" / "cases.json").read_text()))
+    paths = []
+    for name, (how, _words) in HIDDEN_ENDS.items():
+        folder = tmp_path / "submissions" / name
+        folder.mkdir(parents=True)
+        (folder / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text()
+                                             + attack_source("hidden_end", HOW=how, PUBLIC=public))
+        paths.append(str(folder))
+    out = tmp_path / "grades"
+    proc = run_cli(*paths, "--out", str(out), "--jobs", "2", "--timeout", "60", "--memory-mb", "1024", "--only",
+                   "attention", level="" if level == "machine" else level, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = {}
+    for name, (_how, words) in HIDDEN_ENDS.items():
+        result = json.loads((out / name / "results.json").read_text())
+        feedback = (out / name / "feedback.txt").read_text()
+        assert result["output"].splitlines()[0] == HIDDEN_NOTE.format(words), result["output"]
+        text = "\n".join([outputs(result), feedback]).replace(name, "NAME")
+        assert not re.search(r"code \d|SIG|\d+ MB", text), text
+        said[name] = text
+    # Every exit code and signal: the same text, every word of it (the public run is the same honest one).
+    assert said["exit_1"] == said["leak"] == said["sigsegv"], [said[n] for n in ("exit_1", "leak", "sigsegv")]
+    with np.load(FIXTURES / "attention" / "hidden" / f"{sorted(HIDDEN_CASES)[0]}.npz") as data:
+        leaked = int(abs(float(data["X"].ravel()[0])) * 1000) % 256  # what the leak's exit code was
+    assert leaked != 1 and f"code {leaked}" not in said["leak"]
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"returncode": 70}, "ended early"),
+    ({"returncode": 0}, "ended early"),  # before it finished its cases
+    ({"returncode": -11}, "ended early"),
+    ({"returncode": -9, "output_capped_mb": 32}, "ended early"),
+    ({"returncode": -9, "events_capped_mb": 1}, "ended early"),
+    ({"returncode": None, "timed_out": True}, "ran out of time"),
+    ({"returncode": -24}, "ran out of time"),  # SIGXCPU: the CPU-time limit
+    ({"returncode": -9, "memory_limit_mb": 1024, "memory_used_mb": 1100, "memory_where": " (in /dev/shm)"},
+     "ran out of memory"),
+], ids=["exit_70", "exit_0", "sigsegv", "output_cap", "audit_pipe_cap", "wall_clock", "cpu_time", "memory"])
+def test_every_way_a_hidden_run_ends_is_said_by_kind(fields, words):
+    """Each way a run ends, as the isolation levels record it, in a hidden run's words: one of three kinds. The
+    same run without hidden inputs at hand says more (the code, the signal, the MB, the cap)."""
+    from autograder.isolation.pipes import IsolatedRun
+
+    run = IsolatedRun(**{"returncode": None, "timed_out": False, "wall_s": 12.5, "log_tail": "", **fields}, hidden=True)
+    assert run.describe() == words
+    assert replace(run, hidden=False).describe() not in ("ended early", "ran out of time", "ran out of memory")
+
+
+def test_notebook_3s_model_on_the_hidden_rows_runs_as_a_hidden_run(tmp_path, monkeypatch):
+    """The run of the handed-in model on the hidden rows (model_quality.model_run) is a hidden run too: its limits
+    say so (Limits.hidden), so the words of its end are by kind alone, as test_a_hidden_run_says_how_it_ended_by_
+    kind_alone checks for attention's and the notebooks' runs (course_side.run_sets)."""
+    from autograder.grading import model_quality
+    from autograder.isolation import Limits
+    from gradelib.context import GradeContext
+    from gradelib.problems import lm_model
+
+    (tmp_path / "model.pt").write_bytes(b"x")
+    (tmp_path / "03_language_model.ipynb").write_bytes(SOLUTIONS.joinpath("03_language_model.ipynb").read_bytes())
+    ran = []
+    monkeypatch.setattr(lm_model, "run_model", lambda ctx, *args, **kwargs: ran.append(ctx.limits))
+    ctx = GradeContext(tmp_path, FIXTURES, ("public", "hidden"), Limits(timeout_s=30))
+    model_quality.model_run(ctx, {})
+    assert [limits.hidden for limits in ran] == [True] and not ctx.limits.hidden, ran
 
 
 def test_the_course_grader_refuses_a_model_over_the_handin_cap(tmp_path):
