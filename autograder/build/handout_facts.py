@@ -46,13 +46,13 @@ def runs_phrase(runs: dict | None) -> str:
     if runs is None:
         return "No runs of the default settings were measured on this corpus."
     firsts, epochs = [r["first_full_credit"] for r in runs["runs"]], runs["epochs"]
-    seeds = ", ".join(str(r["seed"]) for r in runs["runs"])
-    said = ", ".join("never" if f is None else str(f) for f in firsts)
+    each = [f"{'never' if f is None else f} (seed {r['seed']})" for f, r in zip(firsts, runs["runs"])]
+    said = each[0] if len(each) == 1 else ", ".join(each[:-1]) + " and " + each[-1]
     spare = epochs - max(firsts) if None not in firsts else -1
     length = (f"`EPOCHS = {epochs}` leaves {spare} epoch{'s' * (spare != 1)} to spare" if spare >= 0
               else f"`EPOCHS = {epochs}` is not always enough on this corpus")
-    return (f"{length}: in {len(firsts)} runs of the default settings (seeds {seeds}) the model first earned full "
-            f"credit on both quality lines after epoch {said} of {epochs}.")
+    return (f"{length}: in {len(firsts)} runs of the default settings the model first earned full credit on both "
+            f"quality lines after epoch {said} of {epochs}.")
 
 
 def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
@@ -95,8 +95,7 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
     else:
         first = passing[0]
         steady = passing == [r["epoch"] for r in epochs if r["epoch"] >= first]
-        full = (f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''} "
-                f"(after about {max(1, round(first * per_epoch / 60))} minutes)")
+        full = f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''}"
     return {
         "corpus_name": name,
         "corpus_paragraph": paragraph,
@@ -105,7 +104,7 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
         "reference_parameters": f"{ref['parameters']:,}",
         "reference_epochs": str(n_epochs),
         "train_minutes": str(max(1, round(per_epoch * n_epochs / 60))),
-        "epoch_s": str(round(per_epoch)),
+        "train_cpu_s": f"{round(2 * per_epoch * n_epochs):,}",
         "reference_val_nll": f"{final['val_prediction_nll']:.2f}",
         "reference_generation_perplexity": f"{final['generation_perplexity']:.1f}",
         "full_credit_phrase": full,

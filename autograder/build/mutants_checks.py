@@ -16,6 +16,8 @@ import ast
 import contextlib
 import io
 import json
+import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -23,6 +25,7 @@ import torch
 
 from autograder.build import mutants as mm
 from autograder.build import mutants_notebooks as nbm
+from autograder.build.measured import host_record
 
 TEST_CELL = '""" # BEGIN TEST CONFIG'
 
@@ -58,10 +61,10 @@ def first_failing(tests: list[tuple[str, str]], namespace: dict) -> str:
     return ""
 
 
-def summary(found: list[tuple[str, str]]) -> dict:
+def summary(found: list[tuple[str, str]], every: int = 1) -> dict:
     """(own question, first failing question) of each killed mutant -> the counts of the report."""
     return {"own_check_first": sum(own == first for own, first in found), "own_check_of": len(found),
-            "no_check_fails": sum(not first for _, first in found)}
+            "no_check_fails": sum(not first for _, first in found), "every": every}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=mm.REPO / "build" / "mutants_checks.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    start, load = time.time(), os.getloadavg()
     found: dict[str, list[dict]] = {}
     for target in (t for t in nbm.TARGETS if not args.only or t.problem in args.only):
         notebook = args.solutions / target.notebook
@@ -91,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{target.problem} {i}/{len(chosen)}] {m.name}: first failing check {row['first'] or 'none'} "
                   f"(own: {row['own']})" + ("" if row["first"] == row["own"] else "\n   " + m.diff.replace(
                       "\n", "\n   ").rstrip()), flush=True)
-        report = {k: summary([(r["own"], r["first"]) for r in rows]) for k, rows in found.items()}
+        report = {k: summary([(r["own"], r["first"]) for r in rows], args.every) for k, rows in found.items()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"summary": report, "mutants": found}, indent=1))
-    print(json.dumps({k: summary([(r["own"], r["first"]) for r in rows]) for k, rows in found.items()}, indent=1))
+        args.out.write_text(json.dumps({"recorded": host_record("python -m autograder.build.mutants_checks", load),
+                                        "seconds": round(time.time() - start), "checks": report,
+                                        "mutants": found}, indent=1))
+    print(json.dumps(report, indent=1))
     return 0
 
 
