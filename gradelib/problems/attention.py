@@ -30,8 +30,7 @@ HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {
     "Q": "Q = X W_q with X (B, T, D) and W_q (D, Dk); '@' broadcasts over the batch.",
-    "K": "K = X W_k, shape (B, T, Dk).",
-    "V": "V = X W_v, shape (B, T, Dv).",
+    "K": "K = X W_k, shape (B, T, Dk).", "V": "V = X W_v, shape (B, T, Dv).",
     "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
     "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal.",
     "X_new": "X_new = A_sig V, shape (B, T, Dv).",

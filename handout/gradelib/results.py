@@ -104,11 +104,9 @@ def knock_on(output: str) -> bool:
 
 
 # How a line's failure text says the code it grades is still the handout's TODO (the children's words).
-_TODO_SAID = (
-    re.compile(r"not attempted: `(?P<what>[^`]+)` raises NotImplementedError"),
-    re.compile(r"(?P<what>import|init|forward|backward) raised NotImplementedError\b:? ?(?P<todo>TODO[^(]*?)? ?"
-               r"\(in (?P<file>[^,()]+), line (?P<line>\d+)\)"),
-)
+_TODO_SAID = (re.compile(r"not attempted: `(?P<what>[^`]+)` raises NotImplementedError"),
+              re.compile(r"(?P<what>import|init|forward|backward) raised NotImplementedError\b:? ?(?P<todo>TODO[^(]*?)?"
+                         r" ?\(in (?P<file>[^,()]+), line (?P<line>\d+)\)"))
 
 
 def not_attempted(output: str) -> str:
