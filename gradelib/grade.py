@@ -94,9 +94,8 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
             done = course.in_order(jobs) if course is not None else [(job(), 0.0) for job in jobs]
         for p, ctx, ((tests, failed), seconds) in zip(selected, contexts, done):
-            result.tests += tests
             notes = [clean_text(n) for n in ctx.notes]
-            result.notes += notes
+            result.tests, result.notes = result.tests + tests, result.notes + notes
             result.flags.update(ctx.flags)
             if course is not None:  # the course's records keep each problem's notes, flags and seconds (run, not wait)
                 result.graded(p.id, notes, ctx.flags, failed, seconds)

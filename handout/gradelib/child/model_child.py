@@ -1,6 +1,5 @@
-"""Rebuilds the handin's trained model from notebook 3's own code and model.pt and runs it (inside the child), after
-notebook_child.py's run of the cells: the causality probe's logits, generate() and predict(), each prediction set's
-teacher-forced logits (see lm_model.py); model.json says how it went."""
+"""Rebuilds the handin's model from notebook 3's code and model.pt and runs it after notebook_child.py's cells: the
+causality probe, generate(), predict(), each prediction set's teacher-forced logits (lm_model.py); see model.json."""
 
 from __future__ import annotations
 
