@@ -256,7 +256,7 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
                               dict(os.environ))
     assert rc == 0, stderr
     data = json.loads((tmp_path / "out" / "student" / "results.json").read_text())
-    assert data["score"] == 0 and "not graded: attention" in data["extra_data"]["flags"]
+    assert data["score"] is None and "not graded: attention" in data["extra_data"]["flags"]  # no score, not a 0
     assert "could not be graded" in data["output"] and "on each of 2 attempts" in data["output"]
     assert stdout.strip().splitlines()[-1] == '{"scores":{}}'  # no score at all, rather than a student's 0
     assert (tmp_path / "out" / ".logs" / "student.log").read_text().count("--- attempt") == 2
@@ -269,7 +269,7 @@ def test_a_grader_process_that_keeps_dying_is_marked_not_graded_and_the_next_run
     )
 
 
-def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path):
+def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_not_graded(tmp_path):
     sub = tmp_path / "hang"
     sub.mkdir()
     (sub / "attention.py").write_text("while True:\n    pass\n")
@@ -280,7 +280,7 @@ def test_a_submission_past_its_deadline_is_stopped_and_recorded_as_zero(tmp_path
     assert rc == 0, stderr
     assert time.monotonic() - start < 90  # the 2 s deadline, not the run's 180 s limit (generous: a busy machine)
     data = json.loads((tmp_path / "out" / "hang" / "results.json").read_text())
-    assert data["score"] == 0 and "ran past the 2 s limit" in data["output"]
+    assert data["score"] is None and "ran past the 2 s limit" in data["output"]
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -321,6 +321,7 @@ def test_report_renders_in_headless_chromium_with_every_section(graded_class, re
     assert f"{n} submissions" in dom
     for section in ('id="score-histogram"', 'id="pass-rates"', 'id="slowest"', 'id="failed"', 'id="all"'):
         assert section in dom, section
+    assert dom.index('id="failed"') < dom.index('id="score-histogram"')  # what needs a TA comes first
     chart = dom[dom.index('id="score-histogram"'):]
     counts = [int(c) for c in __import__("re").findall(r'data-count="(\d+)"', chart[: chart.index("</svg>")])]
     assert sum(counts) == n
@@ -412,3 +413,70 @@ def test_report_for_300_students_sorts_filters_drills_down_and_draws_thresholds(
     planted = tmp_path / "out" / "planted.html"
     planted.write_text(report.read_text().replace("</body>", "<script>document.title='pwned'</script></body>"))
     assert "<title>Class report</title>" in _render(planted, tmp_path / "profile2", "--dump-dom").stdout
+
+
+def _bunched_class(folder: Path) -> dict:
+    """30 results.json files as a class bunched near full marks (totals 100 to 120 of 120), one of them not graded
+    (the grader lost its attention run), one scored by a run killed from outside its limits (as an older grader
+    recorded it): what the report must show, computed here."""
+    import random
+
+    rng = random.Random(43)
+    totals = {}
+    for i in range(30):
+        name = f"s{i:02d}"
+        lost, touched = i == 7, i == 11
+        fails = {"attention: forward [public]": i % 3 == 0, "attention: backward [hidden]": i % 10 == 0}
+        rest = 120.0 - 4.0 - rng.choice([0, 0, 0, 2, 5, 8, 10, 12, 16])
+        tests = [{"name": n, "score": None if lost else (0.0 if bad else 2.0), "max_score": 2.0,
+                  "tags": ["attention"], "output": "x", **({} if lost else {"status": "failed" if bad else "passed"})}
+                 for n, bad in fails.items()]
+        tests.append({"name": "prediction: NLL [hidden]", "score": rest, "max_score": 116.0, "tags": ["prediction"],
+                      "status": "passed" if rest == 116 else "failed",
+                      "output": "killed by SIGKILL from outside its limits" if touched else "ok"})
+        data = {"score": None if lost else sum(t["score"] for t in tests), "tests": tests, "execution_time": 1.0}
+        if lost:
+            data["extra_data"] = {"flags": {"not graded: attention": "the sandboxed run was killed by SIGKILL"}}
+        (folder / name).mkdir(parents=True)
+        (folder / name / "results.json").write_text(json.dumps(data))
+        totals[name] = None if lost else data["score"]
+    return totals
+
+
+def test_report_leads_with_what_needs_a_ta_and_resolves_a_class_bunched_near_full_marks(tmp_path):
+    """The list of submissions to open (not graded ones, and scores a fault may have touched) comes first; the
+    score histogram's bins are 2.5 points wide, so no bar holds most of a class spread over 100-120; the pass rates
+    come most failed first, and sort by failure rate on a click. Checked in headless Chromium, screenshot kept."""
+    import re
+
+    from autograder.batch.records import read_row
+    from autograder.batch.report import write_report
+    from autograder.batch.triage import needs_look
+
+    out = tmp_path / "out"
+    totals = _bunched_class(out)
+    rows = [read_row(out / name / "results.json", name) for name in totals]
+    report = out / "report.html"
+    write_report(report, rows, ["attention", "prediction"], "Class report", needs=needs_look(rows, ["attention"]))
+    dom = _render(report, tmp_path / "profile", "--dump-dom").stdout
+    order = [dom.index(f'id="{section}"') for section in ("summary", "failed", "score-histogram", "pass-rates", "all")]
+    assert order == sorted(order), order
+    listed = dom[dom.index('<table id="failed"'):]
+    listed = listed[: listed.index("</table>")]
+    assert "s07" in listed and "not graded: attention: the sandboxed run was killed by SIGKILL" in listed
+    assert "s11" in listed and "a fault may have touched this score: prediction: NLL [hidden]" in listed
+    assert "29 submissions" not in dom and "30 submissions (1 not graded" in dom
+    chart = dom[dom.index('id="score-histogram"'):]
+    counts = [int(c) for c in re.findall(r'data-count="(\d+)"', chart[: chart.index("</svg>")])]
+    graded = [t for t in totals.values() if t is not None]
+    assert len(counts) == 48 and sum(counts) == len(graded) == 29  # 2.5-point bins; the one not graded has no total
+    expected = [sum(1 for t in graded if min(int(t / 2.5), 47) == b) for b in range(48)]  # the bins, from the totals
+    assert counts == expected and max(counts) < len(graded) / 2, counts
+    rates = dom[dom.index('<table id="pass-rates"'):]
+    rates = re.findall(r"<tr><td>([^<]*)</td><td>(\d+) / (\d+)</td><td>(\d+)%</td>", rates[: rates.index("</table>")])
+    failure = [int(f) for _name, _p, _n, f in rates]
+    assert failure == sorted(failure, reverse=True) and rates[0][0] == "prediction: NLL [hidden]", rates
+    shot = tmp_path / "report-top.png"
+    _render(report, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1100,1400")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"screenshot of report.html's first screen: {shot}")

@@ -234,6 +234,23 @@ ODD_NAMES = (
 )
 
 
+def test_a_submission_has_one_name_whatever_its_archive_type(tmp_path):
+    """`broken_zip.zip` is `broken_zip`, as `broken_truncated.tar` is `broken_truncated`; results an older grader
+    kept under the .zip's file name move to that name (never two rows for one submission)."""
+    from autograder.batch.records import adopt_zip_folders
+
+    paths = [tmp_path / n for n in ("broken_zip.zip", "broken_truncated.tar", "gz.tar.gz", "t.tgz", "alice",
+                                    "bob/handin.zip", "carol/handin.tar")]
+    assert submission_names(paths) == ["broken_zip", "broken_truncated", "gz", "t", "alice", "bob", "carol"]
+    assert source_key(tmp_path / "bob" / "handin.zip") == source_key(tmp_path / "bob")
+    out = tmp_path / "grades"
+    _graded(out, "broken_zip.zip", paths[0], {"attention": 7.0})
+    _graded(out, "other.zip", tmp_path / "elsewhere.zip", {"attention": 1.0})  # another submission's: stays
+    adopt_zip_folders(out, [paths[0], tmp_path / "other.zip"], ["broken_zip", "other"])
+    assert sorted(p.name for p in out.iterdir()) == ["broken_zip", "other.zip"]
+    assert read_row(out / "broken_zip" / "results.json", "broken_zip").scores["attention"] == 7.0
+
+
 def test_any_file_name_is_graded_normally_and_written_safely(tmp_path):
     subs = [_handin(tmp_path / "subs" / name, {"attention.py": REFERENCE}) for name in ODD_NAMES]
     out = tmp_path / "grades"

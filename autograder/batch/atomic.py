@@ -9,21 +9,24 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 PARTIAL_SUFFIX = ".tmp"  # write_text_atomic's file beside its target, renamed over it when whole
 
 
-def remove_partial_writes(folder: Path) -> None:
+def remove_partial_writes(folder: Path, older_than_s: float = 0.0) -> None:
     """Remove what write_text_atomic left in `folder` when its process was stopped between writing and
-    renaming (the old file, if any, is still whole beside it). Only for a folder nobody writes to now."""
+    renaming (the old file, if any, is still whole beside it). Only for a folder nobody writes to now, or
+    only files last written `older_than_s` ago (a write takes a second at most)."""
     try:
         names = [p for p in folder.glob(f".*{PARTIAL_SUFFIX}") if p.is_file() and not p.is_symlink()]
     except OSError:
         return
     for path in names:
         try:
-            path.unlink()
+            if time.time() - path.stat().st_mtime >= older_than_s:
+                path.unlink()
         except OSError:
             pass
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,9 +32,9 @@ from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
 from . import gradebook, regrade
-from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files
+from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop
 from .pool import Batch, Job
-from .records import already_graded, claim, class_folders, read_row, submission_names
+from .records import adopt_zip_folders, already_graded, claim, class_folders, read_row, submission_names
 from .submission_times import keep_metadata
 from .worker import CASE_ROOT
 
@@ -54,7 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of a submission's process")
     ap.add_argument("--only", nargs="+", metavar="PROBLEM", help="grade only these problem ids")
     ap.add_argument("--force", action="store_true", help="regrade submissions that already have results.json")
-    ap.add_argument("--retries", type=int, default=2, help="restarts of a grader process that died (default 2)")
+    ap.add_argument("--retries", type=int, default=2,
+                    help="attempts again where the grader failed: its process died, or a run was lost to a fault "
+                    "(default 2)")
     ap.add_argument(
         "--submission-timeout", type=float, default=None,
         help="wall-clock cap on grading one submission (default: (1.5 x problems + 1) x --timeout + 60 s)",
@@ -180,22 +184,32 @@ def main(argv: list[str] | None = None) -> int:
               "after which every word is a submission.", file=sys.stderr)
         return 2
     names = submission_names(args.submissions)
-    args.out.mkdir(parents=True, exist_ok=True)
-    jobs, plan = plan_jobs(args, names, problem_ids)
-    before = {job.name: read_row(args.out / job.name / "results.json", job.name) for job in jobs if job.reasons}
-    for job in jobs:
-        claim(job.path, args.out / job.name)
-    for path, name in zip(args.submissions, names):
-        keep_metadata(path, args.out / name)
+    args.command = "python -m autograder " + shlex.join(sys.argv[1:] if argv is None else argv)
+    try:  # the grader's own writes: a full disk stops the run here, before anything is graded
+        args.out.mkdir(parents=True, exist_ok=True)
+        adopt_zip_folders(args.out, args.submissions, names)
+        jobs, plan = plan_jobs(args, names, problem_ids)
+        before = {job.name: read_row(args.out / job.name / "results.json", job.name) for job in jobs if job.reasons}
+        for job in jobs:
+            claim(job.path, args.out / job.name)
+        for path, name in zip(args.submissions, names):
+            keep_metadata(path, args.out / name)
+    except OSError as exc:
+        return write_stop(args, names, f"preparing {args.out}: {exc}", known)
     if plan:
         print(plan, file=sys.stderr if len(names) == 1 else sys.stdout, flush=True)
     # A problem's runs (its public and hidden cases apart) share its --timeout, the second getting at least half.
     deadline = args.submission_timeout or (1.5 * len(problem_ids) + 1) * args.timeout + 60.0
-    batch = Batch(args, jobs, deadline)
+    try:
+        batch = Batch(args, jobs, deadline)
+    except OSError as exc:
+        return write_stop(args, names, f"making the scratch folder in {tempfile.gettempdir()}: {exc}", known)
     start = time.monotonic()
     with tqdm(total=len(jobs), unit="handin", file=sys.stderr, disable=len(jobs) < 2, dynamic_ncols=True) as bar:
         batch.run(bar)
     wall = time.monotonic() - start
+    if batch.write_error:
+        return write_stop(args, names, batch.write_error, known)
     if batch.stop_signal is not None:
         done = sum((args.out / n / "results.json").is_file() for n in names)
         print(
@@ -204,10 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + batch.stop_signal
-    changed = log_regrades(args.out, jobs, before)
-    if len(names) == 1:
-        return finish_one(args, names[0], jobs, known, problem_ids)
-    return finish_class(args, names, jobs, batch, known, wall, changed)
+    try:
+        changed = log_regrades(args.out, jobs, before)
+        if len(names) == 1:
+            return finish_one(args, names[0], jobs, known, problem_ids)
+        return finish_class(args, names, jobs, batch, known, wall, changed)
+    except OSError as exc:
+        return write_stop(args, names, f"writing the class files: {exc}", known)
 
 
 def finish_one(args: argparse.Namespace, name: str, jobs: list[Job], known: list[str], problem_ids: list[str]) -> int:
@@ -244,9 +261,10 @@ def finish_class(args: argparse.Namespace, names: list[str], jobs: list[Job], ba
     book, book_lines = write_class_files(args, known)
     exports = f"\nexports:   {args.out / 'scores.csv'}" + (f", {args.out / 'canvas.csv'}" if args.roster else "")
     changes = f"; {changed} score(s) changed by the regrade: {args.out / REGRADE_LOG}" if changed else ""
+    retried = f"; {batch.retried} attempt(s) started again after the grader failed" if batch.retried else ""
     print(
         f"graded {batch.graded + len(batch.failed)} of {len(names)} submissions in {wall:.1f} s "
-        f"({len(names) - len(jobs)} up to date, {len(batch.failed)} could not be graded{changes})\n"
+        f"({len(names) - len(jobs)} up to date, {len(batch.failed)} could not be graded{retried}{changes})\n"
         f"gradebook: {args.out / 'grades.csv'} ({book} rows: every results.json under {args.out})\n"
         f"report:    {args.out / 'report.html'}{exports}{similar}" + (f"\n{book_lines}" if book_lines else "")
     )

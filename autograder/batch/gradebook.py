@@ -326,7 +326,8 @@ def write_grades(path: Path, book: Book, problem_ids: list[str], roster: bool) -
         missing = set(e.row.not_graded)
         lines.append([cell(e.row.submission), *(ident if roster else []),
                       *["not graded" if p in missing else f"{e.columns[p]:.2f}" for p in problem_ids],
-                      f"{e.total:.2f}", f"{e.max:.2f}", "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}",
+                      "not graded" if missing else f"{e.total:.2f}", f"{e.max:.2f}",
+                      "" if e.days_late is None else e.days_late, f"{e.penalty:.2f}",
                       "not graded" if missing else f"{e.final:.2f}"])
     write_text_atomic(path, _csv(lines))
 

@@ -2,9 +2,13 @@
 
 Each submission is graded by a worker process of its own (worker.py), at most
 --jobs at a time, so one handin's crash, hang or memory blow-up ends its own
-worker only. A worker that dies is started again up to --retries times; after
-that, or when it runs past its deadline, the submission is recorded as graded
-0 with a message saying why -- it is never lost and never retried forever.
+worker only. A worker that dies, or whose sandboxed run was lost to a fault
+(worker.FAULT_EXIT: the problems it lost are graded again), is started again
+up to --retries times; after that, or when it runs past its deadline, the
+submission is recorded as not graded with a message saying why -- it is never
+lost, never given a score for the grader's failure, and never retried forever.
+A write of the grader's own that fails (a full disk) is not retried: the batch
+stops starting workers and says so (write_error).
 Whatever happened to a worker, its sandboxed processes, run cgroups and
 scratch files are removed when it ends. A single submission (Gradescope's,
 Autolab's) gets a worker too: the address-space cap, the deadline, the
@@ -38,6 +42,8 @@ from gradelib.scoring import all_zero
 from ..grading.course_result import CourseResult
 from . import regrade
 from .atomic import remove_partial_writes
+from .records import read_row
+from .worker import FAULT_EXIT, WRITE_FAILED_EXIT
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.05
@@ -91,8 +97,10 @@ class Batch:
         self.active: list[Job] = []
         self.deadline_s = deadline_s
         self.stop_signal: int | None = None
+        self.write_error = ""  # the grader's own write that failed (a full disk): the batch stops
         self.graded = 0
         self.failed: list[str] = []
+        self.retried = 0  # attempts started again after a worker died or lost a run to a fault
         self.logs = args.out / ".logs"
         # Every worker's scratch lives under here, so the batch can remove what a killed worker left.
         sweep_scratch()
@@ -109,7 +117,20 @@ class Batch:
         # The worker ends when this process does, however this process ends.
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal is not None or bool(self.write_error)
+
     def _start(self, job: Job) -> None:
+        try:
+            self._spawn(job)
+        except OSError as exc:  # its scratch folder or its log could not be made: the grader's own write
+            self.write_error = self.write_error or f"starting the grading of {job.name}: {exc}"
+            if job.scratch is not None:
+                remove_scratch(job.scratch)
+                job.scratch = None
+
+    def _spawn(self, job: Job) -> None:
         job.attempts += 1
         job.scratch = Path(tempfile.mkdtemp(prefix=f"{job.name[:40]}-", dir=self.scratch))
         job.scratch.chmod(0o711)  # a fallback child running as `nobody` must traverse it
@@ -151,23 +172,42 @@ class Batch:
         for pid in result.problems:
             result.mark_not_graded(pid, f"the grader's own process {why}")
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
-        regrade.write_merged(
-            result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge
-        )
+        try:
+            regrade.write_merged(
+                result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge
+            )
+        except OSError as exc:
+            self.write_error = self.write_error or f"recording that {job.name} could not be graded: {exc}"
+            return
         self.failed.append(job.name)
 
     def _finished(self, job: Job, returncode: int | None, bar) -> None:
         self.active.remove(job)
         self._clean(job)
-        if self.stop_signal is not None:
+        if self.stopping:
             return
-        if returncode == 0 and (self.args.out / job.name / "results.json").is_file():
+        results = self.args.out / job.name / "results.json"
+        if returncode == 0 and results.is_file():
             self.graded += 1
+            bar.update(1)
+            return
+        if returncode == WRITE_FAILED_EXIT:  # retrying cannot help: the batch stops (cli says what to do)
+            self.write_error = f"writing the results of {job.name} (its log says why: {self.logs / job.name}.log)"
+            return
+        if returncode == FAULT_EXIT and results.is_file():  # written, with the problems a fault cost not graded
+            lost = read_row(results, job.name).not_graded
+            if lost and job.attempts <= self.args.retries:
+                job.only, job.merge = lost, True  # those problems again, merged into what was graded
+                self.retried += 1
+                self.queue.appendleft(job)
+                return
+            self.failed.append(job.name)
             bar.update(1)
             return
         if returncode is None:
             self._record_failure(job, f"ran past the {self.deadline_s:.0f} s limit for one submission")
         elif job.attempts <= self.args.retries:
+            self.retried += 1
             self.queue.appendleft(job)
             return
         else:
@@ -203,8 +243,8 @@ class Batch:
         before = self._before = kernel.children_of(os.getpid())
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while (self.queue or self.active) and self.stop_signal is None:
-                while self.queue and len(self.active) < max(1, self.args.jobs) and self.stop_signal is None:
+            while (self.queue or self.active) and not self.stopping:
+                while self.queue and len(self.active) < max(1, self.args.jobs) and not self.stopping:
                     self._start(self.queue.popleft())
                 time.sleep(POLL_S)
                 ended = False

@@ -26,12 +26,15 @@ MAX_RESULTS_BYTES = 64 * 1024 * 1024
 # The class outputs beside the per-submission folders.
 RESERVED = {"grades.csv", "report.html", "regrades.csv", "canvas.csv", "scores.csv"}
 SOURCE_FILE = ".source"  # in each submission's folder: the path it was graded from
-ARCHIVE_EXTENSIONS = (".tar.gz", ".tgz", ".tar")
+ARCHIVE_EXTENSIONS = (".tar.gz", ".tgz", ".tar", ".zip")  # dropped from a submission's name, whatever its type
 HANDIN_ARCHIVES = tuple(f"handin{ext}" for ext in ARCHIVE_EXTENSIONS)
 # Gradescope's upload folder (/autograder/submission/, its submission_metadata.json beside it): a class
 # exported in that layout (<student>/submission/) is named by the student's folder.
 UPLOAD_FOLDER = "submission"
 FORMULA_STARTS = ("=", "+", "-", "@")  # a spreadsheet runs a cell starting so as a formula
+# A graded test's message that tells of a run ended from outside its limits (results of a grader that scored such
+# a run): a fault may have touched its score, so the report lists it.
+FAULT_WORDS = ("from outside its limits", "none of the grader's limits sent")
 
 
 # ---------------------------------------------------------------- submission names
@@ -121,6 +124,16 @@ def claim(path: Path, folder: Path) -> None:
         write_text_atomic(folder / SOURCE_FILE, source)
 
 
+def adopt_zip_folders(out: Path, paths: list[Path], names: list[str]) -> None:
+    """Move the results of a .zip graded under its file name (`alice.zip`, as an older grader named it) to its
+    name now (`alice`), where that folder is free: one name per submission, and no row twice."""
+    for path, name in zip(paths, names):
+        old = out / path.name
+        if path.name.endswith(".zip") and old.name != name and not (out / name).exists() and old.is_dir() and \
+                not old.is_symlink() and source_of(old) == source_key(path):
+            old.rename(out / name)
+
+
 def class_folders(out: Path) -> list[Path]:
     """The submission folders under `out` that hold a results.json, whichever run graded them."""
     return sorted(
@@ -154,6 +167,7 @@ class Row:
     tests: list[TestRow] = field(default_factory=list)
     isolation: str = ""  # sandbox level its code ran under; "" when results.json does not say
     flags: dict[str, str] = field(default_factory=dict)  # integrity findings (e.g. arrays that are not the model's)
+    faults: list[str] = field(default_factory=list)  # graded tests whose message tells of a fault (FAULT_WORDS)
 
     @property
     def not_graded(self) -> list[str]:
@@ -188,15 +202,21 @@ def read_row(path: Path, name: str) -> Row:
         data = safe_reading.read_json(path, MAX_RESULTS_BYTES)
         if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
             raise ValueError("not a Gradescope results object with a list of tests")
-        tests = []
+        flags = _flags(data.get("extra_data"))
+        ungraded = {k[len(NOT_GRADED):] for k in flags if k.startswith(NOT_GRADED)}
+        tests, faults = [], []
         for t in data["tests"]:
             tags = t.get("tags") or [""]
+            problem = clean_text(tags[0] if isinstance(tags, list) else "")
             extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
             figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
-            tests.append(TestRow(clean_text(t["name"]), clean_text(tags[0] if isinstance(tags, list) else ""),
-                                 finite(t["score"]), finite(t["max_score"]), t.get("status") == "passed",
+            score = 0.0 if t["score"] is None and problem in ungraded else finite(t["score"])  # no grade: no score
+            tests.append(TestRow(clean_text(t["name"]), problem, score, finite(t["max_score"]),
+                                 t.get("status") == "passed",
                                  {clean_text(k): float(v) for k, v in figures.items() if is_finite(v)}))
-        total = round(finite(data.get("score", 0.0)), 4)
+            if problem not in ungraded and any(w in str(t.get("output", "")) for w in FAULT_WORDS):
+                faults.append(tests[-1].name)
+        total = round(sum(t.score for t in tests) if ungraded else finite(data.get("score", 0.0)), 4)
         wall = finite(data.get("execution_time", 0.0))
         notes = clean_text(data.get("output", ""))
     except Exception as exc:  # whatever the file holds, the class's other rows are read
@@ -216,7 +236,8 @@ def read_row(path: Path, name: str) -> Row:
         notes=notes,
         tests=tests,
         isolation=str(extra.get("isolation", "")) if isinstance(extra := data.get("extra_data"), dict) else "",
-        flags=_flags(data.get("extra_data")),
+        flags=flags,
+        faults=faults,
     )
 
 

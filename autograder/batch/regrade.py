@@ -162,7 +162,7 @@ def from_gradescope(data: dict, name: str, problem_order: list[str]) -> CourseRe
         figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
         shown = t.get("visibility") if t.get("visibility") in GRADESCOPE_VISIBILITIES else ""
         result.tests.append(CourseTest(
-            problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score", 0.0),
+            problem=str(tags[0] if tags else ""), name=str(t.get("name", "")), score=t.get("score") or 0.0,
             max_score=t.get("max_score", 0.0), visibility=FROM_GRADESCOPE.get(t.get("visibility"), "hidden"),
             output=str(t.get("output", "")), line=str(extra.get("line", "")),
             figures={k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
@@ -226,6 +226,7 @@ def merge(old: CourseResult, new: CourseResult, problem_order: list[str]) -> Cou
             merged.problem_seconds[pid] = src.problem_seconds[pid]
     merged.notes = notes_general + [n for pid in problems for n in merged.problem_notes.get(pid, [])]
     old_flag_owner = {f: pid for pid, fs in old.problem_flags.items() for f in fs}
+    old_flag_owner.update({NOT_GRADED + pid: pid for pid in old.problems})  # (a problem not graded has no record)
     merged.flags = {k: v for k, v in old.flags.items()
                     if (old_flag_owner.get(k) in kept) or (k not in old_flag_owner and not whole)}
     merged.flags.update(new.flags)
@@ -300,8 +301,23 @@ class _Feedback(CourseResult):
     """The kit's table with the messages of hidden tests withheld (_withheld) unless the rubric shows them at once."""
 
     def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
+        if NOT_GRADED + pid in self.flags:  # one line: what the grader failed at, never a FAIL per line
+            return wrap(f"  {self.flags[NOT_GRADED + pid]}")
         shown = [t for t in failed if t.visibility != "hidden" or t.shown == "visible"]
         return super().failures(pid, shown) + _withheld(pid, shown, [t for t in failed if t not in shown])
+
+    def table(self) -> str:
+        """The kit's table; a problem not graded, and then the total, read `not graded` instead of a score."""
+        ungraded = {k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)}
+        lines = super().table().splitlines()
+        for i, line in enumerate(lines):
+            pid, _, rest = line.partition(" ")
+            if pid in ungraded and rest.endswith(" lines pass") and " / " in rest:
+                lines[i] = f"{pid} not graded (of {self.max_points.get(pid, 0):.2f}): the grader failed, not the " \
+                           "submission; the next run grades it"
+            elif ungraded and line.startswith("TOTAL "):
+                lines[i] = f"TOTAL not graded yet ({', '.join(sorted(ungraded))} not graded)"
+        return "\n".join(lines)
 
 
 def feedback(result: CourseResult) -> str:
@@ -309,7 +325,8 @@ def feedback(result: CourseResult) -> str:
     where the rubric shows hidden tests at once (hidden_tests = "visible"); the staff's report.html lists every
     line."""
     unshown = sum(not t.passed and t.visibility == "hidden" and t.shown != "visible"
-                  for pid in result.problems for t in result.tests if t.problem == pid)
+                  for pid in result.problems if NOT_GRADED + pid not in result.flags
+                  for t in result.tests if t.problem == pid)
     said = wrap(f"The messages of the {unshown} failed hidden tests are not shown here (they name hidden "
                 "cases); the course staff publish them with the grades.") if unshown else []
     shown = _Feedback(**vars(result))
@@ -320,23 +337,28 @@ def feedback(result: CourseResult) -> str:
 
 def to_results_json(result: CourseResult, records: dict[str, dict]) -> dict:
     """Gradescope's results.json of `result`, with the grader record of each of its problems
-    (records: id -> rubric/fixtures).
+    (records: id -> rubric/fixtures). A problem the grader failed on (a NOT_GRADED flag) has no score: its tests'
+    `score` is null, and so is the top-level `score` (the platforms' writers, runtime.py, give no grade for it).
 
     Its top-level `output` is the notes, then what happened to each problem that could not be graded normally,
     then the sandbox level that graded it (students see it: what ran their code, and how confined). The one
     writer of results.json is write_merged."""
     per_problem: dict[str, int] = {}
     tests = []
+    not_graded = {k[len(NOT_GRADED):] for k in result.flags if k.startswith(NOT_GRADED)}  # mark_not_graded's
     for t in result.tests:
         per_problem[t.problem] = per_problem.get(t.problem, 0) + 1
         number = (
             f"{result.problems.index(t.problem) + 1}.{per_problem[t.problem]}" if t.problem in result.problems else ""
         )
         tests.append(gradescope_test(t, number))
+        if t.problem in not_graded:  # no grade, so no score (null) and no status: never a 0 anyone records
+            del tests[-1]["status"]
+            tests[-1]["score"] = None
     level = [f"Sandbox: {result.isolation}"] if result.isolation else []
     wall = result.wall_s if isinstance(result.wall_s, (int, float)) and math.isfinite(result.wall_s) else 0.0
     data = {
-        "score": result.score,
+        "score": None if not_graded else result.score,
         "execution_time": round(float(wall), 2),
         "output": clean_text("\n".join([*result.notes, *not_graded_normally(result), *level])),
         "output_format": "text",
@@ -350,7 +372,6 @@ def to_results_json(result: CourseResult, records: dict[str, dict]) -> dict:
     if result.isolation:
         extra["isolation"] = result.isolation
     problems = {}
-    not_graded = {k[len(NOT_GRADED):] for k in result.flags if k.startswith(NOT_GRADED)}  # mark_not_graded's
     for pid in result.problems:
         rec = records.get(pid)
         if rec is None or pid in not_graded:

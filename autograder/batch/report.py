@@ -25,6 +25,7 @@ from .triage import needs_look
 
 SLOWEST_SHOWN = 10
 HISTOGRAM_BINS = 10
+SCORE_BINS = 50  # the total's histogram: bins of a round width, at most this many (2.5 points of 120)
 CHAR_PX = 6.5  # about the width of a character at font-size 11, for placing labels
 
 
@@ -33,21 +34,22 @@ def plural(n: int, noun: str) -> str:
 
 
 def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title: str, xlabel: str,
-                  marks: list[tuple[float, str]] = (), log: bool = False, width: int = 640, height: int = 260) -> str:
-    """Bar chart of `values` in HISTOGRAM_BINS equal bins over [lo, hi] (log-spaced with `log`); values
+                  marks: list[tuple[float, str]] = (), log: bool = False, width: int = 640, height: int = 260,
+                  bins: int = HISTOGRAM_BINS) -> str:
+    """Bar chart of `values` in `bins` equal bins over [lo, hi] (log-spaced with `log`); values
     outside go to the end bins. `marks` are vertical lines (e.g. thresholds) drawn at their x with a label."""
     if log:
         values = [math.log10(max(v, 1e-12)) for v in values]
         marks = [(math.log10(max(x, 1e-12)), text) for x, text in marks]
         lo, hi = math.log10(max(lo, 1e-12)), math.log10(max(hi, 1e-12))
     hi = hi if hi > lo else lo + 1.0
-    step = (hi - lo) / HISTOGRAM_BINS
-    counts = [0] * HISTOGRAM_BINS
+    step = (hi - lo) / bins
+    counts = [0] * bins
     for v in values:
-        counts[min(max(int((v - lo) / step), 0), HISTOGRAM_BINS - 1)] += 1
+        counts[min(max(int((v - lo) / step), 0), bins - 1)] += 1
     w, h, pad_l, pad_b, pad_t, pad_r = width, height, 40, 40, 16, 24
     plot_w, plot_h = w - pad_l - pad_r, h - pad_b - pad_t
-    bar_w = plot_w / HISTOGRAM_BINS
+    bar_w = plot_w / bins
     peak = max(counts) or 1
 
     def x_of(v: float) -> float:
@@ -65,7 +67,7 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
         f'<text x="{pad_l - 6}" y="{pad_t + plot_h}" text-anchor="end" font-size="11">0</text>',
     ]
     # Bin edges labelled every `every` bins, so that no two labels overlap, the last edge always.
-    edges = [shown(lo + i * step) for i in range(HISTOGRAM_BINS)] + [shown(hi)]
+    edges = [shown(lo + i * step) for i in range(bins)] + [shown(hi)]
     every = max(1, math.ceil((max(map(len, edges)) * CHAR_PX + 6) / bar_w))
     for i, c in enumerate(counts):
         a, b = lo + i * step, lo + (i + 1) * step
@@ -81,7 +83,7 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
                 f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" '
                 f'text-anchor="middle" font-size="11">{c}</text>'
             )
-        if i % every == 0 and (HISTOGRAM_BINS - i) >= every:
+        if i % every == 0 and (bins - i) >= every:
             parts.append(
                 f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" '
                 f'text-anchor="middle" font-size="11">{edges[i]}</text>'
@@ -106,6 +108,16 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
     )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def score_bins(top: float) -> int:
+    """How many bins of a round width (1, 2, 2.5 or 5 times a power of ten) split [0, top] into SCORE_BINS at
+    most: a class bunched near full marks spreads over several bars."""
+    if top <= 0:
+        return HISTOGRAM_BINS
+    scale = 10 ** math.floor(math.log10(top / SCORE_BINS))
+    width = next(k * scale for k in (1, 2, 2.5, 5, 10) if top / (k * scale) <= SCORE_BINS + 1e-9)
+    return max(1, math.ceil(top / width - 1e-9))
 
 
 def _table(headers: list[str], rows: list[list[str]], table_id: str, sortable: bool = False) -> str:
@@ -201,11 +213,16 @@ def _figure_charts(rows: list[Row], thresholds: dict[str, tuple[float, float]]) 
 
 
 def _summary(rows: list[Row]) -> str:
-    totals = [r.total for r in rows]
+    graded = [r for r in rows if not r.not_graded]
+    totals = [r.total for r in graded]
     max_score = max((r.max for r in rows), default=0.0)
     if not rows:
         return "no submissions"
-    return (f"{len(rows)} submissions; total out of {max_score:g}: mean {statistics.fmean(totals):.2f}, "
+    missing = len(rows) - len(graded)
+    head = f"{len(rows)} submissions" + (f" ({missing} not graded: no score yet, listed below)" if missing else "")
+    if not totals:
+        return head
+    return (f"{head}; total out of {max_score:g}: mean {statistics.fmean(totals):.2f}, "
             f"median {statistics.median(totals):g}, full marks {sum(t >= max_score - 1e-9 for t in totals)}, "
             f"zero {sum(t <= 1e-9 for t in totals)}")
 
@@ -223,7 +240,7 @@ def _sandbox_line(rows: list[Row]) -> str:
 def _problem_rows(rows: list[Row], problem_ids: list[str]) -> list[list[str]]:
     out = []
     for p in problem_ids:
-        got = [r.scores.get(p, 0.0) for r in rows]
+        got = [r.scores.get(p, 0.0) for r in rows if p not in r.not_graded]
         pmax = max((sum(t.max_score for t in r.tests if t.problem == p) for r in rows), default=0.0)
         chart = histogram_svg(got, 0.0, pmax or 1.0, f"problem-{p}", f"{p}: distribution of scores", "points",
                               width=320, height=120)
@@ -232,33 +249,37 @@ def _problem_rows(rows: list[Row], problem_ids: list[str]) -> list[list[str]]:
 
 
 def _pass_rate_rows(rows: list[Row]) -> list[list[str]]:
-    """Pass rate per test, tests in the order the grader reports them, with who failed each."""
+    """Pass rate per graded test, the most failed first (then in the order the grader reports them), with who
+    failed each; a test of a problem not graded counts neither way."""
     order: dict[str, list[str]] = {}
     seen: dict[str, int] = {}
     for r in rows:
         for t in r.tests:
+            if t.problem in r.not_graded:
+                continue
             seen[t.name] = seen.get(t.name, 0) + 1
             order.setdefault(t.name, [])
             if not t.passed:
                 order[t.name].append(r.submission)
     out = []
-    for name, failing in order.items():
+    for name, failing in sorted(order.items(), key=lambda item: -len(item[1]) / seen[item[0]]):
         passed = seen[name] - len(failing)
         rate = passed / seen[name] if seen[name] else 0.0
         bar = f'<span class="rate"><span style="width:{100 * rate:.0f}%"></span></span>'
         who = (f"<details><summary>{len(failing)}</summary>{', '.join(_link(n) for n in failing)}</details>"
                if failing else "0")
-        out.append([escape(name), f"{passed} / {seen[name]}", f"{100 * rate:.0f}% {bar}", who])
+        out.append([escape(name), f"{passed} / {seen[name]}", f"{100 * (1 - rate):.0f}%",
+                    f"{100 * rate:.0f}% {bar}", who])
     return out
 
 
 def _attention_rows(rows: list[Row], needs: dict[str, list[str]]) -> list[list[str]]:
     """A row per submission to open: its total and each reason it is listed (triage.py)."""
-    totals = {r.submission: r.total for r in rows}
+    totals = {r.submission: "not graded" if r.not_graded else f"{r.total:g}" for r in rows}
     out = []
     for name, why in needs.items():
         text = "\n".join(_head(reason, 4) for reason in why)
-        out.append([_link(name), f"{totals.get(name, 0.0):g}", f"<pre>{escape(text)}</pre>"])
+        out.append([_link(name), totals.get(name, "0"), f"<pre>{escape(text)}</pre>"])
     return out
 
 
@@ -277,7 +298,9 @@ def _figure_cell(r: Row, key: str) -> str:
 
 def _all_rows(rows: list[Row], problem_ids: list[str], shown_figures: list[str]) -> list[list[str]]:
     return [
-        [_link(r.submission), *[f"{r.scores.get(p, 0.0):g}" for p in problem_ids], f"{r.total:g}",
+        [_link(r.submission),
+         *["not graded" if p in r.not_graded else f"{r.scores.get(p, 0.0):g}" for p in problem_ids],
+         "not graded" if r.not_graded else f"{r.total:g}",
          *[_figure_cell(r, k) for k in shown_figures], f"{r.wall_s:.1f}", escape(r.isolation or "unknown"),
          escape(", ".join(sorted(r.flags)))]
         for r in rows
@@ -321,9 +344,10 @@ def render_report(
     `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values; `needs`: the
     submissions to open and why (triage.needs_look; from the rows alone when not given)."""
     rows = sorted(rows, key=lambda r: r.submission)
-    totals = [r.total for r in rows]
+    totals = [r.total for r in rows if not r.not_graded]
     max_score = max((r.max for r in rows), default=0.0)
-    slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", f"{r.total:g}"]
+    top = max_score or max(totals, default=1.0) or 1.0
+    slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", "not graded" if r.not_graded else f"{r.total:g}"]
                  for r in sorted(rows, key=lambda r: (-r.wall_s, r.submission))[:SLOWEST_SHOWN]]
     attention = _attention_rows(rows, needs if needs is not None else needs_look(rows, problem_ids))
     flag_rows = [[_link(r.submission), escape(key), f"<pre>{escape(text)}</pre>"]
@@ -335,28 +359,24 @@ def render_report(
         [
             f'<p id="summary">{escape(_summary(rows))}</p>',
             f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
+            # First what needs a TA: the submissions to open, each with why.
+            f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
+            _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
             "<h2>Score distribution</h2>",
-            histogram_svg(
-                totals,
-                0.0,
-                max_score or max(totals, default=1.0) or 1.0,
-                "score-histogram",
-                "Distribution of total scores",
-                "total score",
-            ),
+            histogram_svg(totals, 0.0, top, "score-histogram", "Distribution of total scores", "total score",
+                          bins=score_bins(top)),
             "<h2>Problems</h2>",
             _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
+            "<h2>Pass rate per test (the most failed first; click a header to sort)</h2>",
+            _table(["test", "passed", "failure rate", "pass rate", "failed by"], _pass_rate_rows(rows), "pass-rates",
+                   sortable=True),
             *(
                 ["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
                 if any(t.figures for r in rows for t in r.tests)
                 else []
             ),
-            "<h2>Pass rate per test</h2>",
-            _table(["test", "passed", "rate", "failed by"], _pass_rate_rows(rows), "pass-rates", sortable=True),
             f"<h2>Slowest {len(slow_rows)} submissions</h2>",
             _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
-            f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
-            _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
             f"<h2>Integrity flags ({len(flag_rows)})</h2>",
             _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
             *(

@@ -1,6 +1,8 @@
 """Which submissions a TA should open, and why: the report's attention list.
 
 A submission is listed for each of these, each said with its reason:
+- a problem not graded (the grader failed: a run lost to a fault, a worker that kept dying), with what happened;
+- a graded test whose message tells of a run ended from outside its limits (a fault may have touched its score);
 - what results.json says at the top (results.py's notes and, for a problem that could not be graded
   normally, what happened: regrade.top_output): a file that did not parse or load, an internal grader
   error, a grader process that died (infrastructure), a time-out, or another note of the grader;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..grading.course_result import NOT_GRADED
 from .records import Row
 
 MIN_CLASS = 5  # fewer submissions make no class median worth comparing to
@@ -68,6 +71,7 @@ def notes_of(output: str) -> list[str]:
 
 
 def _far_below(rows: list[Row], problem_ids: list[str]) -> dict[str, list[str]]:
+    rows = [r for r in rows if not r.not_graded]  # no score yet: neither compared nor part of the median
     if len(rows) < MIN_CLASS:
         return {}
     out: dict[str, list[str]] = {}
@@ -89,11 +93,20 @@ def needs_look(
     far = _far_below(rows, problem_ids)
     out: dict[str, list[str]] = {}
     for r in sorted(rows, key=lambda r: r.submission):
-        why = [f"{kind_of(note.splitlines()[0])}: {note}" for note in notes_of(r.notes)]
-        why += [f"integrity flag: {key}" for key in sorted(r.flags)]
-        if r.total <= 1e-9 and r.tests:
+        lost = r.not_graded
+        reasons: dict[str, list[str]] = {}  # one line per reason, naming every problem it cost
+        for pid in lost:
+            reasons.setdefault(r.flags[NOT_GRADED + pid], []).append(pid)
+        why = [f"not graded: {', '.join(pids)}: {reason}" for reason, pids in reasons.items()]
+        if r.faults:
+            why.append(f"a fault may have touched this score: {', '.join(r.faults[:3])}"
+                       f"{' ...' if len(r.faults) > 3 else ''} (a run ended from outside its limits): regrade it")
+        said = tuple(f"{pid}: not graded normally:" for pid in lost)  # the line above says it already
+        why += [f"{kind_of(note.splitlines()[0])}: {note}" for note in notes_of(r.notes) if not note.startswith(said)]
+        why += [f"integrity flag: {key}" for key in sorted(r.flags) if not key.startswith(NOT_GRADED)]
+        if not lost and r.total <= 1e-9 and r.tests:  # (a problem not graded has no score, so no 0 either)
             why.append("scored 0 on every test")
-        else:
+        elif not lost:
             why += far.get(r.submission, [])
         why += [f"class run: {note}" for note in (extra or {}).get(r.submission, [])]
         if why:

@@ -11,9 +11,12 @@ The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
 memory blow-up, a hang -- ends this process only. It exits 0 once
 DIR/NAME/results.json and feedback.txt are written (each atomically), and
-otherwise writes nothing there. On SIGTERM or SIGINT it kills the sandboxed
-processes it started before it exits, so an interrupted run leaves nothing
-running.
+otherwise writes nothing there; FAULT_EXIT once they are written with a
+problem not graded because a run was lost to a fault (the batch retries it),
+WRITE_FAILED_EXIT when it could not write them (a full disk: the batch
+stops). On SIGTERM or SIGINT it kills the sandboxed processes it started
+and removes its scratch folder before it exits, so an interrupted run leaves
+nothing running and nothing in the temp folder.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from ..grading.uploads import open_upload
 from .regrade import current_records, write_merged
 
 CASE_ROOT = Path(__file__).resolve().parents[2] / "fixtures"
+FAULT_EXIT = 3  # results written, a problem not graded: a run was lost to a fault (isolation.FAULTS); retry it
+WRITE_FAILED_EXIT = 4  # results not written: the grader's own write failed (a full disk); retrying cannot help
+_scratch: list[Path] = []  # the --scratch-root, removed on SIGTERM and SIGINT
 
 
 def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
@@ -56,6 +62,12 @@ def _kill_children_and_exit(signum: int, _frame) -> None:
     # Everything still below us (orphans of a run come here: we are a subreaper), stopped first and then
     # killed, so a chain of processes in sessions of their own is ended whole.
     kernel.kill_tree(lambda: kernel.children_of(os.getpid()), 5.0)
+    for folder in _scratch:  # the unpacked handin and the runs' files (the batch, if alive, would remove it too)
+        try:
+            sandbox.uncap_folder(folder)
+            sandbox.remove_tree(folder)
+        except OSError:
+            pass
     os._exit(128 + signum)
 
 
@@ -81,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
         print(f"--isolation strict: namespaces are unavailable here ({sandbox.isolation_reason()})", file=sys.stderr)
         return 2
+    _scratch[:] = [args.scratch_root] if args.scratch_root else []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _kill_children_and_exit)
     problems = rubric_mod.load(args.rubric)
@@ -94,14 +107,24 @@ def main(argv: list[str] | None = None) -> int:
         scratch_root=args.scratch_root,
     )
     order = [p for p in problems if p in GRADERS]
-    write_merged(
-        result,
-        args.out / args.name,
-        current_records(problems, list(result.problems), args.case_root),
-        order,
-        args.merge,
-    )
+    try:
+        write_merged(result, args.out / args.name, current_records(problems, list(result.problems), args.case_root),
+                     order, args.merge)
+    except OSError as exc:  # the grader's own write (a full disk): nothing half-written stays (atomic.py)
+        _say(f"the grader could not write {args.out / args.name}: {exc}")
+        return WRITE_FAILED_EXIT
+    if sandbox.FAULTS:
+        _say("\n".join(["runs lost to a fault (the problems are marked not graded):", *sandbox.FAULTS]))
+        return FAULT_EXIT
     return 0
+
+
+def _say(text: str) -> None:
+    """A line for the staff's log, which may sit on the full disk itself."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

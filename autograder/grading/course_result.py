@@ -10,6 +10,7 @@ from gradelib.rubric_schema import Problem
 from gradelib.safeio import clean_text
 
 NOT_GRADED = "not graded: "  # a flag key NOT_GRADED + problem id: the grader failed there, not the submission
+GRADER_FAULTS = ("RunLost: ", "StartFailure: ")  # how the kit names the isolation's faults (GraderFault) it caught
 
 
 def finite(x) -> bool:
@@ -61,8 +62,9 @@ class CourseResult(SubmissionResult):
         """Keep what grading `problem_id` added (gradelib.grade calls it); `failed`: the grader's own error, or ''."""
         self.problem_notes[problem_id] = list(notes)
         self.problem_flags[problem_id] = list(flags)
-        if failed:
-            self.mark_not_graded(problem_id, f"internal grader error: {failed}")
+        if failed:  # a run lost to a fault (isolation's GraderFault) says what happened; anything else is a bug
+            fault = failed.split(": ", 1)[1] if failed.startswith(GRADER_FAULTS) else ""
+            self.mark_not_graded(problem_id, fault or f"internal grader error: {failed}")
         self.problem_seconds[problem_id] = round(seconds, 3)
 
     def mark_not_graded(self, problem_id: str, why: str) -> None:

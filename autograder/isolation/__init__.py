@@ -28,7 +28,7 @@ capped folder), scratch (removing it however deep).
 
 from gradelib.runner.limits import ChildRun
 
-from .install import ISOLATING, installed
+from .install import FAULTS, ISOLATING, installed
 from .interpreter import Limits
 from .levels import LEVELS, isolation_level, isolation_reason, isolation_report
 from .processes import abort_active
@@ -38,6 +38,7 @@ from .template import PRELOAD, PRELOAD_NOTEBOOKS, session
 from .tmpfs import cap_folder, uncap_folder
 
 __all__ = [
+    "FAULTS",
     "ISOLATING",
     "LEVELS",
     "PRELOAD",

@@ -18,8 +18,10 @@ with it and nothing else:
 - installs the seccomp filter (Linux levels);
 - installs an audit hook of its own (`guard`) that refuses every way Python has
   to start another program (a fresh interpreter has none of the harness's
-  tripwires), and adds the course's tripwires to the attention harness's own
-  when it asks (`tripwires`).
+  tripwires), records a SIGKILL the run sends itself or its parent (so that
+  the grader does not take the end it chose for a fault: the one record it
+  believes, since it can only cost the run), and adds the course's tripwires to
+  the attention harness's own when it asks (`tripwires`).
 
     python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 BOOT_ENV = "GRADER_BOOT"  # the grader's launch.py sets it
@@ -78,6 +81,11 @@ def guard(fd) -> None:
     write, asked = os.write, []
 
     def hook(event: str, args: tuple) -> None:
+        if event in ("os.kill", "os.killpg") and fd is not None and _ends_itself(event, args):
+            try:
+                write(fd, f"\n{EVENT_PREFIX}selfkill {event}\n".encode())
+            except OSError:
+                pass
         if event in PROGRAM_EVENTS:
             if fd is not None:
                 try:
@@ -90,6 +98,22 @@ def guard(fd) -> None:
             tripwires(*args)
 
     sys.addaudithook(hook)
+
+
+def _ends_itself(event: str, args: tuple) -> bool:
+    """Whether os.kill's or os.killpg's `args` send SIGKILL to this process, its parent (the template, the sandbox's
+    first process) or either's group, or everything: an end the run chose."""
+    try:
+        target, sig = args
+        if sig != signal.SIGKILL:
+            return False
+        me, parent = os.getpid(), os.getppid()
+        groups = {os.getpgrp(), os.getpgid(parent)}
+        if event == "os.kill":
+            return target in (0, -1, me, parent) or (target < 0 and -target in groups)
+        return target == 0 or target in groups or target == parent
+    except Exception:  # whatever the arguments, never in the way of the call
+        return False
 
 
 def tripwires(hit, tripwire, after_stage: list) -> None:

@@ -30,10 +30,21 @@ class Isolating:
         self.warm: list = []  # off Linux: the kit's warm child (None: none) of each session in force, innermost last
 
     def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None = None) -> ChildRun:
+        """The run, or runner.GraderFault when it could not start or ended for a reason none of its limits gives
+        (runner.fault_of): the problem is then not graded, and FAULTS says why."""
         warm = self.warm[-1] if self.warm else None
         if warm is not None and warm.runs and argv and Path(str(argv[0])).name in CLEAN_SLATE:
             warm.close()  # the kit's runner starts it again for this run
-        return runner.run(argv, workdir, limits, env_extra)
+        what = f"the sandboxed run of {Path(str(argv[0])).name if argv else 'a harness'}"
+        try:
+            done = runner.run(argv, workdir, limits, env_extra)
+            fault = runner.fault_of(done)
+            if fault:
+                raise runner.RunLost(f"{what} {fault}")
+        except runner.GraderFault as exc:
+            FAULTS.append(str(exc))
+            raise
+        return done
 
     @contextlib.contextmanager
     def session(self, root: Path, limits: Limits, preload: tuple[str, ...]):
@@ -62,6 +73,7 @@ class Isolating:
 
 
 ISOLATING = Isolating()
+FAULTS: list[str] = []  # each run of this process lost to a fault (GraderFault), in words: the batch worker retries
 
 
 @contextlib.contextmanager

@@ -108,12 +108,18 @@ class MemoryWatch:
         return self.stopped
 
     def finish(self) -> dict:
-        """The ChildRun fields: read the cgroup's peak and whether its limit killed a process of the run."""
+        """The ChildRun fields: read the cgroup's peak and whether its limit killed a process of the run; an OOM kill
+        while the group stayed under its limit was the machine's (a fault, never the run's)."""
+        fault = ""
         if self.group is not None:
             self.peak_mb = max(self.peak_mb, _cgroup_peak_mb(self.group))
-            self.stopped = self.stopped or _cgroup_oom_kills(self.group) > 0
+            kills, own = cgroup_oom(self.group)
+            self.stopped = self.stopped or (kills > 0 and own)
+            if kills and not self.stopped:
+                fault = (f"the machine's OOM killer ended {kills} of its processes while they held less than their "
+                         f"{self.limit_mb} MB limit")
         return {"memory_limit_mb": self.limit_mb if self.stopped else 0,
-                "memory_used_mb": self.peak_mb if self.stopped else 0, "memory_where": self.where}
+                "memory_used_mb": self.peak_mb if self.stopped else 0, "memory_where": self.where, "fault": fault}
 
 
 class SharedMemory:
@@ -249,13 +255,17 @@ def _cgroup_peak_mb(group: Path) -> int:
     return max(_read_int(group / "memory.max_usage_in_bytes"), _read_int(group / "memory.peak")) >> 20
 
 
-def _cgroup_oom_kills(group: Path) -> int:
-    for name in ("memory.oom_control", "memory.events"):  # v1, v2
+def cgroup_oom(group: Path) -> tuple[int, bool]:
+    """(processes of the group any OOM killer ended, whether the group itself reached its limit): v2's memory.events
+    counts `oom` when the group's own limit was hit; v1 has no such count, and a group at its limit fails a charge
+    (memory.failcnt). The kernel counts `oom_kill` for the machine's OOM killer too."""
+    kills, own = 0, False
+    for name in ("memory.events", "memory.oom_control"):  # v2, v1
         try:
-            for line in (group / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
+            fields = dict(line.split(" ", 1) for line in (group / name).read_text().splitlines() if " " in line)
+            kills = int(fields.get("oom_kill", 0))
+            own = int(fields.get("oom", 0)) > 0 if name == "memory.events" else _read_int(group / "memory.failcnt") > 0
         except (OSError, ValueError):
             continue
-    return 0
+        break
+    return kills, own

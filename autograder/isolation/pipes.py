@@ -17,15 +17,15 @@ from gradelib.runner.limits import EVENTS_KEPT, ChildRun, Events, Limits, Tail
 
 EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
 EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
-HARNESS_EVENTS = ("boot", "autograd")
+HARNESS_EVENTS = ("boot", "autograd", "selfkill")
 EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4 x 200 + 1
 
 
 @dataclass
 class IsolatedRun(ChildRun):
     """A ChildRun at an isolation level: how it was confined, the processes it left that were killed, the level,
-    the cap on the audit events it may send, when it sent more and was stopped for it, and what a memory stop was
-    for, when not resident memory alone (said after the limit)."""
+    the cap on the audit events it may send, when it sent more and was stopped for it, what a memory stop was
+    for, when not resident memory alone (said after the limit), and a fault the grader saw."""
 
     isolation: list[str] = field(default_factory=list)
     leftover_killed: int = 0
@@ -33,6 +33,7 @@ class IsolatedRun(ChildRun):
     events_capped_mb: int = 0
     memory_where: str = ""
     events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
+    fault: str = ""  # what the grader saw end the run that was none of its limits (runner.fault_of), '' when nothing
     hidden: bool = False  # it had hidden inputs at hand (Limits.hidden): its end is said by kind alone
 
     def describe(self) -> str:
@@ -42,6 +43,8 @@ class IsolatedRun(ChildRun):
             return (f"was stopped when it sent more than {self.events_capped_mb} MB to the grader's audit pipe "
                     "(only the grader's own hook writes there)")
         memory_stop = self.memory_limit_mb and not self.output_capped_mb
+        if self.returncode == -9 and not (memory_stop or self.output_capped_mb) and self.event_args("selfkill"):
+            return "was killed by SIGKILL, which its own code sent (to itself, or to the process that runs it)"
         return super().describe() + (self.memory_where if memory_stop else "")
 
 

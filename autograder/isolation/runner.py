@@ -25,9 +25,38 @@ SETPRIV_EXEC_FAILED = 126  # setpriv's exit status when it cannot exec its comma
 START_TRIES = 4  # uids tried for one run whose start another grader's processes refuse
 
 
-class StartFailure(RuntimeError):
-    """A run could not start for a reason outside the submission (no uid, no process, no memory to fork):
-    the grading of its problem is an internal failure, never the student's score."""
+class GraderFault(RuntimeError):
+    """A run could not start, or ended, for a reason outside the submission and its limits: the grading of its
+    problem is the grader's failure (not graded, retried), never the student's score."""
+
+
+class StartFailure(GraderFault):
+    """A run could not start (no uid, no process, no memory to fork)."""
+
+
+class RunLost(GraderFault):
+    """A run ended for a reason none of its limits gives: killed by a signal the grader did not send, the machine's
+    OOM killer, its template gone without a result."""
+
+
+def fault_of(run: ChildRun) -> str:
+    """How the run ended, when it was none of its limits nor its own code, by what the grader itself saw ('' when
+    its end was the submission's): a fault it recorded (the group's OOM counters, a template gone), or a SIGKILL
+    that neither its timer, its output and audit counters, its memory watch nor the run's own cgroup explains.
+    The one thing a run says that counts here is that it sent itself or its template SIGKILL (boot.py's guard
+    records it): that can only cost the run. (One that does so unseen, or ignores SIGXCPU and passes its CPU
+    limit's hard end in threads where no cpu cgroup holds it to one CPU, is not graded: never a score, and a TA
+    is told.)"""
+    if run.event_args("selfkill"):
+        return ""
+    fault = getattr(run, "fault", "")
+    if fault:
+        return fault
+    limited = run.timed_out or run.output_capped_mb or run.memory_limit_mb or getattr(run, "events_capped_mb", 0)
+    if run.returncode == -signal.SIGKILL and not limited:
+        return "was killed by SIGKILL, which none of the grader's limits sent (the machine's OOM killer, or another " \
+            "process)"
+    return ""
 
 
 def run(

@@ -265,9 +265,12 @@ class Session:
             os.close(fd)
         if self.level == "fallback" and slot is not None:
             leftovers.clear_owned(slot.uid)
-        return IsolatedRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
+        done = IsolatedRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
                            **stream_fields(events, limits, flooded), **memory.finish(),
                            isolation=[*self.isolation, memory.label()], leftover_killed=killed, level=self.level)
+        if reply is None and not (timed_out or flooded or memory.stopped):
+            done.fault = done.fault or "the template process it was forked from ended, and the run with it"
+        return done
 
     def _wait_for_reply(self, sel, clock: RunClock, log, events, limits: Limits, memory: MemoryWatch):
         """Pump the run's pipes until the template says how the run ended, its time is up, the run

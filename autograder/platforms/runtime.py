@@ -13,6 +13,12 @@ Autolab (the autograde-Makefile calls this with `autolab handin.tar`):
 Both grade through the batch grader (cli.py), so the submission runs in a
 worker process of its own and in the sandbox; nothing it prints reaches our
 stdout.
+
+A submission the grader failed on (it refused to grade, or a problem stayed
+not graded after the worker's retries) gets no grade on either platform:
+Gradescope gets no results.json, which it shows as "The autograder failed to
+execute correctly" (the staff see why in the run's stdout and rerun it), never
+a 0; Autolab's last line leaves the problem out of its scores.
 """
 
 from __future__ import annotations
@@ -64,10 +70,19 @@ def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
     return json.loads(path.read_text()), problem_ids
 
 
-def refused_results(why: str) -> dict:
-    """Gradescope's results.json for a submission the grader refused: what happened, no tests, and no grade."""
-    return {"score": 0.0, "output": f"{NOT_GRADED_TEXT}\n\n{why}", "output_format": "text", "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": [], "extra_data": {"refused": why}}
+def not_graded(results: dict) -> list[str]:
+    """The problems a results.json records as not graded (the grader failed there), with why."""
+    flags = (results.get("extra_data") or {}).get("flags") or {}
+    return [f"{k[len(NOT_GRADED):]}: {v}" for k, v in flags.items() if k.startswith(NOT_GRADED)]
+
+
+def no_results(target: Path, why: str) -> int:
+    """No grade on Gradescope: no results.json (Gradescope shows the run as failed, to the student as to the staff,
+    and records no score), and why on stdout, which only the staff see."""
+    target.unlink(missing_ok=True)
+    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so Gradescope records "
+          f"no score. Rerun the autograder on this submission once the cause is fixed.\n{why}")
+    return 1
 
 
 def student_text(results: dict) -> str:
@@ -87,10 +102,10 @@ def gradescope(root: Path, timeout: float) -> int:
         with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
             results, _ = _grade(upload, Path(tmp), timeout)
     except Refused as exc:
-        # Gradescope shows a results.json's output to the student and the staff; a traceback, or no file, says nothing.
-        write_json_atomic(target, refused_results(str(exc)))
-        print(f"not graded: the grader refused: {exc}; wrote {target}", file=sys.stderr)
-        return 0
+        return no_results(target, f"The grader refused to run, for a reason of the course's set-up: {exc}")
+    lost = not_graded(results)
+    if lost:
+        return no_results(target, "\n".join(["Problems the grader failed on (after its retries):", *lost]))
     write_json_atomic(target, results)
     print(f"graded {handin}: {results['score']} points; wrote {target}")
     return 0

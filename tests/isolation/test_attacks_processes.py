@@ -279,7 +279,7 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
-    assert result["score"] == 0.0 and "ran past the 10 s limit" in result["output"], result["output"]
+    assert result["score"] is None and "ran past the 10 s limit" in result["output"], result["output"]
     assert sandbox_uid_processes() == []
     assert processes_named(marker) == []
     assert leftover_cgroups() == []
@@ -288,7 +288,8 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
 
 
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
-    """SIGKILL skips a batch's cleanup: its scratch (and the capped tmpfs in it) stay until the next batch starts."""
+    """SIGKILL skips a batch's cleanup: its worker (SIGTERM on its parent's death) removes its own scratch, the
+    unpacked handin and the capped tmpfs; the batch's folder, empty but for its lock, stays until the next batch."""
     from autograder.isolation.processes import become_subreaper
     from autograder.isolation.tmpfs import mounts_under
 
@@ -317,6 +318,10 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     while processes_named(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_named(marker) == []
+    while time.monotonic() < deadline and any(p.name != ".batch.lock" for s in stale for p in s.iterdir()):
+        time.sleep(0.2)
+    assert [p.name for s in stale for p in s.iterdir()] == [".batch.lock"] * len(stale)
+    assert all(mounts_under(p) == [] for p in stale)
     honest = tmp_path / "honest"
     honest.mkdir()
     (honest / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
