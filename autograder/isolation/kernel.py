@@ -386,52 +386,6 @@ def descendants(roots: set[int]) -> set[int]:
     return found
 
 
-LOAD_STRETCH = 10  # a run that waits for a CPU may take this many times its time limit on the wall clock, no more
-
-
-class RunClock:
-    """A run's time: the wall clock less the time the run's threads (of `roots()` and all below them) were ready to run
-    but waited for a CPU (the machine's load), counted as the longest any one of them waited, but never so much that
-    the clock shows less than the CPU time they used together, nor the wall clock over LOAD_STRETCH x `limit_s`
-    (/proc/<pid>/task/<tid>/schedstat, read only when the limit seems to have passed; elsewhere the wall clock). So a
-    run that computes is stopped by its CPU time, one that waits by this clock, whatever the load."""
-
-    def __init__(self, limit_s: float, roots):
-        self.start, self.limit_s, self.roots, self.queued = time.monotonic(), limit_s, roots, 0.0
-
-    def left(self) -> float:
-        """Seconds left of the limit (none: it passed)."""
-        if self.elapsed() >= self.limit_s:
-            ran, waited = 0.0, 0.0
-            for ran_s, waited_s in schedstats(descendants(self.roots())):
-                ran, waited = ran + ran_s, max(waited, waited_s)
-            most = min(waited, time.monotonic() - self.start - ran, (LOAD_STRETCH - 1) * self.limit_s)
-            self.queued = max(self.queued, most)
-        return self.limit_s - self.elapsed()
-
-    def elapsed(self) -> float:
-        """Seconds on this clock since the run started."""
-        return time.monotonic() - self.start - self.queued
-
-
-def schedstats(pids: set[int]) -> list[tuple[float, float]]:
-    """(seconds on a CPU, seconds waiting for one while ready to run) of each thread of the processes `pids`."""
-    found = []
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                    ran, waited = fh.read().split()[:2]
-                found.append((int(ran) / 1e9, int(waited) / 1e9))
-            except (OSError, ValueError):
-                continue
-    return found
-
-
 def resident_mb(pids: set[int], shared_once: bool = False) -> int:
     """Memory these processes hold together, in MB: each one's whole resident memory (/proc/<pid>/statm,
     which counts pages forked processes share in every one of them); with `shared_once`, each one's

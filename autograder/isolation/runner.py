@@ -15,9 +15,9 @@ from gradelib.runner.limits import LOG_CAP, ChildRun
 
 from . import cgroups, launch, leftovers, slots, template
 from .interpreter import Limits
-from .kernel import RunClock, children_of, is_linux, kill_tree
+from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
-from .memory import MemoryWatch
+from .memory import MemoryWatch, RunClock
 from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 

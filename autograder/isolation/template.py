@@ -33,9 +33,9 @@ from gradelib.runner.limits import LOG_CAP, ChildRun, Tail, child_env
 
 from . import cgroups, fallback, launch, leftovers
 from .interpreter import Limits
-from .kernel import RunClock, children_of, is_linux, kill_tree, kill_until_gone
+from .kernel import children_of, is_linux, kill_tree, kill_until_gone
 from .levels import isolation_level
-from .memory import MemoryWatch
+from .memory import MemoryWatch, RunClock
 from .namespaces import SCRATCH_INSIDE
 from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister

@@ -119,8 +119,7 @@ def main(answer=teacher_forced) -> None:
             report[entry["name"]] = f"the model raised {short_exception(exc)}"
     for name, steps, saved in (("generate", "generation", "generated"), ("predict", "prediction", "predicted")):
         prompts = torch.from_numpy(load_arrays(f"inputs/{steps}.npz")["inp"])
-        # The wall-clock cap of a call is half the time left: generate and predict both get their turn.
-        wall_s = max((budget - (notebook_child.clock() - started)) / 2, 0.5)
+        wall_s = max((budget - (notebook_child.clock() - started)) / 2, 0.5)  # half what is left: predict gets a turn
         value = call(namespace, name, report["calls"], float(task.get("call_timeout_s", 30.0)), wall_s, model,
                      prompts, int(task[f"{steps}_steps"]))
         if value is not None:
