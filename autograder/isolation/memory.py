@@ -274,27 +274,29 @@ def cgroup_oom(group: Path) -> tuple[int, bool]:
 
 
 LOAD_STRETCH = 10  # a run that waits for a CPU may take this many times its time limit on the wall clock, no more
-READ_S = 0.5  # how often a run's threads' waits are read
+SCAN_S = 0.5  # how often the run's processes are looked for (their threads' waits are read at every look at the run)
 
 
 class RunClock:
-    """A run's time limit on the wall clock less the time its threads (of `roots()` and below) were ready to run but
-    waited for a CPU (the machine's load): the longest any one waited, yet never so much that the clock shows less than
-    the CPU time they used together, nor lets the run pass LOAD_STRETCH x `limit_s` on the wall clock
+    """A run's time limit on the wall clock less the time its threads (of `roots()` and below, those that ended
+    included) were ready to run but waited for a CPU (the machine's load), yet never so much that the clock shows less
+    than the CPU time they used together, nor lets the run pass LOAD_STRETCH x `limit_s` on the wall clock
     (/proc/<pid>/task/<tid>/schedstat; elsewhere the wall clock). A run that computes is stopped by its CPU time, one
     that waits (sleeps, blocks) by the wall clock, whatever the load."""
 
     def __init__(self, limit_s: float, roots: Callable[[], set[int]]):
-        self.start, self.limit_s, self.roots, self.queued, self.read_at = time.monotonic(), limit_s, roots, 0.0, 0.0
+        self.start, self.limit_s, self.roots, self.queued = time.monotonic(), limit_s, roots, 0.0
+        self.pids, self.scan_at, self.seen = set(), 0.0, {}  # (pid, tid) -> (CPU seconds, seconds waiting) last read
 
     def left(self) -> float:
-        """Seconds left of the limit (none: it passed); the waits are read every READ_S and when it seems to pass."""
+        """Seconds left of the limit (none: it passed)."""
         now = time.monotonic()
-        if is_linux() and (now >= self.read_at or self.elapsed() >= self.limit_s):
-            self.read_at, stats = now + READ_S, schedstats(descendants(self.roots()))
-            waited = min(max((w for _, w in stats), default=0.0), now - self.start - sum(r for r, _ in stats),
-                         (LOAD_STRETCH - 1) * self.limit_s)
-            self.queued = max(self.queued, waited)
+        if is_linux():
+            if now >= self.scan_at:
+                self.pids, self.scan_at = descendants(self.roots()), now + SCAN_S
+            self.seen.update(schedstats(self.pids))
+            ran, waited = sum(r for r, _ in self.seen.values()), sum(w for _, w in self.seen.values())
+            self.queued = max(self.queued, min(waited, now - self.start - ran, (LOAD_STRETCH - 1) * self.limit_s))
         return self.limit_s - self.elapsed()
 
     def elapsed(self) -> float:
@@ -302,9 +304,9 @@ class RunClock:
         return time.monotonic() - self.start - self.queued
 
 
-def schedstats(pids: set[int]) -> list[tuple[float, float]]:
-    """(seconds on a CPU, seconds ready to run but waiting for one) of each thread of the processes `pids`."""
-    found = []
+def schedstats(pids: set[int]) -> dict[tuple[int, str], tuple[float, float]]:
+    """(pid, tid) -> (seconds on a CPU, seconds ready to run but waiting for one) of each thread of the processes."""
+    found = {}
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -314,7 +316,7 @@ def schedstats(pids: set[int]) -> list[tuple[float, float]]:
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
                     ran, waited = fh.read().split()[:2]
-                found.append((int(ran) / 1e9, int(waited) / 1e9))
+                found[pid, tid] = (int(ran) / 1e9, int(waited) / 1e9)
             except (OSError, ValueError):
                 continue
     return found
