@@ -111,6 +111,15 @@ def _full_marks(data: dict) -> list[str]:
             if t["score"] != t["max_score"] or t.get("status") != "passed"]
 
 
+SLOW_START = "import time\n\ntime.sleep(2)  # the run lives long enough for the killer to find it, at any load\n"
+
+
+def slow_attention(dest: Path) -> None:
+    """The reference attention.py, after a 2 s sleep at import: still full marks, and each of its runs lasts at
+    least 2 s, so the Killer (polling every 50 ms) finds it however fast the machine grades."""
+    (dest / "attention.py").write_text(SLOW_START + (SOLUTIONS / "attention.py").read_text())
+
+
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own, so the scratch a run leaves is seen (and removed) here."""
@@ -229,6 +238,7 @@ def test_runs_killed_from_outside_at_every_stage_are_graded_again_to_the_clean_g
     out: its generate() over every prompt meets its wall-clock cap on a machine at load 10, faults or none; it
     reads the same model run prediction does.)"""
     handin = reference_handin(tmp_path / "reference")
+    slow_attention(handin)
     out = tmp_path / "grades"
     generating = f"outputs/test/step_{PREDICTION_STEPS - 1}.npy"  # model_reveal_child.py answers, then generates
     rc, stdout, stderr, killed = _grade(
@@ -256,7 +266,7 @@ def test_a_run_lost_on_every_attempt_is_not_graded_and_the_next_run_gives_its_fi
     subs = tmp_path / "subs"
     for name in ("lost", "kept"):
         (subs / name).mkdir(parents=True)
-        shutil.copyfile(SOLUTIONS / "attention.py", subs / name / "attention.py")
+        slow_attention(subs / name)
     out = tmp_path / "grades"
     args = [str(subs / "lost"), str(subs / "kept"), "--out", str(out), "--only", "attention",
             "--timeout", TIMEOUT, "--jobs", "1"]

@@ -219,9 +219,18 @@ def files_named(top: str, part: str, seconds: float) -> list[str]:
     return found
 
 
+def _dead_groups() -> set[str]:
+    return {str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*") if _owner_dead(p.name, "gradelib-")}
+
+
+# Groups a grader killed before this test session began left (another job on a shared host, in a cgroup of its own
+# that no grader of ours sweeps): not this suite's leftovers. Taken at collection, before any test grades.
+_BEFORE_SESSION = _dead_groups()
+
+
 def leftover_cgroups() -> list[str]:
-    """Run cgroups whose grader has ended."""
-    return sorted(str(p) for p in Path("/sys/fs/cgroup").glob("**/gradelib-*") if _owner_dead(p.name, "gradelib-"))
+    """Run cgroups whose grader has ended, made during this test session."""
+    return sorted(_dead_groups() - _BEFORE_SESSION)
 
 
 def descendants(pid: int) -> list[int]:

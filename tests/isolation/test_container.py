@@ -179,8 +179,9 @@ def test_the_flow_in_the_reproduced_container(tmp_path, engine):
 @pytest.mark.skipif(
     bool(NO_REPRODUCTION), reason=f"Docker's default container cannot be reproduced here: {NO_REPRODUCTION}"
 )
-def test_a_refusal_reaches_gradescope_as_an_explained_results_json(tmp_path):
-    """A grader that refuses (here: a rubric it cannot read) writes a results.json that says why, and no grade."""
+def test_a_refusal_reaches_gradescope_as_a_failed_run_with_no_grade(tmp_path):
+    """A grader that refuses (here: a rubric it cannot read) writes no results.json, so Gradescope records no score;
+    the run fails (exit 1) and says why on stdout, which only the staff see. Autolab's last line has no score."""
     bad = tmp_path / "rubric.toml"
     bad.write_text("[not a rubric\n")
     runtime = [sys.executable, "-c", "import sys; from autograder.batch import cli; _main = cli.main; "
@@ -191,10 +192,9 @@ def test_a_refusal_reaches_gradescope_as_an_explained_results_json(tmp_path):
     shutil.copytree(blank_handin(tmp_path / "blank"), root / "submission")
     proc = subprocess.run([*runtime, "gradescope", "--root", str(root)], capture_output=True, text=True, timeout=300,
                           cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads((root / "results" / "results.json").read_text())
-    assert results["tests"] == [] and "NOT graded" in results["output"] and "rubric" in results["output"].lower()
-    assert "Traceback" not in json.dumps(results)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert not (root / "results" / "results.json").exists()
+    assert "NOT GRADED" in proc.stdout and "rubric" in proc.stdout.lower() and "Traceback" not in proc.stdout
     auto = subprocess.run([*runtime, "autolab", str(root / "submission")], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
     last = json.loads(auto.stdout.strip().splitlines()[-1])
