@@ -27,7 +27,7 @@ HOGS = 3  # busy processes beside each computing run
 # Each way a run is timed, in a process of its own pinned to one CPU: what each says (the wall clock it took
 # measured here, whether it was stopped, its output).
 RUNS = r"""
-import json, os, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
 from pathlib import Path
 sys.path[:0] = [{repo!r}, {children!r}]
 from autograder import isolation as sandbox
@@ -64,6 +64,7 @@ except GradingTimeout as exc:
     stopped = exc.wall or "cpu"
 said["cell"] = {{"wall": time.monotonic() - start, "timed_out": stopped,
                  "log": "" if stopped else {{"compute": "computed", "sleep": "woke"}}[what]}}
+shutil.rmtree(root)
 print("RUNS" + json.dumps({{"level": sandbox.isolation_level(), "runs": said}}))
 """
 
