@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help check docs setup sandbox-tools pythons test test-course demo bench mutants pictures handout fixtures notebooks clean gradescope autolab reference-model course platform-check
+.PHONY: help check docs setup sandbox-tools pythons test test-course demo bench mutants pictures handout fixtures notebooks clean gradescope autolab prairielearn reference-model course platform-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -112,7 +112,10 @@ gradescope: setup ## build build/gradescope/autograder.zip (setup.sh, run_autogr
 autolab: setup ## build build/autolab/ (autograde.tar, autograde-Makefile, the image's Dockerfile); TORCH_WHEEL=<CPU wheel> AUTODRIVER=<Tango's autodriver> for the image
 	$(PY) -m autograder.platforms.package autolab $(if $(TORCH_WHEEL),--torch-wheel $(TORCH_WHEEL)) $(if $(AUTODRIVER),--autodriver $(AUTODRIVER))
 
-platform-check: setup ## (root, minutes) Gradescope's setup.sh and Autolab's Dockerfile in a fresh Debian 12 root, then grade reference, partial and broken handins there
+prairielearn: setup ## build build/prairielearn/ (course/: the question and serverFilesCourse/; image/: its Dockerfile); TORCH_WHEEL=<CPU wheel> IMAGE=<registry name>
+	$(PY) -m autograder.platforms.package prairielearn $(if $(TORCH_WHEEL),--torch-wheel $(TORCH_WHEEL)) $(if $(IMAGE),--image $(IMAGE))
+
+platform-check: setup ## (root, minutes) Gradescope's setup.sh, Autolab's and PrairieLearn's Dockerfiles in a fresh Debian 12 root, then grade reference, partial and broken handins there
 	$(PY) -m autograder.platforms.check
 
 clean: ## remove build outputs (keeps .venv, grades/ and every student's work)

@@ -443,9 +443,27 @@ if __name__ == "__main__":
     print(torch.allclose(dX, X.grad))
 '''
 
+FINITE_DIFFERENCES = '''
 
-def test_self_test_under_main_guard_is_not_mistaken_for_autograd(tmp_path):
-    result = grade_attention(tmp_path, REFERENCE + SELF_TEST)
+if __name__ == "__main__":
+    # The student's own check by central differences, no autograd: dL/dX[0, 0, 0] for L = sum(out * G).
+    torch.manual_seed(0)
+    X, G = torch.randn(1, 3, 4, dtype=torch.float64), torch.randn(1, 3, 3, dtype=torch.float64)
+    att = Attention(*[torch.randn(4, 3, dtype=torch.float64) for _ in range(3)])
+    att.forward(X)
+    dX = att.backward(G)
+    up, down, h = X.clone(), X.clone(), 1e-6
+    up[0, 0, 0] += h
+    down[0, 0, 0] -= h
+    numeric = ((att.forward(up) * G).sum() - (att.forward(down) * G).sum()) / (2 * h)
+    print("finite differences agree:", abs(numeric - dX[0, 0, 0]).item() < 1e-6)
+'''
+
+
+@pytest.mark.parametrize("self_test", ["autograd", "finite_differences"])
+def test_self_test_under_main_guard_is_not_mistaken_for_autograd(tmp_path, self_test):
+    result = grade_attention(tmp_path, REFERENCE + {"autograd": SELF_TEST, "finite_differences": FINITE_DIFFERENCES}[
+        self_test])
     assert [t.name + ": " + t.output for t in result.tests if not t.passed] == []
     assert result.score == pytest.approx(PROBLEM.points)
 

@@ -118,7 +118,9 @@ def test_autolab_dockerfile_recipe_holds_together(packages, tmp_path):
         elif word == "RUN":
             proc = subprocess.run(["bash", "-n", "-c", rest], capture_output=True, text=True)
             assert proc.returncode == 0, (rest, proc.stderr)
-    assert "-r /opt/grader-build/requirements-grading.txt" in text and "download.pytorch.org/whl/cpu" in text
+    script = (folder / "install-grader.sh").read_text()  # the install step the PrairieLearn image shares
+    assert "RUN sh /opt/grader-build/install-grader.sh" in instructions
+    assert '-r "$build/requirements-grading.txt"' in script and "download.pytorch.org/whl/cpu" in script
     assert "bubblewrap" in text
     assert (folder / "requirements-grading.txt").read_bytes() == (REPO / "requirements-grading.txt").read_bytes()
 

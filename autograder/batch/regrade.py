@@ -280,6 +280,15 @@ def gradescope_test(t: CourseTest, number: str) -> dict:
     }
 
 
+WITHHELD = "its message names hidden cases: not shown here"
+
+
+def shown_at_once(t: TestResult) -> bool:
+    """Whether a student sees test `t`'s message with its score: a public test's, or a hidden one's where the rubric
+    shows hidden tests at once (hidden_tests = "visible"; t.shown)."""
+    return t.visibility != "hidden" or getattr(t, "shown", "") == "visible"
+
+
 def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> list[str]:
     """What feedback says of problem `pid`'s failed `hidden` tests, whose messages name hidden cases: one failing with
     its public twin, among the `shown` failures, is counted (its public message said why); one whose public twin
@@ -288,8 +297,7 @@ def _withheld(pid: str, shown: list[TestResult], hidden: list[TestResult]) -> li
     twins = [t for t in hidden if t.name.rsplit(" [", 1)[0] in public_failed]
     lines = []
     for t in (t for t in hidden if t not in twins):
-        lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')} "
-                      "(its message names hidden cases: not shown here)")
+        lines += wrap(f"  FAIL {t.score:.2f} / {t.max_score:.2f} {t.name.removeprefix(f'{pid}: ')} ({WITHHELD})")
     if twins:
         said = f"same {len(twins)} lines fail" if len(twins) > 1 else "same line fails"
         lines += wrap(f"  the {said} on the hidden cases too "
@@ -303,7 +311,7 @@ class _Feedback(CourseResult):
     def failures(self, pid: str, failed: list[TestResult]) -> list[str]:
         if NOT_GRADED + pid in self.flags:  # one line: what the grader failed at, never a FAIL per line
             return wrap(f"  {self.flags[NOT_GRADED + pid]}")
-        shown = [t for t in failed if t.visibility != "hidden" or t.shown == "visible"]
+        shown = [t for t in failed if shown_at_once(t)]
         return super().failures(pid, shown) + _withheld(pid, shown, [t for t in failed if t not in shown])
 
     def table(self) -> str:

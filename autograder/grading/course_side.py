@@ -13,6 +13,7 @@ import ast
 from dataclasses import replace
 
 from autograder.isolation.boot import PROGRAM_EVENTS  # the events the child's boot refuses and records
+from autograder.isolation.guards import LABELS, REFUSED, alive_token
 from autograder.isolation.interpreter import Limits
 from gradelib.problems import autograd_source
 
@@ -20,25 +21,13 @@ from .course_result import CourseResult
 from .model_quality import model_run, score_line
 
 __all__ = ["CourseResult", "attention_records", "autograd_uses", "hidden_cells", "hidden_end", "model_run", "run_sets",
-           "score_line", "said_program", "said_record"]
+           "score_line", "said_program", "said_record", "said_refused", "silent_guards", "stages_run"]
 
-# The records the attention harness's tripwires (attention_child.py's and boot.py's) write.
-KNOWN_RECORDS = frozenset(
-    {
-        "a call removing the grader's saved-tensors hook",
-        "a saved-tensors hook pushed over the grader's",
-        "a new autograd engine",
-        "a call switching the grader's anomaly mode",
-        "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)",
-        "torch.autograd.backward",
-        "torch.autograd.grad",
-        "Tensor.backward",
-        "scaled_dot_product_attention",
-        "an autograd graph (tensors that require grad)",
-        *(f"torch.autograd.functional.{n}" for n in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")),
-        *(f"torch.func.{n}" for n in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value")),
-    }
-)
+# The records the attention harness's tripwires (attention_child.py's and guards.py's) write.
+KNOWN_RECORDS = frozenset({"torch.autograd.backward", "torch.autograd.grad", "Tensor.backward",
+                           "scaled_dot_product_attention", *LABELS})
+# Backward quantities: a case that has one was run through backward (the stage after forward).
+BACKWARD = frozenset({"dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX"})
 
 
 def run_sets(ctx, cases: list, run_set) -> None:
@@ -93,13 +82,58 @@ def said_record(label: object) -> str:
     return "an autograd call the grader's harness recorded"
 
 
-def attention_records(run) -> tuple[set[str], list[str]]:
+def attention_records(run, outcomes: list) -> tuple[set[str], list[str]]:
     """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
-    program (a fresh interpreter, free of every tripwire: refused), and why its audit pipe cannot be trusted (a
-    reason to withhold the backward points; none when it can)."""
-    tampered = getattr(run, "events_tampered", "")  # the kit's ChildRun (portable off Linux) has none
-    return {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}, \
-        [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
+    program (a fresh interpreter, free of every tripwire: refused) or to reach the grader's guards (refused, or for
+    ctypes recorded before the call), and why
+    its audit pipe or guards cannot be trusted (a reason to withhold the backward points; none when they can). A
+    run whose guards could not be set is the grader's failure: an error, so that the problem counts as not graded.
+    `outcomes`: its cases' CaseOutcomes, whose stages must each have sent a heartbeat (`silent_guards`)."""
+    tampered = getattr(run, "events_tampered", None)  # the kit's ChildRun (portable off Linux) has none
+    if tampered is None:
+        return set(), []
+    if run.event_args("guards"):
+        raise RuntimeError("the grader's guards could not be set in the attention run")
+    attempts = {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}
+    attempts |= {f"a way to the grader's guards ({said_refused(e)}, refused)" for e in run.event_args("refused")}
+    attempts |= {f"a way to the grader's guards ({said_refused(e)})" for e in run.event_args("reached")}
+    reasons = [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
+    silent = silent_guards(run.event_args("key"), run.event_args("alive"), stages_run(outcomes))
+    return attempts, reasons + ([f"ran with the grader's tripwires silenced ({silent})"] if silent else [])
+
+
+def said_refused(event: object) -> str:
+    """A refused audit event as the grader may repeat it (a hidden run may write anything there): a known one, or
+    what kind it is."""
+    text = str(event)
+    if text in REFUSED or text in ("open", "import", "object.__getattr__", "object.__setattr__", "object.__delattr__"):
+        return text
+    return "ctypes" if text.startswith("ctypes.") else "an attempt the grader's harness recorded"
+
+
+def stages_run(outcomes: list) -> int:
+    """How many stages (each case's forward, then its backward) produced a quantity the grader read."""
+    return sum(any(c.stage not in ("present", "unchecked") for q, c in o.checks.items() if (q in BACKWARD) == back)
+               for o in outcomes for back in (False, True))
+
+
+def silent_guards(keys: list[str], heartbeats: list[str], stages: int) -> str:
+    """Why a run's guards cannot have been in place through its `stages` ('' when they were): the reporter sends
+    the run's key first, then after each stage a heartbeat numbered from 0 and signed with it (guards.py)."""
+    if not stages:
+        return ""
+    if len(keys) != 1:
+        return "no key record" if not keys else "more than one key record"
+    try:
+        key = bytes.fromhex(keys[0])
+    except ValueError:
+        return "a key record that is not one"
+    signed = [f"{n} {alive_token(key, n)}" for n in range(len(heartbeats))]
+    if heartbeats != signed:
+        return "a heartbeat not signed with the run's key"
+    if len(heartbeats) < stages:
+        return f"{len(heartbeats)} heartbeats for {stages} stages"
+    return ""
 
 
 # Names of the ways a module can rebind its own __name__ (or reach names the source does not spell):

@@ -3,10 +3,10 @@
     python -I -B boot.py HARNESS.py [ARGS...]   (configuration in $GRADER_BOOT)
 
 Runs before any line of the submission, with nothing but the standard library
-and the files beside it, kernel.py (the Linux interfaces), forkserver.py (a
-template's loop) and the student kit's start.py (the event reporter and the
-way to run a harness, shared by both kits), which the grader mounts or copies
-with it and nothing else:
+and the files beside it, kernel.py (the Linux interfaces), guards.py (what a
+run of attention.py cannot reach), forkserver.py (a template's loop) and the
+student kit's start.py (the event reporter and the way to run a harness, shared
+by both kits), which the grader mounts or copies with it and nothing else:
 
 - applies Landlock (when the grader asks: inside bubblewrap the mounts are made
   first, and a Landlock-confined process could no longer mount);
@@ -20,8 +20,9 @@ with it and nothing else:
   to start another program (a fresh interpreter has none of the harness's
   tripwires), records a SIGKILL the run sends itself or its parent (so that
   the grader does not take the end it chose for a fault: the one record it
-  believes, since it can only cost the run), and adds the course's tripwires to
-  the attention harness's own when it asks (`tripwires`).
+  believes, since it can only cost the run), and arms guards.py when the
+  attention harness has set its own tripwires: the course's, out of the
+  submission's reach.
 
     python -I -B boot.py                          (a template process, when $GRADER_BOOT holds "template")
 
@@ -41,9 +42,8 @@ EVENT_PREFIX = "gradelib."  # what start.py's reporter forwards
 # Audit events of a process about to start another program: refused while a harness runs.
 PROGRAM_EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
                             "_winapi.CreateProcess"))
-TRIPWIRES_EVENT = "grader.tripwires"  # raised by the kit's attention_child.py once its own tripwires are set
-GRAPH_LABEL = "an autograd graph (tensors that require grad)"
-TAKEN_OFF = "a change to the grader's tripwires (anomaly mode or torch.fx.traceback)"
+# Raised by the kit's attention_child.py once its own tripwires are set, with (hit, tripwire, after_stage).
+TRIPWIRES_EVENT = "grader.tripwires"
 
 _siblings: dict = {}
 
@@ -73,11 +73,12 @@ def start():
     return sibling("start")
 
 
-def guard(fd) -> None:
+def guard(fd, filtered: bool) -> None:
     """An audit hook that refuses every PROGRAM_EVENTS event (at every level; the seccomp filter refuses execve
     itself at the Linux levels, whatever calls it), said first on the events descriptor `fd` (when there is one) as
-    a `gradelib.program` record; and that calls `tripwires` at the attention harness's first TRIPWIRES_EVENT (a
-    later one is the submission's)."""
+    a `gradelib.program` record; that says a SIGKILL the run sends itself in a `gradelib.selfkill` record; and
+    that arms guards.py (`filtered`: whether seccomp is in force) at the attention harness's first TRIPWIRES_EVENT
+    (a later one is the submission's), or says in a `gradelib.guards` record that it could not."""
     write, asked = os.write, []
 
     def hook(event: str, args: tuple) -> None:
@@ -93,9 +94,12 @@ def guard(fd) -> None:
                 except OSError:
                     pass
             raise PermissionError(f"{event}: starting another program is not allowed while grading")
-        if event == TRIPWIRES_EVENT and not asked:
+        if event == TRIPWIRES_EVENT and not asked and fd is not None:
             asked.append(event)
-            tripwires(*args)
+            try:
+                sibling("guards").arm(kernel(), fd, args[2], filtered)
+            except Exception as exc:  # the grader's own failure: said, so that the grading counts as none
+                write(fd, f"\n{EVENT_PREFIX}guards {type(exc).__name__}\n".encode())
 
     sys.addaudithook(hook)
 
@@ -114,72 +118,6 @@ def _ends_itself(event: str, args: tuple) -> bool:
         return target == 0 or target in groups or target == parent
     except Exception:  # whatever the arguments, never in the way of the call
         return False
-
-
-def tripwires(hit, tripwire, after_stage: list) -> None:
-    """Against a submission that dodges the attention harness's tripwires (set through its `tripwire(owner, attr,
-    label)`, each reporting by `hit(label)`): the engine object called directly, a new engine, a saved-tensors hook
-    pushed over the harness's or removed, a graph recorded in another thread (anomaly mode); `after_stage` gets the
-    check that anomaly mode is still in place."""
-    import torch
-    from torch.autograd.variable import Variable
-
-    after_stage.append(_graph_in_any_thread(hit, tripwire))
-    autograd = getattr(torch._C, "_autograd", None)
-    tripwire(autograd, "_pop_saved_tensors_default_hooks", "a call removing the grader's saved-tensors hook")
-    # A hook over the grader's (never popped) would see the graph in its place; a new engine object is not the
-    # audited one. Neither is honest code's business.
-    tripwire(autograd, "_push_saved_tensors_default_hooks", "a saved-tensors hook pushed over the grader's")
-    tripwire(torch.autograd.graph.saved_tensors_hooks, "__enter__", "a saved-tensors hook pushed over the grader's")
-    tripwire(torch._C, "_ImperativeEngine", "a new autograd engine")
-    tripwire(sys.modules.get("torch.autograd.variable"), "ImperativeEngine", "a new autograd engine")
-    if hasattr(Variable, "_execution_engine"):
-        Variable._execution_engine = _audited_engine(Variable._execution_engine, hit)
-
-
-def _audited_engine(engine, hit):
-    """Stands in for the autograd engine object every backward pass goes through (also when code calls it directly):
-    reports the first use, then delegates. The engine is held in a closure, not in an attribute."""
-
-    class AuditedEngine:
-        __slots__ = ()
-
-        def __getattr__(self, name):
-            hit(f"the autograd engine ({name})")
-            return getattr(engine, name)
-
-    return AuditedEngine()
-
-
-def _graph_in_any_thread(hit, tripwire):
-    """Anomaly mode, a switch of the whole process (saved-tensors hooks and grad mode are per thread): torch then
-    calls torch.fx.traceback.format_stack for every node it records, in any thread. Honest code records none.
-    Returns the check, run after every stage, that the switch and the patch are still in place."""
-    import torch
-    import torch.fx.traceback as fx_traceback
-
-    original, is_on = fx_traceback.format_stack, torch.is_anomaly_enabled
-
-    def format_stack(*args, **kwargs):
-        hit(GRAPH_LABEL)
-        return original(*args, **kwargs)
-
-    fx_traceback.format_stack = format_stack
-    torch.set_anomaly_enabled(True, False)  # no NaN check: backward is never run for honest code anyway
-    for owner in (torch, torch._C, getattr(torch._C, "_autograd", None)):
-        for name in ("set_anomaly_enabled", "_set_anomaly_enabled"):
-            tripwire(owner, name, "a call switching the grader's anomaly mode")
-
-    def check() -> None:
-        try:
-            intact = is_on() and sys.modules.get("torch.fx.traceback") is fx_traceback and (
-                fx_traceback.format_stack is format_stack)
-        except BaseException:
-            intact = False
-        if not intact:
-            hit(TAKEN_OFF)
-
-    return check
 
 
 def _add_paths(paths: list[str]) -> None:
@@ -217,10 +155,10 @@ def main() -> None:
     if report_fd is not None:
         os.set_inheritable(int(report_fd), False)  # a submission's own subprocesses do not get it
         start().install_reporter(int(report_fd))
-    if config.get("seccomp", True):
-        why = kernel().apply_seccomp()
+    why = kernel().apply_seccomp() if config.get("seccomp", True) else "off"
+    if why != "off":
         sys.audit("gradelib.seccomp", why or "ok")
-    guard(None if report_fd is None else int(report_fd))
+    guard(None if report_fd is None else int(report_fd), why == "")
     template = config.get("template")
     if template:  # Linux levels only
         sibling("forkserver").serve(kernel(), template, int(report_fd), start().run_harness, start().exit_code)

@@ -21,7 +21,7 @@ from gradelib.runner.portable import BOOT_ENV, START  # noqa: F401 (the kit's: t
 BOOT_DIR = Path(__file__).resolve().parent
 # The child's entry point and what it loads from beside it: name there -> this side's file. start.py is the
 # student kit's child entry; boot.py reuses its event reporter and its way of running a harness.
-BOOT_FILES = {name: BOOT_DIR / name for name in ("boot.py", "kernel.py", "forkserver.py")}
+BOOT_FILES = {name: BOOT_DIR / name for name in ("boot.py", "kernel.py", "guards.py", "forkserver.py")}
 BOOT_FILES["start.py"] = START
 # Address space a run may map beyond its memory limit. A CUDA build of torch maps over 3 GB at import and touches
 # about 0.5 GB of it: the limit that matters is resident memory (a memory cgroup, or the grader's sampling), and

@@ -214,11 +214,8 @@ CLONE_SYSCALLS = {"x86_64": (56, 435), "aarch64": (220, 435)}  # (clone, clone3)
 CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
-SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = (
-    0,
-    4,
-    16,
-)  # offsets in struct seccomp_data (arg0's low word: little-endian)
+# Offsets in struct seccomp_data: nr, arch, the low words of args[0] and args[1] (little-endian).
+SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0, SECCOMP_DATA_ARG1 = 0, 4, 16, 24
 
 
 class _SockFilter(ctypes.Structure):
@@ -229,48 +226,92 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """A classic BPF program: (code, jt, jf, k) per instruction. System calls of another ABI than the
-    native one (32-bit int 0x80, x32) and DENIED_SYSCALLS fail with EPERM, a clone() with a namespace
-    flag too, clone3 and UNSUPPORTED_SYSCALLS with ENOSYS; everything else is allowed.
+LD_ABS, RET, JEQ, JGE, JGT, JSET = 0x20, 0x06, 0x15, 0x35, 0x25, 0x45  # BPF_LD|W|ABS, BPF_RET|K, BPF_JMP|K ...
 
-    Written with named targets ("allow", "deny", ...; None is the next instruction), then each jump
-    is turned into the forward offset BPF wants."""
-    ld_abs, ret = 0x20, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_RET|BPF_K
-    jeq, jge, jset = 0x15, 0x35, 0x45  # BPF_JMP|BPF_K with BPF_JEQ, BPF_JGE, BPF_JSET
-    clone, clone3 = CLONE_SYSCALLS[machine]
-    code: list[tuple[int, str | None, str | None, int]] = [
-        (ld_abs, None, None, SECCOMP_DATA_ARCH),
-        (jeq, None, "deny", AUDIT_ARCH[machine]),
-        (ld_abs, None, None, SECCOMP_DATA_NR),
-        (jge, "deny", None, X32_SYSCALL_BIT),
-        *((jeq, "deny", None, nr) for nr in sorted(DENIED_SYSCALLS[machine].values())),
-        (jeq, "enosys", None, clone3),
-        *((jeq, "enosys", None, nr) for nr in sorted(UNSUPPORTED_SYSCALLS[machine].values())),
-        (jeq, "clone", None, clone),
-        (ret, None, None, SECCOMP_RET_ALLOW),
-    ]
-    labels = {"clone": len(code)}
-    code += [(ld_abs, None, None, SECCOMP_DATA_ARG0), (jset, "deny", "allow", CLONE_NAMESPACE_FLAGS)]
-    labels["allow"] = len(code)
-    code.append((ret, None, None, SECCOMP_RET_ALLOW))
-    labels["deny"] = len(code)
-    code.append((ret, None, None, SECCOMP_RET_ERRNO | EPERM))
-    labels["enosys"] = len(code)
-    code.append((ret, None, None, SECCOMP_RET_ERRNO | ENOSYS))
+
+def assemble(code: list) -> list[tuple[int, int, int, int]]:
+    """A classic BPF program, (code, jt, jf, k) per instruction, from `code`: instructions whose jumps name a
+    label (None: the next instruction) and the labels themselves (a string, naming the instruction after it)."""
+    labels, program = {}, []
+    for item in code:
+        if isinstance(item, str):
+            labels[item] = len(program)
+        else:
+            program.append(item)
 
     def offset(at: int, target: str | None) -> int:
         return 0 if target is None else labels[target] - at - 1
 
-    return [(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(code)]
+    return [(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(program)]
 
 
-def apply_seccomp() -> str:
-    """Install the filter on this process and its future children; '' or why it could not be."""
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """System calls of another ABI than the native one (32-bit int 0x80, x32) and DENIED_SYSCALLS fail with
+    EPERM, a clone() with a namespace flag too, clone3 and UNSUPPORTED_SYSCALLS with ENOSYS; everything else is
+    allowed."""
+    clone, clone3 = CLONE_SYSCALLS[machine]
+    return assemble([
+        (LD_ABS, None, None, SECCOMP_DATA_ARCH),
+        (JEQ, None, "deny", AUDIT_ARCH[machine]),
+        (LD_ABS, None, None, SECCOMP_DATA_NR),
+        (JGE, "deny", None, X32_SYSCALL_BIT),
+        *((JEQ, "deny", None, nr) for nr in sorted(DENIED_SYSCALLS[machine].values())),
+        (JEQ, "enosys", None, clone3),
+        *((JEQ, "enosys", None, nr) for nr in sorted(UNSUPPORTED_SYSCALLS[machine].values())),
+        (JEQ, "clone", None, clone),
+        (RET, None, None, SECCOMP_RET_ALLOW),
+        "clone", (LD_ABS, None, None, SECCOMP_DATA_ARG0), (JSET, "deny", "allow", CLONE_NAMESPACE_FLAGS),
+        "allow", (RET, None, None, SECCOMP_RET_ALLOW),
+        "deny", (RET, None, None, SECCOMP_RET_ERRNO | EPERM),
+        "enosys", (RET, None, None, SECCOMP_RET_ERRNO | ENOSYS),
+    ])
+
+
+# What a run of attention.py may not do once its harness is set up (guards.py adds this filter then): install a
+# signal handler (one would run Python code inside the guards' own functions), start a thread (the saved-tensors
+# hook is per thread), or close, replace, duplicate or change the audit pipe's descriptor (a run could point it
+# elsewhere around an autograd call, or read it back).
+RUN_GUARD_SYSCALLS = {  # name -> number; None: the architecture has no such call
+    "x86_64": {"rt_sigaction": 13, "clone": 56, "close": 3, "dup": 32, "fcntl": 72, "ioctl": 16, "dup2": 33,
+               "dup3": 292, "close_range": 436},
+    "aarch64": {"rt_sigaction": 134, "clone": 220, "close": 57, "dup": 23, "fcntl": 25, "ioctl": 29, "dup2": None,
+                "dup3": 24, "close_range": 436},
+}
+CLONE_THREAD = 0x00010000
+
+
+def run_guard_program(machine: str, fd: int) -> list[tuple[int, int, int, int]]:
+    """The filter a run of attention.py gets once its harness is set up (RUN_GUARD_SYSCALLS): EPERM for
+    rt_sigaction, a clone() of a thread, and close, dup, fcntl, ioctl, dup2 or dup3 naming descriptor `fd` (as
+    old or new), or a close_range over it."""
+    nr = RUN_GUARD_SYSCALLS[machine]
+    on_fd = [nr[name] for name in ("close", "dup", "fcntl", "ioctl")]
+    return assemble([
+        (LD_ABS, None, None, SECCOMP_DATA_ARCH),
+        (JEQ, None, "allow", AUDIT_ARCH[machine]),  # the first filter refuses every other ABI
+        (LD_ABS, None, None, SECCOMP_DATA_NR),
+        (JEQ, "deny", None, nr["rt_sigaction"]),
+        (JEQ, "clone", None, nr["clone"]),
+        *((JEQ, "arg0", None, n) for n in on_fd),
+        *((JEQ, "arg01", None, n) for n in (nr["dup2"], nr["dup3"]) if n is not None),
+        (JEQ, "range", "allow", nr["close_range"]),
+        "clone", (LD_ABS, None, None, SECCOMP_DATA_ARG0), (JSET, "deny", "allow", CLONE_THREAD),
+        "arg01", (LD_ABS, None, None, SECCOMP_DATA_ARG1), (JEQ, "deny", None, fd),
+        "arg0", (LD_ABS, None, None, SECCOMP_DATA_ARG0), (JEQ, "deny", "allow", fd),
+        "range", (LD_ABS, None, None, SECCOMP_DATA_ARG0), (JGT, "allow", None, fd),  # first > fd
+        (LD_ABS, None, None, SECCOMP_DATA_ARG1), (JGE, "deny", "allow", fd),  # last >= fd
+        "allow", (RET, None, None, SECCOMP_RET_ALLOW),
+        "deny", (RET, None, None, SECCOMP_RET_ERRNO | EPERM),
+    ])
+
+
+def apply_seccomp(program: list[tuple[int, int, int, int]] | None = None) -> str:
+    """Install a filter (`program`, by default seccomp_program's) on this process and its future children; '' or
+    why it could not be. Filters add up: a later one can only refuse more."""
     machine = os.uname().machine
     if machine not in DENIED_SYSCALLS:
         return f"no seccomp filter for {machine}"
-    prog = seccomp_program(machine)
+    prog = program if program is not None else seccomp_program(machine)
     filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
     fprog = _SockFprog(len(prog), filters)
     lib = libc()

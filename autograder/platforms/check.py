@@ -7,10 +7,14 @@ copy of it for each platform:
   image build does, then grades through /autograder/run_autograder, as root with Docker's default
   capability set and read-only cgroups: the reference as loose files and as a handin.tar, a partial
   handin and a broken one. Each results.json is checked against Gradescope's documented format.
-- Autolab: runs the Dockerfile's RUN steps (its base, debian:bookworm-slim, is what debootstrap makes),
+- Autolab: runs the Dockerfile's steps (its base, debian:bookworm-slim, is what debootstrap makes),
   then grades a job as Tango's autodriver runs it: the job's files in the `autograde` user's home, `make`
   as that user under Tango's default process, file-size and time limits, the last line read as the
   autoresult. (tests/isolation/test_container.py runs Tango's exact command in the image on a real Docker engine.)
+- PrairieLearn: runs its image's Dockerfile steps the same way, then grades each upload (but the tar: pl-file-upload
+  takes files by name) as its host runs a job: /grade laid out (serverFilesCourse/, student/, data/), the question's
+  entrypoint run as root with Docker's default capabilities; each results.json checked against PrairieLearn's format
+  (the broken upload must be not gradable).
 
 It prints each step's time, the download and install sizes, and each handin's score. Where PyTorch's CPU
 index cannot be reached, torch comes from the local CPU wheel in --torch-wheel (or PIP_FIND_LINKS), and
@@ -49,6 +53,7 @@ RESULT_KEYS = {"score": (int, float), "execution_time": (int, float), "output": 
 TEST_KEYS = {"score": (int, float), "max_score": (int, float), "name": str, "output": str, "visibility": str,
              "status": str, "tags": list}
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
+PL_TEST_KEYS = {"name": str, "points": (int, float), "max_points": (int, float), "message": str}  # PrairieLearn's
 
 
 def say(text: str) -> None:
@@ -249,43 +254,48 @@ def dockerfile_steps(path: Path) -> tuple[str, list[tuple[str, str]]]:
     return base, [(op, arg) for op, arg in steps if op != "FROM"]
 
 
+def run_dockerfile(root: Path, folder: Path, env: dict[str, str], binds: dict[str, str]) -> dict[str, str]:
+    """The RUN, COPY, WORKDIR, ENV and ARG steps of folder/Dockerfile in `root` (its base, debian:bookworm-slim, is
+    what debootstrap makes); the image's environment (its ENV lines)."""
+    image, steps = dockerfile_steps(folder / "Dockerfile")
+    if image != "debian:bookworm-slim":
+        raise SystemExit(f"platform-check: the Dockerfile starts FROM {image}; this check builds debian:bookworm-slim")
+    image_env: dict[str, str] = {}
+    args = dict(env)
+    workdir = "/"
+    for op, arg in steps:
+        if op == "COPY":
+            src, dest = arg.split()
+            target = root / dest.lstrip("/")
+            if (folder / src).is_dir():
+                shutil.copytree(folder / src, target, dirs_exist_ok=True)
+            else:
+                target = target / src if dest.endswith("/") else target
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / src, target)
+        elif op == "WORKDIR":
+            workdir = arg
+        elif op == "ENV":
+            key, _, value = arg.partition("=")
+            image_env[key] = value.replace("$PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        elif op == "ARG":
+            key, _, default = arg.partition("=")
+            args.setdefault(key, default)
+        elif op == "RUN":
+            script = f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)} && {arg}"
+            checked(in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}")
+    return image_env
+
+
 def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
     from autograder.platforms.package import build_autolab
 
-    tar_path, makefile = build_autolab(WORK / "autolab")
-    image, steps = dockerfile_steps(tar_path.parent / "Dockerfile")
-    if image != "debian:bookworm-slim":
-        raise SystemExit(f"platform-check: the Dockerfile starts FROM {image}; this check builds debian:bookworm-slim")
     env, binds, how = torch_source(wheel)
+    tar_path, makefile = build_autolab(WORK / "autolab", torch_wheel=wheel if "TORCH_WHEEL" in env else None)
     out: dict = {"torch": how, "cases": {}}
     with fresh_copy(base) as root:
-        image_env: dict[str, str] = {}
-        args = {k: v for k, v in env.items()}
         start = time.monotonic()
-        workdir = "/"
-        for op, arg in steps:
-            if op == "COPY":
-                src, dest = arg.split()
-                target = root / dest.lstrip("/")
-                if (tar_path.parent / src).is_dir():
-                    shutil.copytree(tar_path.parent / src, target, dirs_exist_ok=True)
-                else:
-                    target = target / src if dest.endswith("/") else target
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(tar_path.parent / src, target)
-            elif op == "WORKDIR":
-                workdir = arg
-            elif op == "ENV":
-                key, _, value = arg.partition("=")
-                image_env[key] = value.replace("$PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            elif op == "ARG":
-                key, _, default = arg.partition("=")
-                args.setdefault(key, default)
-            elif op == "RUN":
-                script = f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)} && {arg}"
-                checked(
-                    in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}..."
-                )
+        image_env = run_dockerfile(root, tar_path.parent, env, binds)
         out["build_s"] = time.monotonic() - start
         out["venv"] = size(root / "opt" / "grader")
         home = root / "home" / "autograde"  # where Tango's autodriver moves a job, to run `make` as `autograde`
@@ -319,6 +329,61 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
     return out
 
 
+def pl_format_problems(raw: bytes) -> list[str]:
+    """Where a results.json departs from PrairieLearn's (its external-grading docs and processGradingResult)."""
+    if len(raw) > 1024 * 1024:
+        return [f"{len(raw)} bytes: PrairieLearn drops a results.json over 1 MB"]
+    data = json.loads(raw)
+    if data.get("gradable", True) is False:
+        errors = data.get("format_errors")
+        return [] if isinstance(errors, list) and errors and all(isinstance(e, str) for e in errors) else [
+            "not gradable without format_errors"]
+    score = data.get("score")
+    wrong = [] if isinstance(score, (int, float)) and 0 <= score <= 1 else [f"score {score!r} is not in [0, 1]"]
+    for t in data.get("tests", []):
+        wrong += [f"test {t.get('name')!r} {k}" for k, kind in PL_TEST_KEYS.items() if not isinstance(t.get(k), kind)]
+    wrong += [f"image {i}" for i, img in enumerate(data.get("images", []))
+              if not str(img.get("url", "")).startswith("data:image/png;base64,")]
+    return wrong
+
+
+def prairielearn(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
+    """`make prairielearn`'s image steps in a fresh root, then each upload graded as PrairieLearn's host runs a job:
+    /grade laid out, the question's entrypoint run as root with Docker's default capabilities."""
+    from autograder.platforms.package import build_prairielearn
+
+    env, binds, how = torch_source(wheel)
+    question, folder = build_prairielearn(WORK / "prairielearn", torch_wheel=wheel if "TORCH_WHEEL" in env else None)
+    options = json.loads((question / "info.json").read_text())["externalGradingOptions"]
+    out: dict = {"torch": how, "cases": {}}
+    with fresh_copy(base) as root:
+        start = time.monotonic()
+        image_env = run_dockerfile(root, folder, env, binds)
+        out["build_s"] = time.monotonic() - start
+        out["venv"] = size(root / "opt" / "grader")
+        for case, upload in uploads.items():
+            if case == "reference handin.tar":
+                continue  # pl-file-upload takes the handin's files by name
+            grade = root / "grade"
+            shutil.rmtree(grade, ignore_errors=True)
+            for entry in options["serverFilesCourse"]:
+                for top in ("serverFilesCourse", "shared"):
+                    shutil.copytree(question.parents[1] / "serverFilesCourse" / entry, grade / top / entry)
+            shutil.copytree(upload, grade / "student")
+            (grade / "data").mkdir()
+            (grade / "data" / "data.json").write_text("{}")
+            start = time.monotonic()
+            proc = checked(in_root(root, f"chmod +x {options['entrypoint'].split()[0]} && {options['entrypoint']}",
+                                   env=image_env, docker=True, timeout=options["timeout"]), f"the entrypoint ({case})")
+            raw = (grade / "results" / "results.json").read_bytes()
+            data = json.loads(raw)
+            out["cases"][case] = {
+                "seconds": time.monotonic() - start, "score": data.get("score"), "gradable": data.get("gradable"),
+                "isolation": "fallback" if "Sandbox: fallback" in str(data.get("output")) else proc.stderr[-200:],
+                "format": pl_format_problems(raw), "said": (data.get("format_errors") or [""])[0][:100]}
+    return out
+
+
 def report(name: str, found: dict) -> None:
     say(f"{name}: torch from {found['torch']}")
     if "setup_s" in found:
@@ -331,12 +396,20 @@ def report(name: str, found: dict) -> None:
     for case, c in found["cases"].items():
         extra = (f"; format: {'conforms' if not c['format'] else '; '.join(c['format'])}" if "format" in c else
                  f"; last line {c['last'][:100]}")
-        say(f"{name}: {case}: {c['score']:g} points in {c['seconds']:.0f} s at the {c['isolation']} level{extra}")
+        if c.get("gradable") is False:
+            say(f"{name}: {case}: not gradable ({c['said']}) in {c['seconds']:.0f} s{extra}")
+            continue
+        what = f"score {c['score']:.4f}" if "gradable" in c else f"{c['score']:g} points"
+        say(f"{name}: {case}: {what} in {c['seconds']:.0f} s at the {c['isolation']} level{extra}")
+
+
+PLATFORMS = {"gradescope": ("Gradescope", gradescope), "autolab": ("Autolab", autolab),
+             "prairielearn": ("PrairieLearn", prairielearn)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.platforms.check", description=__doc__.splitlines()[0])
-    ap.add_argument("--platform", choices=("gradescope", "autolab", "both"), default="both")
+    ap.add_argument("--platform", choices=(*PLATFORMS, "all"), default="all")
     default_wheel = next(
         iter(sorted(Path(os.environ.get("PIP_FIND_LINKS", "/nonexistent")).glob("torch-*+cpu-cp311-*.whl"))), None
     )
@@ -352,29 +425,27 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="uploads-", dir=WORK) as tmp:
         uploads = handins(Path(tmp))
         found = {}
-        if args.platform in ("gradescope", "both"):
-            found["gradescope"] = gradescope(base, uploads, args.torch_wheel)
-            report("Gradescope", found["gradescope"])
-        if args.platform in ("autolab", "both"):
-            found["autolab"] = autolab(base, uploads, args.torch_wheel)
-            report("Autolab", found["autolab"])
+        for key, (name, flow) in PLATFORMS.items():
+            if args.platform in (key, "all"):
+                found[key] = flow(base, uploads, args.torch_wheel)
+                report(name, found[key])
     (WORK / "figures.json").write_text(json.dumps(found, indent=1))
     full = sum(p.points for p in rubric.load().values())  # the reference's score: the rubric's total
-    wanted = {"reference files": full, "reference handin.tar": full}
-    bad = [f"{p} {case}: {c['score']}" for p, f in found.items() for case, c in f["cases"].items()
-           if case in wanted and abs(c["score"] - wanted[case]) > 1e-6]
-    bad += [
-        f"{p} {case}: results.json {c['format']}"
-        for p, f in found.items()
-        for case, c in f["cases"].items()
-        if c.get("format")
-    ]
+    bad = []
+    for p, f in found.items():
+        for case, c in f["cases"].items():
+            wanted = (1.0 if p == "prairielearn" else full) if case.startswith("reference") else None
+            if wanted is not None and (c.get("score") is None or abs(c["score"] - wanted) > 1e-6):
+                bad.append(f"{p} {case}: {c.get('score')}")
+            if c.get("format"):
+                bad.append(f"{p} {case}: results.json {c['format']}")
+            if p == "prairielearn" and case == "broken" and c.get("gradable") is not False:
+                bad.append(f"{p} {case}: graded, where make handin refuses its files")
     if bad:
         say("FAILED: " + "; ".join(bad))
         return 1
     say("all platforms grade the reference to full marks, and every results.json conforms")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

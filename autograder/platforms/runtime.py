@@ -1,4 +1,4 @@
-"""Grading one submission on Gradescope or Autolab, in each platform's own layout.
+"""Grading one submission on Gradescope or Autolab, in each platform's own layout (PrairieLearn: prairielearn.py).
 
 Gradescope (run_autograder in the zip calls this with `gradescope`):
     /autograder/submission/   what the student uploaded: handin.tar, a .zip, the loose files,
@@ -55,9 +55,10 @@ class Refused(Exception):
     """The grader graded nothing (a rubric, calibration or isolation level it may not use): why, in its words."""
 
 
-def _grade(handin: Path, out: Path, timeout: float) -> tuple[dict, list[str]]:
-    """Grade quietly; return results.json's content and the problem ids (Refused when nothing was graded)."""
-    argv = [str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
+def _grade(handin: Path, out: Path, timeout: float, *options: str) -> tuple[dict, list[str]]:
+    """Grade quietly (cli's `options` added); return results.json's content and the problem ids (Refused when nothing
+    was graded)."""
+    argv = [*options, str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
     said = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
         code = cli.main(argv)

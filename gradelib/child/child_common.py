@@ -39,7 +39,7 @@ def load_arrays(path) -> dict[str, np.ndarray]:
 
 def save(path: Path, obj) -> None:
     """Write `obj` atomically (never read half written): an ndarray as .npy without pickle, anything else as JSON."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = str(path.with_name(path.name + ".tmp"))  # a plain path: the course refuses to open any other kind
     if isinstance(obj, np.ndarray):
         with open(tmp, "wb") as fh:
             np.save(fh, obj, allow_pickle=False)

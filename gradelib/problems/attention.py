@@ -92,7 +92,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
         outcomes.extend(found)
         runtime_hits.update(hits)
         if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
-            hits, tampered = ctx.course.attention_records(run)
+            hits, tampered = ctx.course.attention_records(run, found)
             runtime_hits.update(hits)
             if not reasons:  # the first run's
                 reasons.extend(tampered)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import ast
 
 # Names whose use means gradients came from automatic differentiation.
-AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn",
-                  "scaled_dot_product_attention", "vjp", "jacrev", "jacfwd", "functorch"}
+AUTOGRAD_NAMES = {"autograd", "requires_grad", "requires_grad_", "enable_grad", "grad_fn", "vjp", "jvp", "jacrev",
+                  "jacfwd", "hessian", "vmap", "linearize", "functorch", "_functorch", "forward_ad", "dual_level",
+                  "make_dual", "unpack_dual", "_make_dual", "_unpack_dual", "scaled_dot_product_attention"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # The tests of `if __name__ == "__main__":` (either order), as ast.dump writes them.
 MAIN_GUARDS = {ast.dump(ast.parse(test, mode="eval").body) for main in ("'__main__'", "u'__main__'")
@@ -111,7 +112,8 @@ def autograd_uses(source: str, main_blocks: bool = False) -> list[str]:
         elif isinstance(node, ast.Name):
             bad = node.id in AUTOGRAD_NAMES
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            imported = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            module = getattr(node, "module", None) or ""  # `from torch import func` imports torch.func
+            imported = [module, *(n for a in node.names for n in (a.name, f"{module}.{a.name}"))]
             bad = any(part in AUTOGRAD_NAMES or part == "torch.func" for n in imported for part in (n, *n.split(".")))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             bad = node.value in AUTOGRAD_NAMES

@@ -54,17 +54,25 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     **{f"autograd_by_{how}": (("autograd_in_another_program", "autograd_forward"),
                               {"HOW": how, "MARK": f"@OUT@/../{PROGRAM_STARTED}{how}"})
        for how in ("subprocess", "execv", "fork_exec", "spawn")},
+    # Forward-mode autograd (dual numbers, torch.func.jvp under vmap) on the hidden cases alone (on every case:
+    # test_attacks_autograd.py, at the machine's level); the audit hooks emptied through ctypes or /proc/self/mem;
+    # every closure-held tripwire dodged from Python; each way to the guards tried in turn (after the reference).
+    "autograd_forward_hidden": (("autograd_forward_mode", "autograd_forward"), {"WHEN": "hidden"}),
+    "audit_hooks_emptied": (("audit_hooks_emptied", "autograd_forward"), {"HOW": "each"}),
+    "autograd_tripwires_dodged": (("autograd_tripwires_dodged", "autograd_forward"), {}),
+    "guards_reached": ("guards_reached", {}),
 }
 
 
 # Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
 BACKWARD_ONLY = ("autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv",
-                 "autograd_by_fork_exec", "autograd_by_spawn")
+                 "autograd_by_fork_exec", "autograd_by_spawn", "autograd_forward_hidden", "audit_hooks_emptied",
+                 "autograd_tripwires_dodged")
 # Attacks on the grader's comparisons and reports, which work alike at every level (the harness runs in the
 # child, the comparisons in the grader): graded once, at the machine's own level.
 SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor", "hidden_inputs_in_output")
 # Attacks appended to the reference attention.py: they need a run that computes every result first.
-WITH_REFERENCE = ("hidden_inputs_in_output",)
+WITH_REFERENCE = ("hidden_inputs_in_output", "guards_reached")
 # What the fallback level is checked against: what a run may reach and how it is ended.
 FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
@@ -72,7 +80,8 @@ FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_E
 # programs started below the audit layer are there to measure what it does not stop.
 PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
                     "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_fork_exec",
-                    "autograd_by_spawn")
+                    "autograd_by_spawn", "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged",
+                    "guards_reached")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
@@ -124,6 +133,7 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
             "--only",
             "attention",
             level=level,
+            timeout=BATCH_TIMEOUT_S + 60 * len(order),  # generous: a busy machine grades a handin in 10 to 30 s
         )
         wall = time.monotonic() - start
         alive_after = processes_named(marker)

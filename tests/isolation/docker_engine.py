@@ -9,7 +9,8 @@ Images, each built once and kept by the engine under a tag keyed by what went in
   and `docker import`ed;
 - Gradescope's: the base after the zip's setup.sh (as Gradescope builds its image: as root, with network);
 - Autolab's: `make autolab`'s Dockerfile built offline (a local CPU torch wheel and the other wheels beside it,
-  no package index), with a stand-in for Tango's autodriver (tests/isolation/autodriver_standin.c), FROM the base.
+  no package index), with a stand-in for Tango's autodriver (tests/isolation/autodriver_standin.c), FROM the base;
+- PrairieLearn's: `make prairielearn`'s Dockerfile built offline the same way, FROM the base.
 """
 
 from __future__ import annotations
@@ -220,8 +221,31 @@ def _wheelhouse(wheel: Path) -> Path:
     return folder
 
 
+def _offline_image(engine: Engine, base: str, wheel: Path, out: Path, kind: str, *inputs: bytes) -> str:
+    """The image of the build folder `out` (`make autolab`'s or `make prairielearn`'s: a Dockerfile FROM
+    debian:bookworm-slim, install-grader.sh, the requirements, wheels/ with the CPU torch wheel), built offline
+    FROM the base (the Dockerfile's FROM line is the only change) with every other wheel beside torch's; tagged by
+    what the build reads (`inputs`: other files it copies)."""
+    for w in _wheelhouse(wheel).glob("*.whl"):
+        if not (out / "wheels" / w.name).exists():
+            os.link(w, out / "wheels" / w.name) if w.stat().st_dev == out.stat().st_dev else shutil.copy(
+                w, out / "wheels"
+            )
+    dockerfile = out / "Dockerfile"
+    text = dockerfile.read_text()
+    assert "\nFROM debian:bookworm-slim\n" in text, "the Dockerfile's base changed: update this test"
+    dockerfile.write_text(text.replace("\nFROM debian:bookworm-slim\n", f"\nFROM {base}\n"))
+    # The images hold no grader (each job brings it): only what the build reads counts.
+    key = _key(base, dockerfile.read_bytes(), (out / "requirements-grading.txt").read_bytes(),
+               (out / "install-grader.sh").read_bytes(), *inputs, *sorted(os.listdir(out / "wheels")))
+    tag = f"attention-grader-test/{kind}:{key}"
+    if not engine.has_image(tag):
+        engine("build", "-q", "--network", "host", "--build-arg", "PIP_NO_INDEX=1", "-t", tag, str(out), timeout=1800)
+    return tag
+
+
 def autolab_image(engine: Engine, base: str, wheel: Path) -> str:
-    """`make autolab`'s image, built offline FROM the base (the Dockerfile's FROM line is the only change)."""
+    """`make autolab`'s image, built offline FROM the base, with a stand-in for Tango's autodriver."""
     from autograder.platforms.package import build_autolab
 
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -229,24 +253,16 @@ def autolab_image(engine: Engine, base: str, wheel: Path) -> str:
     source = REPO / "tests" / "isolation" / "autodriver_standin.c"
     if not driver.is_file() or driver.stat().st_mtime < source.stat().st_mtime:
         subprocess.run(["cc", "-O2", "-static", "-o", str(driver), str(source)], check=True, capture_output=True)
-    wheels = _wheelhouse(wheel)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        build_autolab(out, torch_wheel=wheel, autodriver=driver)
-        for w in wheels.glob("*.whl"):
-            if not (out / "wheels" / w.name).exists():
-                os.link(w, out / "wheels" / w.name) if w.stat().st_dev == out.stat().st_dev else shutil.copy(
-                    w, out / "wheels"
-                )
-        dockerfile = out / "Dockerfile"
-        text = dockerfile.read_text()
-        assert "\nFROM debian:bookworm-slim\n" in text, "the Dockerfile's base changed: update this test"
-        dockerfile.write_text(text.replace("\nFROM debian:bookworm-slim\n", f"\nFROM {base}\n"))
-        # The image holds no grader (Tango copies autograde.tar into each job): only what the build reads counts.
-        key = _key(base, dockerfile.read_bytes(), (out / "requirements-grading.txt").read_bytes(), driver.read_bytes(),
-                   *sorted(os.listdir(out / "wheels")))
-        tag = f"attention-grader-test/autolab:{key}"
-        if not engine.has_image(tag):
-            engine("build", "-q", "--network", "host", "--build-arg", "PIP_NO_INDEX=1", "-t", tag, str(out),
-                   timeout=1800)
-    return tag
+        build_autolab(Path(tmp), torch_wheel=wheel, autodriver=driver)
+        return _offline_image(engine, base, wheel, Path(tmp), "autolab", driver.read_bytes())
+
+
+def prairielearn_image(engine: Engine, base: str, wheel: Path) -> str:
+    """`make prairielearn`'s image, built offline FROM the base."""
+    from autograder.platforms.package import build_prairielearn
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, folder = build_prairielearn(Path(tmp), torch_wheel=wheel)
+        return _offline_image(engine, base, wheel, folder, "prairielearn")

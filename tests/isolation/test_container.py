@@ -1,9 +1,10 @@
-"""The course grader where courses run it: Gradescope's and Autolab's containers.
+"""The course grader where courses run it: Gradescope's, Autolab's and PrairieLearn's containers.
 
 With a real Docker engine (tests/isolation/docker_engine.py: one that answers, or `dockerd` started here as root, images
 from debootstrap, no registry): Gradescope's flow (setup.sh, then run_autograder per handin in a fresh container
-with Docker's default security, and under `--cpus 0.5 --memory 768m`) and Autolab's job as Tango runs it (its
-exact command, autodriver as `autolab`, the job as `autograde`). Without one, the flow runs in Docker's default
+with Docker's default security, and under `--cpus 0.5 --memory 768m`), Autolab's job as Tango runs it (its
+exact command, autodriver as `autolab`, the job as `autograde`) and PrairieLearn's job as its host runs it (/grade,
+the question's entrypoint as root, no network, its timeout). Without one, the flow runs in Docker's default
 container as tests/isolation/container.py reproduces it (setpriv), and the test says so.
 
 Graders that share a kernel and a temp folder but see nothing of each other (PID namespaces of their own, as
@@ -28,6 +29,7 @@ import pytest
 from container import available, docker_default
 
 from autograder.build.demo import blank_handin, reference_handin
+from autograder.platforms.package import PL_GRADER
 from gradelib import rubric
 
 from support import REPO
@@ -141,6 +143,78 @@ def test_autolab_on_a_real_engine_as_tango_runs_a_job(tmp_path, engine):
     print(f"\nautolab on a real engine (Tango's command): image {built:.0f} s; " + "; ".join(figures), file=sys.stderr)
 
 
+PL_LIMITS = ("--cpus", "0.5", "--memory", "768m", "--memory-swap", "768m")  # below PrairieLearn's (0.9 CPU, 2 GiB)
+
+
+def _pl_cases(dest: Path) -> dict[str, tuple[dict[str, bytes], object]]:
+    """PrairieLearn's four uploads (the files pl-file-upload takes, by name) and what each must get: a score, or
+    the start of the reason it is not gradable; and the reference once more, with the hidden cases lost from the
+    job's serverFilesCourse (a fault of the course's set-up): a failed job, never a score."""
+    ref = reference_handin(dest / "reference")
+    blank = blank_handin(dest / "blank")
+    files = {f.name: f.read_bytes() for f in sorted(ref.iterdir())}
+    partial = {n: files[n] for n in ("attention.py", "01_mlm_and_next_token.ipynb")}
+    points = sum(rubric.load()[p].points for p in ("attention", "losses"))
+    return {"reference": (files, 1.0), "blank": ({f.name: f.read_bytes() for f in sorted(blank.iterdir())}, 0.0),
+            "partial": (partial, points / COURSE_POINTS),
+            "broken": ({**files, "attention.py": b"class Attention(:\n    pass\n"}, "attention.py does not parse"),
+            "grader fault": (files, None)}
+
+
+def test_prairielearn_on_a_real_engine_as_its_host_runs_a_job(tmp_path, engine):
+    """PrairieLearn's host (apps/grader-host): the job's folder at /grade, the question's entrypoint run in the image
+    without network, as the image's user (root), under the question's timeout; the job counts only when it exits 0,
+    and results.json over 1 MB is dropped; a grader fault exits 1 with no results.json (a failed job).
+    Limits: PL_LIMITS, PrairieLearn's process and core-dump limits."""
+    from test_prairielearn import host_reads, lay_out, pl_package
+
+    (eng, base, wheel) = _real(engine)
+    start = time.monotonic()
+    image = docker_engine.prairielearn_image(eng, base, wheel)
+    built = time.monotonic() - start
+    package = pl_package(tmp_path / "pl")
+    timeout = package["info"]["externalGradingOptions"]["timeout"]
+    figures, wrong = [], []
+    for case, (files, wanted) in _pl_cases(tmp_path / "handins").items():
+        grade = tmp_path / case / "grade"
+        argv = lay_out(grade, package, files)
+        if wanted is None:
+            (grade / "serverFilesCourse" / PL_GRADER / "fixtures" / "attention" / "hidden" / "cases.json").unlink()
+        name = f"prairielearn-job-{os.getpid()}-{case.replace(' ', '-')}"
+        t = time.monotonic()
+        try:
+            proc = eng("run", "--name", name, "-t", "--network", "none", *PL_LIMITS, "--pids-limit", "1024",
+                       "--ipc", "private", "--ulimit", "core=0:0", "-v", f"{grade}:/grade", "--entrypoint", argv[0],
+                       image, *argv[1:], timeout=timeout, check=False)
+        finally:
+            eng("rm", "-f", name, check=False, timeout=120)
+        seconds = time.monotonic() - t
+        if wanted is None:  # the host reads no results.json from a job that exits non-zero: a failed job
+            said = proc.stdout + proc.stderr
+            figures.append(f"{case}: exit {proc.returncode}, no results.json, in {seconds:.0f} s")
+            if proc.returncode != 1 or (grade / "results" / "results.json").exists() or "NOT GRADED" not in said \
+                    or "no hidden case" not in said or "Traceback" in said:
+                wrong.append(f"{case}: exit {proc.returncode}: {said[-3000:]}")
+            continue
+        data = host_reads(proc.returncode, grade / "results" / "results.json", proc.stdout + proc.stderr)
+        text = json.dumps(data)
+        if isinstance(wanted, str):
+            figures.append(f"{case}: not gradable ({data.get('format_errors', [''])[0][:60]}) in {seconds:.0f} s")
+            ok = data["gradable"] is False and data["format_errors"][0].startswith(wanted)
+        else:
+            lost = [(t["name"], t["message"][:300]) for t in data["tests"] if t["points"] < t["max_points"]]
+            figures.append(f"{case} {data['score']:.4f} in {seconds:.0f} s ({len(text.encode()) / 1024:.0f} KiB)"
+                           + (f"; lost: {lost[:3]}" if case == "reference" and lost else ""))
+            # the standing image for a model.pt that was graded; the sandbox level, said to the student
+            ok = (data["score"] == pytest.approx(wanted) and "Sandbox: fallback" in data["output"]
+                  and bool(data["images"]) == (case == "reference"))
+        if not ok or "Traceback" in text:
+            wrong.append(f"{case}: {text[:3000]}")
+    print(f"\nprairielearn on a real engine ({' '.join(PL_LIMITS)}): image {built:.0f} s; " + "; ".join(figures),
+          file=sys.stderr)
+    assert not wrong, "\n".join(wrong)
+
+
 # ---------------------------------------------------------------- the reproduction, where no engine is
 
 def run_autograder(tmp_path: Path, handin: Path, env: dict | None = None) -> tuple[dict, subprocess.CompletedProcess]:
@@ -174,6 +248,24 @@ def test_the_flow_in_the_reproduced_container(tmp_path, engine):
     blank, _ = run_autograder(tmp_path / "blank", blank_handin(tmp_path / "blank_handin"))
     assert blank["score"] == 0.0
     assert "Traceback" not in json.dumps(blank)
+    # PrairieLearn's job, its entrypoint run in the reproduced container: the reference, and a broken upload.
+    from test_prairielearn import host_reads, lay_out, pl_package
+
+    package = pl_package(tmp_path / "pl")
+    for case, (files, wanted) in _pl_cases(tmp_path / "handins").items():
+        if case not in ("reference", "broken"):
+            continue
+        grade = tmp_path / case / "grade"
+        argv = lay_out(grade, package, files)
+        env = {"PL_GRADE_ROOT": str(grade), "AUTOGRADER_PYTHON": sys.executable}
+        with docker_default([str(grade / argv[0].removeprefix("/grade/")), *argv[1:]], env=env) as cmd:
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=package["info"]["externalGradingOptions"]["timeout"])
+        data = host_reads(proc.returncode, grade / "results" / "results.json", proc.stdout + proc.stderr)
+        if case == "reference":
+            assert data["score"] == 1.0, [t for t in data["tests"] if t["points"] < t["max_points"]]
+        else:
+            assert data["gradable"] is False and data["format_errors"][0].startswith(wanted), data
 
 
 @pytest.mark.skipif(

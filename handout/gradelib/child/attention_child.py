@@ -63,8 +63,10 @@ def install_tripwires() -> None:
     _tripwire(torch.nn.functional, "scaled_dot_product_attention", "scaled_dot_product_attention")
     for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp"):
         _tripwire(torch.autograd.functional, name, f"torch.autograd.functional.{name}")
-    for name in ("grad", "vjp", "jacrev", "jacfwd", "grad_and_value"):
+    for name in ("grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap", "linearize", "grad_and_value"):
         _tripwire(getattr(torch, "func", None), name, f"torch.func.{name}")
+    for name in ("enter_dual_level", "make_dual", "unpack_dual"):  # forward mode
+        _tripwire(torch.autograd.forward_ad, name, f"torch.autograd.forward_ad.{name}")
     sys.audit(TRIPWIRES_EVENT, _hit, _tripwire, after_stage)
 
 
