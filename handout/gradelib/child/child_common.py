@@ -19,8 +19,7 @@ OUTPUTS = SCRATCH / "outputs"
 def clock(pid: int | str = "self") -> float:
     """The wall clock less the time `pid` waited for a CPU (Linux's /proc/<pid>/schedstat; else the wall clock)."""
     try:
-        with open(f"/proc/{pid}/schedstat") as fh:
-            return time.monotonic() - int(fh.read().split()[1]) / 1e9
+        return time.monotonic() - int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return time.monotonic()
 

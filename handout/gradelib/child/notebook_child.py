@@ -65,12 +65,10 @@ class time_limit:
             signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
             return self
         self.done, self.fired = threading.Event(), False
-
         def watch() -> None:
             while not self.done.wait(0.2 if self.fired else self.wall_s):
                 self.fired = True
                 _thread.interrupt_main()
-
         threading.Thread(target=watch, daemon=True).start()
         return self
 

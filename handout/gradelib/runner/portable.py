@@ -137,7 +137,6 @@ def _tree(pid: int) -> list:
     """psutil processes of the run (the child and everything below it), [] without psutil."""
     try:
         import psutil
-
         proc = psutil.Process(pid)
         return [proc, *proc.children(recursive=True)]
     except Exception:
