@@ -79,9 +79,10 @@ bench: setup ## time grading next to otter run: a table, and its figures into bu
 	$(PY) -m autograder.build.bench
 	mkdir -p docs/data && cp build/bench.json docs/data/bench.json
 
-mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles (hours) -> build/mutants*.json, docs/data/mutants.json
+mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles, and which question's check each first fails (hours) -> build/mutants*.json, docs/data/mutants.json
 	$(PY) -m autograder.build.mutants
 	$(PY) -m autograder.build.mutants_notebooks
+	$(PY) -m autograder.build.mutants_checks
 	$(PY) -m autograder.build.measured mutants build/mutants.json build/mutants_notebooks.json
 
 pictures: setup ## the manual's pictures of real runs: a student's python autograder.py, the class report in Chromium

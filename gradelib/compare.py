@@ -30,8 +30,9 @@ class Observed:
 @dataclass(frozen=True)
 class Check:
     """One comparison's verdict: the first failing stage ("ok" if none), its message, the largest error, got/expected
-    if only a constant factor is wrong, whether a float64 quantity is wrong only at float32 precision (FLOAT32_LEVEL),
-    whether it is right on all-zero expected values (trivial: blank output is too)."""
+    if only a constant factor is wrong (on the finite entries), whether a float64 quantity is wrong only at float32
+    precision (FLOAT32_LEVEL), whether it is right on all-zero expected values (trivial: blank output is too), the
+    slip that factor is (its number, or its name): two failures with one slip are one mistake."""
 
     name: str
     passed: bool
@@ -42,6 +43,7 @@ class Check:
     dtype: str = ""
     float32_level: bool = False
     trivial: bool = False
+    slip: str = ""
 
 
 def _fmt_index(index: tuple[int, ...]) -> str:
@@ -54,6 +56,10 @@ def constant_ratio(got: np.ndarray, expected: np.ndarray, rtol: float = 1e-4) ->
     r = got[mask] / expected[mask]
     ratio = float(np.median(r)) if mask.sum() >= 2 else 1.0  # fewer than two entries say nothing of a factor
     return None if abs(ratio - 1.0) < 1e-3 or not np.allclose(r, ratio, rtol=rtol, atol=0) else ratio
+
+
+def _times(ratio: float | None) -> str:
+    return f"times {ratio:.4g}" if ratio else ""
 
 
 def _non_finite(arr: np.ndarray) -> str:
@@ -109,12 +115,13 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
     """The values stage for real numbers: NaN or infinite entries first, then each entry against its tolerance."""
     dtype = str(expected.dtype)
     got64, exp64 = arr.astype(np.float64), expected.astype(np.float64)
-    bad = _non_finite(got64)
+    bad, finite = _non_finite(got64), np.isfinite(got64)
     if bad:
-        first = tuple(np.argwhere(~np.isfinite(got64))[0])
+        first = tuple(np.argwhere(~finite)[0])
+        ratio = constant_ratio(got64[finite], exp64[finite]) if finite.any() else None  # A_w stored scaled and masked
         return Check(name, False, "values", f"'{name}' has {bad} entries of {arr.size}, first at index "
                                             f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}", float("inf"),
-                     dtype=dtype)
+                     ratio=ratio, dtype=dtype, slip=_times(ratio))
     err = np.abs(got64 - exp64)
     scale = max(1.0, float(np.abs(exp64).max()))
     outside = err > atol * scale + rtol * np.abs(exp64)
@@ -136,4 +143,4 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
                                         f"outside tolerance; max abs error {max_err:.3g} (relative {rel:.3g}) at index "
                                         f"{_fmt_index(worst)}: got {g:.{digits}g}, expected {e:.{digits}g} "
                                         f"(rtol {rtol:g}, atol {atol:g}).{factor}{tail}",
-                 max_err, ratio=ratio, dtype=dtype, float32_level=float32_level)
+                 max_err, ratio=ratio, dtype=dtype, float32_level=float32_level, slip=_times(ratio))

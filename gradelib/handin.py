@@ -283,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out} was NOT written. Fix these and run `make handin` again:", file=sys.stderr)
         for problem in packed.problems:
             print(f"  - {problem}", file=sys.stderr)
+        if args.out.is_file():  # an earlier one is not this one: renamed, so it is not uploaded for it
+            os.replace(args.out, earlier := args.out.with_name(f"{args.out.stem}.earlier{args.out.suffix}"))
+            print(f"The {args.out.name} of an earlier `make handin` is now {earlier.name}: it is not what you asked "
+                  "for.", file=sys.stderr)
         return 1
     write_tar(packed.files, args.out)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB): {', '.join(packed.files)}")

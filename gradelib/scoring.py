@@ -171,8 +171,9 @@ def failure_kind(check: Check) -> str:
 
 
 def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcome], left: set[str]) -> Check | None:
-    """The first quantity of the line that fails on this case. On an edge line, one failing the same way
-    (failure_kind) on an `ordinary` case of its dtype is left to their lines (in `left`); a stability NaN is not."""
+    """The first quantity of the line that fails on this case. On an edge line, one failing the same way (failure_kind)
+    or by the same slip (A_w scaled: finite at T = 1, inf where masked) on an `ordinary` case of its dtype is left to
+    their lines (in `left`); a stability NaN is not."""
     for q in group.quantities:
         check = outcome.checks.get(q)
         if check is None:
@@ -182,7 +183,7 @@ def _first_failure(outcome: CaseOutcome, group: Group, ordinary: list[CaseOutcom
         kind = failure_kind(check)
         if group.edge and not (group.stability and _NAN_SAID.search(check.message)) and any(
                 o.dtype == outcome.dtype and q in o.checks and not o.checks[q].passed
-                and failure_kind(o.checks[q]) == kind for o in ordinary):
+                and (failure_kind(o.checks[q]) == kind or o.checks[q].slip == check.slip != "") for o in ordinary):
             left.add(q)
             continue
         return check
@@ -206,18 +207,20 @@ def _not_verified(cases: list[CaseOutcome], group: Group, vis: str) -> str:
             "the ordinary cases is charged there too)")
 
 
-def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]]) -> None:
+def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]], via: dict | None = None) -> None:
     """A wrong value that follows from an earlier wrong quantity it is computed from (`upstream`: quantity ->
-    its sources) says so instead of its own formula hint; one whose cause is named already keeps its message."""
+    its sources) says so, first, instead of its own formula hint (`via`: source -> (how it is reached, what to fix),
+    where that is another function)."""
     for q, sources in upstream.items():
         c = outcome.checks.get(q)
         if c is None or c.passed or c.stage != "values" or c.float32_level:
             continue
         first = next((s for s in sources if s in outcome.checks and not outcome.checks[s].passed), None)
         if first:
-            outcome.checks[q] = replace(c, message=(
-                f"'{q}' is wrong, which probably follows from the '{first}' failure (it is computed from '{first}'). "
-                f"{c.message.partition(HINT)[0]}{HINT}fix '{first}' first."))
+            how, fix = (via or {}).get(first, (f"it is computed from '{first}'", f"'{first}'"))
+            outcome.checks[q] = replace(c, message=(f"'{q}' is wrong, which probably follows from the '{first}' "
+                                                    f"failure ({how}). {c.message.partition(HINT)[0]}{HINT}fix {fix} "
+                                                    "first."))
 
 
 def name_float32(outcomes: list[CaseOutcome]) -> None:

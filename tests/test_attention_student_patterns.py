@@ -92,7 +92,7 @@ def judge(Attention) -> list[dict]:
             got.update({q: getattr(att, q, None) for q in QUANTITIES if q.startswith("dLd") and q != "dLdX"})
         expected = oracle(case["inputs"])
         tol = PROBLEM.tolerance[case["dtype"]]
-        fails = {}
+        fails, slips = {}, {}
         for q in QUANTITIES:
             value = got.get(q)
             if not isinstance(value, torch.Tensor):
@@ -102,6 +102,7 @@ def judge(Attention) -> list[dict]:
                 fails[q] = "wrong"
                 continue
             g, e = value.detach().double().numpy(), expected[q]
+            slips[q] = slip(g, e, case["inputs"])
             if np.isnan(g).any():
                 fails[q] = "nan"
                 continue
@@ -113,15 +114,33 @@ def judge(Attention) -> list[dict]:
                 continue
             ok = np.all(np.abs(g - e) <= tol["atol"] * max(1.0, np.abs(e).max()) + tol["rtol"] * np.abs(e))
             fails[q] = "" if ok else "wrong"
-        judged.append({**case, "fails": fails, "right": {q: not k for q, k in fails.items()}})
+        judged.append({**case, "fails": fails, "right": {q: not k for q, k in fails.items()},
+                       "slips": {q: slips.get(q, "") if k else "" for q, k in fails.items()}})
     return judged
+
+
+def slip(got: np.ndarray, expected: np.ndarray, inputs: dict) -> str:
+    """What a wrong value is, as a transformation of the expected one: its finite entries all the expected ones times
+    a power of the case's Dk (e.g. "Dk^-0.5"), or times another number (two entries at least); '' when it is no such
+    thing."""
+    finite = np.isfinite(got) & (np.abs(expected) > 1e-6 * max(1.0, np.abs(expected).max()))
+    if not finite.any():
+        return ""
+    ratio = got[finite] / expected[finite]
+    r = float(np.median(ratio))
+    if not np.allclose(ratio, r, rtol=1e-3, atol=0) or abs(r - 1) < 1e-3:
+        return ""
+    dk = inputs["W_k"].shape[1]
+    return next((f"Dk^{p}" for p in (-1, -0.5, 0.5, 1) if abs(r - dk**p) <= 1e-3 * dk**p),
+                f"{r:.4g}" if finite.sum() > 1 else "")
 
 
 def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
     """The README's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities wrong.
-    An edge line fails for a quantity wrong on one of its cases unless the same kind of failure shows for it on an
-    ordinary case of the same dtype (never a NaN on the stability line); and when all it has is such
-    forgiven failures, for having no case on which over a quarter of its quantities were produced, one of them right."""
+    An edge line fails for a quantity wrong on one of its cases unless the same kind of failure, or the same slip (the
+    same transformation of the expected value), shows for it on an ordinary case of the same dtype (never a NaN on the
+    stability line); and when all it has is such forgiven failures, for having no case on which over a quarter of its
+    quantities were produced, one of them right."""
     taken = {g.edge for g in PROBLEM.groups if g.edge}
     failing = set()
     for g in PROBLEM.groups:
@@ -138,7 +157,8 @@ def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
                     kind = c["fails"][q]
                     same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
                     if (kind == "nan" and g.stability) or not any(
-                            o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
+                            o["dtype"] == c["dtype"] and (o["fails"][q] in same or o["slips"][q] == c["slips"][q] != "")
+                            for o in ordinary):
                         failing.add((g.id, vis))
                     forgiven = True
             produced = [[q for q in g.quantities if c["fails"][q] != "raise"] for c in mine]
@@ -231,14 +251,12 @@ def test_a_float32_only_helper_says_forward_raised_on_the_backward_lines_once(tm
     assert autograd_uses(text) == []  # q_proj.backward(...) and friends are the file's own
     expected = failing_lines(judge(attention_class(text, "f32helper")))
     # Every set has a float64 ordinary case, so no ordinary line passes. An edge's float64 case raises as the
-    # ordinary float64 cases do (charged there); an edge line with a float32 case (T = 1, Dk != Dv) is verified
-    # there, right throughout, and keeps its points; one whose cases of a set are float64 alone (the hidden large
-    # scores) has nothing that verified it.
+    # ordinary float64 cases do (charged there); every edge has a float32 case in each set, where this code is
+    # verified, right throughout: the edge lines keep their points.
     ordinary = {g.id for g in PROBLEM.groups if not g.edge}
-    float64_alone = {(g.id, v) for g in PROBLEM.groups if g.edge for v in g.visibilities
-                     if {c["dtype"] for c in cases() if c["vis"] == v and c["edge"] == g.edge} == {"float64"}}
-    assert ("numerical_stability", "hidden") in float64_alone
-    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")} | float64_alone
+    assert all({"float32", "float64"} <= {c["dtype"] for c in cases() if c["vis"] == v and c["edge"] == g.edge}
+               or v == "public" for g in PROBLEM.groups if g.edge for v in g.visibilities)
+    assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")}
     result, failing = graded(tmp_path, text)
     assert failing == expected
     assert result.score == pytest.approx(points_without(expected))
@@ -262,6 +280,34 @@ def test_a_masked_a_w_costs_the_raw_scores_line_alone(tmp_path):
     for t in result.tests:
         if not t.passed:
             assert "'A_w' has" in t.output and "inf entries" in t.output and "do not scale or mask it" in t.output
+
+
+def test_a_scaled_and_masked_a_w_costs_the_raw_scores_line_alone_and_keeps_t_1(tmp_path):
+    """A_w stored as Q K^T / sqrt(Dk) with -inf where masked: the A_w lines charge it. At T = 1 nothing is masked
+    and the same A_w is finite, 1/sqrt(Dk) times the raw scores: the same slip in another form, not charged again
+    on the T = 1 line, which says why it passes."""
+    text = source("scaled_masked_A_w_stored")
+    expected = failing_lines(judge(attention_class(text, "scaled_masked")))
+    assert expected == {("forward_scores", "public"), ("forward_scores", "hidden")}
+    result, failing = graded(tmp_path, text)
+    assert failing == expected, outputs(result)
+    assert result.score == pytest.approx(points_without(expected))
+    for vis in ("public", "hidden"):
+        said = outputs(result)["single_position", vis]
+        assert said.startswith("passed on all") and "('A_w': graded by their own lines, not again here)" in said, said
+
+
+def test_a_float32_softmax_that_raises_on_float64_loses_both_stability_lines(tmp_path):
+    """No max subtraction, and a row sum made with a float32 column of ones: every float64 case raises the same
+    dtype error, the large-scores float64 case too (forgiven: charged on the ordinary lines), and the float32
+    large-scores case of each set gives NaN, which is the stability line's own failure: both its points are lost."""
+    text = source("float32_softmax_raises")
+    result, expected = pinned(tmp_path, text, "f32raises")
+    assert {("numerical_stability", "public"), ("numerical_stability", "hidden")} <= expected
+    assert ("single_position", "hidden") not in expected and ("key_value_widths", "hidden") not in expected
+    for vis in ("public", "hidden"):
+        said = outputs(result)["numerical_stability", vis]
+        assert "NaN entries" in said and "exp() overflowed" in said, said
 
 
 def test_one_bug_reads_in_one_screen(tmp_path):

@@ -148,6 +148,8 @@ def test_the_site_builds_strictly(tmp_path):
             assert f"ran {sum(data['tests'].values())} tests" in figures
         if name == "mutants":
             assert all(f"<code>{pid}</code>" in figures.split('id="the-graders-power')[1] for pid in data["problems"])
+            for c in data.get("checks", {}).values():
+                assert f"<td>{c['own_check_first']} of {c['own_check_of']}</td>" in figures, c
     for page, picture in pictures:
         assert f'src="../{picture}"' in (tmp_path / "site" / page / "index.html").read_text(), (page, picture)
         assert (tmp_path / "site" / picture).read_bytes().startswith(b"\x89PNG"), picture
@@ -273,3 +275,9 @@ def test_the_suites_summary_sums_its_timing_lines():
     m = mutants_summary([report])
     assert m["runs"] == [{"recorded": {"date": "x"}, "seconds": 60}]
     assert m["problems"]["losses"] == {"found": 10, "mutants": 5, "killed": 4, "equivalent": 1, "run": 0}
+    # mutants_checks' report: per problem, how many mutants fail their own question's check first.
+    checks = {"recorded": {"date": "y"}, "seconds": 9, "checks": {"masks": {"own_check_first": 3, "own_check_of": 4,
+                                                                             "no_check_fails": 0, "every": 2}}}
+    m = mutants_summary([report, checks])
+    assert m["checks"] == {"masks": {"own_check_first": 3, "own_check_of": 4, "no_check_fails": 0, "every": 2,
+                                     "run": 1}} and m["problems"]["masks"]["run"] == 0

@@ -142,6 +142,17 @@ def test_a_file_the_grader_cannot_use_stops_the_handin_with_what_to_fix(student,
     assert not (student / "handin.tar").exists()
 
 
+def test_a_refused_handin_renames_an_earlier_handin_tar_and_says_so(student, capsys):
+    """A handin.tar left by an earlier `make handin` could be uploaded for this one: a refusal renames it."""
+    assert pack(student, capsys, "--runid", "run1", "--epoch", "3")[0] == 0
+    earlier = (student / "handin.tar").read_bytes()
+    rc, _, err = pack(student, capsys, "--runid", "run1", "--epoch", "7")
+    assert rc == 1 and not (student / "handin.tar").exists()
+    assert (student / "handin.earlier.tar").read_bytes() == earlier
+    assert "The handin.tar of an earlier `make handin` is now handin.earlier.tar: it is not what you asked for." in (
+        " ".join(err.split())), err
+
+
 def test_runid_and_epoch_are_required_unless_partial(student, capsys):
     rc, _, err = pack(student, capsys)
     assert rc == 1 and "runid= and epoch= are required" in err and "partial=1" in err

@@ -96,7 +96,10 @@ def test_training_cells_write_the_experiment_folder_the_handin_reads(tmp_path, m
     # The same lines in train.log, for a run that has no notebook to show them (jupyter nbconvert --execute).
     logged = (run / "train.log").read_text()
     assert re.search(r"epoch 1 step \d+/\d+  loss [\d.]+  [\d.]+ steps/s  ETA", logged), logged
-    assert re.search(r"epoch 1: validation NLL [\d.]+", logged) and logged.splitlines()[0].startswith("run ")
+    assert logged.splitlines()[0].startswith("run ")
+    assert re.search(r"epoch 1/1, \d+ s: validation NLL [\d.]+, .* \(full credit at <= [\d.]+, none at >= [\d.]+\); "
+                     r"generation perplexity: the course grader's \(full credit at <= [\d.]+", logged), logged
+    assert re.search(r"^threads: 1: \d+ ms/step", logged, re.MULTILINE) or "on cuda" in logged or "on mps" in logged
     for handin_name, file in (("predictions.npy", "predictions_test_1.npy"), ("generated.npy", "generated_1.npy"),
                               ("generated.txt", "generated_1.txt"), ("model.pt", "model_1.pt")):
         assert check_file(handin_name, run / file) == [], file

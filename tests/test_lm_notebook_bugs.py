@@ -8,8 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_notebook_checks import namespace
 
-from support import SOLUTIONS, function_scores, grade_files
+from gradelib.grade import grade_submission
+from gradelib.notebook_check import grade_line
+from gradelib.runner.limits import Limits
+
+from notebook_tools import NB3, edited
+from support import HANDOUT, SOLUTIONS, function_scores, grade_files
 
 NOTEBOOK = "03_language_model.ipynb"
 LM_PROBLEMS = ["prediction", "generation"]
@@ -175,3 +181,122 @@ def test_planted_bug_fails_exactly_its_lines(tmp_path, bug):
         assert greedy and all("generate must never emit them" in o and "constant factor" not in o for o in greedy), (
             greedy
         )
+
+
+# Notebook 3's usual slips (`make mutants` and students' notebooks), each named on the first case line of its
+# check's report: the grader's words come with the slips' values in the case files (autograder/fixturegen/lm_slips.py),
+# and a slip is named only where the notebook gives exactly its value. (function, old, new, line, what the first
+# failing case says); the check runs on the public cases, in this process, as grader.check runs it.
+ATTENTION_SCALE = "        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)        # (B, nh, T, T)"
+COLLATE = ("        inputs[b, : len(p) - 1] = p[:-1]   # what the model reads",
+           "        targets[b, : len(p) - 1] = p[1:]   # what it must predict: the next id")
+LOSS = "F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=PAD)"
+PREDICT_PICK = ("        x = torch.cat([x, logits.argmax(dim=-1, keepdim=True)], dim=1)  # (B, T+1): append the "
+                "greedy pick")
+SLIPS = {
+    "collate_pads_with_eos": ("collate", ("), PAD, dtype=torch.long)   # (B, T)",
+                                          "), PAD, dtype=torch.long)  # (B, T)"),
+                              ("), EOS, dtype=torch.long)", "), EOS, dtype=torch.long)"), "collate_and_loss",
+                              "'collate_inputs' is padded with <eos> (id 0) where <pad> (id 1) belongs."),
+    "collate_targets_not_shifted": ("collate", COLLATE[1], "        targets[b, : len(p) - 1] = p[:-1]",
+                                    "collate_and_loss", "'collate_targets' holds each piece's first n_b ids"),
+    "collate_swapped": ("collate", COLLATE, ("        inputs[b, : len(p) - 1] = p[1:]",
+                                             "        targets[b, : len(p) - 1] = p[:-1]"),
+                        "collate_and_loss", "'collate_inputs' holds the other tensor: inputs and targets are swapped."),
+    "collate_pads_on_the_left": ("collate", COLLATE, ("        inputs[b, T - len(p) + 1 :] = p[:-1]",
+                                                      "        targets[b, T - len(p) + 1 :] = p[1:]"),
+                                 "collate_and_loss", "'collate_inputs' is padded on the left."),
+    "loss_over_pad_positions": ("lm_loss", LOSS, "F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))",
+                                "collate_and_loss", "'lm_loss' is the mean over every position, the <pad> targets "
+                                "included."),
+    "loss_summed": ("lm_loss", LOSS, LOSS.replace("ignore_index=PAD)", "ignore_index=PAD, reduction='sum')"),
+                    "collate_and_loss", "'lm_loss' is the sum over the targets that are not PAD, not their mean."),
+    "loss_of_probabilities": ("lm_loss", LOSS, LOSS.replace("logits.reshape(-1, V)",
+                                                            "F.softmax(logits, -1).reshape(-1, V)"),
+                              "collate_and_loss", "'lm_loss' is the cross-entropy of softmax(logits)"),
+    "nll_of_raw_logits": ("lm_loss", LOSS, LOSS.replace("F.cross_entropy", "F.nll_loss"), "collate_and_loss",
+                          "'lm_loss' is the mean of -logits[target]: F.nll_loss was given raw logits."),
+    "attention_scaled_by_sqrt_c": ("CausalSelfAttention", ATTENTION_SCALE, "        att = (q @ k.transpose(-2, -1)) / "
+                                   "math.sqrt(C)", "causal_attention",
+                                   "'attention_out' is what it gives with the scores divided by sqrt(C), C = d_model, "
+                                   "instead of sqrt(hs). The causal mask works"),
+    "attention_unscaled": ("CausalSelfAttention", ATTENTION_SCALE, "        att = q @ k.transpose(-2, -1)",
+                           "causal_attention", "'attention_out' is what the model gives without the 1/sqrt(hs) "
+                           "scaling of the attention scores."),
+    "attention_times_sqrt_hs": ("CausalSelfAttention", ATTENTION_SCALE, "        att = (q @ k.transpose(-2, -1)) * "
+                                "math.sqrt(hs)", "causal_attention", "'attention_out' is what it gives with the scores "
+                                "multiplied by sqrt(hs) where they are divided by it."),
+    "attention_softmax_over_queries": ("CausalSelfAttention", "F.softmax(att, dim=-1)", "F.softmax(att, dim=-2)",
+                                       "causal_attention", "'attention_out' is what it gives with the softmax over the "
+                                       "queries (dim=-2) instead of the keys."),
+    "attention_without_proj": ("CausalSelfAttention", "return self.resid_drop(self.proj(y))",
+                               "return self.resid_drop(y)", "causal_attention",
+                               "'attention_out' is the heads' output before self.proj."),
+    "model_without_embedding_scale": ("CausalLanguageModel", " * math.sqrt(self.cfg.d_model)", "", "model_building",
+                                      "'model_logits' is what the model gives without multiplying the embeddings by "
+                                      "sqrt(d_model)."),
+    "model_without_positions": ("CausalLanguageModel", "x = self.drop(self.pos_encoder(x))", "x = self.drop(x)",
+                                "model_building", "'model_logits' is what the model gives without the positional "
+                                "encoding."),
+    "model_without_final_norm": ("CausalLanguageModel", "return self.fc(self.ln_f(x))", "return self.fc(x)",
+                                 "model_building", "'model_logits' is what the model gives without the final "
+                                 "LayerNorm."),
+    "predict_returns_probabilities": ("predict", "        steps.append(logits)",
+                                      "        steps.append(F.softmax(logits, dim=-1))", "predict_function",
+                                      "'predict_logits' holds probabilities (the softmax of the logits)"),
+    "predict_returns_log_probabilities": ("predict", "        steps.append(logits)",
+                                          "        steps.append(F.log_softmax(logits, dim=-1))", "predict_function",
+                                          "'predict_logits' holds log-probabilities (log_softmax of the logits)"),
+    "predict_never_appends": ("predict", PREDICT_PICK, "        pass", "predict_function",
+                              "'predict_logits' is every step predicted from the prompt alone"),
+    "predict_reads_the_last_id": ("predict", "        logits = model(x)[:, -1, :]", "        logits = model(x[:, -1:])"
+                                  "[:, -1, :]", "predict_function",
+                                  "'predict_logits' is each step predicted from the last id alone."),
+    "generate_reads_the_last_id": ("generate", "        logits = model(x)[:, -1, :]", "        logits = model("
+                                   "x[:, -1:])[:, -1, :]", "generate_greedy",
+                                   "'greedy_ids' is each step predicted from the last id alone."),
+    "generate_never_appends": ("generate", "        x = torch.cat([x, next_id.unsqueeze(1)], dim=1)", "        pass",
+                               "generate_greedy", "'greedy_ids' is every step predicted from the prompt alone"),
+    # The first sampling quantity a forgotten temperature breaks is the cold one, whose hint is the division.
+    "sampling_ignores_the_temperature": ("filter_logits", "    logits = logits / temperature\n", "",
+                                         "generate_sampling", "temperature 0.01 divides the logits by 0.01 before the "
+                                         "softmax"),
+}
+FUNCTIONS = {"collate_and_loss": ("collate", "lm_loss"), "causal_attention": ("CausalSelfAttention", "ModelConfig"),
+             "model_building": ("CausalLanguageModel", "ModelConfig", "embedding_dropout", "CausalSelfAttention"),
+             "predict_function": ("predict",), "generate_greedy": ("generate",), "generate_sampling": ("generate",)}
+
+
+@pytest.mark.parametrize("slip", sorted(SLIPS))
+def test_a_usual_slip_is_named_on_the_first_line_of_its_checks_report(slip):
+    function, old, new, line, said = SLIPS[slip]
+    ns = namespace(json.loads(edited(NB3, function, old, new)))
+    problem = "generation" if line.startswith("generate") else "prediction"
+    result = grade_line(problem, line, {f: ns[f] for f in FUNCTIONS[line]})
+    assert not result.passed
+    first = next(ln for ln in result.output.splitlines() if ln.startswith("case "))
+    assert said in first.split("): ", 1)[1], result.output
+    assert "Hint: " in first
+
+
+def test_a_right_model_on_a_wrong_attention_names_the_attention_first(tmp_path):
+    """CausalSelfAttention scaled by sqrt(C), the model itself right: the model's line says first that it fails
+    because the attention does, and fixes that; the attention line comes first in the report, and in the checks."""
+    function, old, new, _, _ = SLIPS["attention_scaled_by_sqrt_c"]
+    text = edited(NB3, function, old, new)
+    ns = namespace(json.loads(text))
+    checked = grade_line("prediction", "model_building", {f: ns[f] for f in FUNCTIONS["model_building"]})
+    first = next(ln for ln in checked.output.splitlines() if ln.startswith("case ")).split("): ", 1)[1]
+    assert first.startswith("'model_logits' is wrong, which probably follows from the 'attention_out' failure (the "
+                            "model's layers run your CausalSelfAttention).") and first.endswith(
+        "Hint: fix CausalSelfAttention first."), first
+    sub = tmp_path / "handin"
+    sub.mkdir()
+    (sub / NB3).write_text(text)
+    result = grade_submission(sub, case_root=HANDOUT / "tests", visibilities=("public",), only=["prediction"],
+                              limits=Limits(timeout_s=60))
+    words = " ".join(result.table().split())  # wrapped at 100 columns: phrases may run over two lines
+    attention = words.index("FAIL 0.00 / 1.00 CausalSelfAttention: masked multi-head attention")
+    model = words.index("FAIL 0.00 / 1.00 CausalLanguageModel on fixed weights")
+    assert attention < model < words.index("'model_logits' is wrong, which probably follows from the 'attention_out' "
+                                           "failure"), words

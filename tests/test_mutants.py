@@ -64,10 +64,10 @@ def test_each_mutant_loses_exactly_the_oracles_lines(judged, name):
 # `make mutants` run (a mutant failing both generate lines, an equivalent one of filter_logits). Notebook 3's seven
 # share the handins of notebooks 1 and 2's seven: no grading more.
 NOTEBOOK_SAMPLE = (
-    "losses:cell10:_tensor_operators@9#9", "losses:cell20:operator_number@11#3",
-    "losses:cell32:operator_arg_removal@7#3", "losses:cell42:operator_arg_removal@10#9",
-    "losses:cell65:operator_arg_removal@10#3", "losses:cell10:operator_swap_op@9#2",
-    "losses:cell20:operator_swap_op@11#2", "masks:cell9:operator_arg_removal@9#6",
+    "losses:cell10:_tensor_operators@9#9", "losses:cell21:operator_number@11#3",
+    "losses:cell34:operator_arg_removal@7#3", "losses:cell44:operator_arg_removal@10#9",
+    "losses:cell68:operator_arg_removal@10#3", "losses:cell10:operator_swap_op@9#2",
+    "losses:cell21:operator_swap_op@11#2", "masks:cell9:operator_arg_removal@9#6",
     "masks:cell18:operator_swap_op@12#2", "masks:cell28:operator_arg_removal@7#4",
     "masks:cell38:operator_swap_op@7#1", "masks:cell53:operator_arg_removal@9#4",
     "masks:cell9:operator_arg_removal@9#4", "prediction:cell9:operator_swap_op@7#2",

@@ -236,3 +236,24 @@ def test_a_slip_only_hidden_cases_showed_is_seen_on_a_public_case(tmp_path, note
     first = next(g for g in rubric_problem.groups if g.id in groups)  # in rubric order, as the report lists them
     assert report[at + 1].startswith(f"  FAIL 0.00 / {rubric_problem.share(first, 'public'):.2f} {first.title}"), report
     assert f"case '{case}'" in " ".join(report[at + 2:at + 5]), report
+
+
+def test_a_masks_case_header_names_the_shapes_of_what_each_function_grades():
+    """One header serves every line a case grades: it names the masks' shapes (a 2 x 5 x 5 combined mask), not only
+    the attention's Tq and Tk."""
+    import json
+
+    import numpy as np
+
+    from support import FIXTURES
+
+    for vis in ("public", "hidden"):
+        for entry in json.loads((FIXTURES / "notebooks" / vis / "cases.json").read_text()):
+            if entry["problem"] != "masks":
+                continue
+            with np.load(FIXTURES / "notebooks" / vis / f"{entry['name']}.npz") as data:
+                B, T = data["tokens"].shape
+                shapes = {"Q": data["Q"].shape[:2], "K": data["K"].shape[:2]}
+            said = entry["description"]
+            assert f"masks {T} x {T} and {B} x {T} x {T}" in said and f"tokens and X {B} x {T}" in said, said
+            assert f"Q {' x '.join(map(str, shapes['Q']))}, K and V {' x '.join(map(str, shapes['K']))}" in said, said

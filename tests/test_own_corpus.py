@@ -267,6 +267,7 @@ def test_handout_facts_come_from_the_fixtures(built):
         source = (SOLUTIONS / name).read_text()
         filled = handout_facts.fill_facts(source, facts, name, json_string=name.endswith(".ipynb"))
         assert "{{" not in filled and "my_corpus.txt" in filled and f"{train_chars:,}" in filled
+        assert "No runs of the default settings" in filled or name == "HANDOUT_README.md"
         for stale in ("toy English", "probabilistic grammar", "1.9 million", "NLL 0.82"):
             assert stale not in filled, (name, stale)
         if name.endswith(".ipynb"):
@@ -452,3 +453,29 @@ def test_the_course_says_when_a_5_gram_earns_full_credit(built):
     note = json.loads((lm / course.CALIBRATION_JSON).read_text())["unseparated_note"]
     assert ("character 5-gram" in (note or "")) == (nll <= full and ppl <= full_g), (nll, full, ppl, full_g)
     assert (note is not None) == (f"\n{note}\n" in built["printed"])
+
+
+def test_the_default_run_is_as_long_as_its_measured_runs_need_with_a_margin(tmp_path):
+    """fixtures/lm/default_runs.json (autograder/reference/default_runs.py): each measured run of notebook 3's default
+    settings earned full credit on both quality lines (the rubric's thresholds) before the notebook's last epoch."""
+    from autograder.grading import rubric_check
+    from autograder.reference.default_runs import notebook_settings
+
+    runs = handout_facts.default_runs()
+    assert runs is not None, "no measured runs of this corpus: python -m autograder.reference.default_runs"
+    rubric = rubric_check.load()
+    nll, ppl = (float(rubric["prediction"].settings["full_credit_nll"]),
+                float(rubric["generation"].settings["full_credit_perplexity"]))
+    assert runs["epochs"] == notebook_settings()["EPOCHS"] and len(runs["runs"]) >= 2
+    for run in runs["runs"]:
+        first = next(r["epoch"] for r in run["rows"] if r["val_nll"] <= nll and r["generation_perplexity"] <= ppl)
+        assert run["first_full_credit"] == first < runs["epochs"], run["seed"]
+    stale = {**runs, "corpus_sha256": "0" * 64}
+    (tmp_path / "lm").mkdir()
+    for name in provenance.HASHED_FILES:  # this corpus
+        (tmp_path / "lm" / name).symlink_to(REPO / "fixtures" / "lm" / name)
+    (tmp_path / "lm" / "default_runs.json").write_text(json.dumps(stale))
+    assert handout_facts.default_runs(tmp_path) is None  # another corpus's runs say nothing of this one
+    phrase = handout_facts.runs_phrase({"epochs": 6, "runs": [{"seed": 0, "first_full_credit": 5},
+                                                              {"seed": 1, "first_full_credit": None}]})
+    assert phrase.startswith("`EPOCHS = 6` is not always enough") and "5 (seed 0) and never (seed 1) of 6" in phrase

@@ -347,7 +347,19 @@ def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_o
         "  FAIL 0.00 / 1.00 b [hidden] (its message names hidden cases: not shown here)",
         "  the same line fails on the hidden cases too (0.00 / 1.00)",
         "  the other 3 lines pass (3.00 points)",
-        "q 1.00 / 1.00: all 1 lines pass",
+        "q 1.00 / 1.00: its one line passes",
         "TOTAL 4.00 / 7.00",
         "The messages of the 2 failed hidden tests are not shown here (they name hidden cases); the course",
         "    staff publish them with the grades."]
+
+
+def test_one_passing_line_is_said_in_the_singular():
+    """'the other line passes', not 'the other 1 line pass'; a problem of one line: 'its one line passes'."""
+    from gradelib.results import SubmissionResult, TestResult
+
+    tests = [TestResult("p", "p: a [public]", 0.0, 1.0, "public", "failed on 1 of 1 public cases:\ncase 'x': no.",
+                        line="a"), TestResult("p", "p: b [public]", 1.0, 1.0, "public", "", line="b"),
+             TestResult("q", "q: c [public]", 1.0, 1.0, "public", "", line="c")]
+    table = SubmissionResult("s", tests=tests, problems=("p", "q"), max_points={"p": 2.0, "q": 1.0}).table()
+    assert "  the other line passes (1.00 points)" in table.splitlines(), table
+    assert "q 1.00 / 1.00: its one line passes" in table.splitlines(), table

@@ -120,6 +120,13 @@ def mutants(m: dict) -> str:
         rows.append(f"| `{pid}` | {p['mutants']} of {p['found']} | {p.get('killed', 0)} of {p['first_line_of']} | "
                     f"{p['first_line_right']} of {p['first_line_of']} | {p.get('equivalent', 0)} | "
                     f"{p.get('survivor', 0)} | {p.get('false kill', 0)} |")
+    if m.get("checks"):
+        rows += ["", "| notebook problem | mutants the oracle finds wrong, run through the check cells "
+                 "| first failing check is the mutated function's own question | no check fails |", "|---|---|---|---|"]
+        for pid, c in m["checks"].items():
+            sample = f" (every {c['every']}th)" if c.get("every", 1) > 1 else ""
+            rows.append(f"| `{pid}` | {c['own_check_of']}{sample} | {c['own_check_first']} of {c['own_check_of']} | "
+                        f"{c['no_check_fails']} |")
     runs = "\n".join(f"- {recorded(r['recorded'])} It took {_duration(r['seconds'])}." for r in m["runs"])
     return "\n".join(rows) + "\n\n" + runs
 

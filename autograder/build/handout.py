@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from autograder.build import notebooks
-from autograder.build.handout_facts import MarkerError, corpus_facts, fill_facts
+from autograder.build.handout_facts import MarkerError, corpus_facts, default_runs, fill_facts
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -121,6 +121,8 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
         put(f"tests/lm_functions/public/{src.name}", src.read_bytes())
     for name in LM_DATA_FILES:
         put(f"data/lm/{name}", (FIXTURES / "lm" / name).read_bytes())
+    if default_runs():  # measured runs of notebook 3's default settings on this corpus: the notebook shows them
+        put("data/lm/default_runs.json", (FIXTURES / "lm" / "default_runs.json").read_bytes())
     return written
 
 

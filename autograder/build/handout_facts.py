@@ -32,6 +32,29 @@ def _chars(n: int) -> str:
     return f"{n / 1e6:.1f} million" if n >= 1_000_000 else f"{n:,}"
 
 
+def default_runs(fixtures: Path = FIXTURES) -> dict | None:
+    """fixtures/lm/default_runs.json (autograder/reference/default_runs.py) when it measured this corpus, else None."""
+    from autograder.reference.provenance import corpus_hash
+
+    path = fixtures / "lm" / "default_runs.json"
+    runs = json.loads(path.read_text()) if path.is_file() else None
+    return runs if runs and runs["runs"] and runs["corpus_sha256"] == corpus_hash(fixtures / "lm") else None
+
+
+def runs_phrase(runs: dict | None) -> str:
+    """What the measured runs of the default settings say of its length, for notebook 3's text."""
+    if runs is None:
+        return "No runs of the default settings were measured on this corpus."
+    firsts, epochs = [r["first_full_credit"] for r in runs["runs"]], runs["epochs"]
+    each = [f"{'never' if f is None else f} (seed {r['seed']})" for f, r in zip(firsts, runs["runs"])]
+    said = each[0] if len(each) == 1 else ", ".join(each[:-1]) + " and " + each[-1]
+    spare = epochs - max(firsts) if None not in firsts else -1
+    length = (f"`EPOCHS = {epochs}` leaves {spare} epoch{'s' * (spare != 1)} to spare" if spare >= 0
+              else f"`EPOCHS = {epochs}` is not always enough on this corpus")
+    return (f"{length}: in {len(firsts)} runs of the default settings the model first earned full credit on both "
+            f"quality lines after epoch {said} of {epochs}.")
+
+
 def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
     """The corpus facts the handout states, from the fixtures (and the grader's constants): placeholder name -> text."""
     from autograder.reference.provenance import check_reference
@@ -72,8 +95,7 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
     else:
         first = passing[0]
         steady = passing == [r["epoch"] for r in epochs if r["epoch"] >= first]
-        full = (f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''} "
-                f"(after about {max(1, round(first * per_epoch / 60))} minutes)")
+        full = f"earned full credit on both {'from' if steady else 'first at'} epoch {first}{' on' if steady else ''}"
     return {
         "corpus_name": name,
         "corpus_paragraph": paragraph,
@@ -82,11 +104,12 @@ def corpus_facts(fixtures: Path = FIXTURES) -> dict[str, str]:
         "reference_parameters": f"{ref['parameters']:,}",
         "reference_epochs": str(n_epochs),
         "train_minutes": str(max(1, round(per_epoch * n_epochs / 60))),
-        "epoch_s": str(round(per_epoch)),
+        "train_cpu_s": f"{round(2 * per_epoch * n_epochs):,}",
         "reference_val_nll": f"{final['val_prediction_nll']:.2f}",
         "reference_generation_perplexity": f"{final['generation_perplexity']:.1f}",
         "full_credit_phrase": full,
         "check_rows": str(min(PREDICT_CHECK_ROWS, GENERATE_CHECK_ROWS)),
+        "default_runs_phrase": runs_phrase(default_runs(fixtures)),
     }
 
 

@@ -103,13 +103,16 @@ def suite_summary(lines: list[dict], longest: int = 8) -> dict:
 
 
 def mutants_summary(reports: list[dict]) -> dict:
-    """`make mutants`' reports -> per problem its mutants found, its verdicts and the run that graded it."""
-    runs, problems = [], {}
+    """`make mutants`' reports -> per problem its mutants found, its verdicts and the run that graded it; from
+    mutants_checks' reports, per problem how many killed mutants fail their own question's check first."""
+    runs, problems, checks = [], {}, {}
     for report in reports:
         runs.append({k: report[k] for k in ("recorded", "seconds")})
-        for pid, summary in report["summary"].items():
+        for pid, summary in report.get("summary", {}).items():
             problems[pid] = {"found": report["found"][pid], **summary, "run": len(runs) - 1}
-    return {"runs": runs, "problems": problems}
+        for pid, counts in report.get("checks", {}).items():
+            checks[pid] = {**counts, "run": len(runs) - 1}
+    return {"runs": runs, "problems": problems, **({"checks": checks} if checks else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "mutants":
             data = mutants_summary([json.loads(path.read_text()) for path in args.inputs])
-            said = f"{sum(p['mutants'] for p in data['problems'].values())} mutants graded"
+            said = f"{sum(p['mutants'] for p in data['problems'].values())} mutants graded, " \
+                   f"{sum(c['own_check_of'] for c in data.get('checks', {}).values())} through the checks"
         else:
             lines = [json.loads(line) for path in args.inputs for line in path.read_text().splitlines() if line.strip()]
             summary = suite_summary(lines)

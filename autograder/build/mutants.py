@@ -183,8 +183,29 @@ def judge(text: str, all_cases: list[dict], tolerance: dict) -> list[dict]:
                 pass
             got.update({q: getattr(att, q, None) for q in QUANTITIES if q.startswith("dLd") and q != "dLdX"})
         expected, tol = oracle(case["inputs"]), tolerance[case["dtype"]]
-        judged.append({**case, "fails": {q: _how(got.get(q), expected[q], t["X"].dtype, tol) for q in QUANTITIES}})
+        fails = {q: _how(got.get(q), expected[q], t["X"].dtype, tol) for q in QUANTITIES}
+        dk = case["inputs"]["W_k"].shape[1]
+        judged.append({**case, "fails": fails,
+                       "slips": {q: _slip(got[q], expected[q], dk) if fails[q] not in ("", "raise") else ""
+                                 for q in QUANTITIES}})
     return judged
+
+
+def _slip(value: torch.Tensor, e: np.ndarray, dk: int) -> str:
+    """A wrong value as a transformation of the expected one: its finite entries the expected ones times a power of
+    Dk ("Dk^-0.5"), or times another number (two entries at least); '' if neither."""
+    g = value.detach().double().numpy()
+    if g.shape != e.shape:
+        return ""
+    finite = np.isfinite(g) & (np.abs(e) > 1e-6 * max(1.0, np.abs(e).max()))
+    if not finite.any():
+        return ""
+    ratio = g[finite] / e[finite]
+    r = float(np.median(ratio))
+    if not np.allclose(ratio, r, rtol=1e-3, atol=0) or abs(r - 1) < 1e-3:
+        return ""
+    return next((f"Dk^{p}" for p in (-1, -0.5, 0.5, 1) if abs(r - dk**p) <= 1e-3 * dk**p),
+                f"{r:.4g}" if finite.sum() > 1 else "")
 
 
 def _how(value, e: np.ndarray, dtype, tol: dict) -> str:
@@ -205,9 +226,10 @@ def _how(value, e: np.ndarray, dtype, tol: dict) -> str:
 
 def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
     """The rubric file's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities
-    wrong. An edge line fails for a quantity wrong on one of its cases unless the same kind of failure shows for
-    it on an ordinary case of the same dtype (never a NaN on the stability line); and when all it has is such
-    forgiven failures, for having no case on which over a quarter of its quantities were produced, one of them right."""
+    wrong. An edge line fails for a quantity wrong on one of its cases unless the same kind of failure, or the same
+    slip (`slips`: the same transformation of the expected value), shows for it on an ordinary case of the same dtype
+    (never a NaN on the stability line); and when all it has is such forgiven failures, for having no case on which
+    over a quarter of its quantities were produced, one of them right."""
     taken = {g.edge for g in problem.groups if g.edge}
     failing = set()
     for g in problem.groups:
@@ -223,8 +245,10 @@ def failing_lines(problem, judged: list[dict]) -> set[tuple[str, str]]:
                 for q in (q for q in g.quantities if c["fails"][q]):
                     kind = c["fails"][q]
                     same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
+                    slip = c.get("slips", {}).get(q, "")
                     if (kind == "nan" and g.stability) or not any(
-                            o["dtype"] == c["dtype"] and o["fails"][q] in same for o in ordinary):
+                            o["dtype"] == c["dtype"] and (o["fails"][q] in same or o.get("slips", {}).get(q) == slip
+                                                          != "") for o in ordinary):
                         failing.add((g.id, vis))
                     forgiven = True
             produced = [[q for q in g.quantities if c["fails"][q] != "raise"] for c in mine]

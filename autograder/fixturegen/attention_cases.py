@@ -114,6 +114,22 @@ CASES = (
         "scores large enough that exp() without max-subtraction overflows in float64",
         "large_scores",
     ),
+    # In float32 too: code that raises on float64 alone (a float32 helper) is verified here, NaN and all, so the
+    # forgiveness of a crash the ordinary float64 cases share never pays for a softmax that overflows.
+    CaseSpec(
+        "large_scores_float32_batched",
+        "hidden",
+        3,
+        6,
+        5,
+        4,
+        4,
+        "float32",
+        210,
+        400.0,
+        "scores large enough that exp() without max-subtraction overflows in float32, B > 1",
+        "large_scores",
+    ),
     CaseSpec(
         "single_step",
         "hidden",

@@ -3,16 +3,15 @@
     collate(pieces)                     expected_collate_inputs, expected_collate_targets
     lm_loss(logits, targets)            expected_lm_loss
     CausalSelfAttention, fixed weights  expected_attention_out, expected_attention_causal
-                                        (expected_attention_out_unscaled: the same without 1/sqrt(hs))
     CausalLanguageModel, fixed weights  expected_model_logits, expected_model_causal, expected_weight_tied
-                                        (expected_model_logits_unscaled: the same without 1/sqrt(hs))
     embedding_dropout(weight, p, ...)   checked by its properties in the grader (whole rows, 1/(1-p), identity)
 
 The expected values come from the float64 numpy implementation below, written from
 the notebook's markdown (the architecture it asks for), never from the solution
-notebook's or the reference model's code. The *_unscaled values are what a model
-without the 1/sqrt(hs) scaling of its scores gives, so the grader names that
-mistake only when the outputs are exactly that. `*_changed` inputs equal the originals
+notebook's or the reference model's code. The usual slips' results (without the
+1/sqrt(hs) scaling, a loss over the <pad> positions...) come from the same code
+(lm_slips.py), so the grader names a slip only when the outputs are exactly that.
+`*_changed` inputs equal the originals
 before `*_position` and differ after it: a causal model's outputs before that
 position must not move. Weights are drawn at a scale where attention is far from
 uniform, so a missing mask changes the outputs by much more than float32 rounding.
@@ -25,6 +24,8 @@ import math
 import numpy as np
 
 from gradelib.lm.vocab import PAD, VOCAB_SIZE
+
+from . import lm_slips
 
 LN_EPS = 1e-5  # nn.LayerNorm's default, which the notebook's model uses
 ED_ROWS, ED_COLS = 1000, 8  # embedding_dropout's test matrix: enough rows to count the dropped ones
@@ -41,22 +42,25 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (x - mu) / np.sqrt(var + LN_EPS) * w + b
 
 
-def causal_attention(x: np.ndarray, w: dict[str, np.ndarray], n_heads: int, scaled: bool = True) -> np.ndarray:
-    """(B, T, C) -> (B, T, C): per head softmax(Q K^T / sqrt(hs) + causal mask) V, heads side by side, projected
-    (without the 1/sqrt(hs) when not `scaled`)."""
+def causal_attention(x: np.ndarray, w: dict[str, np.ndarray], n_heads: int, slip: str = "") -> np.ndarray:
+    """(B, T, C) -> (B, T, C): per head softmax(Q K^T / sqrt(hs) + causal mask) V, heads side by side, projected;
+    or under a `slip` (lm_slips.py): unscaled, sqrt_c, times_sqrt_hs, query_axis, no_proj."""
     B, T, C = x.shape
     hs = C // n_heads
     qkv = linear(x, w["qkv.weight"], w["qkv.bias"])
     q, k, v = qkv[..., :C], qkv[..., C : 2 * C], qkv[..., 2 * C :]
     later = np.triu(np.ones((T, T), dtype=bool), 1)
+    scale = {"unscaled": 1.0, "sqrt_c": 1 / math.sqrt(C), "times_sqrt_hs": math.sqrt(hs)}.get(slip, 1 / math.sqrt(hs))
+    axis = -2 if slip == "query_axis" else -1
     heads = []
     for h in range(n_heads):
         s = slice(h * hs, (h + 1) * hs)
-        scores = q[..., s] @ np.swapaxes(k[..., s], 1, 2) / (math.sqrt(hs) if scaled else 1.0)  # (B, T, T)
+        scores = q[..., s] @ np.swapaxes(k[..., s], 1, 2) * scale  # (B, T, T)
         scores = np.where(later, -np.inf, scores)
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        heads.append(weights / weights.sum(-1, keepdims=True) @ v[..., s])
-    return linear(np.concatenate(heads, -1), w["proj.weight"], w["proj.bias"])
+        weights = np.exp(scores - scores.max(axis, keepdims=True))
+        heads.append(weights / weights.sum(axis, keepdims=True) @ v[..., s])
+    y = np.concatenate(heads, -1)
+    return y if slip == "no_proj" else linear(y, w["proj.weight"], w["proj.bias"])
 
 
 def sinusoid(T: int, C: int) -> np.ndarray:
@@ -69,20 +73,23 @@ def sinusoid(T: int, C: int) -> np.ndarray:
 
 
 def lm_forward(
-    ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int, scaled: bool = True
+    ids: np.ndarray, state: dict[str, np.ndarray], n_heads: int, n_layers: int, slip: str = ""
 ) -> np.ndarray:
-    """Evaluation-mode logits (B, T, 30): sqrt(C)-scaled embedding + positions, pre-norm layers, LN, tied output."""
+    """Evaluation-mode logits (B, T, 30): sqrt(C)-scaled embedding + positions, pre-norm layers, LN, tied output;
+    or under a `slip` (lm_slips.py): unscaled (its attention's), no_embedding_scale, no_positions, no_final_norm."""
     emb = state["token_embedding.weight"]
     C = emb.shape[1]
-    x = emb[ids] * math.sqrt(C) + sinusoid(ids.shape[1], C)
+    x = emb[ids] * (1.0 if slip == "no_embedding_scale" else math.sqrt(C))
+    x = x if slip == "no_positions" else x + sinusoid(ids.shape[1], C)
     for i in range(n_layers):
         p = f"layers.{i}."
         sub = {k[len(p) + 5 :]: v for k, v in state.items() if k.startswith(p + "attn.")}
-        x = x + causal_attention(layer_norm(x, state[p + "ln1.weight"], state[p + "ln1.bias"]), sub, n_heads, scaled)
+        x = x + causal_attention(layer_norm(x, state[p + "ln1.weight"], state[p + "ln1.bias"]), sub, n_heads,
+                                 "unscaled" if slip == "unscaled" else "")
         h = layer_norm(x, state[p + "ln2.weight"], state[p + "ln2.bias"])
         h = np.maximum(linear(h, state[p + "ffn.net.0.weight"], state[p + "ffn.net.0.bias"]), 0.0)
         x = x + linear(h, state[p + "ffn.net.2.weight"], state[p + "ffn.net.2.bias"])
-    return layer_norm(x, state["ln_f.weight"], state["ln_f.bias"]) @ emb.T
+    return (x if slip == "no_final_norm" else layer_norm(x, state["ln_f.weight"], state["ln_f.bias"])) @ emb.T
 
 
 def collate(pieces: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +133,8 @@ def _f32(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def make(
     rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_ff: int, p_drop: float
-) -> dict[str, np.ndarray]:
-    """Every building-block input and expected value of one case."""
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Every building-block input and expected value of one case, and the usual slips' values (for lm_slips.table)."""
     out: dict[str, np.ndarray] = {}
 
     # collate: pieces of the stream (never <pad>), of different lengths, so some rows are padded.
@@ -137,6 +144,7 @@ def make(
     out["pieces_flat"] = np.concatenate(pieces)
     out["pieces_lengths"] = lengths.astype(np.int64)
     out["expected_collate_inputs"], out["expected_collate_targets"] = collate(pieces)
+    slips = lm_slips.collate(pieces)
 
     # lm_loss: padded targets on the right of some rows, as collate makes them.
     B, T = int(rng.integers(2, 5)), int(rng.integers(4, 9))
@@ -146,6 +154,7 @@ def make(
         targets[b, int(rng.integers(1, T)) if b % 2 == 0 else T :] = PAD
     out["loss_logits"], out["loss_targets"] = logits, targets.astype(np.int64)
     out["expected_lm_loss"] = np.asarray(lm_loss(logits, targets), dtype=np.float32)
+    slips.update(lm_slips.lm_loss(logits, targets))
 
     # CausalSelfAttention on fixed weights.
     B, T = 3, int(rng.integers(5, 9))
@@ -160,9 +169,8 @@ def make(
     w64 = {k: v.astype(np.float64) for k, v in att.items()}
     out["expected_attention_out"] = causal_attention(x.astype(np.float64), w64, n_heads).astype(np.float32)
     out["expected_attention_causal"] = causal_attention(x_changed.astype(np.float64), w64, n_heads).astype(np.float32)
-    out["expected_attention_out_unscaled"] = causal_attention(x.astype(np.float64), w64, n_heads, scaled=False).astype(
-        np.float32
-    )
+    slips["attention_out"] = {slip: causal_attention(x.astype(np.float64), w64, n_heads, slip)
+                              for slip in ("unscaled", "sqrt_c", "times_sqrt_hs", "query_axis", "no_proj")}
 
     # CausalLanguageModel on fixed weights (fc.weight is not given: it must be the embedding's).
     state = {"token_embedding.weight": rng.standard_normal((VOCAB_SIZE, d_model)) / math.sqrt(d_model)}
@@ -193,7 +201,8 @@ def make(
     s64 = {k: v.astype(np.float64) for k, v in state.items()}
     out["expected_model_logits"] = lm_forward(inp, s64, n_heads, n_layers).astype(np.float32)
     out["expected_model_causal"] = lm_forward(changed, s64, n_heads, n_layers).astype(np.float32)
-    out["expected_model_logits_unscaled"] = lm_forward(inp, s64, n_heads, n_layers, scaled=False).astype(np.float32)
+    slips["model_logits"] = {slip: lm_forward(inp, s64, n_heads, n_layers, slip)
+                             for slip in ("unscaled", "no_embedding_scale", "no_positions", "no_final_norm")}
     out["expected_weight_tied"] = np.asarray(True)
 
     # embedding_dropout: no zero entry, so a dropped row is told apart from a kept one.
@@ -201,4 +210,4 @@ def make(
     out["ed_weight"] = (magnitude * rng.choice([-1.0, 1.0], size=magnitude.shape)).astype(np.float32)
     out["ed_p"] = np.float64(p_drop)
     out["true"], out["false"] = np.bool_(True), np.bool_(False)
-    return out
+    return out, slips

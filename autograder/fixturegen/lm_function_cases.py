@@ -30,7 +30,9 @@ top_k / top_p are given is far from it.
 Every case also carries inputs and expected values for the notebook's building
 blocks (collate, lm_loss, CausalSelfAttention, CausalLanguageModel,
 embedding_dropout): fixturegen/lm_building_cases.py, from its own random stream so
-the predict/generate arrays above do not depend on it.
+the predict/generate arrays above do not depend on it; and the values of the usual
+slips, with their words, so the grader names one where a notebook gives it
+(fixturegen/lm_slips.py).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from gradelib.lm import fixed_models
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
 from ..oracle.metrics import greedy_generate, greedy_predict
-from . import lm_building_cases
+from . import lm_building_cases, lm_slips
 from .npzio import save, write_index
 from .rotation import rotated
 
@@ -289,13 +291,19 @@ def build(out: Path, seed: int | None = None, public_too: bool = False) -> list[
         own = rotated(SEED, spec[0], seed, public_too)
         if own != SEED:
             arrays = make_case(np.random.default_rng([own, i]), spec)
-        arrays.update(lm_building_cases.make(np.random.default_rng([own, i]), *BUILDING[name]))
+        building, slips = lm_building_cases.make(np.random.default_rng([own, i]), *BUILDING[name])
+        arrays.update(building)
+        slips.update(lm_slips.fixed(fixed_models.KINDS[int(arrays["m_kind"])], arrays["m_table"], arrays["inp"],
+                                    int(arrays["steps"])))
+        arrays.update(lm_slips.table(slips, {q: arrays[f"expected_{q}"] for q in slips}))
         # Their own stream: the draws above do not move.
         arrays.update(rule_models(np.random.default_rng([own, i, 1])))
         folder = out / "lm_functions" / spec[0]
         save(folder / f"{name}.npz", arrays)
         written.append(folder / f"{name}.npz")
-        index[spec[0]].append({"name": name, "description": spec[1]})
+        d_model, heads, layers, _, _ = BUILDING[name]  # the header names what each line grades: the modules too
+        modules = f"modules of width {d_model}, {heads} head{'s' * (heads > 1)}, {layers} layer{'s' * (layers > 1)}"
+        index[spec[0]].append({"name": name, "description": f"{spec[1]}; {modules}"})
     for vis, entries in index.items():
         keep = {f"{e['name']}.npz" for e in entries} | {"cases.json"}
         for stale in (out / "lm_functions" / vis).iterdir():

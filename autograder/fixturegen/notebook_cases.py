@@ -386,7 +386,9 @@ def describe_losses(c: LossesCase) -> str:
 
 
 def describe_masks(c: MasksCase) -> str:
-    return f"B={c.B}, Tq={c.Tq}, Tk={c.Tk}, T={c.T}, V={c.V}, pad_id={c.pad_id}; {c.why}"
+    """The shapes of what each function is given or gives back: one header serves every line the case grades."""
+    return (f"Q {c.B} x {c.Tq}, K and V {c.B} x {c.Tk}; tokens and X {c.B} x {c.T} (masks {c.T} x {c.T} and "
+            f"{c.B} x {c.T} x {c.T}), vocabulary {c.V}, pad_id={c.pad_id}; {c.why}")
 
 
 def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:

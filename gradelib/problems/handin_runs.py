@@ -27,11 +27,9 @@ NOTEBOOK_HARNESS = ("child_common.py", "notebook_child.py")
 SKIP_TAGS = ("skip-grading",)
 # A cell made only of otter's client calls (init, check, export) needs otter and the public tests; the grader has no
 # use for it. The handout's init cell imports the client from gradelib.notebook_check.
-OTTER_CELL = (
-    r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
-    r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
-    r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z"
-)
+OTTER_CELL = (r"\A(?:[ \t]*(?:#[^\n]*|import otter|from gradelib\.notebook_check import Notebook"
+              r"|grader\s*=\s*(?:otter\.)?Notebook\([^\n]*\)"
+              r"|grader\.(?:check|check_all|export)\([^\n]*\))?[ \t]*(?:\n|\Z))+\Z")
 MAX_CELL_NOTES = 6
 
 

@@ -130,17 +130,24 @@ def _as_the_grader_runs(base, objects, skipped: dict[str, str]):
             spaces[key][name] = value
 
 
-def grade_line(problem_id: str, line: str, namespace: dict):
-    """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`."""
+def grade_line(problem_id: str, line: str, namespace: dict, context: dict | None = None):
+    """The TestResult that rubric line `line` earns on the public cases, with the notebook's objects in `namespace`
+    (`context`, e.g. the notebook's names: the other functions of an edge line, which do not count here but verify
+    it as in the grader)."""
     if problem_id not in CHECKED:
         raise ValueError(f"no notebook check for problem {problem_id!r}")
     problem, (spec, folder, child) = load()[problem_id], CHECKED[problem_id]
     group = next((g for g in problem.groups if g.id == line), None)
     if group is None:
         raise ValueError(f"problem {problem.id!r} has no rubric line {line!r}")
-    calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & set(group.quantities)]
-    kept = tuple(q for q in group.quantities if q in {q for c in calls for q in c.outputs})
-    if not kept:
+    # The line's quantities, and those they are computed from (another function passed): a failure there is said.
+    upstream = lm_functions.UPSTREAM if folder != "notebooks" else {q: v.upstream for q, v in spec.quantities.items()}
+    needed = {*group.quantities, *(u for q in group.quantities for u in upstream.get(q, ()))}
+    namespace, own = {**{k: v for k, v in (context or {}).items() if callable(v)}, **namespace}, set(namespace)
+    calls = [c for c in spec.calls if c.function in namespace and set(c.outputs) & needed]
+    made, own = {q for c in calls for q in c.outputs}, {q for c in calls if c.function in own for q in c.outputs}
+    kept = tuple(q for q in group.quantities if q in made)
+    if not own & set(kept):
         raise ValueError(f"none of the functions passed produces a quantity of line {line!r}")
     # This line alone, on its public cases, restricted to what the functions passed make.
     sub = replace(problem, groups=(replace(group, quantities=kept, visibilities=("public",)),))
@@ -169,13 +176,18 @@ def grade_line(problem_id: str, line: str, namespace: dict):
             def observe(q: str, rec=rec):
                 return observed_from_child(rec.dir, rec.meta, q, quote(rec.meta["errors"].get(q, "not produced"), 800))
 
-            outcomes.append(notebook_functions.judge_case(sub, spec, case, observe, wanted=set(kept))
-                            if folder == "notebooks" else lm_functions.judge_case(sub, case, observe))
+            judge = (functools.partial(notebook_functions.judge_case, sub, spec) if folder == "notebooks"
+                     else functools.partial(lm_functions.judge_case, sub))
+            outcomes.append(judge(case, observe, wanted=needed & made))
+            # A context function's failure is not this check's; it verifies nothing either (trivial, not right).
+            outcomes[-1].checks.update({q: replace(c, passed=True, trivial=True)
+                                        for q, c in outcomes[-1].checks.items() if q not in own and not c.passed})
     return group_results(sub, outcomes, ("public",))[0]
 
 
-def check(problem_id: str, line: str, **namespace) -> None:
-    """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case."""
+def check(problem_id: str, line: str, context: dict | None = None, **namespace) -> None:
+    """Raise AssertionError with the grader's message unless rubric line `line` passes on every public case for the
+    functions in `namespace` (grade_line's `context`: the other functions of an edge line, which verify it)."""
     missing = sorted(name for name, value in namespace.items() if not callable(value))
     if missing:
         one = len(missing) == 1
@@ -185,7 +197,7 @@ def check(problem_id: str, line: str, **namespace) -> None:
             f"{'it' if one else 'them'} first. In a plain Python session or script, define {'it' if one else 'them'} "
             "at the top level (not inside a function), or call grader.check(question, global_env=globals()) with a "
             "namespace that holds them.")
-    result = grade_line(problem_id, line, namespace)
+    result = grade_line(problem_id, line, namespace, context)
     if not result.passed:
         said = f"{result.name} fails, as `python autograder.py` grades it:\n{result.output}"
         # otter shows str(exception).strip("'"): a message ending in a quoted case name ('padded_words') would

@@ -59,12 +59,13 @@ class SubmissionResult:
             mine = [t for t in self.tests if t.problem == pid]
             got = sum(t.score for t in mine)
             passing = [t for t in mine if t.passed]
-            said = "all" if len(passing) == len(mine) and mine else f"{len(passing)} of"
-            lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said} {len(mine)} lines pass")
+            said = ("all" if len(passing) == len(mine) and mine else f"{len(passing)} of") + f" {len(mine)} lines pass"
+            said = {"all 1 lines pass": "its one line passes"}.get(said, said)
+            lines.append(f"{pid} {got:.2f} / {self.max_points.get(pid, 0):.2f}: {said}")
             lines += self.failures(pid, [t for t in mine if not t.passed])
             if passing and len(passing) < len(mine):
-                lines.append(f"  the other {len(passing)} line{'s' if len(passing) > 1 else ''} pass "
-                             f"({sum(t.score for t in passing):.2f} points)")
+                other = "line passes" if len(passing) == 1 else f"{len(passing)} lines pass"
+                lines.append(f"  the other {other} ({sum(t.score for t in passing):.2f} points)")
         lines.append(f"TOTAL {self.score:.2f} / {self.max_score:.2f}")
         return clean_text("\n".join(lines))
 
@@ -103,11 +104,9 @@ def knock_on(output: str) -> bool:
 
 
 # How a line's failure text says the code it grades is still the handout's TODO (the children's words).
-_TODO_SAID = (
-    re.compile(r"not attempted: `(?P<what>[^`]+)` raises NotImplementedError"),
-    re.compile(r"(?P<what>import|init|forward|backward) raised NotImplementedError\b:? ?(?P<todo>TODO[^(]*?)? ?"
-               r"\(in (?P<file>[^,()]+), line (?P<line>\d+)\)"),
-)
+_TODO_SAID = (re.compile(r"not attempted: `(?P<what>[^`]+)` raises NotImplementedError"),
+              re.compile(r"(?P<what>import|init|forward|backward) raised NotImplementedError\b:? ?(?P<todo>TODO[^(]*?)?"
+                         r" ?\(in (?P<file>[^,()]+), line (?P<line>\d+)\)"))
 
 
 def not_attempted(output: str) -> str:

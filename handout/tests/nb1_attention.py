@@ -7,13 +7,19 @@ points = None
 
 @test_case(points=None, hidden=False, 
     failure_message="scaled_dot_product_attention without a mask: the course grader's public cases")
-def test_nb1_attention_1(scaled_dot_product_attention):
+def test_nb1_attention_1(scaled_dot_product_attention, softmax):
     from gradelib.notebook_check import check
-    check('losses', 'attention', scaled_dot_product_attention=scaled_dot_product_attention)
+    check('losses', 'attention', scaled_dot_product_attention=scaled_dot_product_attention, softmax=softmax)
 
 @test_case(points=None, hidden=False, 
     failure_message="scaled_dot_product_attention with an additive mask: the course grader's public cases")
-def test_nb1_attention_2(scaled_dot_product_attention):
+def test_nb1_attention_2(scaled_dot_product_attention, softmax):
     from gradelib.notebook_check import check
-    check('losses', 'masked_attention', scaled_dot_product_attention=scaled_dot_product_attention)
+    check('losses', 'masked_attention', scaled_dot_product_attention=scaled_dot_product_attention, softmax=softmax)
+
+@test_case(points=None, hidden=False, 
+    failure_message="numerical stability: huge logits and scores (softmax, attention and the losses stay right): the course grader's public cases")
+def test_nb1_attention_3(scaled_dot_product_attention, env):
+    from gradelib.notebook_check import check
+    check('losses', 'numerical_stability', scaled_dot_product_attention=scaled_dot_product_attention, context=env)
 

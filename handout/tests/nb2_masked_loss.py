@@ -13,7 +13,7 @@ def test_nb2_masked_loss_1(masked_mean_loss):
 
 @test_case(points=None, hidden=False, 
     failure_message="perplexity: exp of the mean NLL per valid token: the course grader's public cases")
-def test_nb2_masked_loss_2(perplexity):
+def test_nb2_masked_loss_2(perplexity, masked_mean_loss):
     from gradelib.notebook_check import check
-    check('masks', 'perplexity', perplexity=perplexity)
+    check('masks', 'perplexity', perplexity=perplexity, masked_mean_loss=masked_mean_loss)
 

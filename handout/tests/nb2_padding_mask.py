@@ -13,7 +13,7 @@ def test_nb2_padding_mask_1(padding_mask):
 
 @test_case(points=None, hidden=False, 
     failure_message="combined_mask: causal and key padding: the course grader's public cases")
-def test_nb2_padding_mask_2(combined_mask):
+def test_nb2_padding_mask_2(combined_mask, padding_mask, causal_mask):
     from gradelib.notebook_check import check
-    check('masks', 'combined_mask', combined_mask=combined_mask)
+    check('masks', 'combined_mask', combined_mask=combined_mask, padding_mask=padding_mask, causal_mask=causal_mask)
 

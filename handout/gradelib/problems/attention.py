@@ -30,8 +30,7 @@ HARNESS = ("child_common.py", "attention_child.py")
 
 HINTS = {
     "Q": "Q = X W_q with X (B, T, D) and W_q (D, Dk); '@' broadcasts over the batch.",
-    "K": "K = X W_k, shape (B, T, Dk).",
-    "V": "V = X W_v, shape (B, T, Dv).",
+    "K": "K = X W_k, shape (B, T, Dk).", "V": "V = X W_v, shape (B, T, Dv).",
     "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
     "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal.",
     "X_new": "X_new = A_sig V, shape (B, T, Dv).",
@@ -207,14 +206,17 @@ def _outcome(problem: Problem, case: Case, expected: dict[str, np.ndarray], case
         if q == "A_sig" and obs.array is not None and obs.array.shape == expected[q].shape:
             hint = (diagnose_softmax(obs.array, case.edge == "large_scores") or diagnose_scaling(obs.array, expected)
                     or hint)
-        outcome.checks[q] = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
+        c = check(q, obs, expected[q], rtol=tol["rtol"], atol=tol["atol"], hint=hint)
+        if c.stage == "values" and c.ratio is None and expected[q].size == 1 and expected[q].item():  # B = T = 1's A_w
+            c = replace(c, ratio=float(obs.array.item()) / float(expected[q].item()))  # for name_factor alone
+        outcome.checks[q] = c
     name_factor(outcome, expected["Q"].shape[-1], expected["Q"].shape[0])
     return outcome
 
 
 def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
-    """Name a constant factor: sqrt(Dk) (or its inverse) is the scores' scaling done wrong; 1/B or B on a weight
-    gradient is a mean over the batch (or a sum repeated) where a sum belongs. A number that is both: both named."""
+    """Name a constant factor (the slip of the edge rule): sqrt(Dk) (or its inverse) is the scores' scaling done
+    wrong; 1/B or B on a weight gradient is a mean over the batch (or a sum repeated) where a sum belongs."""
     for q, c in outcome.checks.items():
         if c.ratio is None:
             continue
@@ -230,8 +232,8 @@ def name_factor(outcome: CaseOutcome, dk: int, batch: int) -> None:
                 causes.append(f"{what} (Dk = {dk}): the 1/sqrt(Dk) scaling of the scores is missing, applied twice "
                               "or applied in the wrong place")
                 break
-        if causes:
-            outcome.checks[q] = replace(c, message=c.message.replace(
+        if causes:  # the slip by its name: "1/sqrt(Dk)" is one mistake whatever Dk a case has
+            outcome.checks[q] = replace(c, slip=causes[0].partition(" (")[0], message=c.message.replace(
                 "a constant factor is off.", "that is " + "; or it is ".join(causes) + "."))
 
 

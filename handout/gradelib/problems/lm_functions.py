@@ -3,6 +3,7 @@ lines of problems `prediction` and `generation` that list `quantities` (child/lm
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import partial
 
@@ -14,7 +15,7 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import Case, CaseOutcome, all_zero, group_results, load_cases
+from ..scoring import HINT, Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases
 from .handin_runs import NOTEBOOK_HARNESS, run_notebook_sets
 from .notebook_functions import Call, NotebookSpec
 
@@ -68,51 +69,10 @@ DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # embedding_dropout's count of dropped rows may be this many binomial standard deviations
 # from p * rows: a correct implementation falls outside with probability below 2e-9.
 DROPPED_ROWS_SD = 6.0
-# The hint a failure of each quantity gives.
-HINTS = {
-    "predict_logits": "step t is model(inp + greedy picks of steps < t)[:, -1]: raw logits (no softmax), the argmax "
-    "over all 30 ids appended each step, the model in eval mode, the whole prompt kept.",
-    "greedy_ids": "with the default temperature 0, take the argmax after setting the <eos> and <pad> logits to -inf; "
-    "append each pick and run the model on the whole sequence again; call model.eval() first.",
-    **{f"{f}_mode": f"{f}() runs the model in eval mode and then restores the mode it found: `was = model.training; "
-       "model.eval(); ...; model.train(was)`." for f in ("predict", "generate")},
-    "zero_temperature_ids": "temperature 0 is greedy whatever top_k and top_p say: the argmax of the allowed logits, "
-    "no sampling and no division by 0.",
-    "sampled_top_k_tie_ids": "top_k keeps every allowed token whose logit is at least the k-th best one: tokens tied "
-    "with the k-th are all kept (e.g. logits < torch.topk(logits, k).values[:, -1:] set to -inf).",
-    "sampled_top_p_edge_ids": "the nucleus is the smallest set of most probable tokens whose probabilities reach "
-    "top_p: the token that carries the sum past top_p is kept "
-    "(drop a token when the mass ranked above it is >= top_p).",
-    "top_k1_ids": "top_k=1 keeps only the best allowed token, so sampling must return the greedy ids.",
-    "top_p_tiny_ids": "a tiny top_p keeps only the most probable allowed token "
-    "(the nucleus always holds at least one).",
-    "cold_ids": "temperature 0.01 divides the logits by 0.01 before the softmax: almost all mass on the greedy token.",
-    "top_k_ids": "after excluding <eos>/<pad>, keep the k highest logits and sample among those only.",
-    "top_p_ids": "keep the smallest set of most probable allowed tokens whose probabilities sum to at least top_p.",
-    "sampled_ids": "sample from softmax(logits / temperature) over the 28 allowed tokens (torch.multinomial).",
-    "sampled_top_k_ids": "with temperature > 0 and top_k, sample (torch.multinomial) from the softmax of the k best "
-    "allowed logits divided by the temperature.",
-    "sampled_top_p_ids": "with temperature > 0 and top_p, sample (torch.multinomial) from the softmax, renormalised, "
-    "of the nucleus computed on logits / temperature.",
-    "collate_inputs": "row b is piece_b[:-1] followed by PAD (id 1) up to T = the longest piece's length - 1, int64.",
-    "collate_targets": "row b is piece_b[1:] followed by PAD (id 1), int64: the inputs shifted by one.",
-    "lm_loss": "the mean of -log softmax(logits)[target] over the positions whose target is not PAD "
-    "(F.cross_entropy on flattened (N, V) logits with ignore_index=PAD), a scalar.",
-    "attention_out": "per head softmax(Q K^T / sqrt(hs)) V with the causal mask, heads side by side, then self.proj; "
-    "q, k, v are the three C-wide thirds of self.qkv(x) in that order, head h is channels h*hs..(h+1)*hs.",
-    "attention_causal": "position t must not see later positions: mask the scores where self.causal is False "
-    "(with -inf) before the softmax.",
-    "model_logits": "embedding (through embedding_dropout) times sqrt(d_model), + positional encoding, dropout, the "
-    "layers, ln_f, then fc; the grader loads fixed weights with load_state_dict and calls model.eval().",
-    "model_causal": "logits at position t must not depend on tokens after t: every layer's attention must be causal.",
-    # Outputs (attention_out, model_logits) that are exactly those without the scaling get this hint.
-    "unscaled": "in CausalSelfAttention, divide the scores q @ k^T by sqrt(hs) (hs = the head size, C // n_heads) "
-    "before the softmax.",
-    "weight_tied": "in __init__, assign self.fc.weight = self.token_embedding.weight (the same Parameter, not a copy).",
-    "emb_dropout_train": "in training, zero whole rows of the (V, C) weight, each with probability p, and multiply "
-    "the others by 1/(1-p): one coin per row, e.g. a (V, 1) bernoulli mask.",
-    "emb_dropout_eval": "when training is False (or p == 0), return the weight unchanged.",
-}
+# What a quantity is computed from, in another function: when that fails, this one says so (follow_upstream).
+UPSTREAM = {"model_logits": ("attention_out",), "model_causal": ("attention_causal",)}
+VIA = dict.fromkeys(("attention_out", "attention_causal"), ("the model's layers run your CausalSelfAttention",
+                                                            "CausalSelfAttention"))
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -137,11 +97,13 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return group_results(problem, outcomes, vis)
 
 
-def judge_case(problem: Problem, case: Case, observe) -> CaseOutcome:
-    """The checks of `problem`'s quantities on one case; observe(q) -> Observed (the child's, or grader.check's)."""
+def judge_case(problem: Problem, case: Case, observe, wanted=None) -> CaseOutcome:
+    """The checks of `problem`'s quantities (or the `wanted` ones) on one case; observe(q) -> Observed (the child's,
+    or grader.check's). One that fails because the quantity it is computed from fails says so (UPSTREAM)."""
     outcome = CaseOutcome.of(case)
     with np.load(case.path, allow_pickle=False) as data:
-        outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe).checks())
+        outcome.checks.update(_Judge(problem, {k: data[k] for k in data.files}, observe, wanted).checks())
+    follow_upstream(outcome, UPSTREAM, VIA)
     return outcome
 
 
@@ -150,10 +112,12 @@ class _Judge:
 
     TYPES = ("torch.Tensor", "numpy.ndarray")
 
-    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe):
+    def __init__(self, problem: Problem, case: dict[str, np.ndarray], observe, wanted=None):
         self.problem, self.c, self.observe = problem, case, observe
-        self.wanted = {q for g in problem.groups for q in g.quantities}
+        self.wanted = wanted or {q for g in problem.groups for q in g.quantities}
         self.tol = problem.tolerance.get("float32", DEFAULT_TOLERANCE)
+        # Each quantity's hint, and the slips' words, come with the case (the course's case generator writes them).
+        self.hints = json.loads(case["expected_hints"].item()) if "expected_hints" in case else {}
 
     def got(self, q: str, expected: np.ndarray) -> Observed:
         """What the notebook returned for q: any float or integer dtype, as `expected`'s dtype."""
@@ -166,7 +130,8 @@ class _Judge:
         """q's check against `expected`, exact unless `tol` is given; a tensor or an array is accepted."""
         tol = tol or {"rtol": 0.0, "atol": 0.0}
         expected_type = obs.type_name if obs.type_name in self.TYPES else self.TYPES[0]
-        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type, hint=HINTS[q])
+        return check(q, obs, expected, rtol=tol["rtol"], atol=tol["atol"], expected_type=expected_type,
+                     hint=self.hints.get(q, ""))
 
     def checks(self) -> dict[str, Check]:
         """The check of each wanted quantity on this case."""
@@ -174,7 +139,9 @@ class _Judge:
         for out_q, causal_q, position in (("attention_out", "attention_causal", "att_position"),
                                           ("model_logits", "model_causal", "lm_position")):
             out.update(self.block_output(out_q, causal_q, int(self.c[position])))
-        return {**out, **{q: self.check(q) for q in sorted(self.wanted - out.keys())}}
+        out.update({q: self.check(q) for q in sorted(self.wanted - out.keys())})
+        return {q: c if c.passed or HINT in c.message or not self.hints.get(q) else  # _wrong's: q's hint added
+                replace(c, message=f"{c.message}{HINT}{self.hints[q]}") for q, c in out.items()}
 
     def check(self, q: str) -> Check:
         """q's check: exact() up to its values stage (present, type, shape, dtype); from there, for ids drawn at
@@ -206,29 +173,36 @@ class _Judge:
         found = [f"{name} (id {token}) {int((obs.array == token).sum())} times"
                  for name, token in (("<eos>", EOS), ("<pad>", PAD)) if q in GREEDY and (obs.array == token).any()]
         return replace(first, message=f"'{q}' holds {' and '.join(found)}: generate must never emit them; set their "
-                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else first
+                       f"logits to -inf before choosing (filter_logits). {first.message}") if found else self.named(
+            q, obs, first)
+
+    def named(self, q: str, obs: Observed, result: Check, said: str = "", out_q: str = "") -> Check:
+        """`result`, or where the values of q (or of `out_q`, whose failure a causality probe shows) are exactly those
+        of a slip the case holds (expected_<q>__<slip>; expected_slips: JSON rows of the quantity, the slip, what
+        it is, its fix), that slip first and its fix."""
+        rows = json.loads(self.c["expected_slips"].item()) if "expected_slips" in self.c else []
+        for slipped, name, what, fix in (r for r in rows if r[0] == (out_q or q) and result.stage == "values"):
+            if self.exact(slipped, obs, self.c[f"expected_{slipped}__{name}"], self.tol).passed:
+                return replace(result, message=f"'{slipped}' {what}.{said} {result.message.partition(HINT)[0]}"
+                                               f"{HINT}{fix}")
+        return result
 
     def block_output(self, out_q: str, causal_q: str, position: int) -> dict[str, Check]:
         """A module's outputs on fixed weights, and whether those before `position` stay put when later inputs change;
-        outputs exactly those without the 1/sqrt(hs) scaling say so (and whether the mask works)."""
+        outputs that are a slip's say so (on both lines: a softmax over the queries is not causal either), and whether
+        the mask works."""
         c, out = self.c, {}
         original = self.got(out_q, c[f"expected_{out_q}"])
         if causal_q in self.wanted:
             changed = self.got(causal_q, c[f"expected_{causal_q}"])
-            out[causal_q] = _causal(causal_q, changed, original, position,
-                                    self.exact(causal_q, changed, c[f"expected_{causal_q}"], self.tol), self.tol)
+            out[causal_q] = self.named(causal_q, original, _causal(
+                causal_q, changed, original, position, self.exact(causal_q, changed, c[f"expected_{causal_q}"],
+                                                                  self.tol), self.tol), out_q=out_q)
         if out_q in self.wanted:
-            result = self.exact(out_q, original, c[f"expected_{out_q}"], self.tol)
-            unscaled = c.get(f"expected_{out_q}_unscaled")
-            if not result.passed and result.stage == "values" and unscaled is not None \
-                    and self.exact(out_q, original, unscaled, self.tol).passed:
-                causal = out.get(causal_q)
-                works = (f" The causal mask works: no output before position {position} moved when the later inputs "
-                         "changed." if causal is not None and causal.passed else "")
-                result = replace(result, message=(
-                    f"'{out_q}' is what the model gives without the 1/sqrt(hs) scaling of the attention scores.{works} "
-                    f"{result.message.partition(' Hint: ')[0]} Hint: {HINTS['unscaled']}"))
-            out[out_q] = result
+            works = (f" The causal mask works: no output before position {position} moved when the later inputs "
+                     "changed." if causal_q in out and out[causal_q].passed else "")
+            out[out_q] = self.named(out_q, original, self.exact(out_q, original, c[f"expected_{out_q}"], self.tol),
+                                    works)
         return out
 
     def keep(self, q: str, row: np.ndarray) -> set[int]:
@@ -238,8 +212,8 @@ class _Judge:
 
 
 def _wrong(q: str, message: str, error: float | None = None) -> Check:
-    """A failed check of q's values: `message`, then q's hint."""
-    return Check(q, False, "values", f"{message} Hint: {HINTS[q]}", error)
+    """A failed check of q's values: `message` (_Judge.checks adds q's hint)."""
+    return Check(q, False, "values", message, error)
 
 
 def _causal(q: str, changed: Observed, original: Observed, position: int, values: Check, tol: dict) -> Check:

@@ -123,7 +123,8 @@ MASKS = NotebookSpec(
                                 diagnose=partial(D.wrong_side, additive=False)),
         "padding_mask": Quantity(TENSOR, "bool (B, T), True where the token is not pad_id."),
         "combined_mask": Quantity(TENSOR, "mask[b, i, j] = (j <= i) and tokens[b, j] != pad_id (padding on the key "
-                                          "axis, the last).", diagnose=D.combined_mask_axis),
+                                          "axis, the last).", diagnose=D.combined_mask_axis,
+                                  upstream=("causal_mask", "padding_mask")),
         "masked_mean_loss": Quantity(PT_SCALAR, "average -log_softmax(logits)[target] over the targets that are not "
                                           "pad_id.", diagnose=D.masked_mean),
         "perplexity": Quantity(PT_SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss).",
