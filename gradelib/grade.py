@@ -74,9 +74,10 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         try:
             intake = open_upload(Path(path), files)
         except Exception as exc:  # an intake bug must not cost the student a results file either
+            if course is not None and not isinstance(exc, HandinError):
+                raise  # the course's worker dies of it: retried, then not graded, never a score (batch/pool.py)
             bug = not isinstance(exc, HandinError)
-            why = (f"internal grader error ({type(exc).__name__}); please tell the course staff." if bug
-                   else clean_text(exc))
+            why = f"internal grader error ({type(exc).__name__}); tell the course staff." if bug else clean_text(exc)
             result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
                 result.tests += all_zero(p, visibilities, f"not graded: {result.notes[-1] if bug else why}")

@@ -120,6 +120,15 @@ def slow_attention(dest: Path) -> None:
     (dest / "attention.py").write_text(SLOW_START + (SOLUTIONS / "attention.py").read_text())
 
 
+def slow_notebook(path: Path) -> None:
+    """The same for a notebook: a first code cell that sleeps 2 s (notebook 1's run is as short as attention's)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(SLOW_START))
+    nbformat.write(nb, path)
+
+
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own, so the scratch a run leaves is seen (and removed) here."""
@@ -235,10 +244,10 @@ def test_runs_killed_from_outside_at_every_stage_are_graded_again_to_the_clean_g
     """attention's run, notebook 1's, the model's (in its generation phase: every hidden step answered, generate()
     running, as the issue's kill 17 s in) and notebook 3's functions' each SIGKILLed once: each problem they cost is
     not graded, the worker is started again on it, and the grade is the clean one. (generation's lines are left
-    out: its generate() over every prompt meets its wall-clock cap on a machine at load 10, faults or none; it
-    reads the same model run prediction does.)"""
+    out for time: they read the same model run prediction does.)"""
     handin = reference_handin(tmp_path / "reference")
     slow_attention(handin)
+    slow_notebook(handin / "01_mlm_and_next_token.ipynb")
     out = tmp_path / "grades"
     generating = f"outputs/test/step_{PREDICTION_STEPS - 1}.npy"  # model_reveal_child.py answers, then generates
     rc, stdout, stderr, killed = _grade(
@@ -460,3 +469,27 @@ def test_a_result_not_graded_gives_gradescope_no_results_json_and_autolab_no_sco
     assert runtime.autolab(tmp_path / "handin.tar", 30.0) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == {"scores": {"losses": problems["losses"].points}}
+
+
+def test_an_intake_bug_is_a_note_for_a_student_and_ends_the_course_worker(tmp_path):
+    """A bug of the code that opens the handin (not a HandinError): the kit's local grader says so in a note with
+    zeros (no traceback for a student); in the course grader it ends the worker, whose pool retries it and then
+    marks it not graded, never a score (test_class_grading's worker that keeps dying)."""
+    from autograder.grading import course_side
+    from gradelib.grade import grade_submission
+
+    from support import FIXTURES
+
+    def broken(path: Path, dest: Path):
+        raise KeyError("x")
+
+    handin = tmp_path / "h"
+    handin.mkdir()
+    shutil.copyfile(SOLUTIONS / "attention.py", handin / "attention.py")
+    kwargs = {"case_root": FIXTURES, "visibilities": ("public",), "only": ["attention"], "open_upload": broken,
+              "scratch_root": tmp_path}
+    local = grade_submission(handin, **kwargs)
+    assert local.notes == ["The handin could not be opened: internal grader error (KeyError); tell the course staff."]
+    assert local.score == 0 and local.tests and all(t.score == 0 for t in local.tests)
+    with pytest.raises(KeyError):
+        grade_submission(handin, course=course_side, **kwargs)

@@ -5,7 +5,9 @@ psutil elsewhere), else nothing (said in the run's isolation lines).
 Sampled on Linux, the shared memory the run made counts too, though no process maps it: the files its uid
 has in /dev/shm, the memfd and /dev/shm files its processes hold open, its System V segments. Its files in
 /dev/shm have a cap of their own besides, a share of that folder, so that no run fills it for the others
-(Docker's /dev/shm holds 64 MB)."""
+(Docker's /dev/shm holds 64 MB).
+
+Its time limit is on a clock that the machine's load does not move (RunClock)."""
 
 from __future__ import annotations
 
@@ -269,3 +271,52 @@ def cgroup_oom(group: Path) -> tuple[int, bool]:
             continue
         break
     return kills, own
+
+
+LOAD_STRETCH = 10  # a run that waits for a CPU may take this many times its time limit on the wall clock, no more
+SCAN_S = 0.5  # how often the run's processes are looked for (their threads' waits are read at every look at the run)
+
+
+class RunClock:
+    """A run's time limit on the wall clock less the time its threads (of `roots()` and below, those that ended
+    included) were ready to run but waited for a CPU (the machine's load), yet never so much that the clock shows less
+    than the CPU time they used together, nor lets the run pass LOAD_STRETCH x `limit_s` on the wall clock
+    (/proc/<pid>/task/<tid>/schedstat; elsewhere the wall clock). A run that computes is stopped by its CPU time, one
+    that waits (sleeps, blocks) by the wall clock, whatever the load."""
+
+    def __init__(self, limit_s: float, roots: Callable[[], set[int]]):
+        self.start, self.limit_s, self.roots, self.queued = time.monotonic(), limit_s, roots, 0.0
+        self.pids, self.scan_at, self.seen = set(), 0.0, {}  # (pid, tid) -> (CPU seconds, seconds waiting) last read
+
+    def left(self) -> float:
+        """Seconds left of the limit (none: it passed)."""
+        now = time.monotonic()
+        if is_linux():
+            if now >= self.scan_at:
+                self.pids, self.scan_at = descendants(self.roots()), now + SCAN_S
+            self.seen.update(schedstats(self.pids))
+            ran, waited = sum(r for r, _ in self.seen.values()), sum(w for _, w in self.seen.values())
+            self.queued = max(self.queued, min(waited, now - self.start - ran, (LOAD_STRETCH - 1) * self.limit_s))
+        return self.limit_s - self.elapsed()
+
+    def elapsed(self) -> float:
+        """Seconds on this clock since the run started."""
+        return time.monotonic() - self.start - self.queued
+
+
+def schedstats(pids: set[int]) -> dict[tuple[int, str], tuple[float, float]]:
+    """(pid, tid) -> (seconds on a CPU, seconds ready to run but waiting for one) of each thread of the processes."""
+    found = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                    ran, waited = fh.read().split()[:2]
+                found[pid, tid] = (int(ran) / 1e9, int(waited) / 1e9)
+            except (OSError, ValueError):
+                continue
+    return found

@@ -17,7 +17,7 @@ from . import cgroups, launch, leftovers, slots, template
 from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree
 from .levels import isolation_level, refusal
-from .memory import MemoryWatch
+from .memory import MemoryWatch, RunClock
 from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
 
@@ -129,7 +129,7 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
                level: str) -> ChildRun | None:
     """How the run ended; None when it could not start as its uid (another's processes hold it there)."""
     before = children_of(os.getpid())
-    start = time.monotonic()
+    clock = RunClock(limits.timeout_s, lambda: {proc.pid, *(children_of(os.getpid()) - before)})
     try:
         proc = subprocess.Popen(
             started.cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=started.env,
@@ -144,17 +144,16 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     os.close(rep_w)
     log, events = new_sinks(LOG_CAP)
     sel = watch(log, events, out_r, rep_r)
-    memory = MemoryWatch(limits.memory_mb, started.groups, lambda: {proc.pid, *(children_of(os.getpid()) - before)},
+    memory = MemoryWatch(limits.memory_mb, started.groups, clock.roots,
                          started.slot.uid if started.slot is not None else None)
 
-    deadline = start + limits.timeout_s
     timed_out = flooded = False
     returncode: int | None = None
     while True:
         returncode = proc.poll()
         if returncode is not None:
             break
-        left = deadline - time.monotonic()
+        left = clock.left()
         if left <= 0:
             timed_out = True
             break
@@ -179,7 +178,7 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     killed += kill_tree(lambda: {proc.pid, *(children_of(os.getpid()) - before)})
     if returncode is None:
         returncode = proc.wait() if (flooded or memory.stopped) else None
-    wall = time.monotonic() - start
+    wall = clock.elapsed()
     killed += kill_new_children(before)
     if started.slot is not None:
         killed += kill_tokened(started.slot.uid, started.slot.token)

@@ -35,7 +35,7 @@ from . import cgroups, fallback, launch, leftovers
 from .interpreter import Limits
 from .kernel import children_of, is_linux, kill_tree, kill_until_gone, landlock_abi
 from .levels import isolation_level
-from .memory import MemoryWatch
+from .memory import MemoryWatch, RunClock
 from .namespaces import SCRATCH_INSIDE
 from .pipes import IsolatedRun, drain, new_sinks, over_cap, pump, stream_fields, watch
 from .processes import become_subreaper, kill_new_children, kill_tokened, register, unregister
@@ -242,7 +242,7 @@ class Session:
         self._empty_shared_tmp()
         out_r, out_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        start = time.monotonic()
+        clock = RunClock(limits.timeout_s, lambda: children_of(self.pid))
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, rep_w])
         except OSError:
@@ -259,10 +259,8 @@ class Session:
         log, events = new_sinks(LOG_CAP)
         sel = watch(log, events, out_r, rep_r)
         sel.register(self.sock, selectors.EVENT_READ, "template")
-        memory = MemoryWatch(limits.memory_mb, self.started.groups, lambda: children_of(self.pid),
-                             slot.uid if slot is not None else None)
-        reply, timed_out, flooded, gone = self._wait_for_reply(sel, start + limits.timeout_s, log, events, limits,
-                                                               memory)
+        memory = MemoryWatch(limits.memory_mb, self.started.groups, clock.roots, slot.uid if slot is not None else None)
+        reply, timed_out, flooded, gone = self._wait_for_reply(sel, clock, log, events, limits, memory)
         sel.unregister(self.sock)
         killed = 0
         if reply is None:
@@ -278,7 +276,7 @@ class Session:
                         reply = message
             if reply is None:
                 killed += self._stop()  # the next run starts a fresh template
-        wall = time.monotonic() - start
+        wall = clock.elapsed()
         returncode = reply.get("returncode") if reply else None
         said = reply.get("killed") if reply else 0
         killed += said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
@@ -296,14 +294,14 @@ class Session:
             done.fault = done.fault or "the template process it was forked from ended, and the run with it"
         return done
 
-    def _wait_for_reply(self, sel, deadline: float, log, events, limits: Limits, memory: MemoryWatch):
-        """Pump the run's pipes until the template says how the run ended, the deadline passes, the run
+    def _wait_for_reply(self, sel, clock: RunClock, log, events, limits: Limits, memory: MemoryWatch):
+        """Pump the run's pipes until the template says how the run ended, its time is up, the run
         prints past its cap or holds more memory than its limit, or the template goes:
         (reply, timed_out, flooded, gone)."""
         timed_out, flooded, reply, gone = False, False, None, False
         quiet_since = None  # when the run's pipes both closed: its processes are gone, the reply is due
         while reply is None and not gone:
-            left = deadline - time.monotonic()
+            left = clock.left()
             if left <= 0:
                 timed_out = True
                 break

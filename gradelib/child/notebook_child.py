@@ -12,12 +12,11 @@ import re
 import signal
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from child_common import OUTPUTS, SCRATCH, Recorder, load_arrays, load_task, save, short_exception  # noqa: E402
+from child_common import OUTPUTS, SCRATCH, Recorder, clock, load_arrays, load_task, save, short_exception  # noqa: E402
 
 CALLS_SHARE = 0.4  # of the whole time budget, kept for calling the graded functions
 
@@ -27,10 +26,6 @@ class OfflineGrader:
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
-
-
-def _on_timer(signum, frame):
-    raise GradingTimeout(signum == getattr(signal, "SIGALRM", None))
 
 
 class GradingTimeout(BaseException):
@@ -49,27 +44,31 @@ class GradingTimeout(BaseException):
 
 class time_limit:
     """Interrupt the block after `seconds` of CPU time (a busy machine costs it nothing) or, if it waits instead, after
-    3 x `seconds` + 2 s on the wall clock (`wall_s` at most), and again every 0.2 s if the code swallows it. Without
+    3 x `seconds` + 2 s (`wall_s` at most) on the `clock()`, and again every 0.2 s if the code swallows it. Without
     interval timers (Windows) a thread interrupts the main thread on the wall clock."""
 
     def __init__(self, seconds: float, wall_s: float | None = None):
         self.seconds = max(0.05, seconds)
         self.wall_s = max(self.seconds, min(self.seconds * 3 + 2, float("inf") if wall_s is None else wall_s))
 
+    def _on_timer(self, signum, frame):
+        if signum == signal.SIGALRM and self.ends - clock() >= 0.01:  # it waited for a CPU: not up on clock() yet
+            return signal.setitimer(signal.ITIMER_REAL, self.ends - clock(), 0.2)
+        raise GradingTimeout(signum == signal.SIGALRM)
+
     def __enter__(self):
         if hasattr(signal, "setitimer"):
-            signal.signal(signal.SIGPROF, _on_timer)
-            signal.signal(signal.SIGALRM, _on_timer)
+            self.ends = clock() + self.wall_s
+            signal.signal(signal.SIGPROF, self._on_timer)
+            signal.signal(signal.SIGALRM, self._on_timer)
             signal.setitimer(signal.ITIMER_PROF, self.seconds, 0.2)
             signal.setitimer(signal.ITIMER_REAL, self.wall_s, 0.2)
             return self
         self.done, self.fired = threading.Event(), False
-
         def watch() -> None:
             while not self.done.wait(0.2 if self.fired else self.wall_s):
                 self.fired = True
                 _thread.interrupt_main()
-
         threading.Thread(target=watch, daemon=True).start()
         return self
 
@@ -119,7 +118,7 @@ def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
     skip_tags = set(task.get("skip_tags", []))
     skip_patterns = [re.compile(p, re.MULTILINE) for p in task.get("skip_patterns", [])]
     graded = set(task["functions"])
-    deadline = time.monotonic() + budget_s
+    deadline = clock() + budget_s
     for code_index, (source, tags, label) in enumerate(cells, 1):
         entry = {"cell": code_index, "label": label, "first_line": first_line(source), "status": "ran", "message": ""}
         report["cells"].append(entry)
@@ -150,7 +149,7 @@ def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
         for name, marked in placeholder_functions(tree).items():
             if name in graded:
                 report["functions"].setdefault(name, {})["placeholder"] = marked
-        remaining = max(deadline - time.monotonic(), 0.5)
+        remaining = max(deadline - clock(), 0.5)
         limit = time_limit(min(float(task["cell_timeout_s"]), remaining), wall_s=remaining)
         try:
             with limit:
@@ -206,9 +205,7 @@ def convert(obj):
     if isinstance(obj, np.generic) or type(obj) in (bool, int, float):
         return np.asarray(obj)
     torch = sys.modules.get("torch")
-    if torch is not None and type(obj) is torch.Tensor:
-        return obj.detach().cpu().numpy()
-    return None
+    return obj.detach().cpu().numpy() if torch is not None and type(obj) is torch.Tensor else None
 
 
 def argument(spec: str, inputs: dict):
@@ -218,7 +215,6 @@ def argument(spec: str, inputs: dict):
         return inputs[key].copy()
     if kind == "tensor":
         import torch
-
         return torch.from_numpy(inputs[key].copy())
     if kind == "int":
         return int(inputs[key])
@@ -263,7 +259,7 @@ def call_and_record(rec: Recorder, call: dict, inputs: dict, namespace: dict, re
 
 def main() -> None:
     task = load_task()
-    started = time.monotonic()
+    started = clock()
     budget = float(task.get("budget_s", 60.0))
     namespace, report = run_cells(task, budget * (1 - CALLS_SHARE))
     save(OUTPUTS / "notebook.json", report)
@@ -275,7 +271,7 @@ def main() -> None:
         for call in task["calls"]:
             # A quarter of what is left, at most, so calls that wait (and use no CPU) never run the process
             # past its time limit: each later call still has its turn.
-            quarter = max((budget - (time.monotonic() - started)) / 4, 0.5)
+            quarter = max((budget - (clock() - started)) / 4, 0.5)
             call_and_record(rec, call, inputs, namespace, report, min(float(task["call_timeout_s"]), quarter), quarter)
         rec.write()
 

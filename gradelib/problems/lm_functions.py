@@ -31,12 +31,10 @@ def _generate(q: str, model: str = MODEL, **kwargs: str) -> Call:
     return Call("generate", args, {q: None}, kwargs=kwargs)
 
 
-SPEC = NotebookSpec(
-    notebook=NOTEBOOK,
+SPEC = NotebookSpec(notebook=NOTEBOOK,
     calls=(
         Call("predict", (MODEL, "tensor:inp", STEPS), {"predict_logits": None}),
-        # A quantity named *_mode: child/lm_child.py calls the function on the model in training mode,
-        # then in eval mode, and records model.training after each call.
+        # *_mode: child/lm_child.py calls it in training mode, then eval mode; model.training is kept after each.
         Call("predict", (MODEL, "tensor:inp", STEPS), {"predict_mode": None}),
         _generate("greedy_ids"),
         _generate("generate_mode"),

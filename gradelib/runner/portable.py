@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..child.child_common import clock
 from .limits import LOG_CAP, ChildRun, Events, Limits, Tail, child_env, cpu_seconds
 
 BOOT_ENV = "GRADER_BOOT"  # start.py reads its configuration from here (and removes it)
@@ -66,7 +67,7 @@ class Child:
                 "env": child_env(str(workdir), str(workdir / "tmp"), env_extra), "out": str(files[0]),
                 "events": str(files[1])}
         sinks, sampled, peak = (Tail(LOG_CAP), Events()), 0.0, 0  # peak: the most resident MB seen
-        start = time.monotonic()
+        start, began = clock(self.proc.pid), time.monotonic()  # its time: the wall clock less its waits for a CPU
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
             self.proc.stdin.flush()
@@ -78,13 +79,13 @@ class Child:
                 answer = self.answers.get(timeout=0.02)
             _follow(files, sinks, offsets)
             if answer is None and self.proc.poll() is None:
-                timed_out = time.monotonic() >= start + limits.timeout_s
+                timed_out = min(clock(self.proc.pid) - start, time.monotonic() - began) >= limits.timeout_s
                 flooded = not timed_out and sinks[0].total > limits.output_mb << 20  # a flood stops it at once
                 if not (timed_out or flooded) and time.monotonic() >= sampled + SAMPLE_S:
                     sampled, peak = time.monotonic(), max(peak, resident_mb(self.proc.pid, limits.memory_mb))
             elif answer is None:  # the child is gone
                 answer = False
-        wall = time.monotonic() - start
+        wall = min(clock(self.proc.pid) - start, time.monotonic() - began)  # the wall clock once the child is gone
         if isinstance(answer, dict):
             returncode = answer.get("code", 1)
             _end_tree(self.proc, below_only=True)
@@ -136,7 +137,6 @@ def _tree(pid: int) -> list:
     """psutil processes of the run (the child and everything below it), [] without psutil."""
     try:
         import psutil
-
         proc = psutil.Process(pid)
         return [proc, *proc.children(recursive=True)]
     except Exception:

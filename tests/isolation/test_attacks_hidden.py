@@ -123,8 +123,7 @@ def test_hidden_inputs_stashed_for_a_later_public_run_show_nothing_and_gain_noth
     out = tmp_path / "grades"
     try:
         # One job at a time at the portable level, as the attack batch: nothing there shares the CPU out between runs.
-        # generation is left out: its generate() over every prompt meets a wall-clock cap that a loaded machine can
-        # pass (test_faults.py does the same); prediction reads the same model run on the hidden rows.
+        # generation is left out for time: prediction reads the same model run on the hidden rows.
         proc = run_cli(str(tmp_path / "carry"), str(tmp_path / "reference"), "--out", str(out), "--jobs",
                        "1" if where == "portable" else "2", "--timeout", "60", "--only", *GRADED, level=where,
                        timeout=900)

@@ -77,10 +77,9 @@ def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submiss
 
 
 def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_one_template(tmp_path, monkeypatch):
-    """The reference graded but for generation (its generate() over every prompt meets a wall-clock cap that a loaded
-    machine can pass): the four public runs (attention, notebooks 1 and 2, notebook 3's functions for prediction) come
-    before the five hidden ones (those four and the model's run on the hidden rows), all forked from one template (the
-    problems' threads outlive its start), and it keeps full marks."""
+    """The reference graded in full: the five public runs (attention, notebooks 1 and 2, notebook 3's functions for
+    prediction and for generation) come before the six hidden ones (those five and the model's run on the hidden
+    rows), all forked from one template (the problems' threads outlive its start), and it keeps 120 of 120."""
     import json
 
     from autograder.batch.worker import grade_hidden
@@ -100,12 +99,10 @@ def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_
 
     monkeypatch.setattr(runner, "run", spied_run)
     monkeypatch.setattr(template.Session, "_start", lambda self: starts.append(self) or start(self))
-    graded = ["attention", "losses", "masks", "prediction"]
-    result = grade_hidden(reference_handin(tmp_path / "reference"), case_root=FIXTURES, only=graded,
+    result = grade_hidden(reference_handin(tmp_path / "reference"), case_root=FIXTURES,
                           limits=sandbox_limits(timeout_s=60))
-    assert result.score == sum(rubric.load()[p].points for p in graded), \
-        [(t.name, t.output[:300]) for t in result.tests if t.score < t.max_score]
-    assert seen == ["public"] * 4 + ["hidden"] * 5, seen
+    assert result.score == 120.0, [(t.name, t.output[:300]) for t in result.tests if t.score < t.max_score]
+    assert seen == ["public"] * 5 + ["hidden"] * 6, seen
     assert len(starts) == 1, starts
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,7 +92,7 @@ def call(namespace: dict, name: str, report: dict, timeout_s: float, wall_s: flo
 def main(answer=teacher_forced) -> None:
     """Answer task.json: answer(model, set, its arrays, steps) answers each prediction set (the course's: its own)."""
     task = load_task()
-    started = time.monotonic()
+    started = notebook_child.clock()
     budget = float(task.get("budget_s", 120.0))
     namespace, cells = notebook_child.run_cells(task, budget * 0.5)
     import torch
@@ -114,8 +113,7 @@ def main(answer=teacher_forced) -> None:
         report["probe"] = f"the model raised {short_exception(exc)}"
     for name, steps, saved in (("generate", "generation", "generated"), ("predict", "prediction", "predicted")):
         prompts = torch.from_numpy(load_arrays(f"inputs/{steps}.npz")["inp"])
-        # The wall-clock cap of a call is half the time left: generate and predict both get their turn.
-        wall_s = max((budget - (time.monotonic() - started)) / 2, 0.5)
+        wall_s = max((budget - (notebook_child.clock() - started)) / 2, 0.5)  # half what is left: predict gets a turn
         value = call(namespace, name, report["calls"], float(task.get("call_timeout_s", 30.0)), wall_s, model,
                      prompts, int(task[f"{steps}_steps"]))
         if value is not None:

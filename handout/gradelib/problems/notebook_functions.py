@@ -56,8 +56,7 @@ ARRAY = ("numpy.ndarray",)
 NP_SCALAR = ("numpy.float64", "float", "numpy.ndarray")
 NP_QKV = ("array:Q", "array:K", "array:V")
 
-LOSSES = NotebookSpec(
-    notebook="01_mlm_and_next_token.ipynb",
+LOSSES = NotebookSpec(notebook="01_mlm_and_next_token.ipynb",
     calls=(
         Call("softmax", ("array:z",), {"softmax": None}),
         Call("scaled_dot_product_attention", NP_QKV, {"attn_weights": 0, "attn_output": 1}),
@@ -97,8 +96,7 @@ PT_SCALAR = ("torch.Tensor", "float", "numpy.float64")
 PT_QKV = ("tensor:Q", "tensor:K", "tensor:V")
 LOSS_ARGS = ("tensor:logits", "tensor:targets", "int:pad_id")
 
-MASKS = NotebookSpec(
-    notebook="02_attention_and_masks.ipynb",
+MASKS = NotebookSpec(notebook="02_attention_and_masks.ipynb",
     calls=(
         Call("uniform_attention", ("tensor:X",), {"uniform": None}),
         Call("attention", PT_QKV, {"A": 0, "C": 1}),
