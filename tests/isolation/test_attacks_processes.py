@@ -287,6 +287,17 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     assert files_named("/tmp", marker, seconds=20) == []
 
 
+def _names_in(folders: list[Path]) -> list[str]:
+    """What the folders hold; one another batch has swept (a graded test beside this one) holds nothing."""
+    names = []
+    for folder in folders:
+        try:
+            names += [p.name for p in folder.iterdir()]
+        except FileNotFoundError:
+            pass
+    return names
+
+
 def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     """SIGKILL skips a batch's cleanup: its worker (SIGTERM on its parent's death) removes its own scratch, the
     unpacked handin and the capped tmpfs; the batch's folder, empty but for its lock, stays until the next batch."""
@@ -318,9 +329,9 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     while processes_named(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_named(marker) == []
-    while time.monotonic() < deadline and any(p.name != ".batch.lock" for s in stale for p in s.iterdir()):
+    while time.monotonic() < deadline and set(_names_in(stale)) - {".batch.lock"}:
         time.sleep(0.2)
-    assert [p.name for s in stale for p in s.iterdir()] == [".batch.lock"] * len(stale)
+    assert set(_names_in(stale)) <= {".batch.lock"}, _names_in(stale)
     assert all(mounts_under(p) == [] for p in stale)
     honest = tmp_path / "honest"
     honest.mkdir()
