@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from autograder.batch.atomic import write_json_atomic
+from autograder.batch.autolab import autolab_line
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
@@ -329,7 +330,7 @@ def test_a_non_finite_score_is_recorded_as_zero_and_json_stays_strict(tmp_path):
     write_merged(result, tmp_path / "out", {}, ["p"], merge_old=False)
     data = strict_loads((tmp_path / "out" / "results.json").read_text())
     assert data["score"] == 0.0 and all(t["score"] == 0.0 for t in data["tests"])
-    assert strict_loads(read_row(tmp_path / "out" / "results.json", "s").autolab_line(["p"])) == {"scores": {"p": 0.0}}
+    assert strict_loads(autolab_line(read_row(tmp_path / "out" / "results.json", "s"), ["p"])) == {"scores": {"p": 0.0}}
     text = (tmp_path / "out" / "feedback.txt").read_text()
     assert "\x1b" not in text and "\x07" not in text
     with pytest.raises(ValueError):

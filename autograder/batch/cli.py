@@ -32,6 +32,7 @@ from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
 from . import gradebook, regrade
+from .autolab import autolab_line
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop
 from .pool import Batch, Job
 from .records import adopt_zip_folders, already_graded, claim, class_folders, read_row, submission_names
@@ -240,7 +241,7 @@ def finish_one(args: argparse.Namespace, name: str, jobs: list[Job], known: list
         book_lines = write_class_files(args, known)[1]
         if book_lines:
             print(book_lines, file=sys.stderr)
-    print(read_row(args.out / name / "results.json", name).autolab_line(problem_ids), flush=True)
+    print(autolab_line(read_row(args.out / name / "results.json", name), problem_ids), flush=True)
     return 0
 
 
