@@ -27,7 +27,7 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import levels
 from autograder.isolation.levels import ISOLATION_CHOICES
-from gradelib.problems import GRADERS
+from gradelib.problems import graded
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..grading import safe_reading
@@ -105,7 +105,7 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     here once, is args.problems for the rest of the run; the book inputs are args.book."""
     try:
         args.problems = rubric_mod.load(args.rubric)
-        known = [p for p in args.problems if p in GRADERS]
+        known = list(graded(args.problems))
     except rubric_mod.RubricError as exc:
         return [], f"The rubric cannot be used, so nothing was graded: {exc}"
     unknown = [p for p in args.only or [] if p not in known]
@@ -299,7 +299,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
             up_to_date += 1
             continue
         ids = [p for p in problem_ids if p in why]
-        whole = ids == [p for p in problems if p in GRADERS]
+        whole = ids == list(graded(problems))
         jobs.append(Job(path, name, only=None if whole else ids, merge=True, reasons=why))
         stale["; ".join(dict.fromkeys(why[p] for p in ids))] += 1
     lines = []

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from gradelib import rubric
 from gradelib.problems import attention, lm_functions
+from gradelib.problems.lm_common import FORMAT_LINE, QUALITY_LINES
 from gradelib.problems.notebook_functions import SPECS, NotebookSpec
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
 from gradelib.rubric_schema import VISIBILITIES
@@ -123,7 +124,7 @@ SCHEMAS = {
                                        "nothing (linear in between)."),
             **FUNCTION_SETTINGS,
         },
-        line_ids=frozenset({"format", "nll"}),
+        line_ids=frozenset({FORMAT_LINE, QUALITY_LINES["prediction"]}),
         quantities=LM_QUANTITIES,
         relations=(below("full_credit_nll", "zero_credit_nll"),),
     ),
@@ -138,7 +139,7 @@ SCHEMAS = {
             **FUNCTION_SETTINGS,
             **SAMPLING_SETTINGS,
         },
-        line_ids=frozenset({"format", "perplexity"}),
+        line_ids=frozenset({FORMAT_LINE, QUALITY_LINES["generation"]}),
         quantities=LM_QUANTITIES,
         relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
     ),
