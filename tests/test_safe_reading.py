@@ -1,6 +1,6 @@
 """The grader reads what a submission controls safely and always writes valid results.
 
-- the course grader's reader (autograder/grading/safe_reading.py, installed for every
+- the course grader's reader (autograder/isolation/safe_reading.py, installed for every
   course grading) refuses links, FIFOs and devices planted in place of a child's
   meta.json or .npy; gradelib/safeio.py refuses files over their cap and .npy headers
   that would make the grader allocate or misread (objects, structured, subarray,
@@ -39,9 +39,9 @@ from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
 from autograder.batch.report import write_report
-from autograder.grading import safe_reading
 from autograder.grading.course_result import CourseResult
 from autograder.grading.course_result import CourseTest as Line  # the course records every test as one
+from autograder.isolation import safe_reading
 from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array

@@ -30,7 +30,7 @@ from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib.problems import graded
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
+from ..isolation import safe_reading
 from . import gradebook, regrade
 from .autolab import autolab_line
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop

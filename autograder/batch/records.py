@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
 from ..grading.course_result import NOT_GRADED
+from ..isolation import safe_reading
 from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024

@@ -37,11 +37,11 @@ from gradelib.safeio import clean_text, quote
 from gradelib.scoring import Line, load_meta, read_array
 
 from ..isolation.interpreter import Limits
+from ..isolation.safe_reading import DIR_FLAGS
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
 from .course_result import CourseTest
 from .run_order import hidden_run, public_run
-from .safe_reading import DIR_FLAGS
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
