@@ -469,6 +469,10 @@ def test_a_result_not_graded_gives_gradescope_no_results_json_and_autolab_no_sco
     assert runtime.autolab(tmp_path / "handin.tar", 30.0) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == {"scores": {"losses": problems["losses"].points}}
+    monkeypatch.setattr(runtime, "_grade", lambda *a: (_ for _ in ()).throw(runtime.Refused("no namespaces")))
+    assert runtime.autolab(tmp_path / "handin.tar", 30.0) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == {"scores": {}, "message": "not graded: no namespaces"}  # no problem scored, and why
 
 
 def test_an_intake_bug_is_a_note_for_a_student_and_ends_the_course_worker(tmp_path):

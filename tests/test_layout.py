@@ -137,6 +137,39 @@ def test_no_import_cycles(package):
     assert not found, "import circles:\n" + "\n".join(f"  {circle_through(g, graph)}" for g in found)
 
 
+# The layers, lowest first: a module imports from its own layer and those below it, never from one above (the kit,
+# gradelib, from nothing of the course's; the runner, isolation, from no grading; the oracle from no fixture maker
+# and no reference model). A module not in a named package is in the top layer, `autograder` itself.
+LAYERS = ("gradelib", "autograder.isolation", "autograder.oracle", "autograder.grading", "autograder.fixturegen",
+          "autograder.reference", "autograder.batch", "autograder.build", "autograder.platforms", "autograder")
+# Imports that point up, each with why: the model oracle loads a checkpoint of the reference
+# model's class, which lives with its training (reference/), above the oracle.
+UPWARD = {("autograder.oracle.oracles", "autograder.reference.model")}
+
+
+def layer(module: str) -> int:
+    return next(i for i, name in enumerate(LAYERS) if module == name or module.startswith(f"{name}."))
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for each import of `graph` from a module to one of a higher layer."""
+    return sorted(f"{a} -> {b}" for a, found in graph.items() for b in found if layer(b) > layer(a))
+
+
+def test_the_layer_rule_finds_an_import_that_points_up():
+    graph = {"autograder.isolation.install": {"autograder.grading.rubric_check", "gradelib.safeio"},
+             "autograder.batch.cli": {"autograder.grading.rubric_check"}, "gradelib.grade": {"autograder.batch.pool"}}
+    assert upward(graph) == ["autograder.isolation.install -> autograder.grading.rubric_check",
+                             "gradelib.grade -> autograder.batch.pool"]
+
+
+def test_layers_only_point_down():
+    graph = import_graph()
+    up = upward(graph)
+    assert [f"{a} -> {b}" for a, b in sorted(UPWARD) if b not in graph[a]] == [], "UPWARD lists an import gone"
+    assert up == sorted(f"{a} -> {b}" for a, b in UPWARD), f"imports that point up a layer ({LAYERS}): {up}"
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_module_is_over_500_lines(package):
     long = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in module_files().items()

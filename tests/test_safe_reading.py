@@ -1,6 +1,6 @@
 """The grader reads what a submission controls safely and always writes valid results.
 
-- the course grader's reader (autograder/grading/safe_reading.py, installed for every
+- the course grader's reader (autograder/isolation/safe_reading.py, installed for every
   course grading) refuses links, FIFOs and devices planted in place of a child's
   meta.json or .npy; gradelib/safeio.py refuses files over their cap and .npy headers
   that would make the grader allocate or misread (objects, structured, subarray,
@@ -34,13 +34,14 @@ import numpy as np
 import pytest
 
 from autograder.batch.atomic import write_json_atomic
+from autograder.batch.autolab import autolab_line
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
 from autograder.batch.report import write_report
-from autograder.grading import safe_reading
 from autograder.grading.course_result import CourseResult
 from autograder.grading.course_result import CourseTest as Line  # the course records every test as one
+from autograder.isolation import safe_reading
 from gradelib import safeio
 from gradelib.safeio import SafeReadError, clean_text
 from gradelib.scoring import load_meta, observed_from_child, read_array
@@ -329,7 +330,7 @@ def test_a_non_finite_score_is_recorded_as_zero_and_json_stays_strict(tmp_path):
     write_merged(result, tmp_path / "out", {}, ["p"], merge_old=False)
     data = strict_loads((tmp_path / "out" / "results.json").read_text())
     assert data["score"] == 0.0 and all(t["score"] == 0.0 for t in data["tests"])
-    assert strict_loads(read_row(tmp_path / "out" / "results.json", "s").autolab_line(["p"])) == {"scores": {"p": 0.0}}
+    assert strict_loads(autolab_line(read_row(tmp_path / "out" / "results.json", "s"), ["p"])) == {"scores": {"p": 0.0}}
     text = (tmp_path / "out" / "feedback.txt").read_text()
     assert "\x1b" not in text and "\x07" not in text
     with pytest.raises(ValueError):

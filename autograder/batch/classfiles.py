@@ -19,7 +19,7 @@ from pathlib import Path
 from autograder.grading import rubric_check as rubric_mod
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
+from ..isolation import safe_reading
 from . import gradebook
 from .atomic import remove_partial_writes
 from .compared_code import NOT_COMPARED_MISSING

@@ -27,11 +27,12 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import levels
 from autograder.isolation.levels import ISOLATION_CHOICES
-from gradelib.problems import GRADERS
+from gradelib.problems import graded
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
+from ..isolation import safe_reading
 from . import gradebook, regrade
+from .autolab import autolab_line
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop
 from .pool import Batch, Job
 from .records import adopt_zip_folders, already_graded, claim, class_folders, read_row, submission_names
@@ -104,7 +105,7 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     here once, is args.problems for the rest of the run; the book inputs are args.book."""
     try:
         args.problems = rubric_mod.load(args.rubric)
-        known = [p for p in args.problems if p in GRADERS]
+        known = list(graded(args.problems))
     except rubric_mod.RubricError as exc:
         return [], f"The rubric cannot be used, so nothing was graded: {exc}"
     unknown = [p for p in args.only or [] if p not in known]
@@ -240,7 +241,7 @@ def finish_one(args: argparse.Namespace, name: str, jobs: list[Job], known: list
         book_lines = write_class_files(args, known)[1]
         if book_lines:
             print(book_lines, file=sys.stderr)
-    print(read_row(args.out / name / "results.json", name).autolab_line(problem_ids), flush=True)
+    print(autolab_line(read_row(args.out / name / "results.json", name), problem_ids), flush=True)
     return 0
 
 
@@ -298,7 +299,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
             up_to_date += 1
             continue
         ids = [p for p in problem_ids if p in why]
-        whole = ids == [p for p in problems if p in GRADERS]
+        whole = ids == list(graded(problems))
         jobs.append(Job(path, name, only=None if whole else ids, merge=True, reasons=why))
         stale["; ".join(dict.fromkeys(why[p] for p in ids))] += 1
     lines = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..grading import uploads
-from ..grading.safe_reading import notebook_budget
+from ..isolation.safe_reading import notebook_budget
 
 REPO = Path(__file__).resolve().parents[2]
 HANDOUT = REPO / "handout"

@@ -28,7 +28,7 @@ from pathlib import Path
 from autograder.grading.rubric_check import LatePolicy
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
+from ..isolation import safe_reading
 from .atomic import write_text_atomic
 from .records import Row
 from .records import spreadsheet_cell as cell

@@ -36,7 +36,7 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import cgroups, kernel, processes, slots
 from autograder.isolation.kernel import PR_SET_PDEATHSIG
-from gradelib.problems import GRADERS
+from gradelib.problems import graded
 from gradelib.scoring import all_zero
 
 from ..grading.course_result import CourseResult
@@ -54,8 +54,7 @@ SCRATCH_LOCK = ".batch.lock"  # in a batch's scratch folder, locked while the ba
 
 def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
     """The graded problems of the rubric at `rubric` (the course's by default), those in `only` if given."""
-    problems = rubric_mod.load(rubric)
-    return [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
+    return list(graded(rubric_mod.load(rubric), only).values())
 
 
 def ungraded_result(name: str, only: list[str] | None, message: str,
@@ -63,7 +62,7 @@ def ungraded_result(name: str, only: list[str] | None, message: str,
     """Every test of the graded `problems` (those in `only`, if given) 0 with `message`: what a submission gets
     when the grader could not finish it."""
     vis = ("public", "hidden")
-    selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
+    selected = list(graded(problems, only).values())
     result = CourseResult(
         submission=name,
         problems=tuple(p.id for p in selected),
@@ -174,7 +173,7 @@ class Batch:
         records = regrade.current_records(problems, list(result.problems), self.args.fixtures)
         try:
             regrade.write_merged(
-                result, self.args.out / job.name, records, [p for p in problems if p in GRADERS], job.merge
+                result, self.args.out / job.name, records, list(graded(problems)), job.merge
             )
         except OSError as exc:
             self.write_error = self.write_error or f"recording that {job.name} could not be graded: {exc}"

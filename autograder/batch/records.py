@@ -10,7 +10,6 @@ uninterrupted one.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,8 +17,8 @@ from pathlib import Path
 
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
 from ..grading.course_result import NOT_GRADED
+from ..isolation import safe_reading
 from .atomic import write_text_atomic
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
@@ -174,12 +173,6 @@ class Row:
         """The problems the grader failed on (course_result.NOT_GRADED flags): no grade, marked for regrading."""
         return [k[len(NOT_GRADED):] for k in self.flags if k.startswith(NOT_GRADED)]
 
-    def autolab_line(self, problem_ids: list[str]) -> str:
-        """Autolab's autoresult: the last stdout line, one score per problem id."""
-        missing = set(self.not_graded)  # no grade there, so no score either (not a 0)
-        return json.dumps({"scores": {p: self.scores.get(p, 0.0) for p in problem_ids if p not in missing}},
-                          separators=(",", ":"), allow_nan=False)
-
 
 def finite(value) -> float:
     """A finite float from results.json, else ValueError (NaN, inf, text, a list...)."""
@@ -199,31 +192,35 @@ def is_finite(value) -> bool:
 def read_row(path: Path, name: str) -> Row:
     """The row of one submission; a missing, corrupt or malformed results.json becomes a 0 row that says so."""
     try:
-        data = safe_reading.read_json(path, MAX_RESULTS_BYTES)
-        if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
-            raise ValueError("not a Gradescope results object with a list of tests")
-        flags = _flags(data.get("extra_data"))
-        ungraded = {k[len(NOT_GRADED):] for k in flags if k.startswith(NOT_GRADED)}
-        tests, faults = [], []
-        for t in data["tests"]:
-            tags = t.get("tags") or [""]
-            problem = clean_text(tags[0] if isinstance(tags, list) else "")
-            extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
-            figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
-            score = 0.0 if t["score"] is None and problem in ungraded else finite(t["score"])  # no grade: no score
-            tests.append(TestRow(clean_text(t["name"]), problem, score, finite(t["max_score"]),
-                                 t.get("status") == "passed",
-                                 {clean_text(k): float(v) for k, v in figures.items() if is_finite(v)}))
-            if problem not in ungraded and any(w in str(t.get("output", "")) for w in FAULT_WORDS):
-                faults.append(tests[-1].name)
-        total = round(sum(t.score for t in tests) if ungraded else finite(data.get("score", 0.0)), 4)
-        wall = finite(data.get("execution_time", 0.0))
-        notes = clean_text(data.get("output", ""))
+        return row_of(safe_reading.read_json(path, MAX_RESULTS_BYTES), name)
     except Exception as exc:  # whatever the file holds, the class's other rows are read
         return Row(
             name,
             notes=f"results.json could not be read ({clean_text(exc)[:300]}); this submission is listed with 0 points",
         )
+
+
+def row_of(data, name: str) -> Row:
+    """The row of the results.json content `data`; ValueError (or another error) when it is malformed."""
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
+        raise ValueError("not a Gradescope results object with a list of tests")
+    flags = _flags(data.get("extra_data"))
+    ungraded = {k[len(NOT_GRADED):] for k in flags if k.startswith(NOT_GRADED)}
+    tests, faults = [], []
+    for t in data["tests"]:
+        tags = t.get("tags") or [""]
+        problem = clean_text(tags[0] if isinstance(tags, list) else "")
+        extra = t.get("extra_data") if isinstance(t.get("extra_data"), dict) else {}
+        figures = extra.get("figures") if isinstance(extra.get("figures"), dict) else {}
+        score = 0.0 if t["score"] is None and problem in ungraded else finite(t["score"])  # no grade: no score
+        tests.append(TestRow(clean_text(t["name"]), problem, score, finite(t["max_score"]),
+                             t.get("status") == "passed",
+                             {clean_text(k): float(v) for k, v in figures.items() if is_finite(v)}))
+        if problem not in ungraded and any(w in str(t.get("output", "")) for w in FAULT_WORDS):
+            faults.append(tests[-1].name)
+    total = round(sum(t.score for t in tests) if ungraded else finite(data.get("score", 0.0)), 4)
+    wall = finite(data.get("execution_time", 0.0))
+    notes = clean_text(data.get("output", ""))
     scores: dict[str, float] = {}
     for t in tests:
         scores[t.problem] = round(scores.get(t.problem, 0.0) + t.score, 4)

@@ -27,8 +27,8 @@ from gradelib import rubric as rubric_mod
 from gradelib.results import SubmissionResult, TestResult, wrap
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
 from ..grading.course_result import NOT_GRADED, CourseResult, CourseTest, score_number
+from ..isolation import safe_reading
 from .atomic import write_json_atomic, write_text_atomic
 from .records import MAX_RESULTS_BYTES
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gradelib.safeio import SafeReadError, clean_text
 
-from ..grading import safe_reading
+from ..isolation import safe_reading
 from .atomic import write_text_atomic
 from .gradebook import METADATA, metadata_times
 from .records import UPLOAD_FOLDER

@@ -33,7 +33,7 @@ from autograder.isolation import kernel
 from autograder.isolation.levels import ISOLATION_CHOICES
 from gradelib import rubric
 from gradelib.grade import grade_submission
-from gradelib.problems import GRADERS
+from gradelib.problems import graded
 
 from ..grading import course_side
 from ..grading.uploads import open_upload
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         name=args.name,
         scratch_root=args.scratch_root,
     )
-    order = [p for p in problems if p in GRADERS]
+    order = list(graded(problems))
     try:
         write_merged(result, args.out / args.name, current_records(problems, list(result.problems), args.case_root),
                      order, args.merge)

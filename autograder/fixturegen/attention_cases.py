@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autograder.fixturegen import npzio
 from autograder.fixturegen.rotation import rotated
+from autograder.grading import rubric_check
+from autograder.oracle import npzio
 
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
 # exp() of a score above this overflows in the dtype; "large" cases exceed it.
@@ -42,7 +43,7 @@ class CaseSpec:
     why: str
     # The edge case it is, graded by the rubric line with that `edge` alone ('' for an ordinary case):
     # large_scores (overflow without the max subtraction), single_position (T = 1), key_value_widths (Dk != Dv).
-    # A new edge is this tag and its rubric line, nothing else (npzio.check_edges).
+    # A new edge is this tag and its rubric line, nothing else (rubric_check.check_edges).
     edge: str = ""
 
 
@@ -231,7 +232,7 @@ def write(out: Path, seed: int | None = None, public_too: bool = False, cases: t
           rubric_path: Path | None = None) -> list[Path]:
     """Write `cases` under out/attention/ and return the paths; with `seed`, the hidden ones (and the public ones
     with public_too) rotated (rotation.py). Their edges are checked against the rubric's lines first."""
-    npzio.check_edges("attention", [(c.name, c.visibility, c.edge) for c in cases], rubric_path)
+    rubric_check.check_edges("attention", [(c.name, c.visibility, c.edge) for c in cases], rubric_path)
     torch.set_num_threads(1)
     written = []
     for vis, folder in npzio.case_folders(out, "attention"):

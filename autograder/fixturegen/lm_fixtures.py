@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.fixturegen import npzio
+from autograder.oracle import npzio
 from autograder.oracle.source import ToySource
 from autograder.oracle.text import stream, windows
 

@@ -45,8 +45,8 @@ from gradelib.lm import fixed_models
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
 from ..oracle.metrics import greedy_generate, greedy_predict
+from ..oracle.npzio import save, write_index
 from . import lm_building_cases, lm_slips
-from .npzio import save, write_index
 from .rotation import rotated
 
 SEED = 785

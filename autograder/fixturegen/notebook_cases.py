@@ -20,8 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from autograder.fixturegen import npzio
 from autograder.fixturegen.rotation import rotated
+from autograder.grading import rubric_check
+from autograder.oracle import npzio
 
 IGNORE_INDEX = -100
 # exp() of a float64 above this overflows; "large" cases exceed it.
@@ -393,7 +394,7 @@ def describe_masks(c: MasksCase) -> str:
 
 def write(out: Path, seed: int | None = None, public_too: bool = False) -> list[Path]:
     """Every case; with `seed`, the hidden ones (and the public ones with public_too) rotated (rotation.py)."""
-    npzio.check_edges("losses", [(c.name, c.visibility, c.edge) for c in LOSSES_CASES])
+    rubric_check.check_edges("losses", [(c.name, c.visibility, c.edge) for c in LOSSES_CASES])
     torch.set_num_threads(1)
     written = []
     for vis, folder in npzio.case_folders(out, "notebooks"):

@@ -29,7 +29,7 @@ from gradelib.lm.nll import prediction_nll
 from gradelib.lm.vocab import VOCAB_SIZE, decode
 from gradelib.problems import generation, lm_common, lm_model
 from gradelib.problems.generation import FILENAME, STEPS, check_ids
-from gradelib.problems.lm_common import credit
+from gradelib.problems.lm_common import QUALITY_LINES, credit
 from gradelib.problems.lm_model import logits_problem
 from gradelib.results import TestResult
 from gradelib.rubric_schema import Problem
@@ -37,19 +37,17 @@ from gradelib.safeio import clean_text, quote
 from gradelib.scoring import Line, load_meta, read_array
 
 from ..isolation.interpreter import Limits
+from ..isolation.safe_reading import DIR_FLAGS
 from ..oracle.metrics import generation_token_nll
 from ..oracle.oracles import load_oracle
 from .course_result import CourseTest
 from .run_order import hidden_run, public_run
-from .safe_reading import DIR_FLAGS
 
 
 def score_line(ctx: GradeContext, problem: Problem, line: Line) -> TestResult:
     """The TestResult of a line the kit leaves to the course grader (lm_common.grade_array)."""
-    if (problem.id, line.group.id) == ("prediction", "nll"):
-        return _score_nll(ctx, problem, line)
-    if (problem.id, line.group.id) == ("generation", "perplexity"):
-        return _perplexity(ctx, problem, line)
+    if line.group.id == QUALITY_LINES.get(problem.id):
+        return (_score_nll if problem.id == "prediction" else _perplexity)(ctx, problem, line)
     return line.result(0.0, f"{problem.id}: unknown rubric line '{line.group.id}'")
 
 

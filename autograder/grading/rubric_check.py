@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from gradelib import rubric
 from gradelib.problems import attention, lm_functions
+from gradelib.problems.lm_common import FORMAT_LINE, QUALITY_LINES
 from gradelib.problems.notebook_functions import SPECS, NotebookSpec
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
 from gradelib.rubric_schema import VISIBILITIES
@@ -123,7 +124,7 @@ SCHEMAS = {
                                        "nothing (linear in between)."),
             **FUNCTION_SETTINGS,
         },
-        line_ids=frozenset({"format", "nll"}),
+        line_ids=frozenset({FORMAT_LINE, QUALITY_LINES["prediction"]}),
         quantities=LM_QUANTITIES,
         relations=(below("full_credit_nll", "zero_credit_nll"),),
     ),
@@ -138,7 +139,7 @@ SCHEMAS = {
             **FUNCTION_SETTINGS,
             **SAMPLING_SETTINGS,
         },
-        line_ids=frozenset({"format", "perplexity"}),
+        line_ids=frozenset({FORMAT_LINE, QUALITY_LINES["generation"]}),
         quantities=LM_QUANTITIES,
         relations=(below("full_credit_perplexity", "zero_credit_perplexity"),),
     ),
@@ -460,3 +461,21 @@ def calibration(path: Path | str | None = None) -> dict[str, str]:
     key "" when absent."""
     path = Path(path or rubric.RUBRIC_PATH)
     return _calibration(path, _read(path))
+
+
+def check_edges(problem_id: str, cases: list[tuple[str, str, str]], rubric_path: Path | None = None) -> None:
+    """Refuse (ValueError) what would grade an edge case wrong: the rubric line naming an edge is its one
+    declaration, so a case (name, visibility, edge) tagged with an edge no line of `problem_id` is graded on at
+    its visibility, and an edge line without a case at one of its visibilities, are errors."""
+    problem = load(rubric_path)[problem_id]
+    lines = {g.edge: g for g in problem.groups if g.edge}
+    for name, vis, edge in cases:
+        if edge and (edge not in lines or vis not in lines[edge].visibilities):
+            raise ValueError(f"{problem_id} case '{name}' ({vis}) is tagged edge '{edge}', but no {vis} rubric line of "
+                             f"{problem_id} is graded on it; expected a line with edge = \"{edge}\" in the rubric, or "
+                             f"one of the edges it names: {sorted(lines)}")
+    for edge, g in lines.items():
+        for vis in g.visibilities:
+            if not any(e == edge and v == vis for _, v, e in cases):
+                raise ValueError(f"rubric line {problem_id}.{g.id} is graded on edge '{edge}' ({vis}), but no {vis} "
+                                 f"case carries it; expected a case of the generator tagged edge '{edge}'")

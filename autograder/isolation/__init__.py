@@ -22,8 +22,8 @@ server's grader side), boot (the child's entry point), kernel (the Linux
 interfaces both sides use) and forkserver (the template's loop), limits,
 pipes (a run's pipes read to their caps, the audit events trusted no further), memory, cgroups,
 slots (sandbox uids), processes (what a run left, and aborting), leftovers (what a run left in the host's
-shared folders), interpreter (what a child starts from, the course's Limits), tmpfs (the submission's
-capped folder), scratch (removing it however deep).
+shared folders), safe_reading (the reader of files a child controls), interpreter (what a child starts from, the
+course's Limits), tmpfs (the submission's capped folder), scratch (removing it however deep).
 """
 
 from gradelib.runner.limits import ChildRun

@@ -14,9 +14,9 @@ from gradelib import runner as kit
 from gradelib import safeio
 from gradelib.runner.limits import ChildRun, Limits
 
-from ..grading.safe_reading import READER
 from . import levels, runner, template, tmpfs
 from .kernel import is_linux
+from .safe_reading import READER
 
 # Harnesses that set tripwires in torch: off Linux (the kit's warm process) each runs in a process that ran nothing
 # before, since a warm process keeps them (the public run of the same file could take them off, or set its own).

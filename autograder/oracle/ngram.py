@@ -23,7 +23,7 @@ import numpy as np
 
 from gradelib.lm.vocab import EOS, PAD, VOCAB_SIZE
 
-from ..fixturegen import npzio
+from . import npzio
 from .text import stream
 
 

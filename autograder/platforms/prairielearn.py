@@ -17,7 +17,7 @@ Three outcomes:
 - not graded, the grader's own failure (a refusal of the course's set-up, a problem it could not grade, a bug): no
   results.json and exit status 1, why on stdout. PrairieLearn's host records a failed job, with that output in its
   log for the staff; PrairieLearn makes a failed job's submission not gradable: no points, no attempt used.
-  Never a score, and never "invalid" in the student's name (as Gradescope's runtime.no_results).
+  Never a score, and never "invalid" in the student's name (runtime.no_results writes it, as for Gradescope).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..batch.atomic import write_text_atomic
 from ..batch.pool import selected_problems
 from ..batch.regrade import WITHHELD, from_gradescope, shown_at_once
 from ..grading.course_result import CourseResult, CourseTest
-from .runtime import Refused, _grade, not_graded, student_text
+from .runtime import Refused, _grade, no_results, not_graded, student_text
 
 MAX_BYTES = 1024 * 1024  # PrairieLearn's cap on results.json
 BUDGET = 900_000  # what this writer allows itself
@@ -207,10 +207,8 @@ def grade_job(root: Path, timeout: float, job_timeout: float) -> int:
         said = "not gradable" if not data.get("gradable", True) else f"score {data['score']:.4f}"
         print(f"prairielearn: {said}; wrote {target} ({size(data)} bytes)", file=sys.stderr)
         return 0
-    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so PrairieLearn records "
-          f"a failed job and no score (the submission costs the student no attempt). Fix the cause, then regrade "
-          f"the submission.\n{why}", flush=True)
-    return 1
+    return no_results(target, why, "PrairieLearn records a failed job and no score (the submission costs the "
+                                   "student no attempt). Fix the cause, then regrade the submission.")
 
 
 def _job(student: Path, timeout: float, job_timeout: float) -> dict:

@@ -36,8 +36,9 @@ from gradelib.safeio import clean_text
 
 from ..batch import cli
 from ..batch.atomic import write_json_atomic
+from ..batch.autolab import autolab_line
 from ..batch.pool import selected_problems
-from ..batch.records import submission_names
+from ..batch.records import row_of, submission_names
 from ..batch.regrade import feedback, from_gradescope
 from ..grading.course_result import NOT_GRADED
 from ..grading.uploads import resolve_upload
@@ -77,12 +78,15 @@ def not_graded(results: dict) -> list[str]:
     return [f"{k[len(NOT_GRADED):]}: {v}" for k, v in flags.items() if k.startswith(NOT_GRADED)]
 
 
-def no_results(target: Path, why: str) -> int:
-    """No grade on Gradescope: no results.json (Gradescope shows the run as failed, to the student as to the staff,
-    and records no score), and why on stdout, which only the staff see."""
+def no_results(target: Path, why: str,
+               then: str = "Gradescope records no score. Rerun the autograder on this submission once the cause is "
+                           "fixed.") -> int:
+    """No grade, the one writer of that record on Gradescope and PrairieLearn: no results.json (the platform shows
+    the run as failed and records no score; `then`, what it does and what the staff do), and why on stdout, which
+    only the staff see. The exit status, 1."""
     target.unlink(missing_ok=True)
-    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so Gradescope records "
-          f"no score. Rerun the autograder on this submission once the cause is fixed.\n{why}")
+    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so {then}\n{why}",
+          flush=True)
     return 1
 
 
@@ -119,17 +123,10 @@ def autolab(handin: Path, timeout: float) -> int:
     except Refused as exc:
         # The last line stays Autolab's JSON: no score for any problem (no grade), and why.
         print(f"{NOT_GRADED_TEXT}\n\n{exc}")
-        print(json.dumps({"scores": {}, "message": f"not graded: {exc}"[:1000]}, separators=(",", ":")), flush=True)
+        print(autolab_line(None, [], str(exc)), flush=True)
         return 0
-    flags = (results.get("extra_data") or {}).get("flags") or {}
-    failed = {k[len(NOT_GRADED):] for k in flags if k.startswith(NOT_GRADED)}  # no grade there: no score either
-    scores = {p: 0.0 for p in problem_ids if p not in failed}
-    for t in results["tests"]:
-        for tag in t.get("tags", []):
-            if tag in scores:
-                scores[tag] = round(scores[tag] + t["score"], 4)
     print(student_text(results))
-    print(json.dumps({"scores": scores}, separators=(",", ":"), allow_nan=False), flush=True)
+    print(autolab_line(row_of(results, handin.name), problem_ids), flush=True)
     return 0
 
 

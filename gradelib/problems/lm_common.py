@@ -17,6 +17,8 @@ from ..scoring import all_zero, lines
 # A handin array may be at most this many times larger than the expected one before it is refused unread.
 MAX_SIZE_FACTOR = 4
 MAX_HEADER_BYTES = 64 * 1024
+FORMAT_LINE = "format"  # each language-model problem's line on its array's form, graded here
+QUALITY_LINES = {"prediction": "nll", "generation": "perplexity"}  # the lines that score the model: the course's
 
 
 def credit(value: float, full: float, zero: float) -> float:
@@ -58,16 +60,10 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
         well_formed, why, ok = judged
         verdict = (0.0, f"{problem.id}: {well_formed}, but this line counts only for the arrays your handed-in model "
                         f"makes, and {why}.") if why else (1.0, ok)
-    tests = []
-    for line in lines(problem, ctx.visibilities):
-        if line.group.id != "format" and ctx.course is not None:
-            tests.append(ctx.course.score_line(ctx, problem, line))
-        elif line.group.id != "format":
-            tests.append(line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout "
-                                          "does not hold); this grader does not."))
-        else:
-            tests.append(line.result(*verdict))
-    return tests
+    return [line.result(*verdict) if line.group.id == FORMAT_LINE
+            else ctx.course.score_line(ctx, problem, line) if ctx.course is not None
+            else line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
+                                  "hold); this grader does not.") for line in lines(problem, ctx.visibilities)]
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,

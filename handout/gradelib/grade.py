@@ -18,7 +18,7 @@ from . import runner
 from .context import GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
-from .problems import GRADERS, RUNS
+from .problems import GRADERS, RUNS, graded
 from .problems.handin_runs import SKIP_TAGS
 from .results import SubmissionResult, TestResult
 from .safeio import clean_text, notebook_budget, quote
@@ -61,8 +61,7 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
     """Grade the handin at `path` on the given case sets; the SubmissionResult. `run_expected`, `course`,
     `scratch_root`: see GradeContext; `open_upload(path, dest)` puts the files in place (the course passes its own)."""
     start = time.monotonic()
-    problems = problems if problems is not None else rubric_mod.load()
-    selected = [p for p in problems.values() if p.id in GRADERS and (not only or p.id in only)]
+    selected = list(graded(problems if problems is not None else rubric_mod.load(), only).values())
     result = (course.CourseResult if course is not None else SubmissionResult)(
         submission=name or Path(path).name, problems=tuple(p.id for p in selected),
         max_points={p.id: p.max_points(visibilities) for p in selected})

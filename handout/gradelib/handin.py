@@ -21,7 +21,7 @@ from . import safeio
 from .handin_contract import HANDIN_FILES, MAX_FILE_BYTES, OPTIONAL, RUN_FILES
 from .lm.vocab import VOCAB_SIZE
 from .problems.generation import check_ids
-from .problems.lm_common import load_npy
+from .problems.lm_common import QUALITY_LINES, load_npy
 from .safeio import SafeReadError
 
 
@@ -239,8 +239,7 @@ def short_run_cost(runid: str) -> str:
     from .rubric import load
 
     problems = load()
-    quality_lines = (("prediction", "nll"), ("generation", "perplexity"))  # the lines that score the model itself
-    at_stake = sum(g.points for pid, line in quality_lines for g in problems[pid].groups if g.id == line)
+    at_stake = sum(g.points for pid, line in QUALITY_LINES.items() for g in problems[pid].groups if g.id == line)
     course = sum(p.points for p in problems.values())
     return (f"experiments/{runid} is a short run of {short_run(runid)} steps: its model earns few or none of the "
             f"{at_stake:g} of {course:g} points of the model-quality lines (prediction NLL and generation perplexity, "

@@ -12,7 +12,7 @@ from pathlib import Path
 from .grade import grade_submission
 from .handin import check_folder, collect, runs, runs_text, short_run
 from .intake import HandinError, open_upload
-from .problems import GRADERS
+from .problems import graded
 from .results import SubmissionResult, wrapped
 from .rubric import Problem, RubricError, load
 from .runner import RAN_AS
@@ -104,7 +104,7 @@ def main(handout: Path, argv: list[str] | None = None) -> int:
     except RubricError as exc:
         print(f"gradelib/rubric.toml cannot be used ({exc}); download the handout again.", file=sys.stderr)
         return 2
-    known = [p for p in problems if p in GRADERS]
+    known = list(graded(problems))
     ap = argparse.ArgumentParser(prog="autograder.py", description="Grade your work on the public test cases.")
     ap.add_argument("--only", nargs="+", metavar="PROBLEM", help=f"problems to grade: {', '.join(known)} "
                     f"(or the file: {', '.join(sorted(ALIASES))})")

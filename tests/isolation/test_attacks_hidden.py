@@ -305,7 +305,7 @@ INFLATE = r"""
 import resource, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from autograder.grading.safe_reading import READER
+from autograder.isolation.safe_reading import READER
 from gradelib import safeio
 from gradelib.grade import grade_submission
 from gradelib.runner import Limits

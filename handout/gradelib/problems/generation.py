@@ -53,7 +53,8 @@ def _judge(ctx: GradeContext, problem: Problem, ids: np.ndarray, prompts: np.nda
     if bad:
         return bad
     why = generation_mismatch(ctx, lm_model.model_run(ctx, problem.settings), ids)
-    if not any(g.id == "perplexity" and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
+    quality = lm_common.QUALITY_LINES["generation"]
+    if not any(g.id == quality and v in g.visibilities for g in problem.groups for v in ctx.visibilities):
         _local_notes(ctx, problem.settings, prompts, ids)  # a passing line's message is not shown, a note is
     return (f"{FILENAME} is well formed (shape {ids.shape}, every id a character)", why,
             f"{FILENAME}: shape {ids.shape}, dtype {ids.dtype}, every id a character (no <eos>/<pad>), what "

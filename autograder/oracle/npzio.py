@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.grading import rubric_check as rubric
-
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
@@ -40,24 +38,6 @@ def write_index(folder: Path, index: list[dict]) -> Path:
     path = Path(folder) / "cases.json"
     path.write_text(json.dumps(index, indent=2) + "\n")
     return path
-
-
-def check_edges(problem_id: str, cases: list[tuple[str, str, str]], rubric_path: Path | None = None) -> None:
-    """Refuse (ValueError) what would grade an edge case wrong: the rubric line naming an edge is its one
-    declaration, so a case (name, visibility, edge) tagged with an edge no line of `problem_id` is graded on at
-    its visibility, and an edge line without a case at one of its visibilities, are errors."""
-    problem = rubric.load(rubric_path)[problem_id]
-    lines = {g.edge: g for g in problem.groups if g.edge}
-    for name, vis, edge in cases:
-        if edge and (edge not in lines or vis not in lines[edge].visibilities):
-            raise ValueError(f"{problem_id} case '{name}' ({vis}) is tagged edge '{edge}', but no {vis} rubric line of "
-                             f"{problem_id} is graded on it; expected a line with edge = \"{edge}\" in the rubric, or "
-                             f"one of the edges it names: {sorted(lines)}")
-    for edge, g in lines.items():
-        for vis in g.visibilities:
-            if not any(e == edge and v == vis for _, v, e in cases):
-                raise ValueError(f"rubric line {problem_id}.{g.id} is graded on edge '{edge}' ({vis}), but no {vis} "
-                                 f"case carries it; expected a case of the generator tagged edge '{edge}'")
 
 
 def case_folders(out: Path, kind: str):
