@@ -33,7 +33,7 @@ class IsolatedRun(ChildRun):
     level: str = "fallback"
     events_capped_mb: int = 0
     memory_where: str = ""
-    events_tampered: str = ""  # why the audit channel cannot be trusted (AuditEvents.tampered)
+    events_tampered: str | None = ""  # why the audit channel cannot be trusted (AuditEvents.tampered); None: no channel
     fault: str = ""  # what the grader saw end the run that was none of its limits (runner.fault_of), '' when nothing
     hidden: bool = False  # it had hidden inputs at hand (Limits.hidden): its end is said by kind alone
 

@@ -284,9 +284,12 @@ def test_autograd_past_the_guards_loses_the_backward_points(attack_batch, attack
     assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
     text = "\n".join(t["output"] for t in backward)
     assert "Backward points withheld" in text and "uses automatic differentiation" not in text, text
-    for label in PAST_THE_GUARDS[attack]:
-        assert label in text, (label, text)
     assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
+    # What only the hidden run recorded is named to the staff (the flag), not in a line a student sees.
+    named = result["extra_data"]["flags"]["attention_backward_by_autograd"] if attack.endswith("_hidden") else text
+    for label in PAST_THE_GUARDS[attack]:
+        assert label in named, (label, named)
+        assert not attack.endswith("_hidden") or label not in text, text
     report = (attack_batch["out"] / "report.html").read_text()
     assert re.search(rf">{attack}</a>(?:(?!</tr>).)*integrity flag: attention_backward_by_autograd", report, re.S), \
         report[-3000:]

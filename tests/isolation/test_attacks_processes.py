@@ -56,10 +56,14 @@ def test_exit_at_import_is_reported(attack_batch):
 
 def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
     only_at(attack_batch, "namespaces", "fallback", "portable", attack="infinite_loop")
+    from autograder.isolation.memory import LOAD_STRETCH
+
     text = outputs(attack_batch["results"]["infinite_loop"])
     assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
-    # The public run takes the limit, the hidden run what is left and at least half of it (course_side.run_sets).
-    assert attack_batch["results"]["infinite_loop"]["execution_time"] < 1.5 * BATCH_TIMEOUT_S + 15
+    # The public run takes the limit, the hidden run what is left and at least half of it (course_side.run_sets); a
+    # run's time is the wall clock less its waits for a CPU, so a loaded machine may stretch it, at most LOAD_STRETCH
+    # times on the wall clock.
+    assert attack_batch["results"]["infinite_loop"]["execution_time"] < LOAD_STRETCH * (1.5 * BATCH_TIMEOUT_S + 15)
 
 
 # ---------------------------------------------------------------- memory
@@ -226,7 +230,9 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
 
     text = attack_text(attack_batch, "resource_counts")
     found = re.search(r"counts forks=(\d+) threads=(\d+) files=(\d+)", text)
-    assert found, text
+    if found is None:  # attention's run may start no thread here, so its forks (torch and all) meet the memory cap
+        assert f"over the {Limits().memory_mb} MB memory limit" in text and attack_batch["left"]["scratch"] == [], text
+        return
     forks, threads, files = map(int, found.groups())
     cap = Limits().processes
     assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
