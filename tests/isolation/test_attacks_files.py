@@ -121,6 +121,40 @@ SAFEIO_SECRET = "SECRET-of-another-student-" + uuid.uuid4().hex[:8]
 SAFEIO_TIMEOUT_S = 20
 
 
+def _reader_refuses_planted(top: Path, secret: Path, array: Path) -> None:
+    """The grader's reader (gradelib/safeio.py with autograder/isolation/safe_reading.py) on a case folder
+    where this process, outside any sandbox, planted what the attack would: a link and a FIFO at meta.json,
+    links at a .npy."""
+    import numpy as np
+
+    from autograder.isolation import safe_reading
+    from gradelib import safeio
+    from gradelib.scoring import load_meta, observed_from_child
+
+    case = top / "outputs" / "case1"
+    case.mkdir(parents=True)
+    np.save(case / "Q.npy", np.arange(6.0).reshape(2, 3))
+    meta = {"quantities": {"Q": {"present": True, "type": "torch.Tensor"}}}
+    before = safeio.install(safe_reading.READER)
+    try:
+        for plant, reason in ((lambda p: p.symlink_to(secret), "is a symbolic link, not a regular file"),
+                              (os.mkfifo, "is a FIFO (named pipe), not a regular file")):
+            (case / "meta.json").unlink(missing_ok=True)
+            plant(case / "meta.json")
+            start = time.monotonic()
+            read, why = load_meta(case / "meta.json", root=top)
+            assert time.monotonic() - start < 5  # a FIFO opened for reading would block
+            assert read is None and f"meta.json {reason}" in why and SAFEIO_SECRET not in why, why
+        for target in ("/dev/zero", array):
+            (case / "Q.npy").unlink()
+            (case / "Q.npy").symlink_to(target)
+            obs = observed_from_child(case, meta, "Q", "not produced", root=top)
+            assert obs.present and obs.array is None, obs
+            assert "Q.npy is a symbolic link, not a regular file" in obs.note, obs.note
+    finally:
+        safeio.install(before)
+
+
 def test_links_and_fifos_planted_in_a_childs_outputs_are_refused_unread(tmp_path):
     import numpy as np
 
@@ -146,9 +180,23 @@ def test_links_and_fifos_planted_in_a_childs_outputs_are_refused_unread(tmp_path
     result = json.loads(raw)
     feedback = (out / "planter" / "feedback.txt").read_text()
     text = outputs(result)
-    assert "meta.json is a symbolic link, not a regular file" in text, text
-    assert "meta.json is a FIFO (named pipe), not a regular file" in text, text
-    assert ".npy is a symbolic link, not a regular file" in text, text
+    refused = re.search(r"planting refused: os\.symlink:(\w+) os\.mkfifo:(\w+)", text)
+    # The guards refuse a link inside attention's run at the Linux levels.
+    assert refused or sandbox.isolation_level() == "portable", text
+    if refused:
+        # The attack planted a FIFO in its first case, then met the refusal, said so and stopped.
+        assert refused.group(1) == "PermissionError", text
+        if refused.group(2) == "planted":
+            assert "meta.json is a FIFO (named pipe), not a regular file" in text, text
+        else:
+            assert refused.group(2) == "PermissionError", text
+        # The reader's own defence, on the links (and FIFO) the child could not plant, planted from outside.
+        _reader_refuses_planted(tmp_path / "scratch", secret, array)
+    else:
+        # Planting works: the grader's reader meets the links and the FIFO and refuses each unread.
+        assert "meta.json is a symbolic link, not a regular file" in text, text
+        assert "meta.json is a FIFO (named pipe), not a regular file" in text, text
+        assert ".npy is a symbolic link, not a regular file" in text, text
     assert result["score"] == 0.0
     for where in (raw, feedback, proc.stdout, proc.stderr):
         assert SAFEIO_SECRET not in where
