@@ -6,11 +6,15 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from autograder.fixturegen import attention_cases
+from autograder.fixturegen.rotation import rotated
+from gradelib import rubric
 
 from support import FIXTURES, REPO, TOY_ENGLISH
 
@@ -131,7 +135,6 @@ def test_a_new_edge_line_is_its_rubric_entry_and_its_case(tmp_path):
     generator refuses either without the other, and the grader grades the new case on that line alone: code
     wrong only where T = 2 loses that line and keeps every other."""
     from autograder.batch.worker import grade_hidden
-    from gradelib import rubric
     from gradelib.runner.limits import Limits
 
     from support import SOLUTIONS
@@ -160,3 +163,36 @@ def test_a_new_edge_line_is_its_rubric_entry_and_its_case(tmp_path):
     lost = {(t.line, t.visibility) for t in result.tests if t.score < t.max_score}
     assert lost == {("two_positions", "hidden")}, [t.output for t in result.tests if t.score < t.max_score]
     assert result.max_points["attention"] == problems["attention"].points
+
+
+@pytest.mark.parametrize("name", ["large_scores_float32", "large_scores_float32_batched"])
+def test_a_float32_large_scores_case_is_one_float32_can_meet_on_every_term_seed(name):
+    """Where every causal row is saturated, the gradients are as small as float32's error in the scores: the
+    generator redraws such a draw. On 12 term seeds, float32 written another way (numpy, Q scaled first, the full
+    softmax Jacobian) meets the rubric's tolerance, and some seed's first draw is refused (the check is live)."""
+    tol = rubric.load()["attention"].tolerance["float32"]
+    spec0 = next(c for c in attention_cases.CASES if c.name == name)
+    refused = 0
+    for term in range(1, 13):
+        spec = replace(spec0, seed=rotated(spec0.seed, spec0.visibility, term, public_too=True))
+        first = attention_cases.draw(spec, torch.Generator().manual_seed(spec.seed))
+        refused += not attention_cases.fair(first, "float32", tol)
+        d = attention_cases.make_case(spec, {"float32": tol})
+        X, Wk, Wq, Wv, G = d["X"], d["W_k"], d["W_q"], d["W_v"], d["dLdXnew"]
+        T, root = X.shape[1], np.float32(math.sqrt(Wk.shape[1]))
+        Q, K, V = X @ Wq, X @ Wk, X @ Wv
+        s = np.where(np.tril(np.ones((T, T), dtype=bool)), (Q / root) @ K.transpose(0, 2, 1), np.float32(-np.inf))
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        A = e / e.sum(axis=-1, keepdims=True)
+        J = np.einsum("bij,jk->bijk", A, np.eye(T, dtype=np.float32)) - np.einsum("bij,bik->bijk", A, A)
+        dS = np.einsum("bijk,bij->bik", J, G @ V.transpose(0, 2, 1)) / root
+        dQ, dK, dV = dS @ K, dS.transpose(0, 2, 1) @ Q, A.transpose(0, 2, 1) @ G
+        got = {"A_sig": A, "X_new": A @ V, "dLdQ": dQ, "dLdK": dK, "dLdV": dV,
+               "dLdWq": np.einsum("btd,btk->dk", X, dQ), "dLdWk": np.einsum("btd,btk->dk", X, dK),
+               "dLdWv": np.einsum("btd,btv->dv", X, dV), "dLdX": dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T}
+        for q, value in got.items():
+            assert value.dtype == np.float32, q
+            e64, g64 = d[f"expected_{q}"].astype(np.float64), value.astype(np.float64)
+            allowed = tol["atol"] * max(1.0, np.abs(e64).max()) + tol["rtol"] * np.abs(e64)
+            assert np.all(np.abs(g64 - e64) <= allowed), f"{name}, term seed {term}: {q}"
+    assert refused > 0
