@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "(default 2)")
     ap.add_argument(
         "--submission-timeout", type=float, default=None,
-        help="wall-clock cap on grading one submission (default: (1.5 x problems + 1) x --timeout + 60 s)",
+        help="cap on grading one submission, on the wall clock less its waits for a CPU "
+             "(default: (1.5 x problems + 1) x --timeout + 60 s)",
     )
     ap.add_argument("--worker-memory-mb", type=int, default=8192, help="address-space cap of a grader process")
     ap.add_argument("--title", default="Class report", help="heading of report.html")

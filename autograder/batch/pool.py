@@ -36,6 +36,7 @@ from autograder import isolation as sandbox
 from autograder.grading import rubric_check as rubric_mod
 from autograder.isolation import cgroups, kernel, processes, slots
 from autograder.isolation.kernel import PR_SET_PDEATHSIG
+from autograder.isolation.memory import RunClock
 from gradelib.problems import graded
 from gradelib.scoring import all_zero
 
@@ -83,7 +84,7 @@ class Job:
     reasons: dict[str, str] = field(default_factory=dict)  # problem -> why it is regraded
     attempts: int = 0
     proc: subprocess.Popen | None = None
-    started: float = 0.0
+    clock: RunClock | None = None  # the worker's time: the wall clock less its processes' waits for a CPU
     scratch: Path | None = None
 
 
@@ -156,7 +157,7 @@ class Batch:
                 argv, cwd=PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=self._preexec,
             )
-        job.started = time.monotonic()
+        job.clock = RunClock(self.deadline_s, lambda pid=job.proc.pid: {pid})  # load never ends a worker early
         self.active.append(job)
 
     def _record_failure(self, job: Job, why: str) -> None:
@@ -249,7 +250,7 @@ class Batch:
                 ended = False
                 for job in list(self.active):
                     rc = job.proc.poll()
-                    if rc is None and time.monotonic() - job.started > self.deadline_s:
+                    if rc is None and job.clock.left() <= 0:
                         self._kill(job, signal.SIGTERM)
                         try:
                             job.proc.wait(TERM_GRACE_S)
