@@ -237,7 +237,7 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     cap = Limits().processes
     assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
     assert "fork_stop=EAGAIN" in text, text  # the cap stopped the forks, not the attack's own clock
-    assert files > 0  # the attack ran; the files went with its scratch folder
+    assert files > 0 or "stop=time" in text, text  # files made (they went with its scratch), or its clock ran out
     if os.geteuid() == 0 and batch_level(attack_batch) == "namespaces":  # its tmpfs holds SCRATCH_FILES inodes
         # (not at the fallback: a root container with Docker's default capabilities may not mount one)
         from autograder.isolation.tmpfs import SCRATCH_FILES
