@@ -179,7 +179,7 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     killed += kill_tree(lambda: {proc.pid, *(children_of(os.getpid()) - before)})
     if returncode is None:
         returncode = proc.wait() if (flooded or memory.stopped) else None
-    wall = clock.elapsed()
+    wall = min(clock.elapsed(), limits.timeout_s) if timed_out else clock.elapsed()  # a stop says its limit
     killed += kill_new_children(before)
     if started.slot is not None:
         killed += kill_tokened(started.slot.uid, started.slot.token)

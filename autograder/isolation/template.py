@@ -276,7 +276,7 @@ class Session:
                         reply = message
             if reply is None:
                 killed += self._stop()  # the next run starts a fresh template
-        wall = clock.elapsed()
+        wall = min(clock.elapsed(), limits.timeout_s) if timed_out else clock.elapsed()  # a stop says its limit
         returncode = reply.get("returncode") if reply else None
         said = reply.get("killed") if reply else 0
         killed += said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
