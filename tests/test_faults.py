@@ -241,19 +241,19 @@ def test_a_problem_graded_again_loses_its_not_graded_mark_and_keeps_the_others(t
 
 
 def test_runs_killed_from_outside_at_every_stage_are_graded_again_to_the_clean_grade(tmp_path, private_tmp):
-    """attention's run, notebook 1's, the model's (in its generation phase: every hidden step answered, generate()
-    running, as the issue's kill 17 s in) and notebook 3's functions' each SIGKILLed once: each problem they cost is
-    not graded, the worker is started again on it, and the grade is the clean one. (generation's lines are left
-    out for time: they read the same model run prediction does.)"""
+    """attention's run, notebook 1's, the model's (midway through the hidden steps: each waits for the grader's
+    reveal, so the run is still there whatever the load) and notebook 3's functions' each SIGKILLed once: each
+    problem they cost is not graded, the worker is started again on it, and the grade is the clean one.
+    (generation's lines are left out for time: they read the same model run prediction does.)"""
     handin = reference_handin(tmp_path / "reference")
     slow_attention(handin)
     slow_notebook(handin / "01_mlm_and_next_token.ipynb")
     out = tmp_path / "grades"
-    generating = f"outputs/test/step_{PREDICTION_STEPS - 1}.npy"  # model_reveal_child.py answers, then generates
+    midway = f"outputs/test/step_{PREDICTION_STEPS // 2}.npy"  # model_reveal_child.py answers one step per reveal
     rc, stdout, stderr, killed = _grade(
         [str(handin), "--out", str(out), "--timeout", TIMEOUT, "--only", "attention", "losses", "prediction"],
         {"attention": 1, "losses": 1, "model": 1, "prediction": 1}, {**os.environ, "TMPDIR": str(private_tmp)},
-        ready={"model": generating})
+        ready={"model": midway})
     assert rc == 0, stderr[-3000:]
     assert sorted(s for s, _ in killed) == ["attention", "losses", "model", "prediction"], killed
     data = _results(out, "reference")
