@@ -237,12 +237,13 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
     cap = Limits().processes
     assert forks < cap and forks + threads < cap, text  # RLIMIT_NPROC counts processes and threads together
     assert "fork_stop=EAGAIN" in text, text  # the cap stopped the forks, not the attack's own clock
-    assert files > 0 or "stop=time" in text, text  # files made (they went with its scratch), or its clock ran out
+    # Files made (they went with its scratch), its clock ran out, or the guards refused them.
+    assert files > 0 or "stop=time" in text or "stop=refused" in text, text
     if os.geteuid() == 0 and batch_level(attack_batch) == "namespaces":  # its tmpfs holds SCRATCH_FILES inodes
         # (not at the fallback: a root container with Docker's default capabilities may not mount one)
         from autograder.isolation.tmpfs import SCRATCH_FILES
 
-        assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text), text
+        assert files < SCRATCH_FILES and ("stop=ENOSPC" in text or "stop=time" in text or "stop=refused" in text), text
     assert attack_batch["left"]["scratch"] == []
 
 
