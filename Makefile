@@ -55,7 +55,7 @@ test: setup pythons ## lint (ruff), then run the project's test suite; its time 
 	mkdir -p build && rm -f $(TIMES)
 	TEST_FILE_TIMES=$(TIMES) $(PY) -m pytest -q -n $$(( $$(nproc) + 1 > 8 ? 8 : $$(nproc) + 1 )) --dist loadfile \
 		--no-loadscope-reorder --durations=30 tests
-	$(PY) -m autograder.build.measured suite $(TIMES)
+	$(PY) -m autograder.tools.measured suite $(TIMES)
 
 # tests/test_own_corpus.py as an instructor's course runs: `make course CORPUS=...` with no other option trains the
 # reference from scratch (make test's course is a warm start; it checks what this one would train).
@@ -69,27 +69,27 @@ check: setup ## lint (ruff), then the fast lane of the test suite (make test run
 	$(PY) -m pytest -q -n 2 -m fast -p no:cacheprovider tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
-	$(PY) -m autograder.build.demo
+	$(PY) -m autograder.tools.demo
 
 docs: setup ## build the manual (docs/) into build/docs/ with MkDocs, strictly: a broken link or anchor fails
 	$(PY) -m mkdocs build --strict --quiet --site-dir build/docs
 
-# The figures page (docs/figures.md, made by autograder/build/docs_figures.py) reads docs/data/*.json: commit them.
+# The figures page (docs/figures.md, made by autograder/tools/docs_figures.py) reads docs/data/*.json: commit them.
 bench: setup ## time grading next to otter run: a table, and its figures into build/bench.json and docs/data/bench.json
-	$(PY) -m autograder.build.bench
+	$(PY) -m autograder.tools.bench
 	mkdir -p docs/data && cp build/bench.json docs/data/bench.json
 
 mutants: setup ## grade every single-point mutant of the reference attention.py and of the notebooks' graded functions against independent oracles, and which question's check each first fails (hours) -> build/mutants*.json, docs/data/mutants.json
-	$(PY) -m autograder.build.mutants
-	$(PY) -m autograder.build.mutants_notebooks
-	$(PY) -m autograder.build.mutants_checks
-	$(PY) -m autograder.build.measured mutants build/mutants.json build/mutants_notebooks.json
+	$(PY) -m autograder.tools.mutants
+	$(PY) -m autograder.tools.mutants_notebooks
+	$(PY) -m autograder.tools.mutants_checks
+	$(PY) -m autograder.tools.measured mutants build/mutants.json build/mutants_notebooks.json
 
 pictures: setup ## the manual's pictures of real runs: a student's python autograder.py, the class report in Chromium
-	$(PY) -m autograder.build.docs_pictures
+	$(PY) -m autograder.tools.docs_pictures
 
 handout: setup ## regenerate handout/ from solutions/ and public fixtures
-	$(PY) -m autograder.build.handout
+	$(PY) -m autograder.tools.handout
 
 fixtures: setup ## regenerate fixtures/ (attention and notebook cases, LM corpus; CORPUS=path for your own text, ORACLE=model:path; SEED=N rotates hidden cases) and their manifest
 	$(PY) -m autograder.fixturegen --out fixtures $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ORACLE),--oracle $(ORACLE)) $(if $(SEED),--seed $(SEED))
@@ -101,7 +101,7 @@ course: setup ## the whole LM course for a corpus: fixtures, reference model (re
 		$(if $(FIXTURES),--fixtures $(FIXTURES)) $(if $(RUBRIC),--rubric $(RUBRIC))
 
 notebooks: setup ## re-run the solution notebooks in place so their outputs and plots render
-	$(PY) -m autograder.build.notebooks --execute
+	$(PY) -m autograder.tools.notebooks --execute
 
 reference-model: setup ## train the reference LM on 2 threads (minutes) -> fixtures/lm/reference_model.pt + its predictions
 	$(PY) -m autograder.reference.train --lm-dir fixtures/lm

@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-from autograder.build import notebooks  # noqa: E402
+from autograder.tools import notebooks  # noqa: E402
 
 from support import SOLUTIONS  # noqa: E402
 
@@ -156,7 +156,7 @@ def pytest_collection_modifyitems(items) -> None:
 
 # TEST_FILE_TIMES=path: each worker appends a JSON line per test file (its wall span, the CPU-seconds of this
 # process and of the children it reaped, its tests by outcome), to see which files make the suite's critical path.
-# `make test` writes build/test_times.jsonl; autograder/build/measured.py sums it up for the figures page.
+# `make test` writes build/test_times.jsonl; autograder/tools/measured.py sums it up for the figures page.
 _file_span: dict = {}
 
 

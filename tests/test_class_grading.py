@@ -1,6 +1,6 @@
 """A whole class graded end to end with --jobs 2: nothing lost, attacks get 0, runs repeat and resume.
 
-The class (autograder/build/classgen.py) has 57 handins: correct ones packed
+The class (autograder/tools/classgen.py) has 57 handins: correct ones packed
 every way, typical attention bugs, attacks, unsafe and malformed archives,
 missing files and malformed language-model arrays. It is graded once, whole,
 with --force; then 12 of its handins (of every kind) are graded three times
@@ -27,7 +27,7 @@ import pytest
 
 from autograder.batch.records import submission_names
 from autograder.batch.report import SCRIPT
-from autograder.build.classgen import make_class
+from autograder.tools.classgen import make_class
 from gradelib import rubric
 
 from support import FIXTURES, REPO

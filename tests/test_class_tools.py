@@ -22,9 +22,9 @@ import pytest
 
 from autograder.batch import regrade
 from autograder.batch.records import read_row, source_key, submission_names
-from autograder.build.classgen import BUGS, _edit
 from autograder.grading import rubric_check as rubric_mod
 from autograder.grading.course_result import CourseResult, CourseTest
+from autograder.tools.classgen import BUGS, _edit
 from gradelib import results as results_mod
 
 from support import FIXTURES, REPO, SOLUTIONS

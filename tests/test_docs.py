@@ -113,7 +113,7 @@ def test_the_site_builds_strictly(tmp_path):
         p.parent.name if p.parent != tmp_path / "site" else "index" for p in (tmp_path / "site").rglob("index.html")
     }
     assert {p.removesuffix(".md") for p in pages} <= built
-    # The grading page's table of lines is read from the rubric (autograder/build/docs_rubric.py), not written by hand.
+    # The grading page's table of lines is read from the rubric (autograder/tools/docs_rubric.py), not written by hand.
     from gradelib import rubric
 
     grading = (tmp_path / "site" / "grading" / "index.html").read_text()
@@ -121,11 +121,11 @@ def test_the_site_builds_strictly(tmp_path):
     assert "<!-- rubric lines -->" not in grading
     assert all(f"<code>{g.id}</code>" in grading for p in problems.values() for g in p.groups)
     assert f"<strong>{sum(p.points for p in problems.values()):g}</strong>" in grading
-    # Every measured figure comes from the data its measurement wrote (autograder/build/docs_figures.py), and the
+    # Every measured figure comes from the data its measurement wrote (autograder/tools/docs_figures.py), and the
     # pictures are drawn from it into the site.
     import json
 
-    from autograder.build import docs_figures
+    from autograder.tools import docs_figures
 
     figures = (tmp_path / "site" / "figures" / "index.html").read_text()
     assert "<!-- figures:" not in figures
@@ -247,7 +247,7 @@ def test_the_front_pages_state_no_measured_time():
 
 
 def test_the_suites_summary_sums_its_timing_lines():
-    from autograder.build.measured import mutants_summary, suite_summary
+    from autograder.tools.measured import mutants_summary, suite_summary
 
     lines = [
         {"session": "start", "time": 100.0, "load": [1.5, 1.0, 0.5]},

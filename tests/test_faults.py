@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from autograder.batch.records import source_key
-from autograder.build.demo import reference_handin
 from autograder.isolation import kernel
 from autograder.isolation.memory import MemoryWatch, cgroup_oom
 from autograder.isolation.pipes import IsolatedRun
 from autograder.isolation.runner import fault_of
+from autograder.tools.demo import reference_handin
 from gradelib.handin_contract import PREDICTION_STEPS
 
 from support import REPO, SOLUTIONS

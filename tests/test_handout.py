@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.build.handout import BEGIN, END, build
+from autograder.tools.handout import BEGIN, END, build
 from gradelib import rubric
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
@@ -643,5 +643,5 @@ def staff_mentions(root: Path) -> list[str]:
 def test_shipped_files_name_no_staff_only_path_or_command(tmp_path):
     assert staff_mentions(HANDOUT) == []
     root = copy_handout(tmp_path / "handout")
-    (root / "gradelib" / "notes.py").write_text("# regenerate with `make fixtures` (see autograder/build/handout.py)\n")
+    (root / "gradelib" / "notes.py").write_text("# regenerate with `make fixtures` (see autograder/tools/handout.py)\n")
     assert len(staff_mentions(root)) == 2  # the check would notice

@@ -141,7 +141,7 @@ def test_no_import_cycles(package):
 # gradelib, from nothing of the course's; the runner, isolation, from no grading; the oracle from no fixture maker
 # and no reference model). A module not in a named package is in the top layer, `autograder` itself.
 LAYERS = ("gradelib", "autograder.isolation", "autograder.oracle", "autograder.grading", "autograder.fixturegen",
-          "autograder.reference", "autograder.batch", "autograder.build", "autograder.platforms", "autograder")
+          "autograder.reference", "autograder.batch", "autograder.tools", "autograder.platforms", "autograder")
 # Imports that point up, each with why: the model oracle loads a checkpoint of the reference
 # model's class, which lives with its training (reference/), above the oracle.
 UPWARD = {("autograder.oracle.oracles", "autograder.reference.model")}

@@ -3,7 +3,7 @@
 mutants of the notebooks' graded functions, one for each rubric line judged and one equivalent per notebook, graded
 three at a time (a handin holding a mutant of each notebook).
 
-What each mutant must lose comes from autograder/build/mutants.py's oracle (the equations in float64 and torch
+What each mutant must lose comes from autograder/tools/mutants.py's oracle (the equations in float64 and torch
 autograd, sharing no code with the grader; for the notebooks, mutants_notebooks.py's torch.nn.functional references) and
 the rubric file's rule for edge lines: a rubric or comparison change that lets a slip through, or takes points from
 correct code, fails here. `make mutants` grades them all.
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.build import mutants as mm
-from autograder.build import mutants_notebooks as mn
+from autograder.tools import mutants as mm
+from autograder.tools import mutants_notebooks as mn
 from gradelib import rubric
 
 from support import FIXTURES, SOLUTIONS
 
-# `python -m autograder.build.mutants --pick 1` with mutmut 3.8.1 (requirements.txt) and the reference of this
+# `python -m autograder.tools.mutants --pick 1` with mutmut 3.8.1 (requirements.txt) and the reference of this
 # commit; a changed reference renames them, and the test below says so.
 SAMPLE = (
     "_tensor_operators@67#8", "_tensor_operators@69#13", "_tensor_operators@71#25", "_tensor_operators@81#86",
@@ -56,9 +56,9 @@ def test_each_mutant_loses_exactly_the_oracles_lines(judged, name):
     assert m.first_line == mm.first_expected(PROBLEM, m.expected)
 
 
-# --- the notebooks: autograder/build/mutants_notebooks.py ------------------------------------------------------------
+# --- the notebooks: autograder/tools/mutants_notebooks.py ------------------------------------------------------------
 
-# `python -m autograder.build.mutants_notebooks --pick`: for each rubric line judged (notebooks 1 and 2, notebook 3's
+# `python -m autograder.tools.mutants_notebooks --pick`: for each rubric line judged (notebooks 1 and 2, notebook 3's
 # collate_and_loss and causal_attention) the mutant failing it with the fewest other lines, and one equivalent
 # mutant per notebook; for notebook 3's model_building, predict_function and generate lines, picked by hand from a
 # `make mutants` run (a mutant failing both generate lines, an equivalent one of filter_logits). Notebook 3's seven

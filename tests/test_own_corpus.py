@@ -35,13 +35,13 @@ import tomllib
 import torch
 import torch.nn.functional as F
 
-from autograder.build import handout_facts
 from autograder.fixturegen import __main__ as fixturegen_main
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel
 from autograder.oracle.oracles import load_model, load_oracle
 from autograder.oracle.text import encode
 from autograder.reference import calibrate, course, provenance, train
+from autograder.tools import handout_facts
 
 from support import REPO, SOLUTIONS, toy_english_only
 

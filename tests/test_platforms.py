@@ -74,7 +74,7 @@ def test_gradescope_zip_has_its_scripts_at_the_root_and_no_build_tools(packages)
     assert names[:2] == ["setup.sh", "run_autograder"] and modes["run_autograder"] & 0o111
     assert "requirements-grading.txt" in names and "autograder/batch/cli.py" in names
     assert any(n.startswith("fixtures/attention/hidden/") for n in names)
-    assert not any(n.startswith(("autograder/build/", "solutions/", "tests/")) or "__pycache__" in n for n in names)
+    assert not any(n.startswith(("autograder/tools/", "solutions/", "tests/")) or "__pycache__" in n for n in names)
     setup = zipfile.ZipFile(packages["zip"]).read("setup.sh").decode()
     assert "-r requirements-grading.txt" in setup and "download.pytorch.org/whl/cpu" in setup
     slim = zipfile.ZipFile(packages["zip"]).read("requirements-grading.txt").decode()
@@ -161,7 +161,7 @@ def _slim_environment(folder: Path) -> Path:
 
 
 def test_the_slim_grading_environment_grades_the_reference_to_full_marks(tmp_path):
-    from autograder.build.demo import reference_handin
+    from autograder.tools.demo import reference_handin
 
     python = _slim_environment(REPO / "build" / f"slim-venv-{os.getpid()}")
     try:

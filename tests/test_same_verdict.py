@@ -11,7 +11,7 @@ import pytest
 from test_attention_bugs import BUGS, edit
 
 from autograder.batch.worker import grade_hidden
-from autograder.build.demo import reference_handin
+from autograder.tools.demo import reference_handin
 from gradelib.grade import grade_submission
 from gradelib.runner.limits import Limits
 

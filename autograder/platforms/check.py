@@ -143,7 +143,7 @@ def checked(proc: subprocess.CompletedProcess, what: str) -> subprocess.Complete
 
 def handins(dest: Path) -> dict[str, Path]:
     """The four uploads: the reference as loose files and as handin.tar, a partial one, a broken one."""
-    from autograder.build.demo import reference_handin
+    from autograder.tools.demo import reference_handin
 
     ref = reference_handin(dest / "reference")
     tar_dir = dest / "tar"

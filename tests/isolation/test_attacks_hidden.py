@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.build.demo import reference_handin
+from autograder.tools.demo import reference_handin
 from gradelib import handin, rubric
 
 from attack_tools import attack_source, only_at, outputs, run_cli

@@ -83,8 +83,8 @@ def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_
     import json
 
     from autograder.batch.worker import grade_hidden
-    from autograder.build.demo import reference_handin
     from autograder.isolation import runner, template
+    from autograder.tools.demo import reference_handin
 
     from support import FIXTURES
 

@@ -28,8 +28,8 @@ import docker_engine
 import pytest
 from container import available, docker_default
 
-from autograder.build.demo import blank_handin, reference_handin
 from autograder.platforms.package import PL_GRADER
+from autograder.tools.demo import blank_handin, reference_handin
 from gradelib import rubric
 
 from support import REPO

@@ -17,8 +17,8 @@ Otter stamps new cells with random ids; the student notebook is normalised
 (sequential cell ids, no outputs or execution counts, sorted JSON) so that
 building twice gives the same bytes.
 
-    python -m autograder.build.notebooks             # write build/otter/ and print what handout/ would get
-    python -m autograder.build.notebooks --execute   # re-run the masters in place so their plots render
+    python -m autograder.tools.notebooks             # write build/otter/ and print what handout/ would get
+    python -m autograder.tools.notebooks --execute   # re-run the masters in place so their plots render
 
 Master notebook conventions: see the first markdown cell of each master; cells
 tagged `skip-grading` (plots, demos) are not run by the hidden grader.

@@ -1,14 +1,14 @@
 """What a measurement records beside its figures (host, CPU, load, date), and the test suite's time as data.
 
 `make bench`, `make mutants` and `make test` write their figures as JSON with this record; a committed copy in
-docs/data/ is what the figures page shows (autograder/build/docs_figures.py builds it).
+docs/data/ is what the figures page shows (autograder/tools/docs_figures.py builds it).
 
-    python -m autograder.build.measured suite build/test_times.jsonl [--out docs/data/suite.json]
+    python -m autograder.tools.measured suite build/test_times.jsonl [--out docs/data/suite.json]
 
 reads the JSON lines `TEST_FILE_TIMES` (tests/conftest.py) wrote for one run of the suite and writes its summary:
 wall time, CPU time, tests by outcome, the longest files.
 
-    python -m autograder.build.measured mutants build/mutants*.json [--out docs/data/mutants.json]
+    python -m autograder.tools.measured mutants build/mutants*.json [--out docs/data/mutants.json]
 
 keeps of `make mutants`' reports what the figures page shows: per problem, the mutants found and graded, the
 verdicts, and the run that graded them (its host, date and seconds).

@@ -1,6 +1,6 @@
 """Batch-grading figures for `make bench`: a whole class, one complete handin, and otter run on a notebook.
 
-- class: the 57 handins of autograder/build/classgen.py graded with --jobs 2
+- class: the 57 handins of autograder/tools/classgen.py graded with --jobs 2
   (--timeout 10, as in tests/test_class_grading.py): submissions per minute
   and each submission's grading time (results.json's execution_time), by kind;
 - one complete handin (reference attention.py and notebooks, well-formed
@@ -11,7 +11,7 @@
   solved notebook with the autograder zip `otter assign` makes from its
   master: the ratio ours / otter.
 
-    python -m autograder.build.bench_class [--runs N]
+    python -m autograder.tools.bench_class [--runs N]
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.build.classgen import make_class
-from autograder.build.demo import reference_handin
+from autograder.tools.classgen import make_class
+from autograder.tools.demo import reference_handin
 from gradelib.handin_contract import GENERATION_SHAPE, PREDICTION_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def one_core_seconds(work: Path, runs: int) -> tuple[list[float], str]:
 
 def notebook_vs_otter(work: Path, runs: int) -> tuple[list[float], list[float]]:
     """Our hidden grading of notebook 1 alone, and otter run on the same solved notebook."""
-    from autograder.build.notebooks import run_assign
+    from autograder.tools.notebooks import run_assign
 
     staff = run_assign((NOTEBOOK_1,), work / "assign")[NOTEBOOK_1] / "autograder"
     # The masters do not ask otter assign for a zip; `otter generate` makes it from the tests.

@@ -1,6 +1,6 @@
 """A synthetic class of handins for testing and benchmarking the batch grader.
 
-    python -m autograder.build.classgen DEST
+    python -m autograder.tools.classgen DEST
 
 writes 55 submissions under DEST/submissions/ and DEST/expected.json, which
 says for each what the grader must give it:

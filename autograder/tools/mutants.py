@@ -31,7 +31,7 @@ import torch
 from mutmut.mutation.file_mutation import deep_replace
 from mutmut.mutation.mutators import mutation_operators
 
-from autograder.build.measured import host_record
+from autograder.tools.measured import host_record
 from gradelib import rubric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(problem, chosen)
     print(json.dumps(summary, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python -m autograder.build.mutants " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m autograder.tools.mutants " + " ".join(argv if argv is not None else sys.argv[1:])
     args.out.write_text(json.dumps({"recorded": host_record(command.strip(), load), "found": {"attention": len(found)},
                                     "seconds": round(time.monotonic() - started), "summary": {"attention": summary},
                                     "mutants": [

@@ -23,7 +23,7 @@ take turns, so a change in load affects them alike:
 Then the ratios ours / otter. Each command's output is checked (full marks
 where full marks are due), so a broken grader cannot look fast.
 
-    python -m autograder.build.bench [--runs N] [--batch N]
+    python -m autograder.tools.bench [--runs N] [--batch N]
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from typing import Callable
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
-from autograder.build.bench_class import BenchError as ClassBenchError
-from autograder.build.bench_class import print_class_figures
-from autograder.build.bench_similarity import print_similarity_figures
-from autograder.build.demo import reference_handin
-from autograder.build.measured import host_record, write
+from autograder.tools.bench_class import BenchError as ClassBenchError
+from autograder.tools.bench_class import print_class_figures
+from autograder.tools.bench_similarity import print_similarity_figures
+from autograder.tools.demo import reference_handin
+from autograder.tools.measured import host_record, write
 from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     data["lm"] = print_lm_figures(args.runs)
     print()
     data["similarity"] = print_similarity_figures()
-    command = "python -m autograder.build.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m autograder.tools.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     write(args.out, {"recorded": host_record(command.strip(), load_start), **data})
     print(f"\nbench: the figures as JSON in {args.out}")
 

@@ -1,6 +1,6 @@
 """`make mutants`, the notebooks' checks: for each mutant the oracle finds wrong, which question's check fails first.
 
-    python -m autograder.build.mutants_checks [--only losses masks prediction generation] [--every N] [--start K]
+    python -m autograder.tools.mutants_checks [--only losses masks prediction generation] [--every N] [--start K]
 
 A student runs the check cells in notebook order, so the first one that fails is where a slip is seen. Each check
 of a question is one public otter test of the master notebook (`check(problem, line, **functions)`, the call
@@ -23,9 +23,9 @@ from pathlib import Path
 import nbformat
 import torch
 
-from autograder.build import mutants as mm
-from autograder.build import mutants_notebooks as nbm
-from autograder.build.measured import host_record
+from autograder.tools import mutants as mm
+from autograder.tools import mutants_notebooks as nbm
+from autograder.tools.measured import host_record
 
 TEST_CELL = '""" # BEGIN TEST CONFIG'
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                       "\n", "\n   ").rstrip()), flush=True)
         report = {k: summary([(r["own"], r["first"]) for r in rows], args.every) for k, rows in found.items()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"recorded": host_record("python -m autograder.build.mutants_checks", load),
+        args.out.write_text(json.dumps({"recorded": host_record("python -m autograder.tools.mutants_checks", load),
                                         "seconds": round(time.time() - start), "checks": report,
                                         "mutants": found}, indent=1))
     print(json.dumps(report, indent=1))

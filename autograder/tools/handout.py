@@ -27,8 +27,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from autograder.build import notebooks
-from autograder.build.handout_facts import MarkerError, corpus_facts, default_runs, fill_facts
+from autograder.tools import notebooks
+from autograder.tools.handout_facts import MarkerError, corpus_facts, default_runs, fill_facts
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"

@@ -1,6 +1,6 @@
 """`make mutants`, the notebooks: single-point mutants of the graded functions of notebooks 1, 2 and 3.
 
-The mutants are autograder/build/mutants.py's (mutmut's operators and the tensor ones), made in the
+The mutants are autograder/tools/mutants.py's (mutmut's operators and the tensor ones), made in the
 solution notebook's cell that defines each graded function; the rest of the notebook is the solution
 (its otter test cells left out, as a student's notebook has none). The oracle runs the mutated
 notebook's cells here and calls each function on every case's inputs, as the grader's calls do, and
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from autograder.build import mutants as mm
-from autograder.build import mutants_lm as lm
-from autograder.build.measured import host_record
+from autograder.tools import mutants as mm
+from autograder.tools import mutants_lm as lm
+from autograder.tools.measured import host_record
 from gradelib import rubric
 from gradelib.problems import lm_functions
 from gradelib.problems.notebook_functions import LOSSES, MASKS, SPECS
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(
             json.dumps(
                 {
-                    "recorded": host_record(" ".join(["python -m autograder.build.mutants_notebooks",
+                    "recorded": host_record(" ".join(["python -m autograder.tools.mutants_notebooks",
                                                       *(sys.argv[1:] if argv is None else argv)]), load),
                     "found": found_of, "seconds": round(time.monotonic() - started), "summary": summaries,
                     "mutants": [

@@ -6,7 +6,7 @@
 - docs/img/class_report.png: the course grader's report.html for a small class graded on attention and notebooks 1
   and 2, as headless Chromium draws it (Debian's chromium, installed when missing and running as root).
 
-    python -m autograder.build.docs_pictures [--only student|class]
+    python -m autograder.tools.docs_pictures [--only student|class]
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.build.classgen import ATTACKS, BUGS
-from autograder.build.demo import reference_handin
+from autograder.tools.classgen import ATTACKS, BUGS
+from autograder.tools.demo import reference_handin
 from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
