@@ -11,11 +11,11 @@ import time
 import traceback
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from . import rubric as rubric_mod
 from . import runner
-from .context import GradeContext
+from .context import Course, GradeContext
 from .handin_contract import HANDIN_FILES, OPTIONAL, RUN_FILES
 from .intake import HandinError, Intake, found_text, open_upload
 from .problems import GRADERS, RUNS, graded
@@ -55,16 +55,15 @@ def missing_files_notes(intake: Intake, files: Path, run_expected: bool = True) 
 
 def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ...] = ("public", "hidden"),
                      problems: dict[str, rubric_mod.Problem] | None = None, only: list[str] | None = None,
-                     limits: runner.Limits = runner.Limits(), name: str | None = None, course: Any = None,
+                     limits: runner.Limits = runner.Limits(), name: str | None = None, course: Course = Course(),
                      scratch_root: Path | None = None, run_expected: bool = True,
                      open_upload: Callable[[Path, Path], Intake] = open_upload) -> SubmissionResult:
     """Grade the handin at `path` on the given case sets; the SubmissionResult. `run_expected`, `course`,
     `scratch_root`: see GradeContext; `open_upload(path, dest)` puts the files in place (the course passes its own)."""
     start = time.monotonic()
     selected = list(graded(problems if problems is not None else rubric_mod.load(), only).values())
-    result = (course.CourseResult if course is not None else SubmissionResult)(
-        submission=name or Path(path).name, problems=tuple(p.id for p in selected),
-        max_points={p.id: p.max_points(visibilities) for p in selected})
+    result = course.result(submission=name or Path(path).name, problems=tuple(p.id for p in selected),
+                           max_points={p.id: p.max_points(visibilities) for p in selected})
     workdir = Path(tempfile.mkdtemp(prefix="handin-", dir=scratch_root))
     runner.current().hold(workdir)
     try:
@@ -73,9 +72,9 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         try:
             intake = open_upload(Path(path), files)
         except Exception as exc:  # an intake bug must not cost the student a results file either
-            if course is not None and not isinstance(exc, HandinError):
-                raise  # the course's worker dies of it: retried, then not graded, never a score (batch/pool.py)
             bug = not isinstance(exc, HandinError)
+            if bug and course.raise_grader_bugs:
+                raise  # the course's worker dies of it: retried, then not graded, never a score (batch/pool.py)
             why = f"internal grader error ({type(exc).__name__}); tell the course staff." if bug else clean_text(exc)
             result.notes.append(f"The handin could not be opened: {why}")
             for p in selected:
@@ -92,13 +91,12 @@ def grade_submission(path: Path, *, case_root: Path, visibilities: tuple[str, ..
         jobs = [partial(_grade_problem, p, ctx, result.submission) for p, ctx in zip(selected, contexts)]
         # One process imports torch for every run (one run: a fresh interpreter); public runs first (course.in_order).
         with runner.session(workdir, limits, preload) if runs > 1 else contextlib.nullcontext():
-            done = course.in_order(jobs) if course is not None else [(job(), 0.0) for job in jobs]
+            done = course.in_order(jobs)
         for p, ctx, ((tests, failed), seconds) in zip(selected, contexts, done):
             notes = [clean_text(n) for n in ctx.notes]
             result.tests, result.notes = result.tests + tests, result.notes + notes
             result.flags.update(ctx.flags)
-            if course is not None:  # the course's records keep each problem's notes, flags and seconds (run, not wait)
-                result.graded(p.id, notes, ctx.flags, failed, seconds)
+            course.graded(result, p.id, notes, ctx.flags, failed, seconds)
     finally:
         runner.current().release(workdir)
         result.wall_s = time.monotonic() - start

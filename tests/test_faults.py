@@ -479,7 +479,7 @@ def test_an_intake_bug_is_a_note_for_a_student_and_ends_the_course_worker(tmp_pa
     """A bug of the code that opens the handin (not a HandinError): the kit's local grader says so in a note with
     zeros (no traceback for a student); in the course grader it ends the worker, whose pool retries it and then
     marks it not graded, never a score (test_class_grading's worker that keeps dying)."""
-    from autograder.grading import course_side
+    from autograder.grading.course_side import CourseSide
     from gradelib.grade import grade_submission
 
     from support import FIXTURES
@@ -496,4 +496,4 @@ def test_an_intake_bug_is_a_note_for_a_student_and_ends_the_course_worker(tmp_pa
     assert local.notes == ["The handin could not be opened: internal grader error (KeyError); tell the course staff."]
     assert local.score == 0 and local.tests and all(t.score == 0 for t in local.tests)
     with pytest.raises(KeyError):
-        grade_submission(handin, course=course_side, **kwargs)
+        grade_submission(handin, course=CourseSide(), **kwargs)

@@ -98,7 +98,7 @@ def test_exception_swallowing_loop_ends_at_the_process_timeout_with_an_explanati
     assert result.score == 0.0
     assert "no result: the notebook's process" in message(result, "losses", "softmax", "hidden")
     assert "6 s time limit" in message(result, "losses", "softmax", "public")
-    # The hidden run's end by kind alone: a figure it could choose is not said (course_side.run_sets, Limits.hidden).
+    # The hidden run's end by kind alone: a figure it could choose is not said (CourseSide.run_sets, Limits.hidden).
     assert "the notebook's process ran out of time" in message(result, "losses", "softmax", "hidden")
     assert any("before it finished running the cells" in n for n in result.notes), result.notes
 

@@ -35,7 +35,7 @@ from gradelib import rubric
 from gradelib.grade import grade_submission
 from gradelib.problems import graded
 
-from ..grading import course_side
+from ..grading.course_side import CourseSide
 from ..grading.uploads import open_upload
 from .regrade import current_records, write_merged
 
@@ -51,7 +51,7 @@ def grade_hidden(path: Path, *, case_root: Path = CASE_ROOT, **kwargs):
     kwargs.setdefault("visibilities", ("public", "hidden"))
     kwargs["problems"] = kwargs.get("problems") or rubric.load()  # what grade_submission reads by default (None too)
     with sandbox.installed():  # the problems' runs go through the isolation levels
-        result = grade_submission(path, case_root=case_root, course=course_side, open_upload=open_upload, **kwargs)
+        result = grade_submission(path, case_root=case_root, course=CourseSide(), open_upload=open_upload, **kwargs)
         result.isolation = sandbox.ISOLATING.level()
     return result.recorded(kwargs["problems"])
 

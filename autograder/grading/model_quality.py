@@ -5,8 +5,8 @@ prediction_test.npz, each character revealed to the model's run (`model_run`, th
 gradelib/problems/lm_model.py) only once it has answered the step it grades (`reveal`), so no
 look-ahead can see a target before the step it grades; generation's "perplexity" line: what the
 model generates for every prompt, scored under the secret oracle (autograder/oracle/). The kit grades
-every other line and leaves these to this module, which the course grader passes as grade_submission's
-`course` (GradeContext.course: score_line and model_run); the local grader has none.
+every other line and leaves these to this module: CourseSide's score_line and model_run (course_side.py), the
+hooks of gradelib.context.Course whose kit defaults score nothing here.
 """
 
 from __future__ import annotations

@@ -366,7 +366,7 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> dict:
     complete handin's one-core time of the same bench run, also the grader's own share of it: that
     time less the model's forward passes. Returns the steps' medians (and those two shares)."""
     from autograder import isolation as sandbox
-    from autograder.grading import course_side
+    from autograder.grading.course_side import CourseSide
     from gradelib import rubric
     from gradelib.context import GradeContext
     from gradelib.grade import runs_matplotlib
@@ -384,7 +384,7 @@ def print_model_run_figures(runs: int, complete_s: float | None = None) -> dict:
                 handin = reference_handin(work / "files")
                 # With the course's additions, as the worker grades: its revealer answers the hidden rows step by step.
                 ctx = GradeContext(handin, REPO / "fixtures", ("public", "hidden"), sandbox.Limits(), scratch_root=work,
-                                   course=course_side)
+                                   course=CourseSide())
                 plots = runs_matplotlib(sorted(handin.glob("*.ipynb")))  # as grade.py decides
                 with (
                     sandbox.installed(),

@@ -45,7 +45,7 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
     """A TestResult per array line of `problem` (those without quantities) for the handin's `filename`: a row per
     prompt of the case file <case_root>/<rel>, read by load_npy (`what`, {rows} filled in, says what it holds).
     judge(arr, prompts) gives why it is not well formed, or (what it is, why the handed-in model did not make it or
-    '', the full-points message) for the 'format' line. The model-quality line is the course grader's (ctx.course)."""
+    '', the full-points message) for the 'format' line. The model-quality line is ctx.course's (score_line)."""
     problem = replace(problem, groups=tuple(g for g in problem.groups if not g.quantities))
     prompts = fixture_array(ctx.case_root / rel, "inp")
     if prompts is None:
@@ -61,9 +61,7 @@ def grade_array(ctx: GradeContext, problem, rel: str, filename: str, tail: tuple
         verdict = (0.0, f"{problem.id}: {well_formed}, but this line counts only for the arrays your handed-in model "
                         f"makes, and {why}.") if why else (1.0, ok)
     return [line.result(*verdict) if line.group.id == FORMAT_LINE
-            else ctx.course.score_line(ctx, problem, line) if ctx.course is not None
-            else line.result(0.0, f"{problem.id}: the course grader scores this line (with what the handout does not "
-                                  "hold); this grader does not.") for line in lines(problem, ctx.visibilities)]
+            else ctx.course.score_line(ctx, problem, line) for line in lines(problem, ctx.visibilities)]
 
 
 def load_npy(problem_id: str, path: Path, expected_shape: tuple[int, ...], kinds: str, what: str,

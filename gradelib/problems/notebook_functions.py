@@ -13,9 +13,9 @@ from ..compare import check
 from ..context import GradeContext
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases
+from ..scoring import Case, CaseOutcome, follow_upstream, load_cases
 from . import notebook_diagnoses as D
-from .handin_runs import run_notebook_sets
+from .handin_runs import grade_notebook
 
 CASE_FOLDER = "notebooks"
 
@@ -57,16 +57,14 @@ NP_SCALAR = ("numpy.float64", "float", "numpy.ndarray")
 NP_QKV = ("array:Q", "array:K", "array:V")
 
 LOSSES = NotebookSpec(notebook="01_mlm_and_next_token.ipynb",
-    calls=(
-        Call("softmax", ("array:z",), {"softmax": None}),
-        Call("scaled_dot_product_attention", NP_QKV, {"attn_weights": 0, "attn_output": 1}),
-        Call("scaled_dot_product_attention", (*NP_QKV, "array:mask"), {"masked_weights": 0, "masked_output": 1}),
-        Call("predicted_ids", ("array:logits",), {"predicted_ids": None}),
-        Call("token_nll", ("array:logits", "array:nll_targets"), {"token_nll": None}),
-        Call("cross_entropy_loss", ("array:logits", "array:targets"), {"cross_entropy_loss": None},
-             kwargs={"ignore_index": "int:ignore_index"}),
-        Call("causal_mask", ("int:T",), {"causal_mask": None}),
-    ),
+    calls=(Call("softmax", ("array:z",), {"softmax": None}),
+           Call("scaled_dot_product_attention", NP_QKV, {"attn_weights": 0, "attn_output": 1}),
+           Call("scaled_dot_product_attention", (*NP_QKV, "array:mask"), {"masked_weights": 0, "masked_output": 1}),
+           Call("predicted_ids", ("array:logits",), {"predicted_ids": None}),
+           Call("token_nll", ("array:logits", "array:nll_targets"), {"token_nll": None}),
+           Call("cross_entropy_loss", ("array:logits", "array:targets"), {"cross_entropy_loss": None},
+                kwargs={"ignore_index": "int:ignore_index"}),
+           Call("causal_mask", ("int:T",), {"causal_mask": None})),
     quantities={
         "softmax": Quantity(ARRAY, "softmax(z) = exp(z - max) / sum(exp(z - max)) over the last axis, each row "
                                    "summing to 1.", diagnose=D.softmax_axis),
@@ -86,9 +84,7 @@ LOSSES = NotebookSpec(notebook="01_mlm_and_next_token.ipynb",
                                             "ignore_index (a scalar).", diagnose=D.cross_entropy_reduction,
                                        upstream=("token_nll",)),
         "causal_mask": Quantity(ARRAY, "M[i, j] = 0 for j <= i (the diagonal included) and -inf for j > i, float.",
-                                additive_mask=True, diagnose=partial(D.wrong_side, additive=True)),
-    },
-)
+                                additive_mask=True, diagnose=partial(D.wrong_side, additive=True))})
 
 # Notebook 2: attention with causal and padding masks in torch.
 TENSOR = ("torch.Tensor",)
@@ -97,16 +93,14 @@ PT_QKV = ("tensor:Q", "tensor:K", "tensor:V")
 LOSS_ARGS = ("tensor:logits", "tensor:targets", "int:pad_id")
 
 MASKS = NotebookSpec(notebook="02_attention_and_masks.ipynb",
-    calls=(
-        Call("uniform_attention", ("tensor:X",), {"uniform": None}),
-        Call("attention", PT_QKV, {"A": 0, "C": 1}),
-        Call("attention", (*PT_QKV, "tensor:mask"), {"A_masked": 0, "C_masked": 1}),
-        Call("causal_mask", ("int:T",), {"causal_mask": None}),
-        Call("padding_mask", ("tensor:tokens", "int:pad_id"), {"padding_mask": None}),
-        Call("combined_mask", ("tensor:tokens", "int:pad_id"), {"combined_mask": None}),
-        Call("masked_mean_loss", LOSS_ARGS, {"masked_mean_loss": None}),
-        Call("perplexity", LOSS_ARGS, {"perplexity": None}),
-    ),
+    calls=(Call("uniform_attention", ("tensor:X",), {"uniform": None}),
+           Call("attention", PT_QKV, {"A": 0, "C": 1}),
+           Call("attention", (*PT_QKV, "tensor:mask"), {"A_masked": 0, "C_masked": 1}),
+           Call("causal_mask", ("int:T",), {"causal_mask": None}),
+           Call("padding_mask", ("tensor:tokens", "int:pad_id"), {"padding_mask": None}),
+           Call("combined_mask", ("tensor:tokens", "int:pad_id"), {"combined_mask": None}),
+           Call("masked_mean_loss", LOSS_ARGS, {"masked_mean_loss": None}),
+           Call("perplexity", LOSS_ARGS, {"perplexity": None})),
     quantities={
         "uniform": Quantity(TENSOR, "H[b, t] is the mean of X[b, 0..t]: cumsum over dim 1 divided by 1..T."),
         "A": Quantity(TENSOR, "A = softmax(Q K^T / sqrt(D)) over the last axis; transpose only K's last two axes.",
@@ -126,28 +120,16 @@ MASKS = NotebookSpec(notebook="02_attention_and_masks.ipynb",
         "masked_mean_loss": Quantity(PT_SCALAR, "average -log_softmax(logits)[target] over the targets that are not "
                                           "pad_id.", diagnose=D.masked_mean),
         "perplexity": Quantity(PT_SCALAR, "perplexity = exp(mean NLL per valid token) = exp(masked_mean_loss).",
-                               diagnose=D.perplexity_of_sum, upstream=("masked_mean_loss",)),
-    },
-)
+                               diagnose=D.perplexity_of_sum, upstream=("masked_mean_loss",))})
 
 SPECS = {"losses": LOSSES, "masks": MASKS}
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     """Grade notebook 1 (`losses`) or 2 (`masks`) on ctx's case sets: a TestResult per (line, visibility)."""
-    vis, spec = ctx.visibilities, SPECS[problem.id]
-    src = ctx.submission / spec.notebook
-    if not src.is_file():
-        return all_zero(problem, vis, f"{spec.notebook} is missing from the handin; add it and submit again.")
-    cases = load_cases(ctx.case_root, CASE_FOLDER, vis, problem.id)
-    if not cases:
-        return all_zero(problem, vis, f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
-    outcomes, unread = run_notebook_sets(ctx, problem, src, spec.notebook, cases, spec.calls, problem.settings,
-                                         partial(judge_case, problem, spec))
-    if unread:
-        return all_zero(problem, vis, f"{spec.notebook} could not be read as a notebook ({unread}); "
-                                      "submit the .ipynb file saved by Jupyter.")
-    return group_results(problem, outcomes, vis)
+    spec, cases = SPECS[problem.id], load_cases(ctx.case_root, CASE_FOLDER, ctx.visibilities, problem.id)
+    said = ("", "add it and submit again.", f"no {problem.id} cases under {ctx.case_root / CASE_FOLDER}")
+    return grade_notebook(ctx, problem, spec.notebook, cases, spec.calls, partial(judge_case, problem, spec), said)
 
 
 def judge_case(problem: Problem, spec: NotebookSpec, case: Case, observe, wanted=None) -> CaseOutcome:

@@ -15,8 +15,7 @@ HANDIN_FILES: dict[str, str] = {
     "generated.npy": "(128, 30) int token ids generated for generation_test.npz (problem generation)",
     "generated.txt": "the generations as readable text (optional)",
     "model.pt": "the trained model's checkpoint: the language-model lines grade this model (problems prediction, "
-                "generation)",
-}
+                "generation)"}
 OPTIONAL = ("generated.txt",)
 RUN_FILES = ("predictions.npy", "generated.npy", "generated.txt", "model.pt")  # written by a training run of notebook 3
 

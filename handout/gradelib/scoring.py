@@ -218,9 +218,8 @@ def follow_upstream(outcome: CaseOutcome, upstream: dict[str, tuple[str, ...]], 
         first = next((s for s in sources if s in outcome.checks and not outcome.checks[s].passed), None)
         if first:
             how, fix = (via or {}).get(first, (f"it is computed from '{first}'", f"'{first}'"))
-            outcome.checks[q] = replace(c, message=(f"'{q}' is wrong, which probably follows from the '{first}' "
-                                                    f"failure ({how}). {c.message.partition(HINT)[0]}{HINT}fix {fix} "
-                                                    "first."))
+            outcome.checks[q] = replace(c, message=f"'{q}' is wrong, which probably follows from the '{first}' failure "
+                                                   f"({how}). {c.message.partition(HINT)[0]}{HINT}fix {fix} first.")
 
 
 def name_float32(outcomes: list[CaseOutcome]) -> None:

@@ -271,7 +271,7 @@ def test_every_way_a_hidden_run_ends_is_said_by_kind(fields, words):
 def test_notebook_3s_model_on_the_hidden_rows_runs_as_a_hidden_run(tmp_path, monkeypatch):
     """The run of the handed-in model on the hidden rows (model_quality.model_run) is a hidden run too: its limits
     say so (Limits.hidden), so the words of its end are by kind alone, as test_a_hidden_run_says_how_it_ended_by_
-    kind_alone checks for attention's and the notebooks' runs (course_side.run_sets)."""
+    kind_alone checks for attention's and the notebooks' runs (CourseSide.run_sets)."""
     from autograder.grading import model_quality
     from autograder.isolation import Limits
     from gradelib.context import GradeContext

@@ -60,7 +60,7 @@ def test_infinite_loop_is_stopped_at_the_timeout(attack_batch):
 
     text = outputs(attack_batch["results"]["infinite_loop"])
     assert f"was stopped after the {BATCH_TIMEOUT_S} s time limit" in text, text
-    # The public run takes the limit, the hidden run what is left and at least half of it (course_side.run_sets); a
+    # The public run takes the limit, the hidden run what is left and at least half of it (CourseSide.run_sets); a
     # run's time is the wall clock less its waits for a CPU, so a loaded machine may stretch it, at most LOAD_STRETCH
     # times on the wall clock.
     assert attack_batch["results"]["infinite_loop"]["execution_time"] < LOAD_STRETCH * (1.5 * BATCH_TIMEOUT_S + 15)

@@ -6,7 +6,6 @@ import ast
 import math
 import re
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,28 +19,25 @@ from ..results import TestResult
 from ..rubric_schema import Problem
 from ..safeio import SafeReadError, clean_text, quote
 from ..scoring import Case, CaseOutcome
-from .autograd_source import autograd_uses
-from .handin_runs import run_child, run_sets
+from .handin_runs import run_child
 from .notebook_diagnoses import softmax
 
 FILENAME = "attention.py"
 QUANTITIES = ("Q", "K", "V", "A_w", "A_sig", "X_new", "dLdQ", "dLdK", "dLdV", "dLdWq", "dLdWk", "dLdWv", "dLdX")
 HARNESS = ("child_common.py", "attention_child.py")
 
-HINTS = {
-    "Q": "Q = X W_q with X (B, T, D) and W_q (D, Dk); '@' broadcasts over the batch.",
-    "K": "K = X W_k, shape (B, T, Dk).", "V": "V = X W_v, shape (B, T, Dv).",
-    "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
-    "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal.",
-    "X_new": "X_new = A_sig V, shape (B, T, Dv).",
-    "dLdV": "dLdV = A_sig^T dLdXnew, transposing the last two axes of A_sig.",
-    "dLdQ": "dLdQ = dLdA_w K, where dLdA_w includes the 1/sqrt(Dk) factor and the full softmax Jacobian.",
-    "dLdK": "dLdK = dLdA_w^T Q: transpose dLdA_w (last two axes) before multiplying.",
-    "dLdWq": "dLdWq = sum over the batch of X_b^T dLdQ_b, shape (D, Dk) like W_q.",
-    "dLdWk": "dLdWk = sum over the batch of X_b^T dLdK_b, shape (D, Dk) like W_k.",
-    "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
-    "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T.",
-}
+HINTS = {"Q": "Q = X W_q with X (B, T, D) and W_q (D, Dk); '@' broadcasts over the batch.",
+         "K": "K = X W_k, shape (B, T, Dk).", "V": "V = X W_v, shape (B, T, Dv).",
+         "A_w": "A_w is the raw Q K^T (B, T, T): transpose only the last two axes of K, and do not scale or mask it.",
+         "A_sig": "A_sig = softmax over the last axis of A_w / sqrt(Dk) with -inf above the diagonal.",
+         "X_new": "X_new = A_sig V, shape (B, T, Dv).",
+         "dLdV": "dLdV = A_sig^T dLdXnew, transposing the last two axes of A_sig.",
+         "dLdQ": "dLdQ = dLdA_w K, where dLdA_w includes the 1/sqrt(Dk) factor and the full softmax Jacobian.",
+         "dLdK": "dLdK = dLdA_w^T Q: transpose dLdA_w (last two axes) before multiplying.",
+         "dLdWq": "dLdWq = sum over the batch of X_b^T dLdQ_b, shape (D, Dk) like W_q.",
+         "dLdWk": "dLdWk = sum over the batch of X_b^T dLdK_b, shape (D, Dk) like W_k.",
+         "dLdWv": "dLdWv = sum over the batch of X_b^T dLdV_b, shape (D, Dv) like W_v.",
+         "dLdX": "X reaches the output through Q, K and V: dLdX = dLdQ W_q^T + dLdK W_k^T + dLdV W_v^T."}
 
 # A float32 tensor made inside the code (a constant, a mask, a helper's weights) meeting float64 input.
 DTYPE_CLASH = re.compile(r"same dtype|expected scalar type|found dtype|dtype \w+ but expected|"
@@ -52,11 +48,9 @@ DTYPE_CLASH_HINT = ("a float32 tensor made inside your code met float64 input: b
 BACKWARD_READS = ("Q", "K", "V", "A_sig")
 
 # What each quantity is computed from: when one of these is wrong, so is it.
-UPSTREAM = {
-    "A_w": ("Q", "K"), "A_sig": ("A_w",), "X_new": ("A_sig", "V"),
-    "dLdV": ("A_sig",), "dLdQ": ("A_sig", "K"), "dLdK": ("A_sig", "Q"),
-    "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",), "dLdX": ("dLdQ", "dLdK", "dLdV"),
-}
+UPSTREAM = {"A_w": ("Q", "K"), "A_sig": ("A_w",), "X_new": ("A_sig", "V"), "dLdV": ("A_sig",), "dLdQ": ("A_sig", "K"),
+            "dLdK": ("A_sig", "Q"), "dLdWq": ("dLdQ",), "dLdWk": ("dLdK",), "dLdWv": ("dLdV",),
+            "dLdX": ("dLdQ", "dLdK", "dLdV")}
 
 
 def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
@@ -70,7 +64,7 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     except SafeReadError as exc:
         return scoring.all_zero(problem, vis, f"{exc}; hand in attention.py as a plain file.")
     try:
-        static_hits = (ctx.course.autograd_uses if ctx.course else autograd_uses)(source)
+        static_hits = ctx.course.autograd_uses(source)
     except SyntaxError as exc:
         return scoring.all_zero(problem, vis, f"{FILENAME} does not parse: line {exc.lineno}: {exc.msg}. "
                                               "Fix the syntax error and run the local autograder.")
@@ -80,24 +74,22 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
 
     # reasons: why the backward points are withheld; hidden_hits: the hidden run's records (named to the staff only)
     outcomes, runtime_hits, hidden_hits, reasons, stored = [], set(), set(), [], stored_at(source)
-    # A record of an autograd call, on one line; the course's words (ctx.course) name those it does not write.
-    said = ctx.course.said_record if ctx.course else partial(quote, limit=200)
 
     def run_set(mine: list[Case], limits: sandbox.Limits, hidden: bool) -> sandbox.ChildRun:
         (found, hits), run = run_child(
             ctx, "attention", src=src, name=FILENAME, cases=[(c.name, c.path) for c in mine],
             child="attention_child.py", harness=HARNESS, task={"module": "attention"},
-            collect=lambda scratch, run: _collect(problem, mine, scratch, run, stored, said), limits=limits)
+            collect=lambda scratch, run: _collect(problem, mine, scratch, run, stored, ctx.course.said_record),
+            limits=limits)
         outcomes.extend(found)
         (recorded := hidden_hits if hidden else runtime_hits).update(hits)
-        if ctx.course:  # what only a hostile run records: another program started, the audit pipe written to
-            hits, tampered = ctx.course.attention_records(run, found)
-            recorded.update([*hits, *(tampered if hidden else [])])
-            reasons.extend([] if reasons or hidden else tampered)  # the first public run's
-        (ctx.course.hidden_end if hidden else _note_end)(ctx, run)
+        hits, tampered = ctx.course.attention_records(run, found)  # what only a hostile run records
+        recorded.update([*hits, *(tampered if hidden else [])])
+        reasons.extend([] if reasons or hidden else tampered)  # the first public run's
+        _note_end(ctx, run, hidden)
         return run
 
-    run_sets(ctx, cases, run_set)
+    ctx.course.run_sets(ctx, cases, run_set)
     scoring.name_float32(outcomes)
     for outcome in outcomes:
         scoring.follow_upstream(outcome, UPSTREAM)
@@ -119,11 +111,14 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     return scoring.group_results(problem, outcomes, vis, {g.id: msg for g in problem.groups if g.backward})
 
 
-def _note_end(ctx: GradeContext, run: sandbox.ChildRun) -> None:
+def _note_end(ctx: GradeContext, run: sandbox.ChildRun, hidden: bool) -> None:
     """Say how a run that did not end well ended, with what it printed last, each line quoted: indented under the
-    grader's words."""
+    grader's words. A run that had hidden inputs at hand: how it ended, by kind alone (its limits say so)."""
     if not (run.timed_out or run.returncode not in (0, None)):
         return
+    if hidden:  # never what it printed: it could print a hidden input
+        return ctx.note(f"attention: the submission's process on the hidden cases {run.describe()} (its exit code "
+                        "and output are not shown: that run had the hidden cases at hand).")
     log = [quote(line, 200) for line in clean_text(run.log_tail).strip().splitlines()[-8:]]
     ctx.note(f"attention: the submission's process {run.describe()}."
              + ("\n  last output:\n    " + "\n    ".join(log) if log else ""))
@@ -272,18 +267,15 @@ def diagnose_scaling(a_sig: np.ndarray, expected: dict[str, np.ndarray]) -> str:
     from the grader's own A_w: named whatever the submission stored as A_w."""
     a_w = expected["A_w"].astype(np.float64)
     d, dk, dv = expected["dLdX"].shape[-1], expected["Q"].shape[-1], expected["V"].shape[-1]
-    candidates = [
-        (1.0, f"A_sig is the causal softmax of the raw scores A_w: the 1/sqrt(Dk) scaling is missing "
-              f"(divide the scores by sqrt(Dk) = {math.sqrt(dk):.4g} before the softmax)."),
-        (1 / dk, f"A_sig is the causal softmax of A_w / Dk: the scores are divided by Dk = {dk} where "
-                 f"sqrt(Dk) = {math.sqrt(dk):.4g} belongs."),
-        (math.sqrt(dk), "A_sig is the causal softmax of A_w * sqrt(Dk): the scores are multiplied by sqrt(Dk) "
-                        "where they must be divided by it."),
-    ]
+    candidates = [(1.0, f"A_sig is the causal softmax of the raw scores A_w: the 1/sqrt(Dk) scaling is missing "
+                        f"(divide the scores by sqrt(Dk) = {math.sqrt(dk):.4g} before the softmax)."),
+                  (1 / dk, f"A_sig is the causal softmax of A_w / Dk: the scores are divided by Dk = {dk} where "
+                           f"sqrt(Dk) = {math.sqrt(dk):.4g} belongs."),
+                  (math.sqrt(dk), "A_sig is the causal softmax of A_w * sqrt(Dk): the scores are multiplied by "
+                                  "sqrt(Dk) where they must be divided by it.")]
     if dv != dk:
-        candidates.append((1 / math.sqrt(dv), f"A_sig is the causal softmax of A_w / sqrt(Dv): the scale uses the "
-                                              f"value width Dv = {dv}; it is the key/query width Dk = {dk} "
-                                              "(W_k's columns)."))
+        candidates.append((1 / math.sqrt(dv), "A_sig is the causal softmax of A_w / sqrt(Dv): the scale uses the value "
+                                              f"width Dv = {dv}; it is the key/query width Dk = {dk} (W_k's columns)."))
     if d not in (dk, dv):
         candidates.append((1 / math.sqrt(d), f"A_sig is the causal softmax of A_w / sqrt(D): the scale uses the "
                                              f"input width D = {d}; it is the key/query width Dk = {dk}."))

@@ -17,9 +17,10 @@ from .. import runner as sandbox
 from .. import safeio
 from ..compare import Observed
 from ..context import GradeContext
+from ..results import TestResult
 from ..rubric_schema import Problem
 from ..safeio import quote
-from ..scoring import load_meta, observed_from_child
+from ..scoring import all_zero, group_results, load_meta, observed_from_child
 
 CHILD = Path(__file__).resolve().parent.parent / "child"
 NOTEBOOK_HARNESS = ("child_common.py", "notebook_child.py")
@@ -94,24 +95,18 @@ def observed(q: str, case_dir: Path, meta: dict | None, run: sandbox.ChildRun, r
     return observed_from_child(case_dir, meta, q, quote(errors.get(q, "not produced"), 800), root=root)
 
 
-def run_sets(ctx: GradeContext, cases: list, run_set: Callable) -> None:
-    """run_set(cases, limits, hidden) -> its ChildRun (None: stop) on every case, in one run; the course grader
-    (ctx.course.run_sets) makes one run per case set, so that no run holds public and hidden inputs together, and
-    notes a run with hidden inputs at hand (`hidden`) in its own words."""
-    if ctx.course is not None:
-        return ctx.course.run_sets(ctx, cases, run_set)
-    run_set(cases, ctx.limits, False)
-
-
-def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: str, cases: list, calls, settings: dict,
-                      judge: Callable, **kwargs) -> tuple[list, str]:
-    """Run the notebook on `cases` (run_sets) and judge(case, observe) each case, observe(q) -> what the child
-    recorded for q (observed); the cells that failed are noted. Returns (the outcomes, '') or ([], why the notebook
-    could not be read). `kwargs` go to run_notebook."""
+def grade_notebook(ctx: GradeContext, problem: Problem, notebook: str, cases: list, calls, judge: Callable,
+                   said: tuple[str, str, str], **kwargs) -> list[TestResult]:
+    """`problem`'s lines on the handin's `notebook`, run on `cases` (Course.run_sets): judge(case, observe) each case,
+    observe(q) -> what the child recorded for q (observed); the cells that failed are noted. `said`: what comes before
+    the notebook's name, after "is missing from the handin; ", and the words for no case. `kwargs`: run_notebook's."""
+    vis, src, (prefix, missing, no_cases) = ctx.visibilities, ctx.submission / notebook, said
+    if not src.is_file():
+        return all_zero(problem, vis, f"{prefix}{notebook} is missing from the handin; {missing}")
+    if not cases:
+        return all_zero(problem, vis, no_cases)
     too_large = safeio.notebook_budget(src)  # the course grader's reader bounds its own parse of a notebook
-    if too_large:
-        return [], too_large
-    outcomes, unread = [], []
+    outcomes, unread = [], [too_large] if too_large else []
 
     def run_set(mine: list, limits: sandbox.Limits, hidden: bool) -> sandbox.ChildRun | None:
         def collect(scratch: Path, run: sandbox.ChildRun, report: dict | None) -> None:
@@ -122,22 +117,26 @@ def run_notebook_sets(ctx: GradeContext, problem: Problem, src: Path, notebook: 
                     meta, refused = load_meta(scratch / "outputs" / case.name / "meta.json", root=scratch)
                     outcomes.append(judge(case, partial(observed, case_dir=scratch / "outputs" / case.name, meta=meta,
                                                         run=run, report=report, root=scratch, refused=refused)))
-                (ctx.course.hidden_cells if hidden else note_cells)(ctx, problem, notebook, run, report)
+                note_cells(ctx, problem, notebook, run, report, hidden)
 
-        run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls, settings, collect,
-                           limits=limits, **kwargs)[1]
+        run = run_notebook(ctx, problem.id, src, notebook, [(c.name, c.path) for c in mine], calls, problem.settings,
+                           collect, limits=limits, **kwargs)[1]
         return None if unread else run
 
-    run_sets(ctx, cases, run_set)
-    return ([], unread[0]) if unread else (outcomes, "")
+    if not unread:
+        ctx.course.run_sets(ctx, cases, run_set)
+    return all_zero(problem, vis, f"{prefix}{notebook} could not be read as a notebook ({unread[0]}); submit the "
+                    ".ipynb file saved by Jupyter.") if unread else group_results(problem, outcomes, vis)
 
 
-def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None) -> None:
-    """Tell the student which cells of `notebook` failed to run, and how its process ended if that cut the run short."""
+def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.ChildRun, report: dict | None,
+               hidden: bool) -> None:
+    """Tell the student which cells of `notebook` failed to run, and how its process ended if that cut the run short;
+    for a run that had hidden inputs at hand (`hidden`), only how it ended: its own words could carry one."""
     lines = []
     if report is None:
         lines.append(f"the notebook's process {run.describe()} before it finished running the cells")
-    else:
+    elif not hidden:
         for cell in report.get("cells", []):
             if isinstance(cell, dict) and cell.get("status") in ("raised", "syntax error", "timed out"):
                 lines.append(f"{quote(cell.get('label') or 'code cell ' + str(cell.get('cell')), 60)} "
@@ -147,5 +146,5 @@ def note_cells(ctx: GradeContext, problem: Problem, notebook: str, run: sandbox.
         lines.append(f"the notebook's process {run.describe()}; cases after that have no result")
     if lines:
         more = [f"... and {len(lines) - MAX_CELL_NOTES} more"] if len(lines) > MAX_CELL_NOTES else []
-        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join(["when the grader ran your notebook:",
-                                                                 *lines[:MAX_CELL_NOTES], *more]))
+        head = f"when the grader ran your notebook{' on the hidden cases' if hidden else ''}:"
+        ctx.note(f"{problem.id} ({notebook}): " + "\n    ".join([head, *lines[:MAX_CELL_NOTES], *more]))

@@ -15,8 +15,8 @@ from ..lm import fixed_models
 from ..lm.vocab import EOS, GENERATABLE, PAD, VOCAB_SIZE
 from ..results import TestResult
 from ..rubric_schema import Problem
-from ..scoring import HINT, Case, CaseOutcome, all_zero, follow_upstream, group_results, load_cases
-from .handin_runs import NOTEBOOK_HARNESS, run_notebook_sets
+from ..scoring import HINT, Case, CaseOutcome, follow_upstream, load_cases
+from .handin_runs import NOTEBOOK_HARNESS, grade_notebook
 from .notebook_functions import Call, NotebookSpec
 
 NOTEBOOK = "03_language_model.ipynb"
@@ -57,10 +57,8 @@ SPEC = NotebookSpec(notebook=NOTEBOOK,
         Call("CausalLanguageModel", ("tensor:lm_inp", "tensor:lm_inp_changed"),
              {"model_logits": 0, "model_causal": 1, "weight_tied": 2}),
         Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:true"), {"emb_dropout_train": None}),
-        Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:false"), {"emb_dropout_eval": None}),
-    ),
-    quantities={},
-)
+        Call("embedding_dropout", ("tensor:ed_weight", "float:ed_p", "bool:false"), {"emb_dropout_eval": None})),
+    quantities={})
 # float32 outputs of the building blocks against float64 expectations, unless the rubric's
 # [problems.<id>].tolerance says otherwise; float32 rounding through a 3-layer model stays near 1e-6.
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
@@ -78,21 +76,12 @@ def grade(ctx: GradeContext, problem: Problem) -> list[TestResult]:
     problem = replace(problem, groups=tuple(g for g in problem.groups if g.quantities))
     if not problem.groups:
         return []
-    vis, src = ctx.visibilities, ctx.submission / NOTEBOOK
-    if not src.is_file():
-        return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} is missing from the handin; "
-                        "its predict() and generate() are graded from it: add it and submit again.")
-    cases = load_cases(ctx.case_root, CASE_FOLDER, vis)
-    if not cases:
-        return all_zero(problem, vis, f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
     wanted = {q for g in problem.groups for q in g.quantities}
-    calls = [c for c in SPEC.calls if set(c.outputs) & wanted]
-    outcomes, unread = run_notebook_sets(ctx, problem, src, NOTEBOOK, cases, calls, problem.settings,
-                                         partial(judge_case, problem), child="lm_child.py", harness=HARNESS)
-    if unread:
-        return all_zero(problem, vis, f"{problem.id}: {NOTEBOOK} could not be read as a notebook ({unread}); "
-                                      "submit the .ipynb file saved by Jupyter.")
-    return group_results(problem, outcomes, vis)
+    said = (f"{problem.id}: ", "its predict() and generate() are graded from it: add it and submit again.",
+            f"{problem.id}: no {CASE_FOLDER} cases under {ctx.case_root}")
+    return grade_notebook(ctx, problem, NOTEBOOK, load_cases(ctx.case_root, CASE_FOLDER, ctx.visibilities),
+                          [c for c in SPEC.calls if set(c.outputs) & wanted], partial(judge_case, problem), said,
+                          child="lm_child.py", harness=HARNESS)
 
 
 def judge_case(problem: Problem, case: Case, observe, wanted=None) -> CaseOutcome:

@@ -1,6 +1,6 @@
 """Run the handin's trained model (model.pt + notebook 3's code) once per submission, in the sandbox: the public
 set's logits in one forward pass (as notebook 3 computes its figure), generate() and predict() (the course grader's
-GradeContext.course.model_run answers the hidden rows)."""
+Course.model_run answers the hidden rows)."""
 
 from __future__ import annotations
 
@@ -55,11 +55,10 @@ class ModelRun:
 
 
 def model_run(ctx: GradeContext, settings: dict) -> ModelRun:
-    """The submission's ModelRun, made on first use: the kit's (public_run), or the course grader's."""
+    """The submission's ModelRun, made on first use by ctx.course (the kit's: public_run)."""
     key = ("lm_model", tuple(ctx.visibilities))
     if key not in ctx.cache:
-        make = public_run if ctx.course is None else ctx.course.model_run
-        ctx.cache[key] = make(ctx, settings)
+        ctx.cache[key] = ctx.course.model_run(ctx, settings, public_run)
     return ctx.cache[key]
 
 
@@ -193,9 +192,8 @@ def causal_note(run: ModelRun) -> str:
         return ""
     by = "" if run.hidden else f" (by {run.causal_change:.3g} relative to their scale)"
     return (f"Your model is not causal: changing the tokens after position {PROBE_POSITION} changed its logits at or "
-            f"before that position{by}. Trained with teacher forcing, "
-            "such a model learns to read the next character instead of predicting it; apply the causal mask in "
-            "every attention layer.")
+            f"before that position{by}. Trained with teacher forcing, such a model learns to read the next character "
+            "instead of predicting it; apply the causal mask in every attention layer.")
 
 
 def handin_head(run: ModelRun, arr: np.ndarray, own: np.ndarray | None, call: str) -> tuple[np.ndarray | None, str]:
