@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.batch import gradebook, regrade
+from autograder.batch import gradebook, regrade, results_json
 from autograder.grading import rubric_check as rubric_mod
 from autograder.grading.course_result import CourseResult, CourseTest
 
@@ -153,7 +153,7 @@ def test_merge_replaces_only_the_regraded_problem_and_recomputes_the_score(tmp_p
 
 def test_results_json_stays_gradescope_json():
     r = _result("bob", {"attention": [1.0]})
-    data = regrade.to_results_json(r, regrade.current_records(rubric_mod.load(), ["attention"], FIXTURES))
+    data = results_json.to_json(r, regrade.current_records(rubric_mod.load(), ["attention"], FIXTURES))
     assert set(data) == {
         "score",
         "execution_time",

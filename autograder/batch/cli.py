@@ -31,7 +31,7 @@ from gradelib.problems import graded
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..isolation import safe_reading
-from . import gradebook, regrade
+from . import gradebook, regrade, results_json
 from .autolab import autolab_line
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop
 from .pool import Batch, Job
@@ -293,7 +293,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
             jobs.append(Job(path, name, only=only, merge=bool(only), reasons=dict.fromkeys(problem_ids, "--force")))
             stale["--force"] += 1
             continue
-        data = regrade.read_results(folder / "results.json")
+        data = results_json.read(folder / "results.json")
         why = (dict.fromkeys(problem_ids, "results.json could not be read") if data is None
                else regrade.stale_problems(data, current))
         if not why:

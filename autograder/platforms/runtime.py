@@ -34,12 +34,10 @@ from pathlib import Path
 
 from gradelib.safeio import clean_text
 
-from ..batch import cli
-from ..batch.atomic import write_json_atomic
+from ..batch import cli, feedback, results_json
 from ..batch.autolab import autolab_line
 from ..batch.pool import selected_problems
 from ..batch.records import row_of, submission_names
-from ..batch.regrade import feedback, from_gradescope
 from ..grading.course_result import NOT_GRADED
 from ..grading.uploads import resolve_upload
 
@@ -78,24 +76,12 @@ def not_graded(results: dict) -> list[str]:
     return [f"{k[len(NOT_GRADED):]}: {v}" for k, v in flags.items() if k.startswith(NOT_GRADED)]
 
 
-def no_results(target: Path, why: str,
-               then: str = "Gradescope records no score. Rerun the autograder on this submission once the cause is "
-                           "fixed.") -> int:
-    """No grade, the one writer of that record on Gradescope and PrairieLearn: no results.json (the platform shows
-    the run as failed and records no score; `then`, what it does and what the staff do), and why on stdout, which
-    only the staff see. The exit status, 1."""
-    target.unlink(missing_ok=True)
-    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so {then}\n{why}",
-          flush=True)
-    return 1
-
-
 def student_text(results: dict) -> str:
     """The report a student may see (the feedback.txt table): messages of visible tests only."""
-    result = from_gradescope(results, "this handin", [p.id for p in selected_problems(None)])
+    result = results_json.from_json(results, "this handin", [p.id for p in selected_problems(None)])
     result.isolation = ""
     result.notes = str(results.get("output") or "").splitlines()
-    return feedback(result)
+    return feedback.text(result)
 
 
 def gradescope(root: Path, timeout: float) -> int:
@@ -107,11 +93,13 @@ def gradescope(root: Path, timeout: float) -> int:
         with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
             results, _ = _grade(upload, Path(tmp), timeout)
     except Refused as exc:
-        return no_results(target, f"The grader refused to run, for a reason of the course's set-up: {exc}")
+        why = f"The grader refused to run, for a reason of the course's set-up: {exc}"
+        return results_json.no_results(target, why)
     lost = not_graded(results)
     if lost:
-        return no_results(target, "\n".join(["Problems the grader failed on (after its retries):", *lost]))
-    write_json_atomic(target, results)
+        return results_json.no_results(target, "\n".join(["Problems the grader failed on (after its retries):",
+                                                            *lost]))
+    results_json.write(target, results)
     print(f"graded {handin}: {results['score']} points; wrote {target}")
     return 0
 
