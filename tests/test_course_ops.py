@@ -194,9 +194,9 @@ def test_a_late_table_is_validated_like_every_other_value(tmp_path):
             rubric_mod.load(path)
         assert fragment in str(info.value), (table, str(info.value))
     path.write_text(base + "\n[late]\npenalty_per_day = 0.25\nmax_days = 2\n")
-    policy = rubric_mod.late_policy(path)
+    policy = rubric_mod.read(path).late
     assert [policy.penalty(d) for d in (0, 1, 2, 3)] == [0.0, 0.25, 0.5, 1.0]
-    assert rubric_mod.late_policy(RUBRIC) is None
+    assert rubric_mod.read(RUBRIC).late is None
 
 
 # ---------------------------------------------------------------- end to end, --only attention

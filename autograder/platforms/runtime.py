@@ -32,12 +32,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gradelib.problems import graded
 from gradelib.safeio import clean_text
 
 from ..batch import cli, feedback, results_json
 from ..batch.autolab import autolab_line
-from ..batch.pool import selected_problems
 from ..batch.records import row_of, submission_names
+from ..grading import rubric_check
 from ..grading.course_result import NOT_GRADED
 from ..grading.uploads import resolve_upload
 
@@ -54,15 +55,25 @@ class Refused(Exception):
     """The grader graded nothing (a rubric, calibration or isolation level it may not use): why, in its words."""
 
 
-def _grade(handin: Path, out: Path, timeout: float, *options: str) -> tuple[dict, list[str]]:
-    """Grade quietly (cli's `options` added); return results.json's content and the problem ids (Refused when nothing
-    was graded)."""
+def course_rubric() -> rubric_check.Rubric:
+    """The course's rubric, read once for the run (Refused, in the batch grader's words, when it cannot be used)."""
+    try:
+        return rubric_check.read()
+    except rubric_check.RubricError as exc:
+        raise Refused(cli.RUBRIC_REFUSED.format(exc)) from None
+
+
+def _grade(handin: Path, out: Path, timeout: float, *options: str,
+           rubric: rubric_check.Rubric | None = None) -> tuple[dict, list[str]]:
+    """Grade quietly (cli's `options` added) with `rubric` (default the course's, read here); return results.json's
+    content and the graded problem ids (Refused when nothing was graded)."""
+    rubric = rubric or course_rubric()
     argv = [*options, str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
     said = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
-        code = cli.main(argv)
+        code = cli.main(argv, rubric)
     name = submission_names([handin])[0]
-    problem_ids = [p.id for p in selected_problems(None)]
+    problem_ids = list(graded(rubric.problems))
     path = out / name / "results.json"
     if code != 0 or not path.is_file():
         why = clean_text(said.getvalue()).strip()[-2000:]
@@ -76,9 +87,9 @@ def not_graded(results: dict) -> list[str]:
     return [f"{k[len(NOT_GRADED):]}: {v}" for k, v in flags.items() if k.startswith(NOT_GRADED)]
 
 
-def student_text(results: dict) -> str:
+def student_text(results: dict, problem_ids: list[str]) -> str:
     """The report a student may see (the feedback.txt table): messages of visible tests only."""
-    result = results_json.from_json(results, "this handin", [p.id for p in selected_problems(None)])
+    result = results_json.from_json(results, "this handin", problem_ids)
     result.isolation = ""
     result.notes = str(results.get("output") or "").splitlines()
     return feedback.text(result)
@@ -113,7 +124,7 @@ def autolab(handin: Path, timeout: float) -> int:
         print(f"{NOT_GRADED_TEXT}\n\n{exc}")
         print(autolab_line(None, [], str(exc)), flush=True)
         return 0
-    print(student_text(results))
+    print(student_text(results, problem_ids))
     print(autolab_line(row_of(results, handin.name), problem_ids), flush=True)
     return 0
 
