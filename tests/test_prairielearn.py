@@ -206,12 +206,12 @@ def test_a_problem_not_graded_or_a_grader_bug_fails_the_job_and_is_never_a_score
     (root / "student" / "attention.py").write_bytes((SOLUTIONS / "attention.py").read_bytes())
     (root / "results").mkdir()
     target = root / "results" / "results.json"
-    monkeypatch.setattr(prairielearn, "_grade", lambda *a: (data, ["attention", "losses"]))
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a, **k: (data, ["attention", "losses"]))
     target.write_text("{}")  # an older file there goes too
     assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
     said = capsys.readouterr().out
     assert "NOT GRADED" in said and "attention: the sandboxed run of attention_child.py was killed by SIGKILL" in said
-    monkeypatch.setattr(prairielearn, "_grade", lambda *a: 1 / 0)
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a, **k: 1 / 0)
     assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
     assert "internal error: ZeroDivisionError" in capsys.readouterr().out
 
