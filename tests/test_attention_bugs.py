@@ -216,7 +216,7 @@ def test_overflow_message_points_at_max_subtraction(tmp_path, reference_attentio
 def test_sqrt_dv_failure_names_the_dk_ne_dv_case(tmp_path, reference_attention):
     """The public narrow_keys case shows it (the student can fix it locally), the hidden dk_ne_dv grades it too;
     the report's first failed line is that edge line with its case and cause."""
-    from autograder.batch.regrade import feedback
+    from autograder.batch.feedback import text as feedback
 
     result = graded_bug("scale_by_sqrt_dv")
     for vis, case in (("public", "narrow_keys"), ("hidden", "dk_ne_dv")):

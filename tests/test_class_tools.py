@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch import regrade
+from autograder.batch import regrade, results_json
 from autograder.batch.records import read_row, source_key, submission_names
 from autograder.grading import rubric_check as rubric_mod
 from autograder.grading.course_result import CourseResult, CourseTest
@@ -408,20 +408,20 @@ def test_the_top_line_says_only_what_the_notes_and_the_visible_lines_do_not():
         return r
 
     crashed = "internal grader error (KeyError: 'x'); please tell the course staff."
-    assert regrade.not_graded_normally(result(crashed)) == [f"attention: not graded normally: {crashed}"]
+    assert results_json.not_graded_normally(result(crashed)) == [f"attention: not graded normally: {crashed}"]
     # Hidden lines only: their outputs are not shown before the course publishes them, so neither is the line.
-    assert regrade.not_graded_normally(result(crashed, ("hidden",))) == []
+    assert results_json.not_graded_normally(result(crashed, ("hidden",))) == []
     # A missing file the top note already names, or the note itself repeated on every line: nothing more to say.
     lacks = "The handin lacks attention.py, model.pt; what is missing scores 0. Expected ...: attention.py, model.pt."
     missing = "attention.py is missing from the handin; add it and submit again."
-    assert regrade.not_graded_normally(result(missing, notes=[lacks])) == []
-    assert regrade.not_graded_normally(result(missing)) == [f"attention: not graded normally: {missing}"]
+    assert results_json.not_graded_normally(result(missing, notes=[lacks])) == []
+    assert results_json.not_graded_normally(result(missing)) == [f"attention: not graded normally: {missing}"]
     opened = "The handin could not be opened: x.tar is not a tar archive"
-    assert regrade.not_graded_normally(result("not graded: x.tar is not a tar archive", notes=[opened])) == []
+    assert results_json.not_graded_normally(result("not graded: x.tar is not a tar archive", notes=[opened])) == []
     # Lines that failed for different reasons were graded normally: they say what was wrong, each.
     mixed = result("failed on 4 of 4 public cases")
     mixed.tests[1].output = "failed on 5 of 6 hidden cases"
-    assert regrade.not_graded_normally(mixed) == []
+    assert results_json.not_graded_normally(mixed) == []
 
 
 def test_a_worker_stopped_mid_write_leaves_no_temporary_file(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.batch import gradebook, regrade
+from autograder.batch import gradebook, regrade, results_json
 from autograder.grading import rubric_check as rubric_mod
 from autograder.grading.course_result import CourseResult, CourseTest
 
@@ -153,7 +153,7 @@ def test_merge_replaces_only_the_regraded_problem_and_recomputes_the_score(tmp_p
 
 def test_results_json_stays_gradescope_json():
     r = _result("bob", {"attention": [1.0]})
-    data = regrade.to_results_json(r, regrade.current_records(rubric_mod.load(), ["attention"], FIXTURES))
+    data = results_json.to_json(r, regrade.current_records(rubric_mod.load(), ["attention"], FIXTURES))
     assert set(data) == {
         "score",
         "execution_time",
@@ -194,9 +194,9 @@ def test_a_late_table_is_validated_like_every_other_value(tmp_path):
             rubric_mod.load(path)
         assert fragment in str(info.value), (table, str(info.value))
     path.write_text(base + "\n[late]\npenalty_per_day = 0.25\nmax_days = 2\n")
-    policy = rubric_mod.late_policy(path)
+    policy = rubric_mod.read(path).late
     assert [policy.penalty(d) for d in (0, 1, 2, 3)] == [0.0, 0.25, 0.5, 1.0]
-    assert rubric_mod.late_policy(RUBRIC) is None
+    assert rubric_mod.read(RUBRIC).late is None
 
 
 # ---------------------------------------------------------------- end to end, --only attention

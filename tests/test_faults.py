@@ -437,7 +437,7 @@ def test_a_kill_while_the_class_files_are_written_leaves_them_whole_and_the_reru
 def test_a_result_not_graded_gives_gradescope_no_results_json_and_autolab_no_score(tmp_path, monkeypatch, capsys):
     """Gradescope shows a run without results.json as failed, with no score: what the staff see, never a 0 the
     student sees; Autolab's last line leaves the problem out. A refusal of the course's set-up goes the same way."""
-    from autograder.batch import regrade
+    from autograder.batch import regrade, results_json
     from autograder.grading import rubric_check
     from autograder.grading.course_result import CourseResult, CourseTest
     from autograder.platforms import runtime
@@ -450,7 +450,7 @@ def test_a_result_not_graded_gives_gradescope_no_results_json_and_autolab_no_sco
         result.tests.append(CourseTest(pid, f"{pid}: all", score, problems[pid].points, "public", "x"))
         result.max_points[pid] = problems[pid].points
     result.mark_not_graded("attention", "the sandboxed run of attention_child.py was killed by SIGKILL")
-    data = regrade.to_results_json(result, regrade.current_records(problems, ["attention", "losses"], FIXTURES))
+    data = results_json.to_json(result, regrade.current_records(problems, ["attention", "losses"], FIXTURES))
     assert data["score"] is None and data["tests"][0]["score"] is None and "status" not in data["tests"][0]
     assert data["tests"][1]["score"] == problems["losses"].points  # the problem graded keeps its score
     root = tmp_path / "autograder"

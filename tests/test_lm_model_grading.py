@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.batch.regrade import to_results_json
+from autograder.batch.results_json import to_json as to_results_json
 from autograder.grading import model_quality
 from autograder.oracle import metrics as M
 from autograder.oracle.ngram import NGramModel

@@ -222,7 +222,7 @@ SEEN_IN_PUBLIC = [
 @pytest.mark.parametrize("notebook,function,old,new,groups,case", SEEN_IN_PUBLIC)
 def test_a_slip_only_hidden_cases_showed_is_seen_on_a_public_case(tmp_path, notebook, function, old, new, groups,
                                                                   case):
-    from autograder.batch.regrade import feedback
+    from autograder.batch.feedback import text as feedback
     from gradelib import rubric
 
     problem = PROBLEM_OF[notebook]

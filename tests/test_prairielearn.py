@@ -189,7 +189,7 @@ def test_a_grader_that_refuses_fails_the_job_with_no_results_json(package, tmp_p
 def test_a_problem_not_graded_or_a_grader_bug_fails_the_job_and_is_never_a_score(tmp_path, monkeypatch, capsys):
     """A problem the grader failed on (a run killed from outside, say) and a bug of the grader: exit 1 and no
     results.json, an older one removed; why on stdout."""
-    from autograder.batch import regrade
+    from autograder.batch import regrade, results_json
     from autograder.grading import rubric_check
 
     from support import FIXTURES
@@ -199,19 +199,19 @@ def test_a_problem_not_graded_or_a_grader_bug_fails_the_job_and_is_never_a_score
         result.tests.append(CourseTest(pid, f"{pid}: all", score, PROBLEMS[pid].points, "public", "x"))
         result.max_points[pid] = PROBLEMS[pid].points
     result.mark_not_graded("attention", "the sandboxed run of attention_child.py was killed by SIGKILL")
-    data = regrade.to_results_json(
+    data = results_json.to_json(
         result, regrade.current_records(rubric_check.load(), ["attention", "losses"], FIXTURES))
     root = tmp_path / "grade"
     (root / "student").mkdir(parents=True)
     (root / "student" / "attention.py").write_bytes((SOLUTIONS / "attention.py").read_bytes())
     (root / "results").mkdir()
     target = root / "results" / "results.json"
-    monkeypatch.setattr(prairielearn, "_grade", lambda *a: (data, ["attention", "losses"]))
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a, **k: (data, ["attention", "losses"]))
     target.write_text("{}")  # an older file there goes too
     assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
     said = capsys.readouterr().out
     assert "NOT GRADED" in said and "attention: the sandboxed run of attention_child.py was killed by SIGKILL" in said
-    monkeypatch.setattr(prairielearn, "_grade", lambda *a: 1 / 0)
+    monkeypatch.setattr(prairielearn, "_grade", lambda *a, **k: 1 / 0)
     assert prairielearn.grade_job(root, 30.0, 600.0) == 1 and not target.exists()
     assert "internal error: ZeroDivisionError" in capsys.readouterr().out
 

@@ -256,7 +256,7 @@ def test_a_failure_shows_its_first_case_in_full_counts_the_others_and_says_a_hin
 @pytest.mark.parametrize("shown", ["after_published", "after_due_date", "visible", "hidden"])
 def test_what_students_see_of_the_hidden_tests_is_the_rubrics_setting(tmp_path, shown):
     """hidden_tests of a problem sets the Gradescope visibility of its hidden tests; public ones stay visible."""
-    from autograder.batch.regrade import gradescope_test
+    from autograder.batch.results_json import gradescope_test
     from autograder.grading import rubric_check
     from autograder.grading.course_result import CourseResult
     from gradelib.scoring import all_zero
@@ -286,12 +286,12 @@ def test_the_class_grader_writes_the_rubrics_visibility_into_results_json(tmp_pa
 def test_a_hidden_tests_visibility_survives_a_regrade_of_another_problem():
     """A rerun that regrades one problem writes the others' tests back as read from results.json: their
     visibility (the rubric's hidden_tests) is kept, not reset to after_published."""
-    from autograder.batch.regrade import from_gradescope, gradescope_test
+    from autograder.batch.results_json import from_json, gradescope_test
 
     data = {"tests": [{"name": f"attention: l [{v}]", "score": 1.0, "max_score": 1.0, "output": "",
                        "visibility": shown, "tags": ["attention"]}
                       for v, shown in (("public", "visible"), ("hidden", "after_due_date"), ("hidden", "hidden"))]}
-    back = from_gradescope(data, "alice", ["attention"])
+    back = from_json(data, "alice", ["attention"])
     assert [gradescope_test(t, "1.1")["visibility"] for t in back.tests] == ["visible", "after_due_date", "hidden"]
     assert [t.visibility for t in back.tests] == ["public", "hidden", "hidden"]
 
@@ -334,7 +334,7 @@ def test_the_table_puts_root_causes_first_quotes_an_error_once_and_keeps_to_100_
 def test_feedback_folds_hidden_failures_whose_public_line_failed_and_names_the_others():
     """feedback.txt (hidden messages not shown): a hidden line failing with its public twin is counted in one line,
     one whose public twin passed (a slip only hidden cases show) is named; passing lines are folded."""
-    from autograder.batch.regrade import feedback
+    from autograder.batch.feedback import text as feedback
     from autograder.grading.course_result import CourseResult, CourseTest
 
     def test(line: str, vis: str, score: float) -> CourseTest:

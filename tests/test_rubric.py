@@ -3,7 +3,12 @@ name, points add up; the kit reads the shipped file as the check passed it."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 import tomllib
@@ -299,3 +304,45 @@ def test_the_batch_grader_refuses_an_edge_line_no_case_carries(tmp_path, monkeyp
         r"attention.single_position is graded on edge 'single_positon', but no (public|hidden) case", err
     ), err
     assert "Traceback" not in err and not (tmp_path / "grades").exists()
+
+
+AUDIT_OPENS = """import json, os, sys
+def _hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.fsdecode(args[0])
+        if os.path.basename(path) == "rubric.toml":
+            with open(os.environ["RUBRIC_OPENS"], "a") as log:
+                log.write(json.dumps([os.getpid(), sys.argv[0], path]) + "\\n")
+sys.addaudithook(_hook)
+"""
+
+
+def test_one_grading_command_reads_its_rubric_once_and_its_workers_never(tmp_path):
+    """The command reads the rubric once (every table: problems, [late], [calibration]) and hands it to its workers,
+    which read no rubric file: every process gets an audit hook on open (sitecustomize.py) that logs each rubric.toml
+    it opens."""
+    from support import REPO, SOLUTIONS
+
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(AUDIT_OPENS)
+    copy = tmp_path / "course" / "rubric.toml"
+    copy.parent.mkdir()
+    shutil.copyfile(rubric.RUBRIC_PATH, copy)
+    subs = []
+    for name in ("alice", "bob"):  # two submissions: two workers; the language-model problems score 0 (no files)
+        (tmp_path / name).mkdir()
+        shutil.copyfile(SOLUTIONS / "attention.py", tmp_path / name / "attention.py")
+        subs.append(str(tmp_path / name))
+    log = tmp_path / "opens.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "hook"), "RUBRIC_OPENS": str(log)}
+    proc = subprocess.run([sys.executable, "-m", "autograder", *subs, "--out", str(tmp_path / "grades"),
+                           "--rubric", str(copy), "--timeout", "120"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("alice", "bob"):  # each was graded, by a worker, with the rubric it was given
+        data = json.loads((tmp_path / "grades" / name / "results.json").read_text())
+        attention = [t for t in data["tests"] if t["tags"] == ["attention"]]
+        assert attention and all(t["score"] == t["max_score"] for t in attention), attention
+    opens = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [path for _, _, path in opens] == [str(copy)], opens  # once, and never the kit's own rubric.toml
+    assert opens[0][1].endswith("autograder/__main__.py"), opens  # by the command's process, not a worker

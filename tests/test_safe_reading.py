@@ -37,8 +37,10 @@ from autograder.batch.atomic import write_json_atomic
 from autograder.batch.autolab import autolab_line
 from autograder.batch.gradebook import write_gradebook
 from autograder.batch.records import read_row, source_key, submission_names
-from autograder.batch.regrade import gradescope_test, to_results_json, write_merged
+from autograder.batch.regrade import write_merged
 from autograder.batch.report import write_report
+from autograder.batch.results_json import gradescope_test
+from autograder.batch.results_json import to_json as to_results_json
 from autograder.grading.course_result import CourseResult
 from autograder.grading.course_result import CourseTest as Line  # the course records every test as one
 from autograder.isolation import safe_reading

@@ -13,7 +13,8 @@ import zipfile
 
 import pytest
 
-from autograder.batch.regrade import to_results_json, write_merged
+from autograder.batch.regrade import write_merged
+from autograder.batch.results_json import to_json as to_results_json
 from autograder.batch.worker import grade_hidden
 from autograder.grading import uploads as submission
 from autograder.grading.uploads import HandinError, copy_capped, open_handin, open_upload, resolve_upload

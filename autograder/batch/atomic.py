@@ -1,6 +1,6 @@
 """The course grader's files on disk, each written so a reader sees the old one or the new one, never half.
 
-results.json and feedback.txt per submission (regrade.write_merged), the class's records and reports:
+results.json and feedback.txt per submission (results_json.write, feedback.write), the class's records and reports:
 graders and TAs read them while a batch writes them, and a worker may be stopped at any moment.
 """
 

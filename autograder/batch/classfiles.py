@@ -16,7 +16,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.grading import rubric_check as rubric_mod
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..isolation import safe_reading
@@ -87,7 +86,7 @@ def read_book_inputs(args: argparse.Namespace) -> dict:
         "extensions": gradebook.read_extensions(args.extensions) if args.extensions else {},
         "submitted_at": gradebook.read_submitted_at(args.submitted_at) if args.submitted_at else {},
         "due": gradebook.parse_time(args.due, "--due") if args.due else None,
-        "policy": rubric_mod.late_policy(args.rubric),
+        "policy": args.course_rubric.late,
     }
 
 

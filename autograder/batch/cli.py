@@ -31,13 +31,15 @@ from gradelib.problems import graded
 from gradelib.safeio import SafeReadError, clean_text
 
 from ..isolation import safe_reading
-from . import gradebook, regrade
+from . import gradebook, regrade, results_json
 from .autolab import autolab_line
 from .classfiles import REGRADE_LOG, log_regrades, read_book_inputs, write_class_files, write_stop
 from .pool import Batch, Job
 from .records import adopt_zip_folders, already_graded, claim, class_folders, read_row, submission_names
 from .submission_times import keep_metadata
 from .worker import CASE_ROOT
+
+RUBRIC_REFUSED = "The rubric cannot be used, so nothing was graded: {}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -100,15 +102,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
+def refusal(args: argparse.Namespace, rubric: rubric_mod.Rubric | None = None) -> tuple[list[str], str]:
     """The rubric's graded problem ids, and why nothing may be graded ("" when all is well): a rubric,
-    problem id, bookkeeping file, calibration or isolation level that cannot be used. The rubric, loaded
-    here once, is args.problems for the rest of the run; the book inputs are args.book."""
+    problem id, bookkeeping file, calibration or isolation level that cannot be used. The rubric (`rubric`, or
+    --rubric read here: once a command) is args.course_rubric for the rest of the run, workers included, and its
+    problems args.problems; the book inputs are args.book."""
     try:
-        args.problems = rubric_mod.load(args.rubric)
+        args.course_rubric = rubric_mod.rubric_of(rubric or args.rubric)
+        args.problems = args.course_rubric.problems
         known = list(graded(args.problems))
     except rubric_mod.RubricError as exc:
-        return [], f"The rubric cannot be used, so nothing was graded: {exc}"
+        return [], RUBRIC_REFUSED.format(exc)
     unknown = [p for p in args.only or [] if p not in known]
     if unknown:
         return known, f"unknown problem id(s) {unknown}; known: {known}"
@@ -122,7 +126,7 @@ def refusal(args: argparse.Namespace) -> tuple[list[str], str]:
     if {"prediction", "generation"} & {p for p in known if not args.only or p in args.only}:
         from ..reference.provenance import refusal as lm_refusal
 
-        why = lm_refusal(Path(args.fixtures) / "lm", args.rubric)
+        why = lm_refusal(Path(args.fixtures) / "lm", args.course_rubric)
         if why:
             return known, f"Not grading: {why}."
     if args.isolation == "strict" and sandbox.isolation_level() != "namespaces":
@@ -169,12 +173,13 @@ def edges_without_cases(problems: dict, ids: list[str], case_root: Path) -> str:
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Grade the submissions named, then write the class files; the exit status (0; 2 refused; 128 + signal)."""
+def main(argv: list[str] | None = None, rubric: rubric_mod.Rubric | None = None) -> int:
+    """Grade the submissions named, then write the class files; the exit status (0; 2 refused; 128 + signal).
+    `rubric`, the course's rubric already read (a platform's run), in place of --rubric."""
     from tqdm import tqdm
 
     args = parse_args(argv)
-    known, why = refusal(args)
+    known, why = refusal(args, rubric)
     if why:
         print(why, file=sys.stderr)
         return 2
@@ -293,7 +298,7 @@ def plan_jobs(args: argparse.Namespace, names: list[str], problem_ids: list[str]
             jobs.append(Job(path, name, only=only, merge=bool(only), reasons=dict.fromkeys(problem_ids, "--force")))
             stale["--force"] += 1
             continue
-        data = regrade.read_results(folder / "results.json")
+        data = results_json.read(folder / "results.json")
         why = (dict.fromkeys(problem_ids, "results.json could not be read") if data is None
                else regrade.stale_problems(data, current))
         if not why:

@@ -21,8 +21,10 @@ leave no results.json saying "not graded"; it costs the worker's start
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -142,8 +144,7 @@ class Batch:
             f"--isolation={self.args.isolation}", f"--scratch-root={job.scratch}",
             f"--case-root={self.args.fixtures.resolve()}",
         ]
-        if self.args.rubric:
-            argv.append(f"--rubric={self.args.rubric.resolve()}")
+        argv.append("--rubric-on-stdin")  # the command's rubric, read once (cli.refusal): no worker reads it again
         if job.only:
             argv += [f"--only={p}" for p in job.only]
         if job.merge:
@@ -154,9 +155,16 @@ class Batch:
             log.write(f"--- attempt {job.attempts}\n".encode())
             log.flush()
             job.proc = subprocess.Popen(
-                argv, cwd=PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv, cwd=PACKAGE_ROOT, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=self._preexec,
             )
+        try:  # a few kilobytes: the pipe holds them whole, so this never waits on the worker
+            job.proc.stdin.write(pickle.dumps(self.args.course_rubric))
+        except BrokenPipeError:  # the worker died at once: its exit status says so (_finished)
+            pass
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                job.proc.stdin.close()
         job.clock = RunClock(self.deadline_s, lambda pid=job.proc.pid: {pid})  # load never ends a worker early
         self.active.append(job)
 

@@ -52,7 +52,7 @@ def kind_of(note: str) -> str:
     return next((kind for kind, words in KINDS if any(w in low for w in words)), "grader's note")
 
 
-SANDBOX_LINE = "Sandbox: "  # regrade.to_results_json ends every output with it
+SANDBOX_LINE = "Sandbox: "  # results_json.to_json ends every output with it
 
 
 def notes_of(output: str) -> list[str]:

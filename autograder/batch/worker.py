@@ -2,10 +2,12 @@
 
     python -m autograder.batch.worker --name=NAME --out=DIR [--only=ID ...] [--merge]
                                 [--timeout=S] [--memory-mb=M] [--isolation=best|strict|portable]
-                                [--scratch-root=DIR] [--rubric=FILE] [--case-root=DIR] -- SUBMISSION
+                                [--scratch-root=DIR] [--rubric=FILE | --rubric-on-stdin] [--case-root=DIR]
+                                -- SUBMISSION
 
 (The pool passes every value after `=` and the submission after `--`, so a name or path that starts
-with `-` is never read as an option.)
+with `-` is never read as an option; and the rubric its command read, on stdin (--rubric-on-stdin), so no worker
+reads the rubric again.)
 
 The batch grader (cli.py) starts one of these per submission, so whatever
 goes wrong while grading one handin -- a crash of the grader itself, a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import signal
 import sys
 from pathlib import Path
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=ISOLATION_CHOICES, default="best",
                     help="strict: refuse to run submission code without namespaces")
     ap.add_argument("--rubric", type=Path, default=None, help="rubric file (default: gradelib/rubric.toml)")
+    ap.add_argument("--rubric-on-stdin", action="store_true",
+                    help="the rubric already read and checked, pickled on stdin by the pool (in place of --rubric)")
     ap.add_argument("--case-root", type=Path, default=CASE_ROOT, help="folder of the cases (default: fixtures/)")
     ap.add_argument("--merge", action="store_true",
                     help="replace only the graded problems' tests in the results.json already there, keep the others'")
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     _scratch[:] = [args.scratch_root] if args.scratch_root else []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _kill_children_and_exit)
-    problems = rubric_mod.load(args.rubric)
+    problems = (_rubric_from_pool() if args.rubric_on_stdin else rubric_mod.read(args.rubric)).problems
     result = grade_hidden(
         args.submission,
         case_root=args.case_root,
@@ -117,6 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         _say("\n".join(["runs lost to a fault (the problems are marked not graded):", *sandbox.FAULTS]))
         return FAULT_EXIT
     return 0
+
+
+def _rubric_from_pool() -> rubric_mod.Rubric:
+    """The rubric the pool read and checked, pickled on stdin (pool.py, its one writer); stdin is /dev/null after."""
+    rubric = pickle.loads(sys.stdin.buffer.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if not isinstance(rubric, rubric_mod.Rubric):
+        raise TypeError(f"--rubric-on-stdin: expected a pickled Rubric on stdin, got {type(rubric).__name__}")
+    return rubric
 
 
 def _say(text: str) -> None:

@@ -8,6 +8,8 @@ with an unknown key or a wrong value is refused at start-up with a message namin
 silently change a grade. The tables only the course reads are
 here too: [late] (the gradebook's late policy) and [calibration] (what the language-model thresholds were
 measured on).
+
+A command reads its rubric once (read): one Rubric, handed to whatever needs it, its worker processes included.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from gradelib.problems import attention, lm_functions
 from gradelib.problems.lm_common import FORMAT_LINE, QUALITY_LINES
 from gradelib.problems.notebook_functions import SPECS, NotebookSpec
 from gradelib.rubric import RUBRIC_PATH, Problem, RubricError, tomllib
+from gradelib.rubric import _problem as kit_problem  # the kit's reading of one checked [problems.<id>] table
 from gradelib.rubric_schema import VISIBILITIES
 
-__all__ = ["RUBRIC_PATH", "LatePolicy", "Problem", "RubricError", "calibration", "check", "late_policy", "load"]
+__all__ = ["RUBRIC_PATH", "LatePolicy", "Problem", "Rubric", "RubricError", "check", "load", "read", "rubric_of"]
 
 # What students see of the hidden tests on Gradescope (each test's "visibility" in results.json).
 HIDDEN_TESTS = {
@@ -401,19 +404,30 @@ def _read(path: Path) -> dict:
             f"{path.name}: unknown top-level key(s) {unknown_top}; the file holds [problems.<id>] tables, "
             "an optional [late] table and a [calibration] table"
         )
-    if "late" in data:
-        _late(f"{path.name} [late]", data["late"])
-    _calibration(path, data)
     return data
 
 
-def check(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> None:
-    """Check every key and value of the rubric at `path` (default the kit's, gradelib/rubric.toml) against
-    `schemas` (problem id -> ProblemSchema, default the graded problems' own); raise RubricError naming the
-    first that is wrong. A problem id without a schema is refused."""
+@dataclass(frozen=True)
+class Rubric:
+    """One rubric file, read and checked once: its problems by id in file order (as the kit reads them, each setting
+    the file leaves out at its default), its late policy ([late]; None without one) and its [calibration] table
+    (corpus, corpus_sha256, oracle; each "" when absent)."""
+
+    path: Path
+    problems: dict[str, Problem]
+    late: LatePolicy | None
+    calibration: dict[str, str]
+
+
+def read(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> Rubric:
+    """The rubric at `path` (default the kit's, gradelib/rubric.toml), read once and checked: every key and value
+    against `schemas` (problem id -> ProblemSchema, default the graded problems' own); RubricError naming the first
+    that is wrong. A problem id without a schema is refused."""
     path = Path(path or rubric.RUBRIC_PATH)
     schemas = SCHEMAS if schemas is None else schemas
     data = _read(path)
+    late = _late(f"{path.name} [late]", data["late"]) if "late" in data else None
+    calibration = _calibration(path, data)
     problems = data.get("problems", {})
     for pid, table in problems.items():
         where = f"{path.name} [problems.{pid}]"
@@ -438,29 +452,31 @@ def check(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | No
         _settings(f"{where} settings", spec["settings"], schemas[pid])
     if not problems:
         raise RubricError(f"{path}: no [problems.<id>] tables")
+    read_problems = {pid: kit_problem(pid, table) for pid, table in problems.items()}
+    return Rubric(
+        path=path,
+        problems={pid: replace(p, settings={key: p.settings.get(key, s.default)
+                                            for key, s in schemas[pid].settings.items()})
+                  for pid, p in read_problems.items()},
+        late=late,
+        calibration=calibration,
+    )
+
+
+def rubric_of(source: Rubric | Path | str | None) -> Rubric:
+    """`source` itself when it is a Rubric already read, else the rubric at that path (None: the kit's), read."""
+    return source if isinstance(source, Rubric) else read(source)
+
+
+def check(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> None:
+    """Check the rubric at `path` (read); RubricError naming the first key or value that is wrong."""
+    read(path, schemas)
 
 
 def load(path: Path | str | None = None, schemas: dict[str, ProblemSchema] | None = None) -> dict[str, Problem]:
-    """The rubric at `path` (default gradelib/rubric.toml), checked (check), as the kit reads it: problems by
-    id, in file order, each setting the file leaves out at its default (`schemas`, default the problems' own)."""
-    check(path, schemas)
-    schemas = SCHEMAS if schemas is None else schemas
-    return {pid: replace(p, settings={key: p.settings.get(key, s.default) for key, s in schemas[pid].settings.items()})
-            for pid, p in rubric.load(path).items()}
-
-
-def late_policy(path: Path | str | None = None) -> LatePolicy | None:
-    """The [late] table of the rubric at `path` (default the kit's), validated; None when the rubric has none."""
-    path = Path(path or rubric.RUBRIC_PATH)
-    data = _read(path)
-    return _late(f"{path.name} [late]", data["late"]) if "late" in data else None
-
-
-def calibration(path: Path | str | None = None) -> dict[str, str]:
-    """The [calibration] table (corpus, corpus_sha256, oracle) of the rubric at `path` (default the kit's), each
-    key "" when absent."""
-    path = Path(path or rubric.RUBRIC_PATH)
-    return _calibration(path, _read(path))
+    """The problems of the rubric at `path` (default gradelib/rubric.toml), checked (read), as the kit reads them:
+    by id, in file order, each setting the file leaves out at its default (`schemas`, default the problems' own)."""
+    return read(path, schemas).problems
 
 
 def check_edges(problem_id: str, cases: list[tuple[str, str, str]], rubric_path: Path | None = None) -> None:

@@ -1,7 +1,7 @@
 """Build the platforms' packages (`make gradescope`, `make autolab`, `make prairielearn`).
 
 All carry the same payload: gradelib/ and the staff grader (autograder/, without
-the instructor-only build tools), fixtures/ with the hidden cases, and
+the instructor-only tools, autograder/tools/), fixtures/ with the hidden cases, and
 requirements-grading.txt (torch, numpy, matplotlib, tqdm: what grading needs;
 no jupyter, otter or pytest). The platform files live beside this module in
 platform_files/.
@@ -57,7 +57,7 @@ def payload() -> list[tuple[str, Path]]:
             rel = path.relative_to(REPO)
             if not path.is_file() or "__pycache__" in rel.parts or path.suffix == ".pyc":
                 continue
-            if rel.parts[:2] == ("autograder", "build"):
+            if rel.parts[:2] == ("autograder", "tools"):
                 continue
             files.append((rel.as_posix(), path))
     return files

@@ -9,7 +9,7 @@ PrairieLearn's repository) and runs the question's entrypoint (platform_files/pr
 
 Three outcomes:
 - graded: results.json with `score`, the fraction of the rubric's points; one test per rubric line (points,
-  max_points, its message where a student may see it: regrade.shown_at_once, as in Gradescope's feedback);
+  max_points, its message where a student may see it: feedback.shown_at_once, as in Gradescope's feedback);
   `output`, the feedback table; an image of the language model's standing against the thresholds;
 - an upload `make handin` would refuse (a file that does not parse, a notebook that is not one): results.json with
   `gradable: false` and a `format_errors` entry per problem in make handin's words; PrairieLearn shows it "invalid,
@@ -17,7 +17,7 @@ Three outcomes:
 - not graded, the grader's own failure (a refusal of the course's set-up, a problem it could not grade, a bug): no
   results.json and exit status 1, why on stdout. PrairieLearn's host records a failed job, with that output in its
   log for the staff; PrairieLearn makes a failed job's submission not gradable: no points, no attempt used.
-  Never a score, and never "invalid" in the student's name (runtime.no_results writes it, as for Gradescope).
+  Never a score, and never "invalid" in the student's name (results_json.no_results writes it, as for Gradescope).
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from pathlib import Path
 
 from gradelib.handin import check_file
 from gradelib.handin_contract import HANDIN_FILES
+from gradelib.problems import graded
 from gradelib.rubric_schema import Problem
 from gradelib.safeio import clean_text
 
 from ..batch.atomic import write_text_atomic
-from ..batch.pool import selected_problems
-from ..batch.regrade import WITHHELD, from_gradescope, shown_at_once
+from ..batch.feedback import WITHHELD, shown_at_once
+from ..batch.results_json import from_json, no_results
 from ..grading.course_result import CourseResult, CourseTest
-from .runtime import Refused, _grade, no_results, not_graded, student_text
+from .runtime import Refused, _grade, course_rubric, not_graded, student_text
 
 MAX_BYTES = 1024 * 1024  # PrairieLearn's cap on results.json
 BUDGET = 900_000  # what this writer allows itself
@@ -219,19 +220,20 @@ def _job(student: Path, timeout: float, job_timeout: float) -> dict:
     # each problem's time limit as the batch grader sizes its deadline, so code that hangs everywhere scores 0 in
     # time, never "not graded".
     deadline = max(10.0, job_timeout - MARGIN_S)
-    timeout = max(5.0, min(timeout, (deadline - 60.0) / (1.5 * len(selected_problems(None)) + 1)))
     options = ("--retries", "0", "--submission-timeout", f"{deadline:.0f}")
     try:
+        rubric = course_rubric()  # read once, for the whole job
+        problems = graded(rubric.problems)
+        timeout = max(5.0, min(timeout, (deadline - 60.0) / (1.5 * len(problems) + 1)))
         with tempfile.TemporaryDirectory(prefix="prairielearn-") as tmp:
-            results, problem_ids = _grade(student, Path(tmp), timeout, *options)
+            results, problem_ids = _grade(student, Path(tmp), timeout, *options, rubric=rubric)
     except Refused as exc:
         raise NotGraded(f"The grader refused to run, for a reason of the course's set-up: {exc}") from None
     failed = not_graded(results)
     if failed:  # a problem the grader could not grade: any score would lack its points
         raise NotGraded("\n".join(["Problems the grader failed on:", *failed]))
-    problems = {p.id: p for p in selected_problems(None)}
-    result = from_gradescope(results, "this submission", problem_ids)
-    return results_json(result, problems, student_text(results))
+    result = from_json(results, "this submission", problem_ids)
+    return results_json(result, problems, student_text(results, problem_ids))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,14 +32,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gradelib.problems import graded
 from gradelib.safeio import clean_text
 
-from ..batch import cli
-from ..batch.atomic import write_json_atomic
+from ..batch import cli, feedback, results_json
 from ..batch.autolab import autolab_line
-from ..batch.pool import selected_problems
 from ..batch.records import row_of, submission_names
-from ..batch.regrade import feedback, from_gradescope
+from ..grading import rubric_check
 from ..grading.course_result import NOT_GRADED
 from ..grading.uploads import resolve_upload
 
@@ -56,15 +55,25 @@ class Refused(Exception):
     """The grader graded nothing (a rubric, calibration or isolation level it may not use): why, in its words."""
 
 
-def _grade(handin: Path, out: Path, timeout: float, *options: str) -> tuple[dict, list[str]]:
-    """Grade quietly (cli's `options` added); return results.json's content and the problem ids (Refused when nothing
-    was graded)."""
+def course_rubric() -> rubric_check.Rubric:
+    """The course's rubric, read once for the run (Refused, in the batch grader's words, when it cannot be used)."""
+    try:
+        return rubric_check.read()
+    except rubric_check.RubricError as exc:
+        raise Refused(cli.RUBRIC_REFUSED.format(exc)) from None
+
+
+def _grade(handin: Path, out: Path, timeout: float, *options: str,
+           rubric: rubric_check.Rubric | None = None) -> tuple[dict, list[str]]:
+    """Grade quietly (cli's `options` added) with `rubric` (default the course's, read here); return results.json's
+    content and the graded problem ids (Refused when nothing was graded)."""
+    rubric = rubric or course_rubric()
     argv = [*options, str(handin), "--out", str(out), "--timeout", str(timeout), "--force"]
     said = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
-        code = cli.main(argv)
+        code = cli.main(argv, rubric)
     name = submission_names([handin])[0]
-    problem_ids = [p.id for p in selected_problems(None)]
+    problem_ids = list(graded(rubric.problems))
     path = out / name / "results.json"
     if code != 0 or not path.is_file():
         why = clean_text(said.getvalue()).strip()[-2000:]
@@ -78,24 +87,12 @@ def not_graded(results: dict) -> list[str]:
     return [f"{k[len(NOT_GRADED):]}: {v}" for k, v in flags.items() if k.startswith(NOT_GRADED)]
 
 
-def no_results(target: Path, why: str,
-               then: str = "Gradescope records no score. Rerun the autograder on this submission once the cause is "
-                           "fixed.") -> int:
-    """No grade, the one writer of that record on Gradescope and PrairieLearn: no results.json (the platform shows
-    the run as failed and records no score; `then`, what it does and what the staff do), and why on stdout, which
-    only the staff see. The exit status, 1."""
-    target.unlink(missing_ok=True)
-    print(f"NOT GRADED: the grader failed, not the submission; no results.json was written, so {then}\n{why}",
-          flush=True)
-    return 1
-
-
-def student_text(results: dict) -> str:
+def student_text(results: dict, problem_ids: list[str]) -> str:
     """The report a student may see (the feedback.txt table): messages of visible tests only."""
-    result = from_gradescope(results, "this handin", [p.id for p in selected_problems(None)])
+    result = results_json.from_json(results, "this handin", problem_ids)
     result.isolation = ""
     result.notes = str(results.get("output") or "").splitlines()
-    return feedback(result)
+    return feedback.text(result)
 
 
 def gradescope(root: Path, timeout: float) -> int:
@@ -107,11 +104,13 @@ def gradescope(root: Path, timeout: float) -> int:
         with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
             results, _ = _grade(upload, Path(tmp), timeout)
     except Refused as exc:
-        return no_results(target, f"The grader refused to run, for a reason of the course's set-up: {exc}")
+        why = f"The grader refused to run, for a reason of the course's set-up: {exc}"
+        return results_json.no_results(target, why)
     lost = not_graded(results)
     if lost:
-        return no_results(target, "\n".join(["Problems the grader failed on (after its retries):", *lost]))
-    write_json_atomic(target, results)
+        return results_json.no_results(target, "\n".join(["Problems the grader failed on (after its retries):",
+                                                            *lost]))
+    results_json.write(target, results)
     print(f"graded {handin}: {results['score']} points; wrote {target}")
     return 0
 
@@ -125,7 +124,7 @@ def autolab(handin: Path, timeout: float) -> int:
         print(f"{NOT_GRADED_TEXT}\n\n{exc}")
         print(autolab_line(None, [], str(exc)), flush=True)
         return 0
-    print(student_text(results))
+    print(student_text(results, problem_ids))
     print(autolab_line(row_of(results, handin.name), problem_ids), flush=True)
     return 0
 

@@ -55,8 +55,9 @@ def reference_hash(lm_dir: Path) -> str | None:
     return json.loads(path.read_text()).get("inputs", {}).get("corpus_sha256")
 
 
-def threshold_hash(rubric_path: Path | None = None) -> str | None:
-    return rubric_mod.calibration(rubric_path).get("corpus_sha256")
+def threshold_hash(rubric: rubric_mod.Rubric | Path | None = None) -> str | None:
+    """The corpus hash of `rubric`'s [calibration] (a Rubric already read, or the path of one; None: the kit's)."""
+    return rubric_mod.rubric_of(rubric).calibration.get("corpus_sha256")
 
 
 def _short(h: str | None) -> str:
@@ -78,22 +79,23 @@ def check_reference(lm_dir: Path) -> None:
                  "`make course CORPUS=<your text>` (or `make reference-model` for the default corpus) to retrain it")
 
 
-def check_thresholds(lm_dir: Path, rubric_path: Path | None = None) -> None:
-    """Raise StaleCalibration unless rubric.toml's thresholds were set on these fixtures."""
-    name = Path(rubric_path or rubric_mod.RUBRIC_PATH).name
+def check_thresholds(lm_dir: Path, rubric: rubric_mod.Rubric | Path | None = None) -> None:
+    """Raise StaleCalibration unless the thresholds of `rubric` (read, or its path) were set on these fixtures."""
+    rubric = rubric_mod.rubric_of(rubric)
+    name = rubric.path.name
     _same_corpus(
         lm_dir,
-        threshold_hash(rubric_path),
+        threshold_hash(rubric),
         f"the language-model thresholds in {name} were set for another corpus",
         "`make course CORPUS=<your text>` (with no CORPUS for the default corpus) to measure and set them",
     )
 
 
-def refusal(lm_dir: Path, rubric_path: Path | None = None, reference: bool = False) -> str | None:
+def refusal(lm_dir: Path, rubric: rubric_mod.Rubric | Path | None = None, reference: bool = False) -> str | None:
     """Why grading on lm_dir must not go on (thresholds, and with reference=True the reference model,
     measured on another corpus), in one line; None when all is consistent."""
     try:
-        check_thresholds(lm_dir, rubric_path)
+        check_thresholds(lm_dir, rubric)
         if reference:
             check_reference(lm_dir)
     except StaleCalibration as exc:

@@ -276,8 +276,8 @@ def test_a_refusal_reaches_gradescope_as_a_failed_run_with_no_grade(tmp_path):
     the run fails (exit 1) and says why on stdout, which only the staff see. Autolab's last line has no score."""
     bad = tmp_path / "rubric.toml"
     bad.write_text("[not a rubric\n")
-    runtime = [sys.executable, "-c", "import sys; from autograder.batch import cli; _main = cli.main; "
-               f"cli.main = lambda argv: _main([*argv, '--rubric', {str(bad)!r}]); "
+    runtime = [sys.executable, "-c", "import sys; from pathlib import Path; from gradelib import rubric; "
+               f"rubric.RUBRIC_PATH = Path({str(bad)!r}); "
                "from autograder.platforms.runtime import main; sys.exit(main())"]
     root = tmp_path / "autograder"
     (root / "results").mkdir(parents=True)
