@@ -6,24 +6,20 @@ with the patterns found in real students' work: a helper class with a hand-writt
 float64 computation, a float32-only helper given float64 input, and A_w stored
 masked. What each must score is decided here without the grader: each variant is
 run in this process on the case inputs and judged against torch autograd in
-float64 (an oracle sharing no code with the grader or the stored expected values),
+float64 (`make mutants`' oracle, sharing no code with the grader or the stored expected values),
 with the rubric's tolerance, and the README's rule for edge lines.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
+from autograder.tools import mutants
 from gradelib import rubric
-from gradelib.problems.attention import QUANTITIES
 from gradelib.problems.autograd_source import autograd_uses
 
 from support import FIXTURES, SOLUTIONS, grade_files
@@ -43,129 +39,16 @@ def attention_class(text: str, name: str):
     return module.Attention
 
 
-def oracle(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Forward by the equations and backward by torch autograd, in float64."""
-    X, W_k, W_q, W_v = (torch.from_numpy(inputs[k]).double().requires_grad_(True) for k in ("X", "W_k", "W_q", "W_v"))
-    Q, K, V = X @ W_q, X @ W_k, X @ W_v
-    for t in (Q, K, V):
-        t.retain_grad()
-    A_w = Q @ K.transpose(1, 2)
-    T = X.shape[1]
-    allowed = torch.ones(T, T, dtype=torch.bool).tril()
-    A_sig = torch.softmax((A_w / math.sqrt(W_k.shape[1])).masked_fill(~allowed, float("-inf")), dim=-1)
-    X_new = A_sig @ V
-    X_new.backward(torch.from_numpy(inputs["dLdXnew"]).double())
-    values = {"Q": Q, "K": K, "V": V, "A_w": A_w, "A_sig": A_sig, "X_new": X_new, "dLdQ": Q.grad, "dLdK": K.grad,
-              "dLdV": V.grad, "dLdWq": W_q.grad, "dLdWk": W_k.grad, "dLdWv": W_v.grad, "dLdX": X.grad}
-    return {k: v.detach().numpy() for k, v in values.items()}
-
-
-def cases() -> list[dict]:
-    out = []
-    for vis in ("public", "hidden"):
-        for entry in json.loads((FIXTURES / "attention" / vis / "cases.json").read_text()):
-            with np.load(FIXTURES / "attention" / vis / f"{entry['name']}.npz") as data:
-                inputs = {k: data[k] for k in ("X", "W_k", "W_q", "W_v", "dLdXnew")}
-            out.append({"vis": vis, "edge": entry.get("edge", ""), "dtype": entry["dtype"], "inputs": inputs})
-    return out
-
-
 def judge(Attention) -> list[dict]:
-    """Per case, quantity -> how it fails by the oracle and the rubric's tolerance: '' (right), 'raise' (not
-    produced), 'nan', 'non-finite' (inf) or 'wrong' (finite but wrong, or of the wrong shape or dtype)."""
-    judged = []
-    for case in cases():
-        t = {k: torch.from_numpy(v) for k, v in case["inputs"].items()}
-        got: dict = {}
-        att = Attention(t["W_k"], t["W_q"], t["W_v"])
-        try:
-            got["X_new"] = att.forward(t["X"])
-        except Exception:  # noqa: BLE001 (a variant's failure is a verdict, not an error of the test)
-            pass
-        got.update({q: getattr(att, q, None) for q in ("Q", "K", "V", "A_w", "A_sig")})
-        # Backward is judged when forward stored what it reads, even if forward raised after that.
-        if all(isinstance(got[q], torch.Tensor) for q in ("Q", "K", "V", "A_sig")):
-            try:
-                got["dLdX"] = att.backward(t["dLdXnew"])
-            except Exception:  # noqa: BLE001
-                pass
-            got.update({q: getattr(att, q, None) for q in QUANTITIES if q.startswith("dLd") and q != "dLdX"})
-        expected = oracle(case["inputs"])
-        tol = PROBLEM.tolerance[case["dtype"]]
-        fails, slips = {}, {}
-        for q in QUANTITIES:
-            value = got.get(q)
-            if not isinstance(value, torch.Tensor):
-                fails[q] = "raise"
-                continue
-            if value.shape != expected[q].shape:
-                fails[q] = "wrong"
-                continue
-            g, e = value.detach().double().numpy(), expected[q]
-            slips[q] = slip(g, e, case["inputs"])
-            if np.isnan(g).any():
-                fails[q] = "nan"
-                continue
-            if not np.isfinite(g).all():
-                fails[q] = "non-finite"
-                continue
-            if value.dtype != t["X"].dtype:
-                fails[q] = "wrong"
-                continue
-            ok = np.all(np.abs(g - e) <= tol["atol"] * max(1.0, np.abs(e).max()) + tol["rtol"] * np.abs(e))
-            fails[q] = "" if ok else "wrong"
-        judged.append({**case, "fails": fails, "right": {q: not k for q, k in fails.items()},
-                       "slips": {q: slips.get(q, "") if k else "" for q, k in fails.items()}})
-    return judged
-
-
-def slip(got: np.ndarray, expected: np.ndarray, inputs: dict) -> str:
-    """What a wrong value is, as a transformation of the expected one: its finite entries all the expected ones times
-    a power of the case's Dk (e.g. "Dk^-0.5"), or times another number (two entries at least); '' when it is no such
-    thing."""
-    finite = np.isfinite(got) & (np.abs(expected) > 1e-6 * max(1.0, np.abs(expected).max()))
-    if not finite.any():
-        return ""
-    ratio = got[finite] / expected[finite]
-    r = float(np.median(ratio))
-    if not np.allclose(ratio, r, rtol=1e-3, atol=0) or abs(r - 1) < 1e-3:
-        return ""
-    dk = inputs["W_k"].shape[1]
-    return next((f"Dk^{p}" for p in (-1, -0.5, 0.5, 1) if abs(r - dk**p) <= 1e-3 * dk**p),
-                f"{r:.4g}" if finite.sum() > 1 else "")
+    """Per case, quantity -> how it fails by the oracle (torch autograd in float64, autograder/tools/mutants.py's,
+    which shares no code with the grader) and the rubric's tolerance: '' (right), 'raise' (not produced), 'nan',
+    'non-finite' (inf) or 'wrong' (finite but wrong, or of the wrong shape or dtype)."""
+    return mutants.judge_class(Attention, mutants.cases(FIXTURES), PROBLEM.tolerance)
 
 
 def failing_lines(judged: list[dict]) -> set[tuple[str, str]]:
-    """The README's rule: an ordinary line fails when an ordinary case of the set gets one of its quantities wrong.
-    An edge line fails for a quantity wrong on one of its cases unless the same kind of failure, or the same slip (the
-    same transformation of the expected value), shows for it on an ordinary case of the same dtype (never a NaN on the
-    stability line); and when all it has is such forgiven failures, for having no case on which over a quarter of its
-    quantities were produced, one of them right."""
-    taken = {g.edge for g in PROBLEM.groups if g.edge}
-    failing = set()
-    for g in PROBLEM.groups:
-        for vis in g.visibilities:
-            ordinary = [c for c in judged if c["vis"] == vis and c["edge"] not in taken]
-            if not g.edge:
-                if any(not c["right"][q] for c in ordinary for q in g.quantities):
-                    failing.add((g.id, vis))
-                continue
-            mine = [c for c in judged if c["vis"] == vis and c["edge"] == g.edge]
-            forgiven = False
-            for c in mine:
-                for q in (q for q in g.quantities if c["fails"][q]):
-                    kind = c["fails"][q]
-                    same = ("nan", "non-finite") if kind in ("nan", "non-finite") else (kind,)
-                    if (kind == "nan" and g.stability) or not any(
-                            o["dtype"] == c["dtype"] and (o["fails"][q] in same or o["slips"][q] == c["slips"][q] != "")
-                            for o in ordinary):
-                        failing.add((g.id, vis))
-                    forgiven = True
-            produced = [[q for q in g.quantities if c["fails"][q] != "raise"] for c in mine]
-            if forgiven and not any(4 * len(p) > len(g.quantities) and any(c["right"][q] for q in p)
-                                    for c, p in zip(mine, produced)):
-                failing.add((g.id, vis))
-    return failing
+    """The README's rule for the lines a variant loses (mutants.failing_lines)."""
+    return mutants.failing_lines(PROBLEM, judged)
 
 
 def points_without(failing: set[tuple[str, str]]) -> float:
@@ -254,7 +137,8 @@ def test_a_float32_only_helper_says_forward_raised_on_the_backward_lines_once(tm
     # ordinary float64 cases do (charged there); every edge has a float32 case in each set, where this code is
     # verified, right throughout: the edge lines keep their points.
     ordinary = {g.id for g in PROBLEM.groups if not g.edge}
-    assert all({"float32", "float64"} <= {c["dtype"] for c in cases() if c["vis"] == v and c["edge"] == g.edge}
+    all_cases = mutants.cases(FIXTURES)
+    assert all({"float32", "float64"} <= {c["dtype"] for c in all_cases if c["vis"] == v and c["edge"] == g.edge}
                or v == "public" for g in PROBLEM.groups if g.edge for v in g.visibilities)
     assert expected == {(g, v) for g in ordinary for v in ("public", "hidden")}
     result, failing = graded(tmp_path, text)

@@ -79,7 +79,13 @@ def test_handin_is_byte_identical_when_built_twice(student, capsys):
 
 
 def _break(student: Path, what: str) -> str:
-    run = student / "experiments" / "run1"
+    """Break handin file `what` names in the student's folder; the words the check must say of it."""
+    kind = what.split("_")[0]
+    breaker = {"predictions": _break_predictions, "generated": _break_generated}.get(kind, _break_sources)
+    return breaker(student, student / "experiments" / "run1", what)
+
+
+def _break_predictions(student: Path, run: Path, what: str) -> str:
     rng = np.random.default_rng(1)
     if what == "predictions_shape":
         np.save(run / "predictions_test_3.npy", np.zeros((128, 20, 29), np.float32))
@@ -95,6 +101,11 @@ def _break(student: Path, what: str) -> str:
     if what == "predictions_pickle":
         np.save(run / "predictions_test_3.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
         return "holds Python objects"
+    raise AssertionError(what)
+
+
+def _break_generated(student: Path, run: Path, what: str) -> str:
+    rng = np.random.default_rng(1)
     if what == "generated_eos":
         arr = rng.integers(2, 30, size=GENERATION_SHAPE)
         arr[9, 2] = 0
@@ -114,6 +125,10 @@ def _break(student: Path, what: str) -> str:
     if what == "generated_missing":
         (run / "generated_3.npy").unlink()
         return "generated.npy: experiments/run1/generated_3.npy is missing"
+    raise AssertionError(what)
+
+
+def _break_sources(student: Path, run: Path, what: str) -> str:
     if what == "notebook_broken":
         (student / "02_attention_and_masks.ipynb").write_text("{ not json")
         return "02_attention_and_masks.ipynb (from 02_attention_and_masks.ipynb) is not a notebook"

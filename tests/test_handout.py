@@ -258,6 +258,27 @@ def read_arrays(path: Path) -> list[np.ndarray]:
     return []
 
 
+def notebook_leaks(root: Path, files: list[Path]) -> list[str]:
+    """The student notebooks that are a solution notebook, or hold its solution or hidden-test lines or otter's
+    markers."""
+    leaks = []
+    for master in sorted(SOLUTIONS.glob("*.ipynb")):
+        student = root / master.name
+        if not student.exists():
+            continue
+        if student.read_bytes() == master.read_bytes():
+            leaks.append(f"{master.name} is the solution notebook itself")
+            continue
+        shown = set(notebook_lines(student)[1]) | set(notebook_lines(student)[0])
+        hidden = secret_lines(*notebook_lines(master, hidden_tests=True))
+        leaks += [f"{master.name} holds solution or hidden-test line {s!r}" for s in sorted(hidden & shown)]
+    markers = ("# BEGIN SOLUTION", "# END SOLUTION", "# HIDDEN", "# BEGIN QUESTION")
+    for path in (p for p in files if p.suffix == ".ipynb"):
+        text = path.read_text(errors="replace")
+        leaks += [f"{path.relative_to(root)} holds the otter marker {m!r}" for m in markers if m in text]
+    return leaks
+
+
 def find_leaks(root: Path) -> list[str]:
     """Everything in the handout at `root` that gives away a solution or a hidden case."""
     leaks = []
@@ -268,22 +289,7 @@ def find_leaks(root: Path) -> list[str]:
     if stub.exists():
         shown = {s.strip() for s in stub.read_text().splitlines()}
         leaks += [f"attention.py holds solution line {s!r}" for s in sorted(secret_lines(secret, public) & shown)]
-    for master in sorted(SOLUTIONS.glob("*.ipynb")):
-        student = root / master.name
-        if student.exists():
-            if student.read_bytes() == master.read_bytes():
-                leaks.append(f"{master.name} is the solution notebook itself")
-                continue
-            shown = set(notebook_lines(student)[1]) | set(notebook_lines(student)[0])
-            hidden = secret_lines(*notebook_lines(master, hidden_tests=True))
-            leaks += [f"{master.name} holds solution or hidden-test line {s!r}" for s in sorted(hidden & shown)]
-    for path in files:
-        if path.suffix == ".ipynb":
-            text = path.read_text(errors="replace")
-            for marker in ("# BEGIN SOLUTION", "# END SOLUTION", "# HIDDEN", "# BEGIN QUESTION"):
-                if marker in text:
-                    leaks.append(f"{path.relative_to(root)} holds the otter marker {marker!r}")
-
+    leaks += notebook_leaks(root, files)
     leaks += staff_leaks(root, files)
 
     names, marks = hidden_names()

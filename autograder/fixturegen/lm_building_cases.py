@@ -131,22 +131,19 @@ def _f32(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, dtype=np.float32) for k, v in d.items()}
 
 
-def make(
-    rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_ff: int, p_drop: float
-) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
-    """Every building-block input and expected value of one case, and the usual slips' values (for lm_slips.table)."""
-    out: dict[str, np.ndarray] = {}
-
-    # collate: pieces of the stream (never <pad>), of different lengths, so some rows are padded.
+def _collate_case(rng: np.random.Generator, out: dict[str, np.ndarray]) -> dict:
+    """collate: pieces of the stream (never <pad>), of different lengths, so some rows are padded; its slips."""
     lengths = rng.choice(np.arange(2, 12), size=int(rng.integers(3, 6)), replace=False)
     pieces = [rng.integers(0, VOCAB_SIZE - 1, size=n) for n in lengths]
     pieces = [np.where(p == PAD, VOCAB_SIZE - 1, p).astype(np.int64) for p in pieces]
     out["pieces_flat"] = np.concatenate(pieces)
     out["pieces_lengths"] = lengths.astype(np.int64)
     out["expected_collate_inputs"], out["expected_collate_targets"] = collate(pieces)
-    slips = lm_slips.collate(pieces)
+    return lm_slips.collate(pieces)
 
-    # lm_loss: padded targets on the right of some rows, as collate makes them.
+
+def _loss_case(rng: np.random.Generator, out: dict[str, np.ndarray], slips: dict) -> None:
+    """lm_loss: padded targets on the right of some rows, as collate makes them."""
     B, T = int(rng.integers(2, 5)), int(rng.integers(4, 9))
     logits = (rng.standard_normal((B, T, VOCAB_SIZE)) * 2.0).astype(np.float32)
     targets = rng.integers(2, VOCAB_SIZE, size=(B, T))
@@ -156,7 +153,10 @@ def make(
     out["expected_lm_loss"] = np.asarray(lm_loss(logits, targets), dtype=np.float32)
     slips.update(lm_slips.lm_loss(logits, targets))
 
-    # CausalSelfAttention on fixed weights.
+
+def _attention_case(rng: np.random.Generator, out: dict[str, np.ndarray], slips: dict, d_model: int,
+                    n_heads: int) -> None:
+    """CausalSelfAttention on fixed weights."""
     B, T = 3, int(rng.integers(5, 9))
     position = T // 2
     att = _f32(_attention_weights(rng, "", d_model))
@@ -172,7 +172,10 @@ def make(
     slips["attention_out"] = {slip: causal_attention(x.astype(np.float64), w64, n_heads, slip)
                               for slip in ("unscaled", "sqrt_c", "times_sqrt_hs", "query_axis", "no_proj")}
 
-    # CausalLanguageModel on fixed weights (fc.weight is not given: it must be the embedding's).
+
+def _model_case(rng: np.random.Generator, out: dict[str, np.ndarray], slips: dict, d_model: int, n_heads: int,
+                n_layers: int, d_ff: int) -> None:
+    """CausalLanguageModel on fixed weights (fc.weight is not given: it must be the embedding's)."""
     state = {"token_embedding.weight": rng.standard_normal((VOCAB_SIZE, d_model)) / math.sqrt(d_model)}
     for i in range(n_layers):
         p = f"layers.{i}."
@@ -204,6 +207,17 @@ def make(
     slips["model_logits"] = {slip: lm_forward(inp, s64, n_heads, n_layers, slip)
                              for slip in ("unscaled", "no_embedding_scale", "no_positions", "no_final_norm")}
     out["expected_weight_tied"] = np.asarray(True)
+
+
+def make(
+    rng: np.random.Generator, d_model: int, n_heads: int, n_layers: int, d_ff: int, p_drop: float
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Every building-block input and expected value of one case, and the usual slips' values (for lm_slips.table)."""
+    out: dict[str, np.ndarray] = {}
+    slips = _collate_case(rng, out)
+    _loss_case(rng, out, slips)
+    _attention_case(rng, out, slips, d_model, n_heads)
+    _model_case(rng, out, slips, d_model, n_heads, n_layers, d_ff)
 
     # embedding_dropout: no zero entry, so a dropped row is told apart from a kept one.
     magnitude = rng.uniform(0.5, 1.5, size=(ED_ROWS, ED_COLS))

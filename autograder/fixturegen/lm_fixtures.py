@@ -95,12 +95,8 @@ def _use_model_oracle(checkpoint: Path, lm: Path, info: dict) -> None:
     )
 
 
-def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> list[Path]:
-    lm = out / "lm"
-    (lm / "hidden").mkdir(parents=True, exist_ok=True)
-    checkpoint = parse_oracle(oracle)
-    written: list[Path] = []
-    info: dict = {}
+def _clear_earlier(lm: Path, corpus: Path | None, checkpoint) -> None:
+    """Remove the oracle file of an earlier build that this one does not use; say when it named a checkpoint."""
     earlier = lm / "oracle.json"
     if (
         checkpoint is None
@@ -115,40 +111,45 @@ def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> l
     ):
         if not used and (lm / stale).exists():  # the oracle of an earlier build
             (lm / stale).unlink()
-    if corpus is None:
-        source = ToySource(SOURCE_SEED)
-        train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
-        held = {
-            k: stream(toy_sentences(source, k, 3 * N_ROWS))
-            for k in ("prediction", "prediction_test", "generation_test")
-        }
-        auto = source.automaton
-        info = {
-            "oracle": {"kind": "toy_source", "seed": SOURCE_SEED},
-            # 12 significant digits: the last bits of these linear-algebra results depend on how many
-            # threads the BLAS library uses, and the file must be the same bytes on every machine.
-            "entropy_rate_nats_per_char": float(f"{auto.entropy_rate():.12g}"),
-            "mean_sentence_chars_with_eos": float(f"{auto.mean_sentence_length():.12g}"),
-            "automaton_states": auto.n_states,
-            "words": len(source.vocabulary()),
-        }
-    else:
-        from autograder.oracle import corpus as corpus_mod  # only instructors' corpora need it
 
-        loaded = corpus_mod.load(corpus)
-        print(loaded.report())
-        train, valid, held = corpus_mod.split(loaded.sentences, N_ROWS, (PROMPT + TARGET, PROMPT + TARGET, GEN_PROMPT))
-        info = corpus_mod.fit_oracle(train, valid, lm) if checkpoint is None else {}
-        info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "chars_read": loaded.chars_read,
-                          "chars_kept": sum(len(s) for s in loaded.sentences), "sentences": len(loaded.sentences),
-                          "dropped": loaded.dropped_summary()}
-    if checkpoint is not None:
-        _use_model_oracle(checkpoint, lm, info)
-    for name, lines in (("train.txt", train), ("valid.txt", valid)):
-        path = lm / name
-        path.write_text("".join(s + "\n" for s in lines), encoding="ascii")
-        written.append(path)
-        print(f"lm/{name}: {len(lines)} sentences, {path.stat().st_size / 1e6:.2f} MB")
+
+def _toy_sentences() -> tuple[list[str], list[str], dict, dict]:
+    """(training sentences, validation sentences, held-out streams, oracle.json's facts) of the toy source."""
+    source = ToySource(SOURCE_SEED)
+    train, valid = toy_sentences(source, "train", N_TRAIN), toy_sentences(source, "valid", N_VALID)
+    held = {
+        k: stream(toy_sentences(source, k, 3 * N_ROWS))
+        for k in ("prediction", "prediction_test", "generation_test")
+    }
+    auto = source.automaton
+    info = {
+        "oracle": {"kind": "toy_source", "seed": SOURCE_SEED},
+        # 12 significant digits: the last bits of these linear-algebra results depend on how many
+        # threads the BLAS library uses, and the file must be the same bytes on every machine.
+        "entropy_rate_nats_per_char": float(f"{auto.entropy_rate():.12g}"),
+        "mean_sentence_chars_with_eos": float(f"{auto.mean_sentence_length():.12g}"),
+        "automaton_states": auto.n_states,
+        "words": len(source.vocabulary()),
+    }
+    return train, valid, held, info
+
+
+def _corpus_sentences(corpus: Path, lm: Path, checkpoint) -> tuple[list[str], list[str], dict, dict]:
+    """`_toy_sentences` of an instructor's corpus: its n-gram oracle fitted (unless a checkpoint is the oracle)."""
+    from autograder.oracle import corpus as corpus_mod  # only instructors' corpora need it
+
+    loaded = corpus_mod.load(corpus)
+    print(loaded.report())
+    train, valid, held = corpus_mod.split(loaded.sentences, N_ROWS, (PROMPT + TARGET, PROMPT + TARGET, GEN_PROMPT))
+    info = corpus_mod.fit_oracle(train, valid, lm) if checkpoint is None else {}
+    info["corpus"] = {"path": corpus.name, "kind": loaded.kind, "chars_read": loaded.chars_read,
+                      "chars_kept": sum(len(s) for s in loaded.sentences), "sentences": len(loaded.sentences),
+                      "dropped": loaded.dropped_summary()}
+    return train, valid, held, info
+
+
+def _write_windows(lm: Path, held: dict) -> list[Path]:
+    """The prediction and generation arrays, cut from the held-out streams; the files written."""
     pred = windows(held["prediction"], PROMPT + TARGET, N_ROWS)
     test = windows(held["prediction_test"], PROMPT + TARGET, N_ROWS)
     gen = windows(held["generation_test"], GEN_PROMPT, N_ROWS)
@@ -160,9 +161,26 @@ def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> l
     }
     for name, data in arrays.items():
         npzio.save(lm / name, data)
-        written.append(lm / name)
         shapes = ", ".join(f"{k} {v.shape} {v.dtype}" for k, v in data.items())
         print(f"lm/{name}: {shapes}")
+    return [lm / name for name in arrays]
+
+
+def write(out: Path, corpus: Path | None = None, oracle: str | None = None) -> list[Path]:
+    lm = out / "lm"
+    (lm / "hidden").mkdir(parents=True, exist_ok=True)
+    checkpoint = parse_oracle(oracle)
+    written: list[Path] = []
+    _clear_earlier(lm, corpus, checkpoint)
+    train, valid, held, info = _toy_sentences() if corpus is None else _corpus_sentences(corpus, lm, checkpoint)
+    if checkpoint is not None:
+        _use_model_oracle(checkpoint, lm, info)
+    for name, lines in (("train.txt", train), ("valid.txt", valid)):
+        path = lm / name
+        path.write_text("".join(s + "\n" for s in lines), encoding="ascii")
+        written.append(path)
+        print(f"lm/{name}: {len(lines)} sentences, {path.stat().st_size / 1e6:.2f} MB")
+    written += _write_windows(lm, held)
     info["fixtures"] = {"rows": N_ROWS, "prompt": PROMPT, "target": TARGET, "generation_prompt": GEN_PROMPT}
     (lm / "oracle.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     written.append(lm / "oracle.json")

@@ -15,11 +15,12 @@ pipes the grader opened before it started (never a path the child can
 replace), read with a byte cap. Within `session(...)` the runs of one
 submission are forked from one template process (Linux levels).
 
-The modules, one job each: levels (which level, why, in words), namespaces,
-fallback and portable (the three levels), launch (a child's command, user and
+The modules, one job each: levels (which level, why, in words), namespaces and
+fallback (the two Linux levels; the portable one is the kit's runner), launch (a child's command, user and
 cgroups on Linux), runner (one run in a fresh interpreter), template (the fork
 server's grader side), boot (the child's entry point), kernel (the Linux
-interfaces both sides use) and forkserver (the template's loop), limits,
+interfaces both sides use), forkserver (the template's loop), guards (the child's audit hooks and
+refusals), install (these levels behind the kit's run interface),
 pipes (a run's pipes read to their caps, the audit events trusted no further), memory, cgroups,
 slots (sandbox uids), processes (what a run left, and aborting), leftovers (what a run left in the host's
 shared folders), safe_reading (the reader of files a child controls), interpreter (what a child starts from, the

@@ -134,6 +134,27 @@ def clear_ipc(k) -> int:
     return removed
 
 
+def preload(names: list[str]) -> None:
+    """Import the modules every run uses, once; one that fails is left to the run, which reports it."""
+    for name in names:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+
+
+def wait_for(pid: int) -> int | None:
+    """Reap children (the subreaper's orphans among them) until `pid` ends: its exit code, -N when killed by signal
+    N; None when no child is left."""
+    while True:
+        try:
+            done, raw = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return None
+        if done == pid:
+            return os.waitstatus_to_exitcode(raw)
+
+
 def serve(k, config: dict, report_fd: int, run_harness, exit_code) -> None:
     """The template's loop: one request, one forked run, one reply with how it ended. `config`: control_fd,
     preload (modules imported once), private_ipc (/dev/shm and System V IPC are the submission's own, emptied
@@ -141,11 +162,7 @@ def serve(k, config: dict, report_fd: int, run_harness, exit_code) -> None:
     import socket
 
     control_fd, private_ipc = int(config["control_fd"]), bool(config.get("private_ipc"))
-    for name in config.get("preload", []):
-        try:
-            __import__(name)
-        except Exception:
-            pass  # the run imports it itself, and reports what fails
+    preload(config.get("preload", []))
     k.prctl(k.PR_SET_CHILD_SUBREAPER, 1)
     k.prctl(k.PR_SET_DUMPABLE, 0)  # runs of the same uid cannot read or trace it
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=control_fd)
@@ -167,14 +184,7 @@ def serve(k, config: dict, report_fd: int, run_harness, exit_code) -> None:
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
-        status = None
-        while status is None:
-            try:
-                done, raw = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            if done == pid:
-                status = os.waitstatus_to_exitcode(raw)  # -N when killed by signal N
+        status = wait_for(pid)
         killed = kill_descendants(k, bool(config.get("own_uid")))
         if private_ipc:
             clear_ipc(k)

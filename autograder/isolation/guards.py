@@ -254,25 +254,8 @@ def _rebind(made_for: dict[int, object], more: list) -> None:
                 space[name] = made_for[id(space[name])]
 
 
-def _refuser(fd: int, protected: set[int]):
-    """The audit hook that refuses, once armed, the ways Python code could reach the tripwires or this process's
-    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record; a ctypes
-    event (a foreign call, an absolute address) is said as `gradelib.reached <event>` before it happens, and not
-    refused: the kernel contains what the call does, as in every run, and the grader withholds the backward points
-    of a run that reached out so. Its state is immutable and in its closure: its frame, seen in a traceback,
-    changes nothing."""
-    write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
-    test_modules, int_ = TEST_MODULES, int
-    attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
-    base, refusal, silent_refusal, import_refusal = BaseException, PermissionError, RuntimeError, ImportError
-
-    def refuse(event: str, what: str):
-        try:
-            write(fd, b"\ngradelib.refused " + event.encode("ascii", "replace")[:100] + b"\n")
-        except base:
-            pass
-        kind = silent_refusal if event == "sys.addaudithook" else import_refusal if event == "import" else refusal
-        return kind(f"{what}: not allowed while the grader runs attention.py")
+def _open_guard(type_, int_, bytes_, str_):
+    """`_refuser`'s test of an open; what it compares with in its closure, as the hook's state is."""
 
     def opens_guarded(path) -> bool:
         """Whether an open of `path` could reach this process's memory or reopen one of its descriptors (a
@@ -294,6 +277,30 @@ def _refuser(fd: int, protected: set[int]):
         named = parts[-1] if parts else ""
         return last == "mem" or named == "mem" or (named.isdigit() and (
             not path.startswith("/") or parts[-2:-1] in (["fd"], ["fdinfo"])))
+
+    return opens_guarded
+
+
+def _refuser(fd: int, protected: set[int]):
+    """The audit hook that refuses, once armed, the ways Python code could reach the tripwires or this process's
+    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record; a ctypes
+    event (a foreign call, an absolute address) is said as `gradelib.reached <event>` before it happens, and not
+    refused: the kernel contains what the call does, as in every run, and the grader withholds the backward points
+    of a run that reached out so. Its state is immutable and in its closure: its frame, seen in a traceback,
+    changes nothing."""
+    write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
+    test_modules, int_ = TEST_MODULES, int
+    attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
+    base, refusal, silent_refusal, import_refusal = BaseException, PermissionError, RuntimeError, ImportError
+    opens_guarded = _open_guard(type_, int_, bytes_, str_)
+
+    def refuse(event: str, what: str):
+        try:
+            write(fd, b"\ngradelib.refused " + event.encode("ascii", "replace")[:100] + b"\n")
+        except base:
+            pass
+        kind = silent_refusal if event == "sys.addaudithook" else import_refusal if event == "import" else refusal
+        return kind(f"{what}: not allowed while the grader runs attention.py")
 
     def hook(event, args):
         if event.startswith("ctypes."):  # said before the call runs, which is then the run's own business

@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gradelib.runner import KIT
@@ -107,68 +108,81 @@ def _run(argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, st
                        "them (Resource temporarily unavailable)")
 
 
-def _attempt(argv: list[str], workdir: Path, limits: Limits, env_extra, level: str) -> tuple[ChildRun | None, int]:
-    """(how the run ended, or None when it could not start as its uid; that uid)."""
-    out_r, out_w = os.pipe()
-    rep_r, rep_w = os.pipe()
-    started = None
-    try:
-        started = launch.prepare(level, argv, workdir, limits, rep_w, env_extra)
-        return _supervise(started, workdir, limits, out_r, out_w, rep_r, rep_w, level), started.uid
-    finally:
-        if started is not None and started.slot is not None and level == "fallback":
-            leftovers.clear_owned(started.slot.uid)
-        launch.release(started)
-        for fd in (out_r, out_w, rep_r, rep_w):
+@dataclass(frozen=True)
+class RunPipes:
+    """A run's two pipes, each a (read end, write end): its output (stdout and stderr together) and its audit
+    events. The grader reads; the child writes."""
+
+    out_r: int
+    out_w: int
+    rep_r: int
+    rep_w: int
+
+    @classmethod
+    def open(cls) -> RunPipes:
+        return cls(*os.pipe(), *os.pipe())
+
+    def close(self) -> None:
+        """Close every end still open."""
+        for fd in (self.out_r, self.out_w, self.rep_r, self.rep_w):
             try:
                 os.close(fd)
             except OSError:
                 pass
 
 
-def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int, out_w: int, rep_r: int, rep_w: int,
-               level: str) -> ChildRun | None:
-    """How the run ended; None when it could not start as its uid (another's processes hold it there)."""
-    before = children_of(os.getpid())
-    clock = RunClock(limits.timeout_s, lambda: {proc.pid, *(children_of(os.getpid()) - before)})
+def _attempt(argv: list[str], workdir: Path, limits: Limits, env_extra, level: str) -> tuple[ChildRun | None, int]:
+    """(how the run ended, or None when it could not start as its uid; that uid)."""
+    pipes = RunPipes.open()
+    started = None
     try:
-        proc = subprocess.Popen(
-            started.cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=started.env,
-            start_new_session=True, preexec_fn=started.preexec, close_fds=True, pass_fds=(rep_w,),
+        started = launch.prepare(level, argv, workdir, limits, pipes.rep_w, env_extra)
+        return _supervise(started, workdir, limits, pipes, level), started.uid
+    finally:
+        if started is not None and started.slot is not None and level == "fallback":
+            leftovers.clear_owned(started.slot.uid)
+        launch.release(started)
+        pipes.close()
+
+
+def _start(started: launch.Launch, workdir: Path, pipes: RunPipes) -> subprocess.Popen | None:
+    """The run's process; None when it could not start as its uid (another's processes hold it there)."""
+    try:
+        return subprocess.Popen(
+            started.cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=pipes.out_w, stderr=pipes.out_w,
+            env=started.env, start_new_session=True, preexec_fn=started.preexec, close_fds=True,
+            pass_fds=(pipes.rep_w,),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         if isinstance(exc, OSError) and exc.errno == errno.EAGAIN and started.slot is not None:
             return None  # its uid has processes elsewhere: the caller tries another
         raise StartFailure(f"could not start the child process: {exc}") from None
-    register(proc.pid, started.uid, started.groups, started.token)
-    os.close(out_w)
-    os.close(rep_w)
-    log, events = new_sinks(LOG_CAP)
-    sel = watch(log, events, out_r, rep_r)
-    memory = MemoryWatch(limits.memory_mb, started.groups, clock.roots,
-                         started.slot.uid if started.slot is not None else None)
 
-    timed_out = flooded = False
-    returncode: int | None = None
+
+def _watch(proc: subprocess.Popen, clock: RunClock, sel, log, events, limits: Limits,
+           memory: MemoryWatch) -> tuple[int | None, bool, bool]:
+    """Pump the run's pipes until it ends, its time is up, it prints past its cap or it holds more memory than its
+    limit: (its return code, or None when it was stopped; timed_out; flooded)."""
     while True:
         returncode = proc.poll()
         if returncode is not None:
-            break
+            return returncode, False, False
         left = clock.left()
         if left <= 0:
-            timed_out = True
-            break
+            return None, True, False
         if sel.get_map():
             pump(sel, min(left, 0.05))
             if over_cap(log, events, limits):
-                flooded = True
-                break
+                return None, False, True
         else:
             time.sleep(min(left, 0.05))
         if memory.over():
-            break
-    # Killing bubblewrap ends the namespace's init and with it every process of the run;
-    # at the fallback level the session and our orphans are killed instead.
+            return None, False, False
+
+
+def _kill_run(proc: subprocess.Popen, started: launch.Launch, below: Callable[[], set[int]]) -> int:
+    """End every process of the run; how many were killed. Killing bubblewrap ends the namespace's init and with it
+    every process of the run; at the fallback level the session and our orphans are killed instead."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -176,7 +190,43 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
     killed = cgroups.kill(started.groups)
     # Without a PID namespace or cgroups to end them at once: everything below the child, and the orphans
     # that came to us (a subreaper), stopped and then killed.
-    killed += kill_tree(lambda: {proc.pid, *(children_of(os.getpid()) - before)})
+    return killed + kill_tree(below)
+
+
+def _exit_status(level: str, returncode: int | None, timed_out: bool) -> int | None:
+    """The run's own return code: bwrap reports a child killed by signal N as exit status 128 + N."""
+    if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
+        return -(returncode - 128)
+    return returncode
+
+
+def _uid_refused(level: str, returncode: int | None, text: str) -> bool:
+    """Whether setpriv, as the run's uid, could not exec the interpreter: the uid's processes elsewhere."""
+    return level == "namespaces" and returncode == SETPRIV_EXEC_FAILED and text.startswith("setpriv: ") and \
+        os.strerror(errno.EAGAIN) in text.splitlines()[0]
+
+
+def _supervise(started: launch.Launch, workdir: Path, limits: Limits, pipes: RunPipes, level: str) -> ChildRun | None:
+    """How the run ended; None when it could not start as its uid (another's processes hold it there)."""
+    before = children_of(os.getpid())
+    proc = None
+
+    def below() -> set[int]:
+        return {proc.pid, *(children_of(os.getpid()) - before)}
+
+    clock = RunClock(limits.timeout_s, below)
+    proc = _start(started, workdir, pipes)
+    if proc is None:
+        return None
+    register(proc.pid, started.uid, started.groups, started.token)
+    os.close(pipes.out_w)
+    os.close(pipes.rep_w)
+    log, events = new_sinks(LOG_CAP)
+    sel = watch(log, events, pipes.out_r, pipes.rep_r)
+    memory = MemoryWatch(limits.memory_mb, started.groups, clock.roots,
+                         started.slot.uid if started.slot is not None else None)
+    returncode, timed_out, flooded = _watch(proc, clock, sel, log, events, limits, memory)
+    killed = _kill_run(proc, started, below)
     if returncode is None:
         returncode = proc.wait() if (flooded or memory.stopped) else None
     wall = min(clock.elapsed(), limits.timeout_s) if timed_out else clock.elapsed()  # a stop says its limit
@@ -185,12 +235,8 @@ def _supervise(started: launch.Launch, workdir: Path, limits: Limits, out_r: int
         killed += kill_tokened(started.slot.uid, started.slot.token)
     unregister(proc.pid)
     drain(sel)  # every writer is gone now
-    if level == "namespaces" and returncode is not None and returncode > 128 and not timed_out:
-        # bwrap reports a child killed by signal N as exit status 128 + N.
-        returncode = -(returncode - 128)
-    text = log.text()
-    if level == "namespaces" and returncode == SETPRIV_EXEC_FAILED and text.startswith("setpriv: ") and \
-            os.strerror(errno.EAGAIN) in text.splitlines()[0]:
-        return None  # setpriv, as the run's uid, could not exec the interpreter: the uid's processes elsewhere
+    returncode, text = _exit_status(level, returncode, timed_out), log.text()
+    if _uid_refused(level, returncode, text):
+        return None
     return IsolatedRun(returncode, timed_out, wall, text, **stream_fields(events, limits, flooded), **memory.finish(),
                        isolation=[*started.isolation, memory.label()], leftover_killed=killed, level=level)

@@ -23,6 +23,28 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 MAX_STEPS = 10_000_000  # a bound on the walk, whatever the tree
 
 
+def _unlink_until_a_folder(fd: int, device: int, stuck: set[tuple[int, int]]) -> tuple[str, tuple[int, int]] | None:
+    """Unlink the entries of the folder open as `fd` up to its first folder to enter (on `device`, not `stuck`):
+    (that folder's name, (device, inode)), or None when none is left."""
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        pass
+                elif (st.st_dev, st.st_ino) not in stuck and st.st_dev == device:
+                    return entry.name, (st.st_dev, st.st_ino)
+    except OSError:
+        pass
+    return None
+
+
 def _remove_by_descriptors(top: str) -> None:
     try:
         fd = os.open(top, _DIR_FLAGS)
@@ -36,25 +58,7 @@ def _remove_by_descriptors(top: str) -> None:
     names: list[str] = []  # the folders entered below `top`, by name
     stuck: set[tuple[int, int]] = set()  # folders that could not be entered or removed: left alone
     for _ in range(MAX_STEPS):
-        below = None
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        if (st.st_dev, st.st_ino) not in stuck and st.st_dev == device:
-                            below = (entry.name, (st.st_dev, st.st_ino))
-                            break
-                        continue
-                    try:
-                        os.unlink(entry.name, dir_fd=fd)
-                    except OSError:
-                        pass
-        except OSError:
-            pass
+        below = _unlink_until_a_folder(fd, device, stuck)
         if below is not None:
             try:
                 inner = os.open(below[0], _DIR_FLAGS, dir_fd=fd)

@@ -225,24 +225,19 @@ class Session:
         for entry in entries:
             remove_tree(Path(entry.path))
 
-    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
-        """The run, forked from the template; None when no template works here (run it the usual way)."""
-        if self.proc is None or self.proc.poll() is not None:
-            if self.proc is not None:
-                self._stop()
-            if not self._start():
-                return None
-        workdir = Path(workdir).resolve()
-        inside = self._prepare_folder(workdir)
-        slot = self.started.slot
-        env = child_env(inside, f"{inside}/tmp", {**(env_extra or {}), **(slot.env if slot else {})})
-        cpu_s = int(limits.timeout_s) + 5
-        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": cpu_s},
-                   "write": self._writable(inside)}
-        self._empty_shared_tmp()
+    def _ready(self) -> bool:
+        """A live template to fork from, started afresh where it went; False when none works here."""
+        if self.proc is not None and self.proc.poll() is None:
+            return True
+        if self.proc is not None:
+            self._stop()
+        return self._start()
+
+    def _send(self, request: dict) -> tuple[int, int] | None:
+        """Hand the template the run's request with the write ends of the run's two pipes (its output, its audit
+        events); their read ends, or None when the template cannot take it (it is stopped)."""
         out_r, out_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        clock = RunClock(limits.timeout_s, lambda: children_of(self.pid))
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, rep_w])
         except OSError:
@@ -256,41 +251,60 @@ class Session:
                     os.close(fd)
                 except OSError:
                     pass
+        return out_r, rep_r
+
+    def _end_unanswered(self, stopped_here: bool, gone: bool) -> tuple[dict | None, int]:
+        """After a run the template has not answered for: kill what the run left and, where this side stopped it
+        (time, output, memory) and the template lives, wait for its reply on how the run ended. (The reply or None,
+        the processes killed); with no reply the template is stopped and the next run starts a fresh one."""
+        killed = self._kill_run()
+        reply = None
+        while reply is None and stopped_here and not gone:  # killed from here: the template now reaps it and answers
+            message, _creds = self._receive(TEMPLATE_REPLY_S)
+            if message is None:
+                break
+            if "returncode" in message:
+                reply = message
+        if reply is None:
+            killed += self._stop()
+        return reply, killed
+
+    def run(self, argv: list[str], workdir: Path, limits: Limits, env_extra: dict[str, str] | None) -> ChildRun | None:
+        """The run, forked from the template; None when no template works here (run it the usual way)."""
+        if not self._ready():
+            return None
+        workdir = Path(workdir).resolve()
+        inside = self._prepare_folder(workdir)
+        slot = self.started.slot
+        env = child_env(inside, f"{inside}/tmp", {**(env_extra or {}), **(slot.env if slot else {})})
+        request = {"argv": list(argv), "cwd": inside, "env": env, "rlimits": {"RLIMIT_CPU": int(limits.timeout_s) + 5},
+                   "write": self._writable(inside)}
+        self._empty_shared_tmp()
+        clock = RunClock(limits.timeout_s, lambda: children_of(self.pid))
+        pipes = self._send(request)
+        if pipes is None:
+            return None
         log, events = new_sinks(LOG_CAP)
-        sel = watch(log, events, out_r, rep_r)
+        sel = watch(log, events, *pipes)
         sel.register(self.sock, selectors.EVENT_READ, "template")
         memory = MemoryWatch(limits.memory_mb, self.started.groups, clock.roots, slot.uid if slot is not None else None)
         reply, timed_out, flooded, gone = self._wait_for_reply(sel, clock, log, events, limits, memory)
         sel.unregister(self.sock)
+        stopped_here = timed_out or flooded or memory.stopped
         killed = 0
         if reply is None:
-            killed += self._kill_run()
-            if (
-                timed_out or flooded or memory.stopped
-            ) and not gone:  # killed from here: the template now reaps it and answers
-                while reply is None:
-                    message, _creds = self._receive(TEMPLATE_REPLY_S)
-                    if message is None:
-                        break
-                    if "returncode" in message:
-                        reply = message
-            if reply is None:
-                killed += self._stop()  # the next run starts a fresh template
+            reply, killed = self._end_unanswered(stopped_here, gone)
         wall = min(clock.elapsed(), limits.timeout_s) if timed_out else clock.elapsed()  # a stop says its limit
-        returncode = reply.get("returncode") if reply else None
-        said = reply.get("killed") if reply else 0
-        killed += said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
-        if reply is None and not timed_out:
-            returncode = -signal.SIGKILL  # the template went, and the run with it
+        returncode, said = reply_fields(reply, timed_out)
         drain(sel)
-        for fd in (out_r, rep_r):
+        for fd in pipes:
             os.close(fd)
         if self.level == "fallback" and slot is not None:
             leftovers.clear_owned(slot.uid)
-        done = IsolatedRun(returncode if isinstance(returncode, int) else None, timed_out, wall, log.text(),
+        done = IsolatedRun(returncode, timed_out, wall, log.text(),
                            **stream_fields(events, limits, flooded), **memory.finish(),
-                           isolation=[*self.isolation, memory.label()], leftover_killed=killed, level=self.level)
-        if reply is None and not (timed_out or flooded or memory.stopped):
+                           isolation=[*self.isolation, memory.label()], leftover_killed=killed + said, level=self.level)
+        if reply is None and not stopped_here:
             done.fault = done.fault or "the template process it was forked from ended, and the run with it"
         return done
 
@@ -321,6 +335,16 @@ class Session:
             if memory.over():
                 break
         return reply, timed_out, flooded, gone
+
+
+def reply_fields(reply: dict | None, timed_out: bool) -> tuple[int | None, int]:
+    """(The run's return code, the processes the template says it killed) from the template's reply; with no reply
+    the template went, and the run with it (killed), unless the run's time was up."""
+    if reply is None:
+        return (None if timed_out else -signal.SIGKILL), 0
+    returncode, said = reply.get("returncode"), reply.get("killed")
+    said = said if type(said) is int and 0 <= said < 1 << 20 else 0  # the template's count, if it is one
+    return (returncode if isinstance(returncode, int) else None), said
 
 
 _session: Session | None = None

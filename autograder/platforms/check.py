@@ -254,6 +254,18 @@ def dockerfile_steps(path: Path) -> tuple[str, list[tuple[str, str]]]:
     return base, [(op, arg) for op, arg in steps if op != "FROM"]
 
 
+def copy_step(root: Path, folder: Path, arg: str) -> None:
+    """A Dockerfile's `COPY src dest`: a folder's files into dest, a file to dest (into it where it ends in /)."""
+    src, dest = arg.split()
+    target = root / dest.lstrip("/")
+    if (folder / src).is_dir():
+        shutil.copytree(folder / src, target, dirs_exist_ok=True)
+    else:
+        target = target / src if dest.endswith("/") else target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / src, target)
+
+
 def run_dockerfile(root: Path, folder: Path, env: dict[str, str], binds: dict[str, str]) -> dict[str, str]:
     """The RUN, COPY, WORKDIR, ENV and ARG steps of folder/Dockerfile in `root` (its base, debian:bookworm-slim, is
     what debootstrap makes); the image's environment (its ENV lines)."""
@@ -265,14 +277,7 @@ def run_dockerfile(root: Path, folder: Path, env: dict[str, str], binds: dict[st
     workdir = "/"
     for op, arg in steps:
         if op == "COPY":
-            src, dest = arg.split()
-            target = root / dest.lstrip("/")
-            if (folder / src).is_dir():
-                shutil.copytree(folder / src, target, dirs_exist_ok=True)
-            else:
-                target = target / src if dest.endswith("/") else target
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(folder / src, target)
+            copy_step(root, folder, arg)
         elif op == "WORKDIR":
             workdir = arg
         elif op == "ENV":
@@ -285,6 +290,38 @@ def run_dockerfile(root: Path, folder: Path, env: dict[str, str], binds: dict[st
             script = f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)} && {arg}"
             checked(in_root(root, script, env={**args, **image_env}, binds=binds), f"the Dockerfile's RUN {arg[:60]}")
     return image_env
+
+
+def autolab_job(job: Path, tar_path: Path, makefile: Path, upload: Path) -> None:
+    """A fresh job folder as Tango hands it over: the grader's tar, its Makefile and the handin as handin.tar."""
+    shutil.rmtree(job, ignore_errors=True)
+    job.mkdir()
+    shutil.copyfile(tar_path, job / "autograde.tar")
+    shutil.copyfile(makefile, job / "Makefile")
+    with tarfile.open(job / "handin.tar", "w") as tar:
+        for f in sorted(p for p in upload.rglob("*") if p.is_file()):
+            if f.name != "handin.tar":
+                tar.add(f, arcname=f.name)
+                continue
+            with tarfile.open(f) as inner:  # the tar case: its members are the handin
+                for m in inner.getmembers():
+                    tar.addfile(m, inner.extractfile(m))
+
+
+def autolab_case(root: Path, image_env: dict[str, str], case: str) -> dict:
+    """Grade the job in /home/autograde/job as Tango's autodriver does (its default limits): the job's files owned
+    by `autograde`, `make` as that user; its time, score, last line and isolation level."""
+    script = ("chown -R autograde:autograde /home/autograde/job && cd /home/autograde/job && "
+              "su autograde -s /bin/bash -c 'ulimit -u 100 -f 102400; timeout 180 make'")
+    start = time.monotonic()
+    proc = checked(in_root(root, script, env=image_env, docker=True, timeout=1800), f"Autolab's make ({case})")
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    scores = json.loads(last).get("scores", {}) if last.startswith("{") else {}
+    level = next(
+        (line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("Sandbox:")),
+        None,
+    )
+    return {"seconds": time.monotonic() - start, "score": sum(scores.values()), "last": last, "isolation": level}
 
 
 def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
@@ -300,32 +337,8 @@ def autolab(base: Path, uploads: dict[str, Path], wheel: Path | None) -> dict:
         out["venv"] = size(root / "opt" / "grader")
         home = root / "home" / "autograde"  # where Tango's autodriver moves a job, to run `make` as `autograde`
         for case, upload in uploads.items():
-            job = home / "job"
-            shutil.rmtree(job, ignore_errors=True)
-            job.mkdir()
-            shutil.copyfile(tar_path, job / "autograde.tar")
-            shutil.copyfile(makefile, job / "Makefile")
-            with tarfile.open(job / "handin.tar", "w") as tar:
-                for f in sorted(p for p in upload.rglob("*") if p.is_file()):
-                    if f.name == "handin.tar":  # the tar case: its members are the handin
-                        with tarfile.open(f) as inner:
-                            for m in inner.getmembers():
-                                tar.addfile(m, inner.extractfile(m))
-                    else:
-                        tar.add(f, arcname=f.name)
-            # Tango's autodriver (its default limits): the job's files owned by `autograde`, `make` as that user.
-            script = ("chown -R autograde:autograde /home/autograde/job && cd /home/autograde/job && "
-                      "su autograde -s /bin/bash -c 'ulimit -u 100 -f 102400; timeout 180 make'")
-            start = time.monotonic()
-            proc = checked(in_root(root, script, env=image_env, docker=True, timeout=1800), f"Autolab's make ({case})")
-            last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-            scores = json.loads(last).get("scores", {}) if last.startswith("{") else {}
-            level = next(
-                (line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("Sandbox:")),
-                None,
-            )
-            out["cases"][case] = {"seconds": time.monotonic() - start, "score": sum(scores.values()), "last": last,
-                                  "isolation": level}
+            autolab_job(home / "job", tar_path, makefile, upload)
+            out["cases"][case] = autolab_case(root, image_env, case)
     return out
 
 

@@ -44,6 +44,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -237,6 +238,56 @@ def initial_config(init: Path | None, config: ModelConfig) -> ModelConfig:
     return load_model(init).cfg
 
 
+def _train_epoch(model: CausalLanguageModel, loader: LMDataLoader, opt: torch.optim.Optimizer, step: int, steps: int,
+                 say: Callable, start: float) -> tuple[int, int, torch.Tensor | None]:
+    """One pass over the training batches, or to step `steps`: (the step reached, the tokens it trained on, the
+    last batch's loss)."""
+    model.train()
+    tokens, loss = 0, None
+    for inputs, targets in loader:
+        if step >= steps:
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps)
+        loss = F.cross_entropy(model(inputs).reshape(-1, model.cfg.vocab_size), targets.reshape(-1), ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens += int((targets != PAD).sum())
+        if step % 500 == 0:
+            say(f"  step {step}/{steps}: loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s", flush=True)
+    return step, tokens, loss
+
+
+def _say_record(say: Callable, row: dict, thresholds: tuple[float, float] | None) -> None:
+    credit = "" if thresholds is None else f" (full credit <= {thresholds[0]:g})"
+    credit_g = "" if thresholds is None else f" (full credit <= {thresholds[1]:g})"
+    say(
+        f"epoch {row['epoch']}, step {row['steps']}: train loss {row['train_loss']:.3f}  validation prediction NLL "
+        f"{row['val_prediction_nll']:.3f}{credit}  "
+        f"generation perplexity {row['generation_perplexity']:.2f}{credit_g}  "
+        f"{row['wall_s']:.0f} s",
+        flush=True,
+    )
+
+
+def _finish(figures: dict, step: int, steps: int, spent: dict, start: float, say: Callable) -> None:
+    """The training's own figures: where it stopped and why, its speed and its time."""
+    stopped = stalled([r["val_prediction_nll"] for r in figures["epochs"]]) and step < steps
+    if stopped:
+        say(f"  stopped at step {step}: the validation NLL has not gained {MIN_GAIN} nats/char for {PATIENCE} records; "
+            f"keeping the weights of step {figures['kept']['steps']} (epoch {figures['kept']['epoch']})", flush=True)
+    figures["steps"], figures["stopped_early"] = step, stopped
+    figures["train_tokens_per_s"] = spent["tokens"] / max(spent["train_s"], 1e-9)
+    figures["train_s"] = spent["train_s"]
+    # Process CPU seconds of the training steps: on a shared machine the wall time above
+    # includes waiting for cores; cpu_s / THREADS bounds what 2 free cores would need.
+    figures["train_cpu_s"] = spent["cpu_s"]
+    figures["wall_s"] = time.perf_counter() - start
+
+
 def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
           batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN, rubric_path: Path | None = None,
           quiet: bool = False, init: Path | None = None) -> tuple[CausalLanguageModel, dict]:
@@ -268,32 +319,17 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
     }
     thresholds = thresholds_for(lm_dir, rubric_path)
     if thresholds is None:
-        say(
-            "  (the rubric's thresholds were set for another corpus: "
-            "full credit is decided once `make course` sets them)"
-        )
-    step, tokens, train_s, cpu_s, start = 0, 0, 0.0, 0.0, time.perf_counter()
-    best, best_state, epoch, recorded_at = math.inf, None, 0, 0
+        say("  (the rubric's thresholds were set for another corpus: "
+            "full credit is decided once `make course` sets them)")
+    spent, start = {"tokens": 0, "train_s": 0.0, "cpu_s": 0.0}, time.perf_counter()
+    step, best, best_state, epoch, recorded_at = 0, math.inf, None, 0, 0
     while step < steps and not stalled([r["val_prediction_nll"] for r in figures["epochs"]]):
         epoch += 1
-        model.train()
         t0, c0 = time.perf_counter(), time.process_time()
-        for inputs, targets in loader:
-            if step >= steps:
-                break
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, steps)
-            loss = F.cross_entropy(model(inputs).reshape(-1, config.vocab_size), targets.reshape(-1), ignore_index=PAD)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            tokens += int((targets != PAD).sum())
-            if step % 500 == 0:
-                say(f"  step {step}/{steps}: loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s", flush=True)
-        train_s += time.perf_counter() - t0
-        cpu_s += time.process_time() - c0
+        step, tokens, loss = _train_epoch(model, loader, opt, step, steps, say, start)
+        spent["tokens"] += tokens
+        spent["train_s"] += time.perf_counter() - t0
+        spent["cpu_s"] += time.process_time() - c0
         if step - recorded_at < EVAL_EVERY and step < steps:
             continue
         recorded_at = step
@@ -303,27 +339,9 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
         if row["val_prediction_nll"] < best:
             best, best_state = row["val_prediction_nll"], {k: v.detach().clone() for k, v in model.state_dict().items()}
             figures["kept"] = {"epoch": epoch, "steps": step}
-        credit = "" if thresholds is None else f" (full credit <= {thresholds[0]:g})"
-        credit_g = "" if thresholds is None else f" (full credit <= {thresholds[1]:g})"
-        say(
-            f"epoch {epoch}, step {step}: train loss {row['train_loss']:.3f}  validation prediction NLL "
-            f"{row['val_prediction_nll']:.3f}{credit}  "
-            f"generation perplexity {row['generation_perplexity']:.2f}{credit_g}  "
-            f"{row['wall_s']:.0f} s",
-            flush=True,
-        )
-    stopped = stalled([r["val_prediction_nll"] for r in figures["epochs"]]) and step < steps
-    if stopped:
-        say(f"  stopped at step {step}: the validation NLL has not gained {MIN_GAIN} nats/char for {PATIENCE} records; "
-            f"keeping the weights of step {figures['kept']['steps']} (epoch {figures['kept']['epoch']})", flush=True)
+        _say_record(say, row, thresholds)
     model.load_state_dict(best_state)
-    figures["steps"], figures["stopped_early"] = step, stopped
-    figures["train_tokens_per_s"] = tokens / max(train_s, 1e-9)
-    figures["train_s"] = train_s
-    # Process CPU seconds of the training steps: on a shared machine the wall time above
-    # includes waiting for cores; cpu_s / THREADS bounds what 2 free cores would need.
-    figures["train_cpu_s"] = cpu_s
-    figures["wall_s"] = time.perf_counter() - start
+    _finish(figures, step, steps, spent, start, say)
     mark_full_credit(figures, thresholds)
     return model, figures
 

@@ -80,8 +80,8 @@ def gradelib_files() -> list[Path]:
 STUDENT_WORK = ("experiments", "handin.tar")
 
 
-def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Path]:
-    """Write the handout into `out`; `notebook_files` reuses an earlier run of otter assign."""
+def clear(out: Path) -> None:
+    """An empty handout folder `out` but for the student work in it."""
     out.mkdir(parents=True, exist_ok=True)
     for entry in out.iterdir():
         if entry.name in STUDENT_WORK:
@@ -90,6 +90,11 @@ def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Pat
             shutil.rmtree(entry)
         else:
             entry.unlink()
+
+
+def build(out: Path, notebook_files: dict[str, bytes] | None = None) -> list[Path]:
+    """Write the handout into `out`; `notebook_files` reuses an earlier run of otter assign."""
+    clear(out)
     written: list[Path] = []
     facts = corpus_facts()
 

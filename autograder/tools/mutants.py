@@ -160,14 +160,22 @@ def judge(text: str, all_cases: list[dict], tolerance: dict) -> list[dict]:
     module = types.ModuleType("mutant")
     try:
         exec(compile(text, "<mutant>", "exec"), module.__dict__)  # the instructor's own mutants, not students'
+        attention = module.Attention
     except Exception:  # noqa: BLE001
         return [{**c, "fails": dict.fromkeys(QUANTITIES, "raise")} for c in all_cases]
+    return judge_class(attention, all_cases, tolerance)
+
+
+def judge_class(attention, all_cases: list[dict], tolerance: dict) -> list[dict]:
+    """`judge` of an Attention class run in this process, against the oracle with the rubric's `tolerance`: per case,
+    `fails` (quantity -> '', 'raise', 'nan', 'non-finite' or 'wrong') and `slips` (what a wrong value is, see
+    `_slip`). Backward is judged when forward stored what it reads, even if forward raised after that."""
     judged = []
     for case in all_cases:
         t = {k: torch.from_numpy(v) for k, v in case["inputs"].items()}
         got: dict = {}
         try:
-            att = module.Attention(t["W_k"], t["W_q"], t["W_v"])
+            att = attention(t["W_k"], t["W_q"], t["W_v"])
         except Exception:  # noqa: BLE001
             judged.append({**case, "fails": dict.fromkeys(QUANTITIES, "raise")})
             continue

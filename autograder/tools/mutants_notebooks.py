@@ -410,7 +410,7 @@ def handins(chosen: list[tuple]) -> list[list[tuple]]:
     return [[q[i] for q in per.values() if i < len(q)] for i in range(max(map(len, per.values()), default=0))]
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixtures", type=Path, default=REPO / "fixtures")
     ap.add_argument("--solutions", type=Path, default=REPO / "solutions")
@@ -424,7 +424,39 @@ def main(argv: list[str] | None = None) -> int:
         help="judge every mutant and print a small sample that fails every rubric line, and an equivalent one",
     )
     ap.add_argument("--out", type=Path, default=REPO / "build" / "mutants_notebooks.json")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def write_figures(out: Path, command: list[str], load, found_of: dict, seconds: float, graded: dict) -> dict:
+    """Write the figures of the mutants graded so far to `out`; their summary per problem."""
+    summaries = {k: mm.report(p, ms) for k, (p, ms) in graded.items()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "recorded": host_record(" ".join(["python -m autograder.tools.mutants_notebooks", *command]), load),
+                "found": found_of, "seconds": round(seconds), "summary": summaries,
+                "mutants": [
+                    {
+                        "name": m.name,
+                        "verdict": mm.verdict(p, m),
+                        "score": m.score,
+                        "diff": m.diff,
+                        "expected": sorted(m.expected),
+                        "graded": sorted(m.graded),
+                    }
+                    for p, ms in graded.values()
+                    for m in ms
+                ],
+            },
+            indent=1,
+        )
+    )
+    return summaries
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     torch.set_num_threads(1)
     started, load, found_of = time.monotonic(), os.getloadavg(), {}
     chosen: dict[str, tuple[Target, object, list[mm.Mutant]]] = {}
@@ -455,33 +487,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"   oracle fails {sorted(m.expected)}; grader fails {sorted(m.graded)}")
         # Written after every batch: a run stopped early keeps its figures.
         graded = {k: (p, ms[:i]) for k, (_, p, ms) in chosen.items()}
-        summaries = {k: mm.report(p, ms) for k, (p, ms) in graded.items()}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "recorded": host_record(" ".join(["python -m autograder.tools.mutants_notebooks",
-                                                      *(sys.argv[1:] if argv is None else argv)]), load),
-                    "found": found_of, "seconds": round(time.monotonic() - started), "summary": summaries,
-                    "mutants": [
-                        {
-                            "name": m.name,
-                            "verdict": mm.verdict(p, m),
-                            "score": m.score,
-                            "diff": m.diff,
-                            "expected": sorted(m.expected),
-                            "graded": sorted(m.graded),
-                        }
-                        for p, ms in graded.values()
-                        for m in ms
-                    ],
-                },
-                indent=1,
-            )
-        )
+        summaries = write_figures(args.out, sys.argv[1:] if argv is None else argv, load, found_of,
+                                  time.monotonic() - started, graded)
     if batches:
         print(json.dumps(summaries, indent=1))
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

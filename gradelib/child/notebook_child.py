@@ -88,10 +88,10 @@ def first_line(source: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def placeholder_functions(tree: ast.AST) -> dict[str, bool]:
-    """Top-level functions of a cell -> whether their body still holds a `...` or raises NotImplementedError."""
+def placeholder_functions(tree: ast.AST, names: set[str] | None = None) -> dict[str, bool]:
+    """A cell's top-level functions (in `names`, if given) -> whether each holds `...` or raises NotImplementedError."""
     return {node.name: any(map(_placeholder, ast.walk(node))) for node in getattr(tree, "body", [])
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (names is None or node.name in names)}
 
 
 def _placeholder(node: ast.AST) -> bool:
@@ -146,9 +146,8 @@ def run_cells(task: dict, budget_s: float) -> tuple[dict, dict]:
         except SyntaxError as exc:
             entry.update(status="syntax error", message=f"line {exc.lineno}: {exc.msg}")
             continue
-        for name, marked in placeholder_functions(tree).items():
-            if name in graded:
-                report["functions"].setdefault(name, {})["placeholder"] = marked
+        for name, marked in placeholder_functions(tree, graded).items():
+            report["functions"].setdefault(name, {})["placeholder"] = marked
         remaining = max(deadline - clock(), 0.5)
         limit = time_limit(min(float(task["cell_timeout_s"]), remaining), wall_s=remaining)
         try:

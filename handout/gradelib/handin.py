@@ -62,9 +62,9 @@ def runs_text(root: Path) -> str:
     return "experiments/ holds: " + "; ".join(said)
 
 
-def best_full_run(root: Path) -> tuple[str, str, float] | None:
-    """(runid, epoch, its validation NLL) of the newest full (not short) run whose metrics.json names the
-    validation NLL of an epoch it has a checkpoint for: the epoch where that NLL is lowest. None when there is none."""
+def best_full_run(root: Path, notes: list[str]) -> tuple[str, str]:
+    """(runid, epoch) of the newest full (not short) run whose metrics.json names the validation NLL of an epoch it
+    has a checkpoint for, at the epoch where that NLL is lowest, said in `notes`; ('', '') when there is none."""
     for runid, epochs in runs(root).items():
         if short_run(runid) is not None:
             continue
@@ -76,8 +76,11 @@ def best_full_run(root: Path) -> tuple[str, str, float] | None:
         scored = {e: v for e, v in scored.items() if e in epochs and v == v}  # (v == v: not NaN)
         if scored:
             best = min(scored, key=lambda e: (scored[e], -e))
-            return runid, str(best), scored[best]
-    return None
+            notes.append(f"no runid/epoch given: handing in the newest full run, runid={runid}, at its best "
+                         f"validation epoch, epoch={best} (validation NLL {scored[best]:.4f}); name others with "
+                         "`make handin runid=<id> epoch=<n>`")
+            return runid, str(best)
+    return "", ""
 
 
 TODO_RAISE = re.compile(r"""raise\s+NotImplementedError\(\s*(?:f?["'])(TODO[^"'\n]*)""")
@@ -136,8 +139,7 @@ def _check_array(name: str, path: Path) -> list[str]:
 
 
 def _check_checkpoint(name: str, path: Path) -> list[str]:
-    too_large = contract.checkpoint_size_problem(path.stat().st_size)  # the cap the grader enforces, in its words
-    if too_large:
+    if too_large := contract.checkpoint_size_problem(path.stat().st_size):  # the cap the grader enforces, in its words
         return [too_large]
     try:
         with zipfile.ZipFile(path) as zf:
@@ -182,14 +184,9 @@ class Packed:
 def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed:
     """Pick and check the files of a handin from the handout folder `root`."""
     packed = Packed({}, [], [])
-    problems, notes = packed.problems, packed.notes
+    problems = packed.problems
     if not runid and not epoch and not partial:
-        chosen = best_full_run(root)
-        if chosen is not None:
-            runid, epoch, val_nll = chosen
-            notes.append(f"no runid/epoch given: handing in the newest full run, runid={runid}, at its best "
-                         f"validation epoch, epoch={epoch} (validation NLL {val_nll:.4f}); name others with "
-                         "`make handin runid=<id> epoch=<n>`")
+        runid, epoch = best_full_run(root, packed.notes)
     have_run = bool(runid and epoch)
     if not have_run and not partial:
         problems.append("runid= and epoch= are required: `make handin runid=<experiment folder> epoch=<n>` hands in "
@@ -202,36 +199,40 @@ def collect(root: Path, runid: str, epoch: str, partial: bool = False) -> Packed
                 else f"there is no experiments/{runid}")
         problems.append(f"{what}, so predictions.npy, generated.npy and model.pt cannot be packed; {runs_text(root)}")
     for name, rel in sources(runid or "<runid>", epoch or "<epoch>").items():
-        path = (root / rel).resolve()  # a link in the student's own folder is theirs to make: pack what it points to
-        if rel.startswith("experiments/") and (not have_run or no_epoch):
-            if partial and name not in OPTIONAL:
-                notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
-            continue
-        found = check_file(name, path) if path.exists() else None
-        if found is None and (name in OPTIONAL or partial):
-            notes.append(f"{name}: {rel} not found; " + ("it is optional and left out" if name in OPTIONAL
-                                                         else "handed in without it (it scores 0)"))
-        elif found is None:
-            where = f"; {runs_text(root)}" if rel.startswith("experiments/") else ""
-            problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]}){where}")
-        elif found and name in OPTIONAL:
-            notes += [f"{name} (from {rel}) {p}; it is optional and left out" for p in found]
-        elif found:
-            problems += [f"{name} (from {rel}) {p}" for p in found]
-            packed.refused[name] = path
-        else:
-            packed.files[name] = path
-            left = todos(path) if path.suffix in (".py", ".ipynb") else []
-            if left:
-                shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
-                notes.append(f"{name} still raises NotImplementedError for {len(left)} TODO(s), which score 0: {shown}")
+        if not rel.startswith("experiments/") or (have_run and not no_epoch):
+            take(packed, root, name, rel, partial)
+        elif partial and name not in OPTIONAL:
+            packed.notes.append(f"{name}: no runid/epoch given; handed in without it (it scores 0)")
     if have_run and not no_epoch and short_run(runid) is not None:
-        notes.append(short_run_cost(runid))
+        packed.notes.append(short_run_cost(runid))
     total = sum(p.stat().st_size for p in packed.files.values())
     if total > contract.MAX_TOTAL_BYTES:
         problems.append(f"the handin would hold {total / 2**20:.0f} MB; the grader accepts at most "
                         f"{contract.MAX_TOTAL_BYTES // 2**20} MB")
     return packed
+
+
+def take(out: Packed, root: Path, name: str, rel: str, partial: bool) -> None:
+    """Pack handin file `name` from `rel` under `root` if it passes its check, else say why in `out`."""
+    path = (root / rel).resolve()  # a link in the student's own folder is theirs to make: pack what it points to
+    found = check_file(name, path) if path.exists() else None
+    if found is None and (name in OPTIONAL or partial):
+        out.notes.append(f"{name}: {rel} not found; " + ("it is optional and left out" if name in OPTIONAL
+                                                         else "handed in without it (it scores 0)"))
+    elif found is None:
+        where = f"; {runs_text(root)}" if rel.startswith("experiments/") else ""
+        out.problems.append(f"{name}: {rel} is missing ({HANDIN_FILES[name]}){where}")
+    elif found and name in OPTIONAL:
+        out.notes.extend(f"{name} (from {rel}) {p}; it is optional and left out" for p in found)
+    elif found:
+        out.problems.extend(f"{name} (from {rel}) {p}" for p in found)
+        out.refused[name] = path
+    else:
+        out.files[name] = path
+        left = todos(path) if path.suffix in (".py", ".ipynb") else []
+        if left:
+            shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
+            out.notes.append(f"{name} still raises NotImplementedError for {len(left)} TODO(s), which score 0: {shown}")
 
 
 def short_run_cost(runid: str) -> str:

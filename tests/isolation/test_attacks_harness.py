@@ -15,6 +15,8 @@ import re
 
 import numpy as np
 
+from gradelib.problems.lm_common import QUALITY_LINES
+
 from attack_tools import attack_source, only_at, outputs
 from support import FIXTURES, SOLUTIONS, grade_files
 
@@ -52,9 +54,9 @@ def test_a_notebook_that_forges_the_model_harness_report_changes_no_grade(tmp_pa
     result = grade_files(tmp_path, files, only=["prediction", "generation"], timeout_s=120)
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "internal grader error" not in said, said[:3000]
-    quality = {t.line: t for t in result.tests if t.line in ("nll", "perplexity")}
+    quality = {t.line: t for t in result.tests if t.line in QUALITY_LINES.values()}
     # The reference model, graded by what it answered: the forged report neither costs nor earns a point.
-    assert set(quality) == {"nll", "perplexity"} and all(t.passed for t in quality.values()), said[:3000]
+    assert set(quality) == set(QUALITY_LINES.values()) and all(t.passed for t in quality.values()), said[:3000]
     assert result.score == result.max_score, [(t.name, t.score, t.output[:200]) for t in result.tests if not t.passed]
 
 
