@@ -17,8 +17,8 @@ How a record stays out of the submission's reach:
 - The ways Python code could reach them anyway are refused: gc's object lists, other threads' frames, tracing, new
   code objects, other interpreters, the interpreter's test modules, /proc/<pid>/mem and reopening a descriptor
   through /proc; ctypes' data types cannot make an instance (one reads and writes any address without an event),
-  and each foreign call or absolute address of ctypes is recorded before it happens, which costs the backward
-  points. At the Linux levels a seccomp filter adds: no signal handler (one would run inside whichever function the
+  and every ctypes audit event (a library opened, a symbol looked up, a foreign call, an absolute address) is
+  refused. At the Linux levels a seccomp filter adds: no signal handler (one would run inside whichever function the
   signal interrupts), no thread (the saved-tensors hook is per thread), no change to the audit pipe's descriptor
   (kernel.run_guard_program).
 - After each stage the harness calls `check`: it records whether anomaly mode and the saved-tensors hook are still
@@ -256,11 +256,9 @@ def _rebind(made_for: dict[int, object], more: list) -> None:
 
 def _refuser(fd: int, protected: set[int]):
     """The audit hook that refuses, once armed, the ways Python code could reach the tripwires or this process's
-    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record; a ctypes
-    event (a foreign call, an absolute address) is said as `gradelib.reached <event>` before it happens, and not
-    refused: the kernel contains what the call does, as in every run, and the grader withholds the backward points
-    of a run that reached out so. Its state is immutable and in its closure: its frame, seen in a traceback,
-    changes nothing."""
+    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record: every
+    ctypes event, the events of REFUSED, some opens, imports and attribute reads. Its state is immutable and in its
+    closure: its frame, seen in a traceback, changes nothing."""
     write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
     test_modules, int_ = TEST_MODULES, int
     attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
@@ -296,12 +294,7 @@ def _refuser(fd: int, protected: set[int]):
             not path.startswith("/") or parts[-2:-1] in (["fd"], ["fdinfo"])))
 
     def hook(event, args):
-        if event.startswith("ctypes."):  # said before the call runs, which is then the run's own business
-            try:
-                write(fd, b"\ngradelib.reached " + event.encode("ascii", "replace")[:100] + b"\n")
-            except base:
-                pass
-        elif event in refused:
+        if event in refused or event.startswith("ctypes."):  # ctypes: a foreign call, a library, an address
             raise refuse(event, event)
         if event == "open" and args and opens_guarded(args[0]):
             raise refuse(event, f"opening {str_(args[0])[:200]!r}" if type_(args[0]) in (str_, bytes_) else "open")
@@ -318,7 +311,7 @@ def _close_ctypes() -> str:
     data types but function pointers can create an instance (each type's tp_new is cleared, and the __new__ of its
     bases removed: a structure, a pointer, an array or even a numeric type subclassed with `_type_ = "z"` reads and
     writes any address), and _ctypes.Py_DECREF takes a reference instead of dropping one (a premature free is a way
-    to corrupt memory). What is left (foreign calls, absolute addresses) raises audit events the refuser records."""
+    to corrupt memory). What is left (foreign calls, absolute addresses) raises audit events the refuser refuses."""
     import _ctypes
 
     word = ctypes.sizeof(ctypes.c_void_p)

@@ -26,6 +26,7 @@ from autograder.isolation import cgroups
 from attack_batch import BATCH_TIMEOUT_S
 from attack_tools import (
     CLI,
+    NOTEBOOK_1,
     POINTS,
     PYTHON,
     attack_source,
@@ -37,6 +38,7 @@ from attack_tools import (
     leftover_cgroups,
     leftover_scratch,
     needs_root,
+    notebook_with_first_cell,
     only_at,
     outputs,
     processes_named,
@@ -212,7 +214,6 @@ def test_late_daemon_is_killed_and_writes_nothing(attack_batch):
     assert not (out / "daemon-was-here.txt").exists()
     assert forged_files(out) == []
     assert not Path(f"/tmp/daemon-{marker}.txt").exists()
-    assert attack_batch["results"]["late_daemon"]["score"] == 0.0
 
 
 def test_setsid_chain_dies_with_the_run(attack_batch):
@@ -250,7 +251,8 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
 @pytest.mark.parametrize("level", ["", "fallback", "portable"])
 def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     """63 processes in a binary tree, each in a session of its own, deaf to SIGTERM and spinning after the run
-    has ended: none is left when the grader returns, at any level."""
+    has ended (the first cell of notebook 1, where ctypes names them): none is left when the grader returns, at any
+    level."""
     if level == "fallback":
         from container import available
 
@@ -259,8 +261,8 @@ def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     marker = "zt" + uuid.uuid4().hex[:10]
     folder = tmp_path / "tree"
     folder.mkdir()
-    (folder / "attention.py").write_text(attack_source("fork_tree", MARKER=marker))
-    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "attention",
+    in_a_cell(folder, attack_source("fork_tree", MARKER=marker))
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "losses",
                    level=level)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert processes_named(marker) == []
@@ -270,6 +272,13 @@ def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     assert processes_named(marker) == []
 
 
+def in_a_cell(folder: Path, source: str) -> None:
+    """A handin in `folder`: the reference attention.py, and notebook 1 with `source` as its first cell (a run without
+    attention's guards, which refuse ctypes: what the cell does meets the kernel's layers alone)."""
+    (folder / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    (folder / NOTEBOOK_1).write_text(notebook_with_first_cell(source))
+
+
 # ---------------------------------------------------------------- killed workers and batches
 
 
@@ -277,12 +286,12 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     marker = "zz" + uuid.uuid4().hex[:10]
     folder = tmp_path / "filler"
     folder.mkdir()
-    (folder / "attention.py").write_text(attack_source("fill_and_hang", MARKER=marker))
+    in_a_cell(folder, attack_source("fill_and_hang", MARKER=marker))
     scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
     start = time.monotonic()
     # The submission's own limit (60 s) is past the batch's deadline for the whole worker (10 s).
     proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60", "--submission-timeout", "10",
-                   "--only", "attention", "--retries", "0", timeout=120)
+                   "--only", "losses", "--retries", "0", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
@@ -318,9 +327,9 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     folder = tmp_path / "filler"
     folder.mkdir()
     name = f'import ctypes\nctypes.CDLL(None).prctl(15, b"{marker}", 0, 0, 0)\n'
-    (folder / "attention.py").write_text(name + attack_source("fill_and_hang", MARKER=marker))
+    in_a_cell(folder, name + attack_source("fill_and_hang", MARKER=marker))
     batch = subprocess.Popen([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60",
-                              "--only", "attention"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              "--only", "losses"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     pattern = f"autograder-scratch-{batch.pid}-*"
     deadline = time.monotonic() + 60
