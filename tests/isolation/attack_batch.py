@@ -34,6 +34,7 @@ BATCH_TIMEOUT_S = (
     20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
 )
 DAEMON_SLEEP_S = 3
+CELL_MEMORY_MB = 16384  # the cell attacks' memory limit (run_batch)
 
 PROGRAM_STARTED = "program-started-by-"  # beside the batch's grades: the mark another program leaves as it starts
 # Each an attention.py, graded in this order: name in the batch -> (source in tests/isolation/attacks/, or a tuple of
@@ -140,15 +141,17 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
         # chain's 80 spinning processes would starve the run graded beside it past its time limit.
         jobs = "1" if level == "portable" else "2"
 
-        def grade(folders: list[str], grades: Path, problem: str) -> subprocess.CompletedProcess:
+        def grade(folders: list[str], grades: Path, problem: str, *more: str) -> subprocess.CompletedProcess:
             return run_cli(*folders, "--out", str(grades), "--jobs", jobs, "--timeout", str(BATCH_TIMEOUT_S),
-                           "--only", problem, level=level,
+                           "--only", problem, *more, level=level,
                            timeout=BATCH_TIMEOUT_S + 60 * len(folders))  # a busy machine grades one in 10 to 30 s
 
         start = time.monotonic()
         proc = grade(paths, out, "attention")
         wall = time.monotonic() - start
-        cell_proc = grade(cell_paths, out / "cells", "losses") if cells else None
+        # Where memory is the sum of each process's resident set (fallback, portable), the setsid chain's 80 copies
+        # of the notebook's process count 4 GB: room enough that its notebook ends and says what the cell did.
+        cell_proc = grade(cell_paths, out / "cells", "losses", "--memory-mb", str(CELL_MEMORY_MB)) if cells else None
         alive_after = processes_named(marker)
         time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
         received = host["received"]()

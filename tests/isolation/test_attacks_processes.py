@@ -23,7 +23,7 @@ import pytest
 from autograder import isolation as sandbox
 from autograder.isolation import cgroups
 
-from attack_batch import BATCH_TIMEOUT_S
+from attack_batch import BATCH_TIMEOUT_S, CELL_MEMORY_MB
 from attack_tools import (
     CLI,
     NOTEBOOK_1,
@@ -262,8 +262,9 @@ def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     folder = tmp_path / "tree"
     folder.mkdir()
     in_a_cell(folder, attack_source("fork_tree", MARKER=marker))
+    # Room for the tree's 63 copies of the notebook's process where each one's resident set counts in full.
     proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "losses",
-                   level=level)
+                   "--memory-mb", str(CELL_MEMORY_MB), level=level)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert processes_named(marker) == []
     text = outputs(json.loads((tmp_path / "grades" / "tree" / "results.json").read_text()))
