@@ -22,6 +22,7 @@ import pytest
 
 from autograder import isolation as sandbox
 from autograder.isolation import cgroups
+from gradelib import rubric
 
 from attack_batch import BATCH_TIMEOUT_S, CELL_MEMORY_MB
 from attack_tools import (
@@ -119,9 +120,9 @@ SHM_LEVELS = {"machine": ("", 0), "fallback": ("fallback", 0), "fallback, Docker
 @pytest.mark.parametrize("level", list(SHM_LEVELS))
 def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_path, level):
     """640 MB in a memfd file and as much in /dev/shm files no process maps, in a folder then closed (mode 000),
-    and a POSIX message queue, prepended to the reference: in nobody's resident memory, this held 1.5 GB against
-    a 512 MB limit for 30 / 30 at the fallback and portable levels, the closed folder and the queue outlived the
-    grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
+    and a POSIX message queue (ctypes; in notebook 1's first cell): in nobody's resident memory, this held 1.5 GB
+    against a 512 MB limit for full marks at the fallback and portable levels, the closed folder and the queue outlived
+    the grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
     stopped (memfd_create and mq_open are refused at the Linux levels; the rest counts toward its limit, its files
     in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback."""
     where, shm_mb = SHM_LEVELS[level]
@@ -134,11 +135,10 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
     handins = tmp_path / "handins"
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     (handins / "hoard").mkdir(parents=True)
-    (handins / "hoard" / "attention.py").write_text(
-        attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5) + reference
-    )
+    in_a_cell(handins / "hoard", attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5))
     (handins / "reference").mkdir()
     (handins / "reference" / "attention.py").write_text(reference)
+    (handins / "reference" / NOTEBOOK_1).write_text(SOLUTIONS.joinpath(NOTEBOOK_1).read_text())
     extra = ("--similarity", "--jobs", "2") if shm_mb else ("--jobs", "1")
     try:
         proc = run_cli(
@@ -151,7 +151,7 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
             "--memory-mb",
             "512",
             "--only",
-            "attention",
+            "losses",
             *extra,
             level=where,
             shm_mb=shm_mb,
@@ -167,7 +167,8 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
             assert "over the 512 MB memory limit" in text, text
         else:  # the namespace's own /dev/shm is small, and the memory cgroup counts it
             assert "No space left on device" in text or "memory limit" in text, text
-        assert json.loads((grades / "reference" / "results.json").read_text())["score"] == POINTS
+        reference_score = json.loads((grades / "reference" / "results.json").read_text())["score"]
+        assert reference_score == rubric.load()["losses"].points
         left = [name for name in os.listdir("/dev/shm") if marker in name]
         queue = _queue_exists(f"/{marker}-q")
         if where != "portable":  # the portable level removes nothing: it isolates nothing
