@@ -16,11 +16,11 @@ How a record stays out of the submission's reach:
   hooks and switches that would turn them off; and the public names (torch.func.jvp, ...) for the words.
 - The ways Python code could reach them anyway are refused: gc's object lists, other threads' frames, tracing, new
   code objects, other interpreters, the interpreter's test modules, /proc/<pid>/mem and reopening a descriptor
-  through /proc; ctypes' data types cannot make an instance (one reads and writes any address without an event),
-  and every ctypes audit event (a library opened, a symbol looked up, a foreign call, an absolute address) is
-  refused. At the Linux levels a seccomp filter adds: no signal handler (one would run inside whichever function the
-  signal interrupts), no thread (the saved-tensors hook is per thread), no change to the audit pipe's descriptor
-  (kernel.run_guard_program).
+  through /proc; ctypes' data types cannot make an instance and its function pointers cannot be called (either
+  reads and writes any address without an event), and every ctypes audit event (a library opened, a symbol looked
+  up, an absolute address) is refused. At the Linux levels a seccomp filter adds: no signal handler (one would run
+  inside whichever function the signal interrupts), no thread (the saved-tensors hook is per thread), no change to
+  the audit pipe's descriptor (kernel.run_guard_program).
 - After each stage the harness calls `check`: it records whether anomaly mode and the saved-tensors hook are still
   in place, then asks the reporter for a heartbeat, signed with a key made for this run and sent as its first
   record. The grader treats a run whose heartbeats are missing or wrong as one whose guards went silent.
@@ -310,8 +310,10 @@ def _close_ctypes() -> str:
     """Make ctypes unable to read or write memory without an audit event ('' when done, else why not): none of its
     data types but function pointers can create an instance (each type's tp_new is cleared, and the __new__ of its
     bases removed: a structure, a pointer, an array or even a numeric type subclassed with `_type_ = "z"` reads and
-    writes any address), and _ctypes.Py_DECREF takes a reference instead of dropping one (a premature free is a way
-    to corrupt memory). What is left (foreign calls, absolute addresses) raises audit events the refuser refuses."""
+    writes any address); no function pointer can be called (each type's tp_call is cleared and its __call__
+    removed: a call raises no audit event, and ctypes.memmove or a library function looked up before arming would
+    run); _ctypes.Py_DECREF takes a reference instead of dropping one (a premature free is a way to corrupt memory).
+    What is left (a library, a symbol, an absolute address) raises audit events the refuser refuses."""
     import _ctypes
 
     word = ctypes.sizeof(ctypes.c_void_p)
@@ -329,16 +331,21 @@ def _close_ctypes() -> str:
     if [ctypes.string_at(ctypes.c_void_p.from_address(m).value) for m in (decref, incref)] == [b"Py_DECREF",
                                                                                               b"Py_INCREF"]:
         ctypes.c_void_p.from_address(decref + word).value = ctypes.c_void_p.from_address(incref + word).value
-    todo, found = [_ctypes._SimpleCData.__base__], {}
+    todo, found, pointers = [_ctypes._SimpleCData.__base__], {}, {}
     while todo:
         t = todo.pop()
-        if id(t) not in found and not issubclass(t, _ctypes.CFuncPtr):  # a function pointer does nothing uncalled
-            found[id(t)] = t
+        if id(t) not in found and id(t) not in pointers:
+            (pointers if issubclass(t, _ctypes.CFuncPtr) else found)[id(t)] = t
             todo.extend(type.__subclasses__(t))
-    modified, arguments = ctypes.pythonapi.PyType_Modified, [ctypes.py_object(t) for t in found.values()]
+    modified = ctypes.pythonapi.PyType_Modified
+    arguments = [ctypes.py_object(t) for t in (*found.values(), *pointers.values())]
     for t in found.values():
         slot(t, 39).value = 0
         gc.get_referents(t.__dict__)[0].pop("__new__", None)
+    for t in pointers.values():
+        gc.get_referents(t.__dict__)[0].pop("__call__", None)
     for argument in arguments:
         modified(argument)
+    for t in pointers.values():  # last: `modified` is one of them
+        slot(t, 16).value = 0
     return ""

@@ -335,9 +335,10 @@ def test_guards_silenced_lose_the_backward_points(tmp_path, level):
     assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
 
 
-# How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs; the
-# seccomp filter's own (signal handlers, threads, the audit pipe's descriptor) at the Linux levels only.
-REFUSED_EVERYWHERE = {"ctdata": "Type", "dlopen": "Perm", "ctcall": "Perm", "ctaddr": "Perm", "decref": "Runt",
+# How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs (a call of
+# a ctypes function pointer raises no audit event: no pointer is callable, a TypeError); the seccomp filter's own
+# (signal handlers, threads, the audit pipe's descriptor) at the Linux levels only.
+REFUSED_EVERYWHERE = {"ctdata": "Type", "dlopen": "Perm", "ctcall": "Type", "ctaddr": "Perm", "decref": "Runt",
                       "gc": "Perm", "trace": "Perm", "frames": "Perm", "code": "Perm", "consts": "Perm", "mem": "Perm",
                       "reopen": "Perm", "symlink": "Perm", "hook": "Runt", "testcapi": "Impo", "interp": "Impo"}
 REFUSED_BY_SECCOMP = {"signal": "Perm", "dup2": "Perm", "thread": "Runt"}  # PermissionError, RuntimeError
