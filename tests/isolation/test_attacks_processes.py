@@ -124,7 +124,8 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
     against a 512 MB limit for full marks at the fallback and portable levels, the closed folder and the queue outlived
     the grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
     stopped (memfd_create and mq_open are refused at the Linux levels; the rest counts toward its limit, its files
-    in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback."""
+    in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback. (A cell
+    that raises costs nothing: the run's score is what it lost for being stopped.)"""
     where, shm_mb = SHM_LEVELS[level]
     if where == "fallback":
         from container import available
@@ -160,15 +161,16 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
         grades = tmp_path / "grades"
         hoard = json.loads((grades / "hoard" / "results.json").read_text())
         text = outputs(hoard)
-        assert hoard["score"] == 0.0, text
         if shm_mb:  # it fills what it can, and no more stays: the class's run, which needs /dev/shm, ends well
             assert "similarity: not finished" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
-        elif where:
+        if where and not shm_mb:
             assert "over the 512 MB memory limit" in text, text
-        else:  # the namespace's own /dev/shm is small, and the memory cgroup counts it
+        else:  # the namespace's own /dev/shm (or Docker's) is small, and the memory cgroup counts it
             assert "No space left on device" in text or "memory limit" in text, text
         reference_score = json.loads((grades / "reference" / "results.json").read_text())["score"]
         assert reference_score == rubric.load()["losses"].points
+        # A cell's error costs nothing; a run stopped for memory loses its cases: never more than the reference.
+        assert hoard["score"] <= reference_score, text
         left = [name for name in os.listdir("/dev/shm") if marker in name]
         queue = _queue_exists(f"/{marker}-q")
         if where != "portable":  # the portable level removes nothing: it isolates nothing
