@@ -158,8 +158,7 @@ class CourseSide(Course):
 
     def attention_records(self, run: ChildRun, outcomes: list[CaseOutcome]) -> tuple[set[str], list[str]]:
         """What only a hostile attention run records, as attention's grading repeats it: each attempt to start another
-        program (a fresh interpreter, free of every tripwire: refused) or to reach the grader's guards (refused, or for
-        ctypes recorded before the call), and why
+        program (a fresh interpreter, free of every tripwire) or to reach the grader's guards, each refused, and why
         its audit pipe or guards cannot be trusted (a reason to withhold the backward points; none when they can). A
         run whose guards could not be set is the grader's failure: an error, so that the problem counts as not graded.
         `outcomes`: its cases' CaseOutcomes, whose stages must each have sent a heartbeat (`silent_guards`)."""
@@ -170,7 +169,6 @@ class CourseSide(Course):
             raise RuntimeError("the grader's guards could not be set in the attention run")
         attempts = {f"another program ({said_program(label)}, refused)" for label in run.event_args("program")}
         attempts |= {f"a way to the grader's guards ({said_refused(e)}, refused)" for e in run.event_args("refused")}
-        attempts |= {f"a way to the grader's guards ({said_refused(e)})" for e in run.event_args("reached")}
         reasons = [f"tampered with the grader's record of autograd calls ({tampered})"] if tampered else []
         silent = silent_guards(run.event_args("key"), run.event_args("alive"), stages_run(outcomes))
         return attempts, reasons + ([f"ran with the grader's tripwires silenced ({silent})"] if silent else [])

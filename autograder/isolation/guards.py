@@ -16,11 +16,11 @@ How a record stays out of the submission's reach:
   hooks and switches that would turn them off; and the public names (torch.func.jvp, ...) for the words.
 - The ways Python code could reach them anyway are refused: gc's object lists, other threads' frames, tracing, new
   code objects, other interpreters, the interpreter's test modules, /proc/<pid>/mem and reopening a descriptor
-  through /proc; ctypes' data types cannot make an instance (one reads and writes any address without an event),
-  and each foreign call or absolute address of ctypes is recorded before it happens, which costs the backward
-  points. At the Linux levels a seccomp filter adds: no signal handler (one would run inside whichever function the
-  signal interrupts), no thread (the saved-tensors hook is per thread), no change to the audit pipe's descriptor
-  (kernel.run_guard_program).
+  through /proc; ctypes' data types cannot make an instance and its function pointers cannot be called (either
+  reads and writes any address without an event), and every ctypes audit event (a library opened, a symbol looked
+  up, an absolute address) is refused. At the Linux levels a seccomp filter adds: no signal handler (one would run
+  inside whichever function the signal interrupts), no thread (the saved-tensors hook is per thread), no change to
+  the audit pipe's descriptor (kernel.run_guard_program).
 - After each stage the harness calls `check`: it records whether anomaly mode and the saved-tensors hook are still
   in place, then asks the reporter for a heartbeat, signed with a key made for this run and sent as its first
   record. The grader treats a run whose heartbeats are missing or wrong as one whose guards went silent.
@@ -283,11 +283,9 @@ def _open_guard(type_, int_, bytes_, str_):
 
 def _refuser(fd: int, protected: set[int]):
     """The audit hook that refuses, once armed, the ways Python code could reach the tripwires or this process's
-    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record; a ctypes
-    event (a foreign call, an absolute address) is said as `gradelib.reached <event>` before it happens, and not
-    refused: the kernel contains what the call does, as in every run, and the grader withholds the backward points
-    of a run that reached out so. Its state is immutable and in its closure: its frame, seen in a traceback,
-    changes nothing."""
+    memory (see the module's docstring), each said first on `fd` as a `gradelib.refused <event>` record: every
+    ctypes event, the events of REFUSED, some opens, imports and attribute reads. Its state is immutable and in its
+    closure: its frame, seen in a traceback, changes nothing."""
     write, protected, refused, id_, type_, str_, bytes_ = os.write, frozenset(protected), REFUSED, id, type, str, bytes
     test_modules, int_ = TEST_MODULES, int
     attribute_events = frozenset({"object.__getattr__", "object.__setattr__", "object.__delattr__"})
@@ -303,12 +301,7 @@ def _refuser(fd: int, protected: set[int]):
         return kind(f"{what}: not allowed while the grader runs attention.py")
 
     def hook(event, args):
-        if event.startswith("ctypes."):  # said before the call runs, which is then the run's own business
-            try:
-                write(fd, b"\ngradelib.reached " + event.encode("ascii", "replace")[:100] + b"\n")
-            except base:
-                pass
-        elif event in refused:
+        if event in refused or event.startswith("ctypes."):  # ctypes: a foreign call, a library, an address
             raise refuse(event, event)
         if event == "open" and args and opens_guarded(args[0]):
             raise refuse(event, f"opening {str_(args[0])[:200]!r}" if type_(args[0]) in (str_, bytes_) else "open")
@@ -324,8 +317,10 @@ def _close_ctypes() -> str:
     """Make ctypes unable to read or write memory without an audit event ('' when done, else why not): none of its
     data types but function pointers can create an instance (each type's tp_new is cleared, and the __new__ of its
     bases removed: a structure, a pointer, an array or even a numeric type subclassed with `_type_ = "z"` reads and
-    writes any address), and _ctypes.Py_DECREF takes a reference instead of dropping one (a premature free is a way
-    to corrupt memory). What is left (foreign calls, absolute addresses) raises audit events the refuser records."""
+    writes any address); no function pointer can be called (each type's tp_call is cleared and its __call__
+    removed: a call raises no audit event, and ctypes.memmove or a library function looked up before arming would
+    run); _ctypes.Py_DECREF takes a reference instead of dropping one (a premature free is a way to corrupt memory).
+    What is left (a library, a symbol, an absolute address) raises audit events the refuser refuses."""
     import _ctypes
 
     word = ctypes.sizeof(ctypes.c_void_p)
@@ -343,16 +338,21 @@ def _close_ctypes() -> str:
     if [ctypes.string_at(ctypes.c_void_p.from_address(m).value) for m in (decref, incref)] == [b"Py_DECREF",
                                                                                               b"Py_INCREF"]:
         ctypes.c_void_p.from_address(decref + word).value = ctypes.c_void_p.from_address(incref + word).value
-    todo, found = [_ctypes._SimpleCData.__base__], {}
+    todo, found, pointers = [_ctypes._SimpleCData.__base__], {}, {}
     while todo:
         t = todo.pop()
-        if id(t) not in found and not issubclass(t, _ctypes.CFuncPtr):  # a function pointer does nothing uncalled
-            found[id(t)] = t
+        if id(t) not in found and id(t) not in pointers:
+            (pointers if issubclass(t, _ctypes.CFuncPtr) else found)[id(t)] = t
             todo.extend(type.__subclasses__(t))
-    modified, arguments = ctypes.pythonapi.PyType_Modified, [ctypes.py_object(t) for t in found.values()]
+    modified = ctypes.pythonapi.PyType_Modified
+    arguments = [ctypes.py_object(t) for t in (*found.values(), *pointers.values())]
     for t in found.values():
         slot(t, 39).value = 0
         gc.get_referents(t.__dict__)[0].pop("__new__", None)
+    for t in pointers.values():
+        gc.get_referents(t.__dict__)[0].pop("__call__", None)
     for argument in arguments:
         modified(argument)
+    for t in pointers.values():  # last: `modified` is one of them
+        slot(t, 16).value = 0
     return ""

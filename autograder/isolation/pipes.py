@@ -17,7 +17,7 @@ from gradelib.runner.limits import EVENTS_KEPT, ChildRun, Events, Limits, Tail
 
 EVENTS_LIMIT_MB = 1  # audit events a run may send; the harness sends a few lines, so a run that sends more is stopped
 EVENT_NAMES_KEPT = 32  # distinct event names indexed; the harness's own are always indexed
-HARNESS_EVENTS = ("boot", "autograd", "program", "refused", "reached", "key", "alive", "guards",
+HARNESS_EVENTS = ("boot", "autograd", "program", "refused", "key", "alive", "guards",
                   "selfkill")  # always indexed
 EVENT_RECORD_MAX = 4096  # bytes of one record; start.py's hook writes at most 4 x 200 + 1
 

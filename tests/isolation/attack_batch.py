@@ -1,6 +1,6 @@
 """The attack batch: one instructor-CLI run (two jobs) that grades the reference solution, every attack of
-BATCH_ATTACKS, and the reference again, with listeners and a root-only file on the host for the attacks
-to aim at, then notes what is left behind.
+BATCH_ATTACKS, and the reference again, then one that grades each notebook cell of CELL_ATTACKS, with listeners
+and a root-only file on the host for the attacks to aim at, then notes what is left behind.
 
 conftest.py's `attack_batch` fixture runs it once per test session, shared by the workers; the tests that read
 it live in the test_attacks_*.py file of what each attack goes for. Each attack reports what it managed
@@ -19,9 +19,11 @@ import uuid
 from pathlib import Path
 
 from attack_tools import (
+    NOTEBOOK_1,
     attack_source,
     leftover_cgroups,
     leftover_scratch,
+    notebook_with_first_cell,
     processes_named,
     run_cli,
     sandbox_uid_processes,
@@ -32,6 +34,7 @@ BATCH_TIMEOUT_S = (
     20  # per problem run; the infinite loop spends all of it (the reference: 4 s on a quiet machine, 10 s loaded)
 )
 DAEMON_SLEEP_S = 3
+CELL_MEMORY_MB = 16384  # the cell attacks' memory limit (run_batch)
 
 PROGRAM_STARTED = "program-started-by-"  # beside the batch's grades: the mark another program leaves as it starts
 # Each an attention.py, graded in this order: name in the batch -> (source in tests/isolation/attacks/, or a tuple of
@@ -39,8 +42,8 @@ PROGRAM_STARTED = "program-started-by-"  # beside the batch's grades: the mark a
 BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     **{name: (name, {}) for name in (
         "forged_results", "exit_at_import", "infinite_loop", "huge_allocation", "patch_comparisons", "lying_tensor",
-        "search_for_answers", "late_daemon", "keyring", "setsid_chain", "resource_counts", "shared_memory", "network",
-        "host_processes", "root_only_files", "hidden_inputs_in_output")},
+        "search_for_answers", "resource_counts", "network", "host_processes", "root_only_files",
+        "hidden_inputs_in_output")},
     # log.txt swapped for a link to another submission's feedback or to a root-only file, a FIFO, a link to /dev/zero.
     "log_symlink_feedback": ("log_swap", {"SWAP": "@OUT@/reference_before/feedback.txt"}),
     "log_symlink_secret": ("log_swap", {"SWAP": "@SECRET@"}),
@@ -48,20 +51,25 @@ BATCH_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     "log_dev_zero": ("log_swap", {"SWAP": "/dev/zero"}),
     # Autograd out of the harness's reach: a graph in a new thread run by a new engine (with a saved-tensors
     # hook pushed over the grader's first, or not); another program, started by subprocess, by execv through
-    # ctypes, or with no audit event at all (_posixsubprocess.fork_exec; multiprocessing's spawn, which calls it).
+    # ctypes (refused), or with no audit event at all (_posixsubprocess.fork_exec; multiprocessing's spawn).
     "autograd_in_a_thread": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "none"}),
     "autograd_hook_pushed": (("autograd_in_a_thread", "autograd_forward"), {"HOOK": "push"}),
     **{f"autograd_by_{how}": (("autograd_in_another_program", "autograd_forward"),
                               {"HOW": how, "MARK": f"@OUT@/../{PROGRAM_STARTED}{how}"})
        for how in ("subprocess", "execv", "fork_exec", "spawn")},
     # Forward-mode autograd (dual numbers, torch.func.jvp under vmap) on the hidden cases alone (on every case:
-    # test_attacks_autograd.py, at the machine's level); the audit hooks emptied through ctypes or /proc/self/mem;
-    # every closure-held tripwire dodged from Python; each way to the guards tried in turn (after the reference).
+    # test_attacks_autograd.py, at the machine's level); the audit hooks emptied through ctypes or /proc/self/mem
+    # (refused); every closure-held tripwire dodged from Python; each way to the guards tried (after the reference).
     "autograd_forward_hidden": (("autograd_forward_mode", "autograd_forward"), {"WHEN": "hidden"}),
     "audit_hooks_emptied": (("audit_hooks_emptied", "autograd_forward"), {"HOW": "each"}),
     "autograd_tripwires_dodged": (("autograd_tripwires_dodged", "autograd_forward"), {}),
     "guards_reached": ("guards_reached", {}),
 }
+
+# Attacks on the kernel, through ctypes: the first cell of notebook 1 (a run without attention's guards, which refuse
+# ctypes), beside the reference attention.py, graded by a second CLI run (--only losses). The kernel's layers stop them.
+CELL_ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
+    name: (name, {}) for name in ("late_daemon", "keyring", "setsid_chain", "shared_memory")}
 
 
 # Attacks whose forward is honest, and keeps its points: they go for the backward points alone.
@@ -74,24 +82,27 @@ SAME_AT_EVERY_LEVEL = ("exit_at_import", "patch_comparisons", "lying_tensor", "h
 # Attacks appended to the reference attention.py: they need a run that computes every result first.
 WITH_REFERENCE = ("hidden_inputs_in_output", "guards_reached")
 # What the fallback level is checked against: what a run may reach and how it is ended.
-FALLBACK_ATTACKS = tuple(name for name in BATCH_ATTACKS if name not in SAME_AT_EVERY_LEVEL)
+FALLBACK_ATTACKS = tuple(name for name in {**BATCH_ATTACKS, **CELL_ATTACKS} if name not in SAME_AT_EVERY_LEVEL)
 # What the portable level promises, and so what its batch holds: limits on time, output and memory, and every
 # process of a run ended with it. It isolates nothing: a run can read and change what the grader's user can. The
 # programs started below the audit layer are there to measure what it does not stop.
 PORTABLE_ATTACKS = ("infinite_loop", "huge_allocation", "late_daemon", "setsid_chain", "log_fifo", "log_dev_zero",
-                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_fork_exec",
+                    "autograd_in_a_thread", "autograd_hook_pushed", "autograd_by_subprocess", "autograd_by_execv",
+                    "autograd_by_fork_exec",
                     "autograd_by_spawn", "autograd_forward_hidden", "audit_hooks_emptied", "autograd_tripwires_dodged",
                     "guards_reached")
 
 
 def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = None) -> dict:
-    """Grade reference, every attack, reference again -- one CLI run, two jobs -- with submissions and grades
-    under `root`: the results by submission and what was seen on the host during and after the run. `level`:
-    the machine's own (""), or "fallback" or "portable" (attack_tools.run_cli)."""
+    """Grade reference, every attack, reference again -- one CLI run, two jobs -- then each cell attack (a second
+    run), with submissions and grades under `root`: the results by submission and what was seen on the host during
+    and after the runs. `level`: the machine's own (""), or "fallback" or "portable" (attack_tools.run_cli)."""
     out = root / "grades"
     marker = "zz" + uuid.uuid4().hex[:10]  # comm names hold 15 characters
     reference = SOLUTIONS.joinpath("attention.py").read_text()
-    order = ["reference_before", *(attacks or BATCH_ATTACKS), "reference_after"]
+    chosen = attacks or (*BATCH_ATTACKS, *CELL_ATTACKS)
+    order = ["reference_before", *(a for a in chosen if a in BATCH_ATTACKS), "reference_after"]
+    cells = [a for a in chosen if a in CELL_ATTACKS]
     with host_listeners(marker) as host:
         common = {
             "OUT": out,
@@ -117,25 +128,30 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
                 text = prefix + attack_source(*(source if isinstance(source, tuple) else (source,)), **own, **common)
             (folder / "attention.py").write_text(text)
             paths.append(str(folder))
+        cell_paths = []
+        for name in cells:
+            folder = root / "cells" / name
+            folder.mkdir(parents=True)
+            source, own = CELL_ATTACKS[name]
+            (folder / "attention.py").write_text(reference)
+            (folder / NOTEBOOK_1).write_text(notebook_with_first_cell(attack_source(source, **own, **common)))
+            cell_paths.append(str(folder))
         scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
-        start = time.monotonic()
         # One job at a time at the portable level: nothing there shares the CPU out between runs, so the setsid
         # chain's 80 spinning processes would starve the run graded beside it past its time limit.
         jobs = "1" if level == "portable" else "2"
-        proc = run_cli(
-            *paths,
-            "--out",
-            str(out),
-            "--jobs",
-            jobs,
-            "--timeout",
-            str(BATCH_TIMEOUT_S),
-            "--only",
-            "attention",
-            level=level,
-            timeout=BATCH_TIMEOUT_S + 60 * len(order),  # generous: a busy machine grades a handin in 10 to 30 s
-        )
+
+        def grade(folders: list[str], grades: Path, problem: str, *more: str) -> subprocess.CompletedProcess:
+            return run_cli(*folders, "--out", str(grades), "--jobs", jobs, "--timeout", str(BATCH_TIMEOUT_S),
+                           "--only", problem, *more, level=level,
+                           timeout=BATCH_TIMEOUT_S + 60 * len(folders))  # a busy machine grades one in 10 to 30 s
+
+        start = time.monotonic()
+        proc = grade(paths, out, "attention")
         wall = time.monotonic() - start
+        # Where memory is the sum of each process's resident set (fallback, portable), the setsid chain's 80 copies
+        # of the notebook's process count 4 GB: room enough that its notebook ends and says what the cell did.
+        cell_proc = grade(cell_paths, out / "cells", "losses", "--memory-mb", str(CELL_MEMORY_MB)) if cells else None
         alive_after = processes_named(marker)
         time.sleep(DAEMON_SLEEP_S + 1)  # past the moment the daemon would write
         received = host["received"]()
@@ -149,11 +165,12 @@ def run_batch(root: Path, level: str = "", attacks: tuple[str, ...] | None = Non
             "cgroups": leftover_cgroups(),
         }
     results = {}
-    for name in order:
-        path = out / name / "results.json"
+    for name in [*order, *cells]:
+        path = out / ("cells" if name in cells else "") / name / "results.json"
         results[name] = json.loads(path.read_text()) if path.exists() else None
-    return {"proc": proc, "wall": wall, "out": out, "marker": marker, "results": results, "level": level,
-            "alive_after": alive_after, "alive_later": processes_named(marker), "received": received, "left": left}
+    return {"proc": proc, "cell_proc": cell_proc, "wall": wall, "out": out, "marker": marker, "results": results,
+            "level": level, "alive_after": alive_after, "alive_later": processes_named(marker), "received": received,
+            "left": left}
 
 
 @contextlib.contextmanager

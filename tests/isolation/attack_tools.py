@@ -28,6 +28,7 @@ PYTHON = sys.executable
 CLI = REPO / "autograder" / "autograder.py"
 POINTS = rubric.load()["attention"].points
 PLACEHOLDER = re.compile(r"@[A-Z][A-Z0-9_]*@")
+NOTEBOOK_1, NOTEBOOK_2 = "01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb"
 
 needs_landlock = pytest.mark.skipif(
     landlock_abi() == 0, reason="file-system containment relies on Landlock, which this kernel lacks: "
@@ -58,11 +59,12 @@ def attack_source(*parts: str, **fills: object) -> str:
     return text
 
 
-def notebook_with_first_cell(source: str) -> str:
-    """Notebook 1 (the reference) with `source` as a new first code cell, as text."""
+def notebook_with_first_cell(source: str, name: str = NOTEBOOK_1) -> str:
+    """A notebook of the reference (notebook 1 unless `name` says) with `source` as a new first code cell, as text:
+    a cell runs without the guards of attention's runs, so an attack there meets the kernel's layers alone."""
     import nbformat
 
-    nb = nbformat.read(SOLUTIONS / "01_mlm_and_next_token.ipynb", as_version=4)
+    nb = nbformat.read(SOLUTIONS / name, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(source))
     return nbformat.writes(nb)
 

@@ -117,12 +117,12 @@ def test_a_self_test_under_a_plain_main_guard_still_costs_nothing():
 
 # ---------------------------------------------------------------- out of the harness's reach
 
-# Attack of the batch -> what the list of autograd uses must name (none: it is refused by the kernel alone).
+# Attack of the batch -> what the list of autograd uses must name.
 OUT_OF_REACH = {
     "autograd_in_a_thread": (THREAD,),
     "autograd_hook_pushed": ("a saved-tensors hook pushed over the grader's", THREAD),
     "autograd_by_subprocess": ("another program (subprocess.Popen, refused)",),
-    "autograd_by_execv": (),
+    "autograd_by_execv": ("a way to the grader's guards (ctypes, refused)",),
 }
 
 
@@ -132,10 +132,9 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     rebuilt in a new thread (saved-tensors hooks are per thread) run by a new engine object, with an identity
     hook pushed over the grader's first or not; the gradients taken by a fresh interpreter. Now starting a thread
     is a tripwire (and refused at the Linux levels: seccomp), a pushed hook is one, and no other program starts
-    (an audit hook at every level, seccomp's execve at the Linux levels). The honest forward keeps its points;
-    the staff's report lists the handin."""
-    levels = ("namespaces", "fallback") if attack == "autograd_by_execv" else ("namespaces", "fallback", "portable")
-    only_at(attack_batch, *levels, attack=attack)
+    (an audit hook at every level, seccomp's execve at the Linux levels; ctypes, which execv needs, is refused at
+    every level). The honest forward keeps its points; the staff's report lists the handin."""
+    only_at(attack_batch, "namespaces", "fallback", "portable", attack=attack)
     result = attack_batch["results"][attack]
     assert not started(attack_batch, attack)  # another program never started
     backward = [t for t in result["tests"] if "backward" in t["name"]]
@@ -143,10 +142,6 @@ def test_autograd_out_of_the_harness_reach_loses_the_backward_points(attack_batc
     assert forward and all(t["score"] == t["max_score"] for t in forward), [t["output"] for t in forward]
     assert backward and all(t["score"] == 0.0 for t in backward), [t["output"] for t in backward]
     text = "\n".join(t["output"] for t in backward)
-    if not OUT_OF_REACH[attack]:  # the C library's execv, past every audit hook: refused by the kernel (EPERM, as the
-        # keyring attack shows), reached through ctypes, whose calls are recorded before they run
-        assert "Backward points withheld" in text and "a way to the grader's guards (ctypes)" in text, text
-        return
     assert "Backward points withheld" in text, text
     for label in OUT_OF_REACH[attack]:
         assert label in text, (label, text)
@@ -262,7 +257,8 @@ def test_audit_records_are_read_whole_wherever_the_pipe_splits_them():
 # Attack of the batch -> what the list of autograd uses must name, at every level.
 PAST_THE_GUARDS = {
     "autograd_forward_hidden": ("forward-mode autograd (a dual level)", "torch.func.jvp", "torch.func.vmap"),
-    "audit_hooks_emptied": ("a way to the grader's guards (ctypes)",),  # recorded before its first call runs
+    # Each way refused (ctypes' library and data types, /proc/self/mem): the graph is recorded by the hooks in place.
+    "audit_hooks_emptied": ("a way to the grader's guards (ctypes, refused)", GRAPH_LABEL),
     "autograd_tripwires_dodged": ("torch.autograd.grad", GRAPH_LABEL),
 }
 
@@ -340,11 +336,11 @@ def test_guards_silenced_lose_the_backward_points(tmp_path, level):
     assert "attention_backward_by_autograd" in result["extra_data"]["flags"], result.get("extra_data")
 
 
-# How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs (a
-# ctypes call or absolute address runs, once recorded); the seccomp filter's own (signal handlers, threads, the
-# audit pipe's descriptor) at the Linux levels only.
-REFUSED_EVERYWHERE = {"ctdata": "Type", "dlopen": "ok", "ctcall": "ok", "ctaddr": "ok", "decref": "Runt", "gc": "Perm",
-                      "trace": "Perm", "frames": "Perm", "code": "Perm", "consts": "Perm", "mem": "Perm",
+# How each way to the guards ends (guards_reached.py): refused at every level where the course's boot runs (a call of
+# a ctypes function pointer raises no audit event: no pointer is callable, a TypeError); the seccomp filter's own
+# (signal handlers, threads, the audit pipe's descriptor) at the Linux levels only.
+REFUSED_EVERYWHERE = {"ctdata": "Type", "dlopen": "Perm", "ctcall": "Type", "ctaddr": "Perm", "decref": "Runt",
+                      "gc": "Perm", "trace": "Perm", "frames": "Perm", "code": "Perm", "consts": "Perm", "mem": "Perm",
                       "reopen": "Perm", "symlink": "Perm", "hook": "Runt", "testcapi": "Impo", "interp": "Impo"}
 REFUSED_BY_SECCOMP = {"signal": "Perm", "dup2": "Perm", "thread": "Runt"}  # PermissionError, RuntimeError
 
@@ -355,8 +351,8 @@ def test_every_way_to_the_guards_is_refused_and_reported(attack_batch):
     frames, a new code object, a tripwire's code (what it holds), /proc/self/mem, the audit pipe reopened through
     /proc/self/fd, a symbolic link, an audit hook of its own, the interpreter's test module, another
     interpreter; and at the Linux levels a signal handler, a thread and the audit pipe's descriptor. Before, each
-    worked. Now each is refused, but ctypes' calls, which run once recorded on the audit pipe; each is said there,
-    and costs the backward points with a flag."""
+    worked (ctypes' calls ran once recorded). Now each is refused and said on the audit pipe, and costs the backward
+    points with a flag."""
     level = batch_level(attack_batch)
     only_at(attack_batch, "namespaces", "fallback", "portable", attack="guards_reached")
     text = outputs(attack_batch["results"]["guards_reached"])
@@ -366,10 +362,10 @@ def test_every_way_to_the_guards_is_refused_and_reported(attack_batch):
     expected = {**REFUSED_EVERYWHERE, **(REFUSED_BY_SECCOMP if level != "portable" else
                                          {name: "ok" for name in REFUSED_BY_SECCOMP})}
     assert seen == expected, (level, seen)
-    for event in ("gc.get_objects", "sys.settrace", "sys._current_frames", "code.__new__", "object.__getattr__",
-                  "open", "os.symlink", "sys.addaudithook", "import"):
+    for event in ("ctypes", "gc.get_objects", "sys.settrace", "sys._current_frames", "code.__new__",
+                  "object.__getattr__", "open", "os.symlink", "sys.addaudithook", "import"):
         assert f"a way to the grader's guards ({event}, refused)" in text, (event, text)
-    assert "a way to the grader's guards (ctypes)" in text and THREAD in text, text
+    assert THREAD in text, text
     assert "Backward points withheld" in text, text
     assert "attention_backward_by_autograd" in attack_batch["results"]["guards_reached"]["extra_data"]["flags"]
 

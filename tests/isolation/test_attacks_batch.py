@@ -1,7 +1,7 @@
 """The attack batch as a whole (attack_batch.py: the reference, every attack of BATCH_ATTACKS, the reference
-again, in one instructor-CLI run): the batch finishes in time, every attack scores 0 for what it did not
-compute, the reference's results after the attacks are those before them, the isolation level is
-recorded, and nothing of any attack is left on the host.
+again, in one instructor-CLI run; the notebook cells of CELL_ATTACKS in a second): the batch finishes in time,
+every attack of attention.py scores 0 for what it did not compute, the reference's results after the attacks are
+those before them, the isolation level is recorded, and nothing of any attack is left on the host.
 
 What each attack managed, and what stopped it, is checked in the test_attacks_*.py file of what it goes
 for (processes, files, host, harness).
@@ -13,14 +13,15 @@ import re
 
 import pytest
 
-from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S, WITH_REFERENCE
+from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S, CELL_ATTACKS, WITH_REFERENCE
 from attack_tools import POINTS, batch_level, only_at, outputs
 
 
 def test_batch_finishes_and_reference_results_are_unaltered(attack_batch):
-    assert attack_batch["proc"].returncode == 0, attack_batch["proc"].stderr[-3000:]
+    for proc in (attack_batch["proc"], attack_batch["cell_proc"] or attack_batch["proc"]):
+        assert proc.returncode == 0, proc.stderr[-3000:]
     # Sequential upper bound: every run within its limit plus start-up.
-    assert attack_batch["wall"] < BATCH_TIMEOUT_S + 15 * len(attack_batch["results"])
+    assert attack_batch["wall"] < BATCH_TIMEOUT_S + 15 * len(graded(attack_batch))
     before, after = attack_batch["results"]["reference_before"], attack_batch["results"]["reference_after"]
     assert before["score"] == after["score"] == POINTS
     strip = lambda r: [{k: v for k, v in t.items()} for t in r["tests"]]  # noqa: E731
@@ -46,9 +47,13 @@ def test_isolation_level_is_recorded(attack_batch):
     assert result["extra_data"]["isolation"] == level
     assert f"Sandbox: {level}\n" in (attack_batch["out"] / "reference_before" / "feedback.txt").read_text()
     report = (attack_batch["out"] / "report.html").read_text()
-    assert re.search(rf'id="sandbox">sandbox: {level} \({len(attack_batch["results"])} submissions\)', report), report[
-        :3000
-    ]
+    graded_here = len(graded(attack_batch))
+    assert re.search(rf'id="sandbox">sandbox: {level} \({graded_here} submissions\)', report), report[:3000]
+
+
+def graded(batch: dict) -> list[str]:
+    """The submissions of the batch's attention run (the cell attacks are graded by a run of their own)."""
+    return [name for name in batch["results"] if name not in CELL_ATTACKS]
 
 
 def test_attacks_leave_nothing_behind(attack_batch):

@@ -22,10 +22,12 @@ import pytest
 
 from autograder import isolation as sandbox
 from autograder.isolation import cgroups
+from gradelib import rubric
 
-from attack_batch import BATCH_TIMEOUT_S
+from attack_batch import BATCH_TIMEOUT_S, CELL_MEMORY_MB
 from attack_tools import (
     CLI,
+    NOTEBOOK_1,
     POINTS,
     PYTHON,
     attack_source,
@@ -37,6 +39,7 @@ from attack_tools import (
     leftover_cgroups,
     leftover_scratch,
     needs_root,
+    notebook_with_first_cell,
     only_at,
     outputs,
     processes_named,
@@ -117,11 +120,12 @@ SHM_LEVELS = {"machine": ("", 0), "fallback": ("fallback", 0), "fallback, Docker
 @pytest.mark.parametrize("level", list(SHM_LEVELS))
 def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_path, level):
     """640 MB in a memfd file and as much in /dev/shm files no process maps, in a folder then closed (mode 000),
-    and a POSIX message queue, prepended to the reference: in nobody's resident memory, this held 1.5 GB against
-    a 512 MB limit for 30 / 30 at the fallback and portable levels, the closed folder and the queue outlived the
-    grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
+    and a POSIX message queue (ctypes; in notebook 1's first cell): in nobody's resident memory, this held 1.5 GB
+    against a 512 MB limit for full marks at the fallback and portable levels, the closed folder and the queue outlived
+    the grader, and in Docker's 64 MB /dev/shm the folder left made the class's similarity run fail. Now the run is
     stopped (memfd_create and mq_open are refused at the Linux levels; the rest counts toward its limit, its files
-    in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback."""
+    in /dev/shm have a cap of their own) or its files do not fit, and nothing of it stays at the fallback. (A cell
+    that raises costs nothing: the run's score is what it lost for being stopped.)"""
     where, shm_mb = SHM_LEVELS[level]
     if where == "fallback":
         from container import available
@@ -132,11 +136,10 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
     handins = tmp_path / "handins"
     reference = SOLUTIONS.joinpath("attention.py").read_text()
     (handins / "hoard").mkdir(parents=True)
-    (handins / "hoard" / "attention.py").write_text(
-        attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5) + reference
-    )
+    in_a_cell(handins / "hoard", attack_source("shm_hoard", MARKER=marker, MB=640, HOLD=5))
     (handins / "reference").mkdir()
     (handins / "reference" / "attention.py").write_text(reference)
+    (handins / "reference" / NOTEBOOK_1).write_text(SOLUTIONS.joinpath(NOTEBOOK_1).read_text())
     extra = ("--similarity", "--jobs", "2") if shm_mb else ("--jobs", "1")
     try:
         proc = run_cli(
@@ -149,7 +152,7 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
             "--memory-mb",
             "512",
             "--only",
-            "attention",
+            "losses",
             *extra,
             level=where,
             shm_mb=shm_mb,
@@ -158,14 +161,16 @@ def test_shared_memory_no_process_maps_is_counted_and_nothing_of_it_stays(tmp_pa
         grades = tmp_path / "grades"
         hoard = json.loads((grades / "hoard" / "results.json").read_text())
         text = outputs(hoard)
-        assert hoard["score"] == 0.0, text
         if shm_mb:  # it fills what it can, and no more stays: the class's run, which needs /dev/shm, ends well
             assert "similarity: not finished" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
-        elif where:
+        if where and not shm_mb:
             assert "over the 512 MB memory limit" in text, text
-        else:  # the namespace's own /dev/shm is small, and the memory cgroup counts it
+        else:  # the namespace's own /dev/shm (or Docker's) is small, and the memory cgroup counts it
             assert "No space left on device" in text or "memory limit" in text, text
-        assert json.loads((grades / "reference" / "results.json").read_text())["score"] == POINTS
+        reference_score = json.loads((grades / "reference" / "results.json").read_text())["score"]
+        assert reference_score == rubric.load()["losses"].points
+        # A cell's error costs nothing; a run stopped for memory loses its cases: never more than the reference.
+        assert hoard["score"] <= reference_score, text
         left = [name for name in os.listdir("/dev/shm") if marker in name]
         queue = _queue_exists(f"/{marker}-q")
         if where != "portable":  # the portable level removes nothing: it isolates nothing
@@ -212,7 +217,6 @@ def test_late_daemon_is_killed_and_writes_nothing(attack_batch):
     assert not (out / "daemon-was-here.txt").exists()
     assert forged_files(out) == []
     assert not Path(f"/tmp/daemon-{marker}.txt").exists()
-    assert attack_batch["results"]["late_daemon"]["score"] == 0.0
 
 
 def test_setsid_chain_dies_with_the_run(attack_batch):
@@ -250,7 +254,8 @@ def test_process_and_thread_counts_stop_at_the_cap(attack_batch):
 @pytest.mark.parametrize("level", ["", "fallback", "portable"])
 def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     """63 processes in a binary tree, each in a session of its own, deaf to SIGTERM and spinning after the run
-    has ended: none is left when the grader returns, at any level."""
+    has ended (the first cell of notebook 1, where ctypes names them): none is left when the grader returns, at any
+    level."""
     if level == "fallback":
         from container import available
 
@@ -259,15 +264,23 @@ def test_a_wide_tree_of_sessions_dies_with_the_run(tmp_path, level):
     marker = "zt" + uuid.uuid4().hex[:10]
     folder = tmp_path / "tree"
     folder.mkdir()
-    (folder / "attention.py").write_text(attack_source("fork_tree", MARKER=marker))
-    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "attention",
-                   level=level)
+    in_a_cell(folder, attack_source("fork_tree", MARKER=marker))
+    # Room for the tree's 63 copies of the notebook's process where each one's resident set counts in full.
+    proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "20", "--only", "losses",
+                   "--memory-mb", str(CELL_MEMORY_MB), level=level)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert processes_named(marker) == []
     text = outputs(json.loads((tmp_path / "grades" / "tree" / "results.json").read_text()))
     assert "fork tree started" in text, text  # the attack ran
     time.sleep(3)  # past the moment the tree would start spinning
     assert processes_named(marker) == []
+
+
+def in_a_cell(folder: Path, source: str) -> None:
+    """A handin in `folder`: the reference attention.py, and notebook 1 with `source` as its first cell (a run without
+    attention's guards, which refuse ctypes: what the cell does meets the kernel's layers alone)."""
+    (folder / "attention.py").write_text(SOLUTIONS.joinpath("attention.py").read_text())
+    (folder / NOTEBOOK_1).write_text(notebook_with_first_cell(source))
 
 
 # ---------------------------------------------------------------- killed workers and batches
@@ -277,12 +290,12 @@ def test_worker_killed_at_its_deadline_leaves_nothing(tmp_path):
     marker = "zz" + uuid.uuid4().hex[:10]
     folder = tmp_path / "filler"
     folder.mkdir()
-    (folder / "attention.py").write_text(attack_source("fill_and_hang", MARKER=marker))
+    in_a_cell(folder, attack_source("fill_and_hang", MARKER=marker))
     scratch_before = set(Path("/tmp").glob("autograder-scratch-*"))
     start = time.monotonic()
     # The submission's own limit (60 s) is past the batch's deadline for the whole worker (10 s).
     proc = run_cli(str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60", "--submission-timeout", "10",
-                   "--only", "attention", "--retries", "0", timeout=120)
+                   "--only", "losses", "--retries", "0", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     result = json.loads((tmp_path / "grades" / "filler" / "results.json").read_text())
@@ -318,9 +331,9 @@ def test_a_batch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
     folder = tmp_path / "filler"
     folder.mkdir()
     name = f'import ctypes\nctypes.CDLL(None).prctl(15, b"{marker}", 0, 0, 0)\n'
-    (folder / "attention.py").write_text(name + attack_source("fill_and_hang", MARKER=marker))
+    in_a_cell(folder, name + attack_source("fill_and_hang", MARKER=marker))
     batch = subprocess.Popen([PYTHON, str(CLI), str(folder), "--out", str(tmp_path / "grades"), "--timeout", "60",
-                              "--only", "attention"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              "--only", "losses"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     pattern = f"autograder-scratch-{batch.pid}-*"
     deadline = time.monotonic() + 60

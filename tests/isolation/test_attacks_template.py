@@ -19,29 +19,44 @@ import pytest
 from autograder.isolation import Limits as sandbox_limits
 from gradelib import rubric
 
-from attack_tools import attack_source, descendants, needs_namespaces, notebook_with_first_cell, processes_named
+from attack_tools import (
+    NOTEBOOK_1,
+    NOTEBOOK_2,
+    attack_source,
+    descendants,
+    needs_namespaces,
+    notebook_with_first_cell,
+    processes_named,
+)
 from support import SOLUTIONS, grade_files
 
-# Each prepended to the reference attention.py; heartbeat_cell.py, the first cell of notebook 1, runs next.
+# Each prepended to the reference attention.py, and heartbeat_cell.py, the first cell of notebook 1, runs next; but
+# the daemon (ctypes names it, which attention's guards refuse): the first cell of notebook 1, then that of notebook 2.
 TEMPLATE_ATTACKS = ("daemon_into_next_run", "kill_template", "stop_template")
 
 
 @pytest.mark.parametrize("attack", sorted(TEMPLATE_ATTACKS))
 def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
     marker = "zt" + uuid.uuid4().hex[:10]
-    losses = rubric.load()["losses"]
-    files = {
-        "attention.py": attack_source(attack, MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
-        "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("heartbeat_cell", MARKER=marker)),
-    }
+    reference = SOLUTIONS.joinpath("attention.py").read_text()
+    heartbeat = attack_source("heartbeat_cell", MARKER=marker)
+    if attack == "daemon_into_next_run":
+        first, then = ["losses", "masks"], rubric.load()["masks"]
+        files = {"attention.py": reference,
+                 NOTEBOOK_1: notebook_with_first_cell(attack_source(attack, MARKER=marker)),
+                 NOTEBOOK_2: notebook_with_first_cell(heartbeat, NOTEBOOK_2)}
+    else:
+        first, then = ["attention", "losses"], rubric.load()["losses"]
+        files = {"attention.py": attack_source(attack, MARKER=marker) + reference,
+                 NOTEBOOK_1: notebook_with_first_cell(heartbeat)}
     (tmp_path / "attack").mkdir()
     (tmp_path / "honest").mkdir()
     before = set(descendants(os.getpid()))  # what other tests left running is not this test's
     start = time.monotonic()
-    attacked = grade_files(tmp_path / "attack", files, only=["attention", "losses"], timeout_s=30)
+    attacked = grade_files(tmp_path / "attack", files, only=first, timeout_s=30)
     wall = time.monotonic() - start
     # The next problem of the same submission is graded in full (a fresh template where the old one went) ...
-    assert attacked.score >= losses.points, (attack, [(t.name, t.score, t.output[:200]) for t in attacked.tests])
+    assert attacked.score >= then.points, (attack, [(t.name, t.score, t.output[:200]) for t in attacked.tests])
     # ... with no heartbeat from the first run's daemon: it died with that run.
     said = "\n".join([*attacked.notes, *(t.output for t in attacked.tests)])
     assert "heartbeat alive" not in said, said
@@ -62,18 +77,17 @@ def test_a_run_that_attacks_the_template_costs_only_itself(tmp_path, attack):
 @needs_namespaces
 def test_shared_memory_one_run_leaves_is_gone_before_the_next_run_of_the_submission(tmp_path):
     """At the namespaces level a submission's runs share its sandbox's /dev/shm and IPC namespace: the
-    template empties both after each run, so what one problem's run leaves never reaches the next."""
+    template empties both after each run, so what one problem's run leaves (notebook 1's first cell: a file and,
+    through ctypes, a System V segment) never reaches the next (notebook 2's)."""
     marker = "zs" + uuid.uuid4().hex[:10]
-    files = {"attention.py": attack_source("shm_left", MARKER=marker) + SOLUTIONS.joinpath("attention.py").read_text(),
-             "01_mlm_and_next_token.ipynb": notebook_with_first_cell(attack_source("shm_seen_cell", MARKER=marker))}
-    result = grade_files(tmp_path, files, only=["attention", "losses"], timeout_s=30)
+    files = {"attention.py": SOLUTIONS.joinpath("attention.py").read_text(),
+             NOTEBOOK_1: notebook_with_first_cell(attack_source("shm_left", MARKER=marker)),
+             NOTEBOOK_2: notebook_with_first_cell(attack_source("shm_seen_cell", MARKER=marker), NOTEBOOK_2)}
+    result = grade_files(tmp_path, files, only=["losses", "masks"], timeout_s=30)
     said = "\n".join([*result.notes, *(t.output for t in result.tests)])
     assert "shared memory seen: files=[] segments=0" in said, said
-    # Its ctypes call (shmget) is recorded before it runs, and costs attention's backward points (guards.py).
-    attention = rubric.load()["attention"]
-    backward = sum(g.points for g in attention.groups if g.backward)
-    assert result.score == attention.points - backward + rubric.load()["losses"].points, said
-    assert "a way to the grader's guards (ctypes)" in said, said
+    assert "shm_left: written" in said, said  # the first cell ran (its own segment was made: shmid >= 0)
+    assert result.score == rubric.load()["losses"].points + rubric.load()["masks"].points, said
 
 
 def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_one_template(tmp_path, monkeypatch):

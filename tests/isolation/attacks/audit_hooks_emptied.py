@@ -4,7 +4,8 @@
 # interpreter state, the list as an object), "datatypes" (ctypes data types alone: a union of an integer, a pointer
 # and an object reads memory and makes an object of an address, with no audit event), "procmem" (no ctypes: the
 # process's own memory read and written through /proc/self/mem); @HOW@ names one, or "each". What each managed is
-# kept in EMPTIED. Followed by autograd_forward.py.
+# kept in EMPTIED. The guards refuse each (ctypes' audit events, its data types' instances, /proc/self/mem), so the
+# hooks stay and record the graph. Followed by autograd_forward.py.
 
 import math
 import os

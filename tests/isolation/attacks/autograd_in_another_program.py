@@ -1,7 +1,7 @@
 # Takes the gradients from a fresh interpreter (no audit hook, no tripwire there), started once a run, at its
 # first backward: it reads every case's inputs from the run's folder (inputs/*.npz: X, the weights, dLdXnew) and
 # writes each case's gradients beside them, found again by a hash of X and dLdXnew. Started by @HOW@:
-# "subprocess"; "execv" (fork, then the C library's execl through ctypes, past every audit hook); "fork_exec"
+# "subprocess"; "execv" (fork, then the C library's execl through ctypes, which the guards refuse); "fork_exec"
 # (_posixsubprocess.fork_exec, as multiprocessing calls it: no audit event); "spawn" (a multiprocessing process
 # started by the spawn method: fork_exec again). The program first leaves a mark where the test looks (@MARK@:
 # a path, or "" for none), so a test sees that it started whether or not it finished in time. Followed by
@@ -61,10 +61,11 @@ def _other_program():
             raise RuntimeError(f"the other program failed: exit {process.exitcode}")
     else:
         import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)  # before the fork: a refusal ends this run's backward, not a child's
         pid = os.fork()
         if pid == 0:
             exe = sys.executable.encode()
-            ctypes.CDLL(None, use_errno=True).execl(exe, exe, b"-c", _PROGRAM.encode(), None)
+            libc.execl(exe, exe, b"-c", _PROGRAM.encode(), None)
             os._exit(100 + ctypes.get_errno())
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if status != 0:

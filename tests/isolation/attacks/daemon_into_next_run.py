@@ -1,5 +1,5 @@
-# Prepended to the reference attention.py: a daemon in a session of its own that keeps a heartbeat
-# in /dev/shm for 30 s; the next run (heartbeat_cell.py) reads it.
+# The first cell of notebook 1: a daemon in a session of its own (named by ctypes' prctl) that keeps a heartbeat
+# in /dev/shm for 30 s; the next run (heartbeat_cell.py, the first cell of notebook 2) reads it.
 
 import ctypes, os, time
 if os.fork() == 0:

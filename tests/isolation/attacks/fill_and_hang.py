@@ -1,5 +1,5 @@
-# Fills its scratch and TMPDIR with 48 MB each, starts a second process outside its session, ignores
-# the polite signals (where it may) and hangs without spinning (the spinning loop is the batch's infinite_loop attack).
+# The first cell of notebook 1: fills its scratch and TMPDIR with 48 MB each, starts a second process outside its
+# session, ignores the polite signals and hangs without spinning (the spinning loop is the batch's infinite_loop attack).
 
 import ctypes, os, signal, time
 ctypes.CDLL(None).prctl(15, b"@MARKER@", 0, 0, 0)
@@ -8,7 +8,7 @@ if os.fork() == 0:
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     try:
         signal.signal(sig, signal.SIG_IGN)
-    except OSError:  # the Linux levels refuse any handler in attention's run: it hangs all the same
+    except OSError:  # refused where a level refuses handlers: it hangs all the same
         pass
 block = b"x" * (1 << 20)
 for folder in (".", os.environ.get("TMPDIR", "tmp")):

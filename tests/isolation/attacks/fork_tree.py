@@ -1,5 +1,5 @@
-# A tree of processes, each in a session of its own and deaf to SIGTERM, every one forking two more down to
-# depth 5 (63 in all), then all burning CPU: all must die with the run, however wide the tree.
+# The first cell of notebook 1: a tree of processes, each in a session of its own and deaf to SIGTERM, every one
+# forking two more down to depth 5 (63 in all), then all burning CPU: all must die with the run, however wide the tree.
 
 import ctypes, os, signal, time
 is_root = True

@@ -1,5 +1,5 @@
-# A notebook cell, run after daemon_into_next_run.py's run: says whether that daemon's heartbeat is
-# still beating.
+# A notebook cell, run after the run of an attack on the template (daemon_into_next_run.py's, kill_template.py's,
+# stop_template.py's): says whether that daemon's heartbeat is still beating.
 import os, time
 _path = "/dev/shm/hb-@MARKER@"
 _first = open(_path).read() if os.path.exists(_path) else None

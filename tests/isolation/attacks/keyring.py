@@ -1,7 +1,7 @@
-# The kernel's keyrings are per uid and outside every namespace: a key added here would be there for
-# the next run under the same sandbox uid (and, with its permissions opened, for any uid). It then
-# tries every door to a user namespace, and io_uring. Plain ints and bytes only: in attention.py a ctypes data
-# type cannot make an instance (the grader's guards), and the kernel refuses each call before it reads an argument.
+# The first cell of notebook 1 (ctypes works there: attention's guards refuse it). The kernel's keyrings are per uid
+# and outside every namespace: a key added here would be there for the next run under the same sandbox uid (and,
+# with its permissions opened, for any uid). It then tries every door to a user namespace, and io_uring. The kernel
+# refuses each call before it reads an argument.
 
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)

@@ -1,4 +1,5 @@
-# A chain of processes, each in a session of its own, burning CPU: all must die with the run.
+# The first cell of notebook 1: a chain of processes, each in a session of its own (named by ctypes' prctl),
+# burning CPU: all must die with the run.
 
 import ctypes, os, time
 started = 0

@@ -1,4 +1,4 @@
-# Leaves 8 MB in /dev/shm and a System V segment of 8 MB behind it.
+# The first cell of notebook 1: leaves 8 MB in /dev/shm and a System V segment of 8 MB behind it.
 
 import ctypes, errno, os
 report = []

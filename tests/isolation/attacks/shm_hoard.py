@@ -1,7 +1,7 @@
 # Memory in nobody's resident set: @MB@ MB written to a memfd file where the system allows one, and as
 # much to files in /dev/shm that no process maps, in a folder then closed to everyone (mode 000); a POSIX
-# message queue; then the run waits (and says if /dev/shm was full). Prepended to the reference
-# attention.py: a run that is not stopped, with room enough, scores full marks.
+# message queue (ctypes); then the run waits (and says if /dev/shm was full). The first cell of notebook 1: a run
+# that is not stopped, with room enough, scores full marks.
 
 import ctypes, os, time
 chunk = b"x" * (1 << 20)
