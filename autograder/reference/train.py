@@ -321,7 +321,7 @@ def train(lm_dir: Path, steps: int, seed: int, config: ModelConfig = CONFIG,
     figures["train_tokens_per_s"] = tokens / max(train_s, 1e-9)
     figures["train_s"] = train_s
     # Process CPU seconds of the training steps: on a shared machine the wall time above
-    # includes waiting for cores; cpu_s / THREADS bounds what 2 free cores would need.
+    # includes waiting for cores; cpu_s / THREADS is the least that 2 free cores would need.
     figures["train_cpu_s"] = cpu_s
     figures["wall_s"] = time.perf_counter() - start
     mark_full_credit(figures, thresholds)
