@@ -490,11 +490,12 @@ def test_the_readme_states_the_default_runs_time_from_a_measured_one_thread_run(
     assert threads_of("run x on cpu\nthreads: 1: 913 ms/step, 2: 4930 ms/step -> 1\n338,592 parameters, 1 thread(s)\n")\
         == 1 and threads_of("run x on cuda\n338,592 parameters\n") is None
     reference = {"seed": 0, "threads": 2, "cpu_s": 9000.0, "source": "reference_model.json"}  # training steps only
-    runs = {"runs": [reference, {"seed": 1, "threads": 2, "cpu_s": 8000.0, "load_start": [1.0]},
-                     {"seed": 2, "threads": 1, "cpu_s": 1261.4, "load_start": [4.2, 3.0, 3.4]},
-                     {"seed": 3, "threads": 1, "cpu_s": 1130.0, "load_start": [2.0]}]}
+    runs = {"runs": [reference, {"seed": 1, "threads": 2, "cpu_s": 8000.0, "wall_s": 5000.0},
+                     {"seed": 2, "threads": 1, "cpu_s": 1261.4, "wall_s": 4513.8},
+                     {"seed": 3, "threads": 1, "cpu_s": 1130.0, "wall_s": 1200.0}]}
     phrase = handout_facts.time_phrase(runs, {})
-    assert "(seed 2, on a shared machine at load average 4.2) used 1,261 CPU-seconds" in phrase, phrase
+    assert phrase.startswith("A run of the default settings (seed 2) used 1,261 CPU-seconds on the 1 thread it chose, "
+                             "evaluations included, in 75 minutes on a shared machine.\n"), phrase
     assert phrase.endswith("On 2 free CPU cores it takes at most about 22 minutes.") and "\n" in phrase  # 21.02 up
     assert all(len(s.split()) < 40 for s in phrase.split("\n"))
     fallback = handout_facts.time_phrase({"runs": [reference]}, {"train_cpu_s": 667.5, "train_s": 1241.5})

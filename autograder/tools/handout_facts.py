@@ -65,9 +65,9 @@ def time_phrase(runs: dict | None, ref: dict) -> str:
     timed = [r for r in (runs or {}).get("runs", []) if r.get("threads") == 1 and r.get("cpu_s") and "source" not in r]
     if timed:
         r = max(timed, key=lambda r: r["cpu_s"])
-        return (f"A run of the default settings (seed {r['seed']}, on a shared machine at load average "
-                f"{r['load_start'][0]:.1f}) used {r['cpu_s']:,.0f} CPU-seconds, evaluations included, on the 1 thread "
-                f"it chose.\nOn 2 free CPU cores it takes at most about {math.ceil(r['cpu_s'] / 60)} minutes.")
+        return (f"A run of the default settings (seed {r['seed']}) used {r['cpu_s']:,.0f} CPU-seconds on the 1 thread "
+                f"it chose, evaluations included, in {r['wall_s'] / 60:.0f} minutes on a shared machine.\n"
+                f"On 2 free CPU cores it takes at most about {math.ceil(r['cpu_s'] / 60)} minutes.")
     cpu = ref.get("train_cpu_s", 2 * ref["train_s"])
     return (f"With the default settings the reference run's training steps used {cpu:,.0f} CPU-seconds on 2 threads: "
             f"at least {max(1, int(cpu / 120))} minutes on 2 free CPU cores.")
