@@ -479,3 +479,26 @@ def test_the_default_run_is_as_long_as_its_measured_runs_need_with_a_margin(tmp_
     phrase = handout_facts.runs_phrase({"epochs": 6, "runs": [{"seed": 0, "first_full_credit": 5},
                                                               {"seed": 1, "first_full_credit": None}]})
     assert phrase.startswith("`EPOCHS = 6` is not always enough") and "5 (seed 0) and never (seed 1) of 6" in phrase
+
+
+def test_the_readme_states_the_default_runs_time_from_a_measured_one_thread_run():
+    """handout_facts.time_phrase: a measured 1-thread run of the notebook bounds the time on 2 free cores (its CPU
+    seconds are its wall time on a free core, and the notebook keeps the faster of 1 and 2 threads); without one,
+    half the reference's 2-thread CPU seconds is the least it could take."""
+    from autograder.reference.default_runs import threads_of
+
+    assert threads_of("run x on cpu\nthreads: 1: 913 ms/step, 2: 4930 ms/step -> 1\n338,592 parameters, 1 thread(s)\n")\
+        == 1 and threads_of("run x on cuda\n338,592 parameters\n") is None
+    reference = {"seed": 0, "threads": 2, "cpu_s": 9000.0, "source": "reference_model.json"}  # training steps only
+    runs = {"runs": [reference, {"seed": 1, "threads": 2, "cpu_s": 8000.0, "wall_s": 5000.0},
+                     {"seed": 2, "threads": 1, "cpu_s": 1261.4, "wall_s": 4513.8},
+                     {"seed": 3, "threads": 1, "cpu_s": 1130.0, "wall_s": 1200.0}]}
+    phrase = handout_facts.time_phrase(runs, {})
+    assert phrase.startswith("A run of the default settings (seed 2) used 1,261 CPU-seconds on the 1 thread it chose, "
+                             "evaluations included, in 75 minutes on a shared machine.\n"), phrase
+    assert phrase.endswith("On 2 free CPU cores it takes at most about 22 minutes.") and "\n" in phrase  # 21.02 up
+    assert all(len(s.split()) < 40 for s in phrase.split("\n"))
+    fallback = handout_facts.time_phrase({"runs": [reference]}, {"train_cpu_s": 667.5, "train_s": 1241.5})
+    assert fallback.endswith("used 668 CPU-seconds on 2 threads: at least 5 minutes on 2 free CPU cores."), fallback
+    assert handout_facts.time_phrase(None, {"train_s": 400.0}).endswith("800 CPU-seconds on 2 threads: at least 6 "
+                                                                         "minutes on 2 free CPU cores.")

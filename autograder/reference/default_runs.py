@@ -39,6 +39,12 @@ def notebook_settings() -> dict:
     return {k: int(re.search(rf"^{k} = (\d+)", cell, re.MULTILINE).group(1)) for k in ("EPOCHS", "SEED")}
 
 
+def threads_of(train_log: str) -> int | None:
+    """The thread count a run kept, from its train.log (None on a GPU)."""
+    found = re.search(r"^[\d,]+ parameters, (\d+) thread", train_log, re.MULTILINE)
+    return int(found.group(1)) if found else None
+
+
 def train(seed: int, out: Path, epochs: int | None = None, lm_dir: Path = REPO / "fixtures" / "lm") -> dict:
     """One run of the notebook's cells in `out` (its data/lm a link to `lm_dir`), every epoch scored."""
     import numpy as np
@@ -79,9 +85,10 @@ def train(seed: int, out: Path, epochs: int | None = None, lm_dir: Path = REPO /
     rows = [{"epoch": e, "val_nll": nll,
              "generation_perplexity": generation_perplexity(oracle, gen_inp, np.load(run / f"generated_{e}.npy"), eps)}
             for e, nll in zip(namespace["history"]["epoch"], namespace["history"]["val_nll"])]
+    log = (run / "train.log").read_text()
     result = {"seed": seed, "epochs": epochs, "corpus_sha256": provenance.corpus_hash(lm_dir),
-              "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "load_start": load,
-              "load_end": os.getloadavg(), "rows": rows, "train_log": (run / "train.log").read_text()}
+              "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "threads": threads_of(log),
+              "load_start": load, "load_end": os.getloadavg(), "rows": rows, "train_log": log}
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -97,7 +104,8 @@ def from_reference(lm_dir: Path) -> dict | None:
             or len(ref["epochs"]) != settings["EPOCHS"] or ref.get("stopped_early"):  # not the default run
         return None
     return {"seed": settings["SEED"], "epochs": settings["EPOCHS"], "corpus_sha256": inputs.get("corpus_sha256"),
-            "wall_s": ref["wall_s"], "cpu_s": ref.get("train_cpu_s"), "source": "reference_model.json",
+            "wall_s": ref["wall_s"], "cpu_s": ref.get("train_cpu_s"), "threads": inputs.get("threads"),
+            "source": "reference_model.json",
             "rows": [{"epoch": r["epoch"], "val_nll": r["val_prediction_nll"],
                       "generation_perplexity": r["generation_perplexity"]} for r in ref["epochs"]]}
 
@@ -111,6 +119,7 @@ def write(results: list[dict], lm_dir: Path) -> dict:
     corpus = provenance.corpus_hash(lm_dir)
     runs = sorted((r for r in results if r["corpus_sha256"] == corpus), key=lambda r: r["seed"])
     for r in runs:
+        r.setdefault("threads", threads_of(r.get("train_log", "")))
         passing = [row["epoch"] for row in r["rows"] if row["val_nll"] <= full[0] and
                    row["generation_perplexity"] <= full[1]]
         r["first_full_credit"] = passing[0] if passing else None

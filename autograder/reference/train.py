@@ -283,7 +283,7 @@ def _finish(figures: dict, step: int, steps: int, spent: dict, start: float, say
     figures["train_tokens_per_s"] = spent["tokens"] / max(spent["train_s"], 1e-9)
     figures["train_s"] = spent["train_s"]
     # Process CPU seconds of the training steps: on a shared machine the wall time above
-    # includes waiting for cores; cpu_s / THREADS bounds what 2 free cores would need.
+    # includes waiting for cores; cpu_s / THREADS is the least that 2 free cores would need.
     figures["train_cpu_s"] = spent["cpu_s"]
     figures["wall_s"] = time.perf_counter() - start
 
