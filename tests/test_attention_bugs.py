@@ -34,6 +34,8 @@ from gradelib import rubric
 
 from support import SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.slow
+
 REFERENCE = (SOLUTIONS / "attention.py").read_text()
 
 PROBLEM = rubric.load()["attention"]

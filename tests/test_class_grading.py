@@ -32,6 +32,8 @@ from gradelib import rubric
 
 from support import FIXTURES, REPO
 
+pytestmark = pytest.mark.slow
+
 CLI = [sys.executable, str(REPO / "autograder" / "autograder.py")]
 # Per problem run: each hanging attack costs this much (sleeping), and a correct attention.py needs
 # 4 s in a fresh interpreter on a quiet machine, 11 s and more on a busy one: 20 s keeps honest code in time.

@@ -16,6 +16,8 @@ import pytest
 from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S, WITH_REFERENCE
 from attack_tools import POINTS, batch_level, only_at, outputs
 
+pytestmark = pytest.mark.attacks
+
 
 def test_batch_finishes_and_reference_results_are_unaltered(attack_batch):
     assert attack_batch["proc"].returncode == 0, attack_batch["proc"].stderr[-3000:]

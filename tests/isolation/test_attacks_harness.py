@@ -14,9 +14,12 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from attack_tools import attack_source, only_at, outputs
 from support import FIXTURES, SOLUTIONS, grade_files
+
+pytestmark = pytest.mark.attacks
 
 # ---------------------------------------------------------------- what the attention harness compares
 

@@ -22,6 +22,8 @@ from gradelib import rubric
 from attack_tools import attack_source, descendants, needs_namespaces, notebook_with_first_cell, processes_named
 from support import SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 # Each prepended to the reference attention.py; heartbeat_cell.py, the first cell of notebook 1, runs next.
 TEMPLATE_ATTACKS = ("daemon_into_next_run", "kill_template", "stop_template")
 
