@@ -62,11 +62,11 @@ test: setup pythons ## lint (ruff), then run the project's test suite; its time 
 test-course: setup ## the test course with make course's defaults: the reference trained from scratch
 	OWN_COURSE=defaults $(PY) -m pytest -q -p no:cacheprovider tests/test_own_corpus.py
 
-# The fast lane for the edit-test loop: lint and the tests that need no container, attack batch, other Python,
-# class run or training (tests/conftest.py's FAST_LANE).
+# The fast lane for the edit-test loop: lint and the tests that need no container, attack, other Python,
+# class run or training (a test file says what it needs by its markers, pytest.ini).
 check: setup ## lint (ruff), then the fast lane of the test suite (make test runs everything)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 -m fast -p no:cacheprovider tests
+	$(PY) -m pytest -q -n 2 -m "not (slow or attacks or container or pythons)" -p no:cacheprovider tests
 
 demo: setup handout ## grade the reference solution and the blank handout with hidden cases
 	$(PY) -m autograder.tools.demo

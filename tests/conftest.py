@@ -128,17 +128,7 @@ def one_torch_thread():
         sys.modules["torch"].set_num_threads(1)
 
 
-# `make check`, the fast lane of the edit-test loop: the files that need no container, attack batch, other Python,
-# class run or training.
-FAST_LANE = ("test_compare.py", "test_rubric.py", "test_results.py", "test_safe_reading.py", "test_layout.py",
-             "test_docs.py", "test_lm_oracle.py", "test_lm_scoring.py", "test_kit_runner.py", "test_same_verdict.py",
-             "test_attention_reference.py", "test_lm_building.py", "test_submission_safety.py")
-
-
 def pytest_collection_modifyitems(items) -> None:
-    for item in items:
-        if item.path.name in FAST_LANE:
-            item.add_marker(pytest.mark.fast)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
     def batch_order(item) -> int:

@@ -24,6 +24,8 @@ from gradelib.problems.autograd_source import autograd_uses
 
 from support import FIXTURES, SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.slow
+
 VARIANTS = Path(__file__).resolve().parent / "attention_variants"
 PROBLEM = rubric.load()["attention"]
 

@@ -29,6 +29,8 @@ from gradelib import results as results_mod
 
 from support import FIXTURES, REPO, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 RUBRIC = REPO / "gradelib" / "rubric.toml"
 ORDER = ["attention", "losses", "masks", "prediction", "generation"]
 NB1 = "01_mlm_and_next_token.ipynb"

@@ -25,6 +25,8 @@ from autograder.grading.course_result import CourseResult, CourseTest
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 RUBRIC = REPO / "gradelib" / "rubric.toml"
 ORDER = ["attention", "losses", "masks", "prediction", "generation"]
 

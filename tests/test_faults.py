@@ -33,6 +33,8 @@ from gradelib.handin_contract import PREDICTION_STEPS
 
 from support import REPO, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 CLI = [sys.executable, "-m", "autograder"]
 TIMEOUT = "120"  # seconds per problem run (the model run gets twice that): no honest run meets it on a busy machine
 

@@ -18,6 +18,8 @@ from gradelib import rubric
 
 from support import FIXTURES, REPO, TOY_ENGLISH
 
+pytestmark = pytest.mark.slow
+
 CASE_DIR = FIXTURES / "attention"
 
 

@@ -23,6 +23,8 @@ from gradelib.handin_contract import GENERATION_SHAPE, HANDIN_FILES, PREDICTION_
 
 from support import HANDOUT, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = ("01_mlm_and_next_token.ipynb", "02_attention_and_masks.ipynb", "03_language_model.ipynb")
 
 

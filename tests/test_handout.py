@@ -26,6 +26,8 @@ from gradelib import rubric
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.slow
+
 PYTHON = sys.executable
 HIDDEN_DIRS = sorted(p for p in FIXTURES.glob("*/hidden") if p.is_dir())
 # Build outputs and student work that may sit in a handout folder without being part of it.

@@ -22,6 +22,8 @@ from gradelib.rubric import load as load_rubric
 
 from support import FIXTURES, toy_english_only
 
+pytestmark = pytest.mark.slow
+
 LM_OUTPUTS = (
     "train.txt", "valid.txt", "prediction.npz", "prediction_test.npz", "generation_test.npz",
     "hidden/prediction_test_out.npz", "oracle.json",

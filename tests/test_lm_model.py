@@ -29,6 +29,8 @@ from gradelib.lm import fixed_models
 
 from support import child_module
 
+pytestmark = pytest.mark.slow
+
 SMALL = ModelConfig(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)
 
 

@@ -29,6 +29,8 @@ from gradelib.rubric import load as load_rubric
 
 from support import FIXTURES, SOLUTIONS, grade_files, toy_english_only
 
+pytestmark = pytest.mark.slow
+
 LM = FIXTURES / "lm"
 NOTEBOOK = "03_language_model.ipynb"
 SETTINGS = {pid: p.settings for pid, p in load_rubric().items()}

@@ -15,6 +15,8 @@ from autograder.reference import model as ref
 
 from support import FIXTURES, HANDOUT, LM_LINES, SOLUTIONS, function_scores, grade_files
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = "03_language_model.ipynb"
 LM_PROBLEMS = ["prediction", "generation"]
 

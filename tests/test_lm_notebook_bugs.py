@@ -17,6 +17,8 @@ from gradelib.runner.limits import Limits
 from notebook_tools import NB3, edited
 from support import HANDOUT, SOLUTIONS, function_scores, grade_files
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = "03_language_model.ipynb"
 LM_PROBLEMS = ["prediction", "generation"]
 

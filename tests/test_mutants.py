@@ -19,6 +19,8 @@ from gradelib import rubric
 
 from support import FIXTURES, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 # `python -m autograder.tools.mutants --pick 1` with mutmut 3.8.1 (requirements.txt) and the reference of this
 # commit; a changed reference renames them, and the test below says so.
 SAMPLE = (

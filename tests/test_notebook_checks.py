@@ -24,6 +24,8 @@ from gradelib.runner.limits import Limits
 from notebook_tools import NB1, NB2, NB3, PROBLEM_OF, edited, load, source
 from support import HANDOUT
 
+pytestmark = pytest.mark.slow
+
 SKIP_TAG = "skip-grading"
 LINE_CALL = re.compile(r"check\(['\"](\w+)['\"], ['\"](\w+)['\"]")
 NB3_PROBLEMS = ("prediction", "generation")

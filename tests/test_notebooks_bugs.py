@@ -11,6 +11,8 @@ import pytest
 
 from notebook_tools import NB1, NB2, PROBLEM_OF, all_groups, edited, failing, grade, message
 
+pytestmark = pytest.mark.slow
+
 BOTH = ("public", "hidden")
 
 

@@ -13,6 +13,8 @@ from nbclient import NotebookClient
 from notebook_tools import NB1, NB2, NB3
 from support import HANDOUT
 
+pytestmark = pytest.mark.slow
+
 ANSWER_TAG = "otter_answer_cell"
 SKIP_TAG = "skip-grading"
 # Prepended to executed copies: any attempt to reach the network fails loudly.

@@ -6,6 +6,8 @@ import json
 import re
 import time
 
+import pytest
+
 from notebook_tools import (
     NB1,
     NB2,
@@ -19,6 +21,8 @@ from notebook_tools import (
     student_form,
     with_problem_settings,
 )
+
+pytestmark = pytest.mark.slow
 
 
 def with_cell_after(name: str, after_function: str, code: str) -> str:

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from notebook_tools import NB1, NB2, PROBLEM_OF, grade, load, source
 from support import HANDOUT, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 SKIP_TAG = "skip-grading"
 
 

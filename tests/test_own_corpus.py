@@ -45,6 +45,8 @@ from autograder.tools import handout_facts
 
 from support import REPO, SOLUTIONS, toy_english_only
 
+pytestmark = pytest.mark.slow
+
 EPS = 1e-3
 PROSE = REPO / "tests" / "data" / "own_prose.txt"
 # The course's options beside its corpus and folders: a warm start from the shipped reference, whose

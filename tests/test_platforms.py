@@ -28,6 +28,8 @@ from gradelib.problems import GRADERS
 
 from support import REPO, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 ATTENTION_MAX = sum(g.points for g in rubric.load()["attention"].groups)
 PROBLEM_IDS = [p for p in rubric.load() if p in GRADERS]
 

@@ -28,6 +28,8 @@ from gradelib.handin_contract import HANDIN_FILES
 
 from support import REPO, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 PROBLEMS = rubric.load()
 COURSE_POINTS = sum(p.points for p in PROBLEMS.values())
 ATTENTION_POINTS = PROBLEMS["attention"].points

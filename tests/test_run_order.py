@@ -11,6 +11,8 @@ import pytest
 
 from autograder.grading.run_order import PublicAfterHidden, hidden_run, in_order, public_run
 
+pytestmark = pytest.mark.slow
+
 
 def test_every_public_run_of_the_problems_comes_before_any_hidden_run():
     said: list[str] = []

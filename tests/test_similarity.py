@@ -28,6 +28,8 @@ from autograder.batch import winnowing as winnow
 from notebook_tools import NB2, source, student_form
 from support import HANDOUT, SOLUTIONS
 
+pytestmark = pytest.mark.slow
+
 THRESHOLD = 0.5
 REFERENCE = (SOLUTIONS / "attention.py").read_text()
 STUB = (HANDOUT / "attention.py").read_text()

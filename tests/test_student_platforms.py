@@ -17,6 +17,8 @@ import pytest
 
 from support import FIXTURES, HANDOUT, REPO, SOLUTIONS
 
+pytestmark = pytest.mark.pythons
+
 SIM = Path(__file__).with_name("platform_sim.py")
 NB1 = "01_mlm_and_next_token.ipynb"
 NOTEBOOKS = (NB1, "02_attention_and_masks.ipynb", "03_language_model.ipynb")

@@ -25,6 +25,8 @@ from attack_batch import PROGRAM_STARTED
 from attack_tools import attack_source, batch_level, only_at, outputs, run_cli
 from support import SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 
 def test_autograd_hidden_by_clearing_the_record_is_still_caught(tmp_path):
     result = grade_files(tmp_path, {"attention.py": attack_source("autograd_hidden")}, only=["attention"], timeout_s=60)

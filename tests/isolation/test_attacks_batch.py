@@ -16,6 +16,8 @@ import pytest
 from attack_batch import BACKWARD_ONLY, BATCH_ATTACKS, BATCH_TIMEOUT_S, CELL_ATTACKS, WITH_REFERENCE
 from attack_tools import POINTS, batch_level, only_at, outputs
 
+pytestmark = pytest.mark.attacks
+
 
 def test_batch_finishes_and_reference_results_are_unaltered(attack_batch):
     for proc in (attack_batch["proc"], attack_batch["cell_proc"] or attack_batch["proc"]):

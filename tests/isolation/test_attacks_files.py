@@ -37,6 +37,8 @@ from attack_tools import (
 )
 from support import SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 # ---------------------------------------------------------------- what a child writes
 
 

@@ -14,11 +14,14 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from gradelib.problems.lm_common import QUALITY_LINES
 
 from attack_tools import attack_source, only_at, outputs
 from support import FIXTURES, SOLUTIONS, grade_files
+
+pytestmark = pytest.mark.attacks
 
 # ---------------------------------------------------------------- what the attention harness compares
 

@@ -33,6 +33,8 @@ from gradelib import handin, rubric
 from attack_tools import attack_source, only_at, outputs, run_cli
 from support import FIXTURES, SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 HIDDEN_CASES = [c["name"] for c in json.loads((FIXTURES / "attention" / "hidden" / "cases.json").read_text())]
 FORGED = re.compile(r'^(TOTAL\s+120|\{"scores")', re.MULTILINE)
 

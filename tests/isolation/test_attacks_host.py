@@ -16,11 +16,15 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from autograder import isolation as sandbox
 from autograder.isolation.slots import UID_BASE, block
 
 from attack_tools import CLI, PYTHON, attack_text, batch_level, needs_landlock, needs_root, only_at, outputs
 from support import FIXTURES, REPO, SOLUTIONS
+
+pytestmark = pytest.mark.attacks
 
 # ---------------------------------------------------------------- the hidden answers and the host's files
 

@@ -48,6 +48,8 @@ from attack_tools import (
 )
 from support import REPO, SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 # ---------------------------------------------------------------- time
 
 

@@ -30,6 +30,8 @@ from attack_tools import (
 )
 from support import SOLUTIONS, grade_files
 
+pytestmark = pytest.mark.attacks
+
 # Each prepended to the reference attention.py, and heartbeat_cell.py, the first cell of notebook 1, runs next; but
 # the daemon (ctypes names it, which attention's guards refuse): the first cell of notebook 1, then that of notebook 2.
 TEMPLATE_ATTACKS = ("daemon_into_next_run", "kill_template", "stop_template")

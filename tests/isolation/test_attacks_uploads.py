@@ -28,6 +28,8 @@ import pytest
 
 from support import REPO
 
+pytestmark = pytest.mark.attacks
+
 MIB, GIB = 1 << 20, 1 << 30
 ATTENTION = b"x = 1\n"
 # Opens the upload as the batch worker does; prints the peak of this process image (VmHWM) and its CPU seconds.

@@ -34,6 +34,8 @@ from gradelib import rubric
 
 from support import REPO
 
+pytestmark = pytest.mark.container
+
 NO_REPRODUCTION = available()
 COURSE_POINTS = sum(p.points for p in rubric.load().values())
 ATTENTION_POINTS = rubric.load()["attention"].points

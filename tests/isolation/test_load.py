@@ -20,6 +20,8 @@ from autograder.isolation.kernel import is_linux
 
 from support import REPO
 
+pytestmark = pytest.mark.slow
+
 LIMIT_S = 1.0  # each run's time limit, and each notebook block's (wall clock and CPU time)
 COMPUTE_S = 0.3  # CPU seconds each computing run uses (its interpreter's start takes about as much again)
 HOGS = 3  # busy processes beside each computing run

@@ -12,6 +12,8 @@ from autograder.isolation import install, levels, runner
 from autograder.isolation.interpreter import Limits
 from gradelib import runner as kit
 
+pytestmark = pytest.mark.pythons
+
 REPO = Path(__file__).resolve().parents[2]
 # Generous: a busy machine stretches a run's wall time.
 LIMITS = Limits(timeout_s=120.0, memory_mb=400, output_mb=1, min_isolation="portable")
