@@ -55,11 +55,6 @@ SCRATCH_PREFIX = "autograder-scratch-"
 SCRATCH_LOCK = ".batch.lock"  # in a batch's scratch folder, locked while the batch runs
 
 
-def selected_problems(only: list[str] | None, rubric: Path | None = None) -> list[rubric_mod.Problem]:
-    """The graded problems of the rubric at `rubric` (the course's by default), those in `only` if given."""
-    return list(graded(rubric_mod.load(rubric), only).values())
-
-
 def ungraded_result(name: str, only: list[str] | None, message: str,
                     problems: dict[str, rubric_mod.Problem]) -> CourseResult:
     """Every test of the graded `problems` (those in `only`, if given) 0 with `message`: what a submission gets
@@ -255,43 +250,54 @@ class Batch:
                 while self.queue and len(self.active) < max(1, self.args.jobs) and not self.stopping:
                     self._start(self.queue.popleft())
                 time.sleep(POLL_S)
-                ended = False
-                for job in list(self.active):
-                    rc = job.proc.poll()
-                    if rc is None and job.clock.left() <= 0:
-                        self._kill(job, signal.SIGTERM)
-                        try:
-                            job.proc.wait(TERM_GRACE_S)
-                        except subprocess.TimeoutExpired:
-                            self._kill(job, signal.SIGKILL)
-                            job.proc.wait()
-                        self._finished(job, None, bar)
-                        ended = True
-                    elif rc is not None:
-                        self._finished(job, rc, bar)
-                        ended = True
-                if ended:
+                if any([self._look_at(job, bar) for job in list(self.active)]):  # each job looked at
                     self._reap_orphans(before)
         finally:
-            for job in self.active:
-                self._kill(job, signal.SIGTERM)
-            limit = time.monotonic() + TERM_GRACE_S
-            for job in self.active:
-                try:
-                    job.proc.wait(max(0.0, limit - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    self._kill(job, signal.SIGKILL)
-                    job.proc.wait()
-            for job in self.active:
-                self._clean(job)
-            self.active.clear()
-            self._reap_orphans(before)
-            slots.sweep_free()
-            cgroups.sweep()
-            remove_scratch(self.scratch)
-            os.close(self._owner_lock)
+            self._end_all(before)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def _look_at(self, job, bar) -> bool:
+        """Whether `job` has ended: on its own, or killed here as its time is up."""
+        rc = job.proc.poll()
+        if rc is None and job.clock.left() <= 0:
+            self._stop(job)
+            self._finished(job, None, bar)
+            return True
+        if rc is not None:
+            self._finished(job, rc, bar)
+            return True
+        return False
+
+    def _stop(self, job) -> None:
+        """SIGTERM the job's worker tree; SIGKILL it if it has not ended TERM_GRACE_S later."""
+        self._kill(job, signal.SIGTERM)
+        self._wait_or_kill(job, TERM_GRACE_S)
+
+    def _wait_or_kill(self, job, grace: float) -> None:
+        """Wait `grace` seconds for the job's worker to end, then SIGKILL its tree."""
+        try:
+            job.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self._kill(job, signal.SIGKILL)
+            job.proc.wait()
+
+    def _end_all(self, before: set[int]) -> None:
+        """End every job still running (one shared grace), then sweep what the batch leaves: orphans, slots,
+        cgroups, the scratch folder, the owner's lock."""
+        for job in self.active:
+            self._kill(job, signal.SIGTERM)
+        limit = time.monotonic() + TERM_GRACE_S
+        for job in self.active:
+            self._wait_or_kill(job, max(0.0, limit - time.monotonic()))
+        for job in self.active:
+            self._clean(job)
+        self.active.clear()
+        self._reap_orphans(before)
+        slots.sweep_free()
+        cgroups.sweep()
+        remove_scratch(self.scratch)
+        os.close(self._owner_lock)
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.stop_signal = signum

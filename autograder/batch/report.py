@@ -47,67 +47,77 @@ def histogram_svg(values: list[float], lo: float, hi: float, svg_id: str, title:
     counts = [0] * bins
     for v in values:
         counts[min(max(int((v - lo) / step), 0), bins - 1)] += 1
-    w, h, pad_l, pad_b, pad_t, pad_r = width, height, 40, 40, 16, 24
-    plot_w, plot_h = w - pad_l - pad_r, h - pad_b - pad_t
-    bar_w = plot_w / bins
+    box = _Box(width, height, lo, hi, log)
     peak = max(counts) or 1
-
-    def x_of(v: float) -> float:
-        return pad_l + plot_w * (v - lo) / (hi - lo)
-
-    def shown(v: float) -> str:
-        return f"{10 ** v:.3g}" if log else f"{v:.3g}"
-
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" id="{svg_id}" role="img" width="{w}" height="{h}" '
-        f'viewBox="0 0 {w} {h}"><title>{escape(title)}</title>',
-        f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{w - pad_r}" y2="{pad_t + plot_h}" stroke="#333"/>',
-        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>',
-        f'<text x="{pad_l - 6}" y="{pad_t + 4}" text-anchor="end" font-size="11">{peak}</text>',
-        f'<text x="{pad_l - 6}" y="{pad_t + plot_h}" text-anchor="end" font-size="11">0</text>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="{svg_id}" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}"><title>{escape(title)}</title>',
+        f'<line x1="{box.left}" y1="{box.bottom}" x2="{width - box.right}" y2="{box.bottom}" stroke="#333"/>',
+        f'<line x1="{box.left}" y1="{box.top}" x2="{box.left}" y2="{box.bottom}" stroke="#333"/>',
+        f'<text x="{box.left - 6}" y="{box.top + 4}" text-anchor="end" font-size="11">{peak}</text>',
+        f'<text x="{box.left - 6}" y="{box.bottom}" text-anchor="end" font-size="11">0</text>',
+        *_bars(box, counts, peak),
+        *(_mark(box, mx, text) for mx, text in marks if lo <= mx <= hi),
+        f'<text x="{box.left + box.plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle" '
+        f'font-size="12">{escape(xlabel)}</text>',
+        "</svg>",
     ]
-    # Bin edges labelled every `every` bins, so that no two labels overlap, the last edge always.
-    edges = [shown(lo + i * step) for i in range(bins)] + [shown(hi)]
+    return "".join(parts)
+
+
+class _Box:
+    """Where a histogram's plot sits in its picture, and how a value reads and is placed on its x axis."""
+
+    left, bottom_pad, top, right = 40, 40, 16, 24
+
+    def __init__(self, width: int, height: int, lo: float, hi: float, log: bool):
+        self.width, self.lo, self.hi, self.log = width, lo, hi, log
+        self.plot_w, self.plot_h = width - self.left - self.right, height - self.bottom_pad - self.top
+        self.bottom = self.top + self.plot_h
+
+    def x_of(self, v: float) -> float:
+        return self.left + self.plot_w * (v - self.lo) / (self.hi - self.lo)
+
+    def shown(self, v: float) -> str:
+        return f"{10 ** v:.3g}" if self.log else f"{v:.3g}"
+
+
+def _bars(box: _Box, counts: list[int], peak: int) -> list[str]:
+    """A histogram's bars, their counts, and its bin edges labelled every `every` bins so that no two labels
+    overlap, the last edge always."""
+    bins = len(counts)
+    step, bar_w = (box.hi - box.lo) / bins, box.plot_w / bins
+    edges = [box.shown(box.lo + i * step) for i in range(bins)] + [box.shown(box.hi)]
     every = max(1, math.ceil((max(map(len, edges)) * CHAR_PX + 6) / bar_w))
+    parts = []
     for i, c in enumerate(counts):
-        a, b = lo + i * step, lo + (i + 1) * step
-        bh = plot_h * c / peak
-        x = pad_l + i * bar_w
+        a, b = box.lo + i * step, box.lo + (i + 1) * step
+        bh = box.plot_h * c / peak
+        x = box.left + i * bar_w
         parts.append(
-            f'<rect class="bar" data-count="{c}" x="{x + 2:.1f}" y="{pad_t + plot_h - bh:.1f}" width="{bar_w - 4:.1f}" '
-            f'height="{bh:.1f}" fill="#4472c4"><title>{shown(a)} to {shown(b)}: '
+            f'<rect class="bar" data-count="{c}" x="{x + 2:.1f}" y="{box.bottom - bh:.1f}" width="{bar_w - 4:.1f}" '
+            f'height="{bh:.1f}" fill="#4472c4"><title>{box.shown(a)} to {box.shown(b)}: '
             f'{plural(c, "submission")}</title></rect>'
         )
         if c:
-            parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{pad_t + plot_h - bh - 3:.1f}" '
-                f'text-anchor="middle" font-size="11">{c}</text>'
-            )
+            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{box.bottom - bh - 3:.1f}" '
+                         f'text-anchor="middle" font-size="11">{c}</text>')
         if i % every == 0 and (bins - i) >= every:
-            parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{pad_t + plot_h + 14}" '
-                f'text-anchor="middle" font-size="11">{edges[i]}</text>'
-            )
-    parts.append(
-        f'<text class="tick" x="{pad_l + plot_w:.1f}" y="{pad_t + plot_h + 14}" '
-        f'text-anchor="middle" font-size="11">{edges[-1]}</text>'
-    )
-    for mx, text in marks:
-        if lo <= mx <= hi:
-            x = x_of(mx)
-            # The label goes right of its line, or left of it where it would leave the chart.
-            left = x + 3 + len(text) * CHAR_PX > w
-            anchor = ' text-anchor="end"' if left else ""
-            parts.append(
-                f'<line class="mark" x1="{x:.1f}" y1="{pad_t}" x2="{x:.1f}" y2="{pad_t + plot_h}" stroke="#c00" '
-                f'stroke-dasharray="4 3"/><text x="{x - 3 if left else x + 3:.1f}" y="{pad_t + 10}" font-size="11" '
-                f'fill="#c00"{anchor}>{escape(text)}</text>'
-            )
-    parts.append(
-        f'<text x="{pad_l + plot_w / 2:.1f}" y="{h - 6}" text-anchor="middle" font-size="12">{escape(xlabel)}</text>'
-    )
-    parts.append("</svg>")
-    return "".join(parts)
+            parts.append(f'<text class="tick" x="{x:.1f}" y="{box.bottom + 14}" '
+                         f'text-anchor="middle" font-size="11">{edges[i]}</text>')
+    parts.append(f'<text class="tick" x="{box.left + box.plot_w:.1f}" y="{box.bottom + 14}" '
+                 f'text-anchor="middle" font-size="11">{edges[-1]}</text>')
+    return parts
+
+
+def _mark(box: _Box, mx: float, text: str) -> str:
+    """A vertical line at `mx` with its label: right of the line, or left of it where it would leave the chart."""
+    x = box.x_of(mx)
+    left = x + 3 + len(text) * CHAR_PX > box.width
+    anchor = ' text-anchor="end"' if left else ""
+    return (f'<line class="mark" x1="{x:.1f}" y1="{box.top}" x2="{x:.1f}" y2="{box.bottom}" stroke="#c00" '
+            f'stroke-dasharray="4 3"/><text x="{x - 3 if left else x + 3:.1f}" y="{box.top + 10}" font-size="11" '
+            f'fill="#c00"{anchor}>{escape(text)}</text>')
 
 
 def score_bins(top: float) -> int:
@@ -344,66 +354,57 @@ def render_report(
     `thresholds` maps a figure (FIGURES) to the rubric's (full credit, no credit) values; `needs`: the
     submissions to open and why (triage.needs_look; from the rows alone when not given)."""
     rows = sorted(rows, key=lambda r: r.submission)
+    attention = _attention_rows(rows, needs if needs is not None else needs_look(rows, problem_ids))
+    return _page(title, [
+        f'<p id="summary">{escape(_summary(rows))}</p>',
+        f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
+        # First what needs a TA: the submissions to open, each with why.
+        f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
+        _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
+        *_score_sections(rows, problem_ids, thresholds or {}),
+        *_list_sections(rows, problem_ids, similar),
+    ])
+
+
+def _score_sections(rows: list[Row], problem_ids: list[str], thresholds: dict[str, tuple[float, float]]) -> list[str]:
+    """The report's distributions: total scores, problems, pass rates per test, the language-model figures."""
     totals = [r.total for r in rows if not r.not_graded]
     max_score = max((r.max for r in rows), default=0.0)
     top = max_score or max(totals, default=1.0) or 1.0
+    return [
+        "<h2>Score distribution</h2>",
+        histogram_svg(totals, 0.0, top, "score-histogram", "Distribution of total scores", "total score",
+                      bins=score_bins(top)),
+        "<h2>Problems</h2>",
+        _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
+        "<h2>Pass rate per test (the most failed first; click a header to sort)</h2>",
+        _table(["test", "passed", "failure rate", "pass rate", "failed by"], _pass_rate_rows(rows), "pass-rates",
+               sortable=True),
+        *(["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds)]
+          if any(t.figures for r in rows for t in r.tests) else []),
+    ]
+
+
+def _list_sections(rows: list[Row], problem_ids: list[str], similar: list[dict] | None) -> list[str]:
+    """The report's lists: the slowest submissions, the integrity flags, the most similar pairs, every submission."""
     slow_rows = [[escape(r.submission), f"{r.wall_s:.1f}", "not graded" if r.not_graded else f"{r.total:g}"]
                  for r in sorted(rows, key=lambda r: (-r.wall_s, r.submission))[:SLOWEST_SHOWN]]
-    attention = _attention_rows(rows, needs if needs is not None else needs_look(rows, problem_ids))
     flag_rows = [[_link(r.submission), escape(key), f"<pre>{escape(text)}</pre>"]
                  for r in rows for key, text in sorted(r.flags.items())]
     pair_rows = _pair_rows(similar or [])
     shown_figures = [k for k in FIGURES if any(_figure_cell(r, k) for r in rows)]
-    return _page(
-        title,
-        [
-            f'<p id="summary">{escape(_summary(rows))}</p>',
-            f'<p id="sandbox">{escape(_sandbox_line(rows))}</p>',
-            # First what needs a TA: the submissions to open, each with why.
-            f"<h2>Submissions that failed or need a look ({len(attention)})</h2>",
-            _table(["submission", "total", "why it is listed"], attention, "failed", sortable=True),
-            "<h2>Score distribution</h2>",
-            histogram_svg(totals, 0.0, top, "score-histogram", "Distribution of total scores", "total score",
-                          bins=score_bins(top)),
-            "<h2>Problems</h2>",
-            _table(["problem", "mean score", "max", "distribution"], _problem_rows(rows, problem_ids), "problems"),
-            "<h2>Pass rate per test (the most failed first; click a header to sort)</h2>",
-            _table(["test", "passed", "failure rate", "pass rate", "failed by"], _pass_rate_rows(rows), "pass-rates",
-                   sortable=True),
-            *(
-                ["<h2>Language-model figures (hidden test lines)</h2>", *_figure_charts(rows, thresholds or {})]
-                if any(t.figures for r in rows for t in r.tests)
-                else []
-            ),
-            f"<h2>Slowest {len(slow_rows)} submissions</h2>",
-            _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
-            f"<h2>Integrity flags ({len(flag_rows)})</h2>",
-            _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
-            *(
-                [
-                    f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
-                    _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar"),
-                ]
-                if similar is not None
-                else []
-            ),
-            "<h2>All submissions</h2>",
-            _table(
-                [
-                    "submission",
-                    *problem_ids,
-                    "total",
-                    *[FIGURES[k][3] for k in shown_figures],
-                    "time (s)",
-                    "sandbox",
-                    "flags",
-                ],
-                _all_rows(rows, problem_ids, shown_figures),
-                "all",
-                sortable=True,
-            ),
-        ],
-    )
+    return [
+        f"<h2>Slowest {len(slow_rows)} submissions</h2>",
+        _table(["submission", "grading time (s)", "total"], slow_rows, "slowest"),
+        f"<h2>Integrity flags ({len(flag_rows)})</h2>",
+        _table(["submission", "flag", "what the grader found"], flag_rows, "flags", sortable=True),
+        *([f"<h2>Most similar pairs ({len(pair_rows)}; details in similarity.html)</h2>",
+           _table(["submission", "submission", "file", "similarity", "flagged"], pair_rows, "similar")]
+          if similar is not None else []),
+        "<h2>All submissions</h2>",
+        _table(["submission", *problem_ids, "total", *[FIGURES[k][3] for k in shown_figures], "time (s)",
+                "sandbox", "flags"], _all_rows(rows, problem_ids, shown_figures), "all", sortable=True),
+    ]
 
 
 def thresholds_of(problems: dict) -> dict[str, tuple[float, float]]:

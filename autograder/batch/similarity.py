@@ -91,7 +91,6 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
                  listed_min: float = LISTED_MIN, handout: Path = HANDOUT) -> Run:
     """Compare every pair of submissions; rows (a, b, file, score_a, score_b, lines_a, lines_b) best first."""
     started = time.perf_counter()
-    unlisted = flagged = 0
     _STATE.clear()
     _STATE["boilerplate"] = boilerplate_hashes(handout_sources(handout))
     _STATE["listed_min"] = listed_min
@@ -118,17 +117,7 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
         for kind, rows_done, block in (pool.imap_unordered(_score_rows, tasks) if pool else map(_score_rows, tasks)):
             scores[kind][rows_done] = block
         phases["score every pair"] = time.perf_counter() - started - sum(phases.values())
-        candidates = []
-        best = np.zeros((n, n))
-        for kind in FILES:
-            both = np.maximum(scores[kind], scores[kind].T)
-            best = np.maximum(best, both)
-            i, j = np.nonzero(np.triu((both >= listed_min) & (both > 0), k=1))
-            candidates += [(-both[a, b], int(a), int(b), kind) for a, b in zip(i, j)]
-        candidates.sort()
-        details = [(a, b, kind) for _, a, b, kind in candidates[:MAX_LISTED]]
-        unlisted = len(candidates) - len(details)
-        flagged = int(np.count_nonzero(np.triu((best >= threshold) & (best > 0), k=1)))
+        details, unlisted, flagged = _pairs_to_list(scores, threshold, listed_min)
         chunk = max(1, len(details) // (8 * max(1, jobs)))
         rows = list(pool.imap_unordered(_detail, details, chunksize=chunk) if pool else map(_detail, details))
         phases["matched lines of listed pairs"] = time.perf_counter() - started - sum(phases.values())
@@ -148,6 +137,22 @@ def find_similar(paths: list[Path], names: list[str], *, jobs: int = 1, threshol
         pairs=n * (n - 1) // 2, file_pairs=file_pairs, threshold=threshold, seconds=time.perf_counter() - started,
         noise_t=NOISE_T, guarantee_t=GUARANTEE_T, phases=phases,
     )
+
+
+def _pairs_to_list(scores: dict, threshold: float, listed_min: float) -> tuple[list[tuple[int, int, str]], int, int]:
+    """From each file's score matrix: the pairs to list in detail (best first, at most MAX_LISTED), how many more
+    reached `listed_min`, and how many pairs of submissions reach `threshold` in some file."""
+    n = len(next(iter(scores.values())))
+    candidates, best = [], np.zeros((n, n))
+    for kind in FILES:
+        both = np.maximum(scores[kind], scores[kind].T)
+        best = np.maximum(best, both)
+        i, j = np.nonzero(np.triu((both >= listed_min) & (both > 0), k=1))
+        candidates += [(-both[a, b], int(a), int(b), kind) for a, b in zip(i, j)]
+    candidates.sort()
+    details = [(a, b, kind) for _, a, b, kind in candidates[:MAX_LISTED]]
+    flagged = int(np.count_nonzero(np.triu((best >= threshold) & (best > 0), k=1)))
+    return details, len(candidates) - len(details), flagged
 
 
 def run_class(paths: list[Path], out: Path, *, threshold: float = DEFAULT_THRESHOLD, jobs: int = 1,

@@ -35,8 +35,9 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from autograder.batch.pool import selected_problems
+from autograder.grading import rubric_check
 from gradelib.handin_contract import HANDIN_FILES
+from gradelib.problems import graded
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_FILES = Path(__file__).resolve().parent / "platform_files"
@@ -175,7 +176,7 @@ def main() -> None:
         )
     elif args.platform == "autolab":
         tar_path, makefile = build_autolab(out, args.torch_wheel, args.autodriver)
-        ids = ", ".join(p.id for p in selected_problems(None))
+        ids = ", ".join(graded(rubric_check.load()))
         print(
             f"autolab: wrote {tar_path} ({tar_path.stat().st_size / 2**20:.1f} MiB, {n} files) and {makefile}; "
             f"handin file name: handin.tar; problem names: {ids}; image: docker build -t attention-grader {out}"
