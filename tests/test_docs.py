@@ -253,13 +253,14 @@ def test_the_suites_summary_sums_its_timing_lines():
         {"session": "start", "time": 100.0, "load": [1.5, 1.0, 0.5]},
         {"file": "test_a.py", "start": 105.0, "end": 115.0, "cpu_s": 5.0, "worker": "gw0", "outcomes": {"passed": 3}},
         {"file": "test_b.py", "start": 106.0, "end": 134.0, "cpu_s": 20.0, "worker": "gw1",
-         "outcomes": {"passed": 1, "skipped": 2}},
+         "outcomes": {"passed": 1, "skipped": 2}, "load": [9.25, 4.0, 2.0]},
         {"file": "test_a.py", "start": 135.0, "end": 139.0, "cpu_s": 1.5, "worker": "gw1", "outcomes": {"failed": 1}},
         {"session": "end", "time": 140.0, "load": [2.0, 1.0, 0.5], "exitstatus": 1},
     ]
     s = suite_summary(lines)
     assert (s["wall_s"], s["cpu_s"], s["workers"], s["files"]) == (40.0, 26.5, 2, 2)
     assert s["tests"] == {"passed": 4, "skipped": 2, "failed": 1} and s["load_start"] == [1.5, 1.0, 0.5]
+    assert s["load_peak"] == 9.25  # the highest 1-minute load any line read, the session's own included
     assert [(f["file"], f["wall_s"], f["cpu_s"]) for f in s["longest"]] == [("test_b.py", 28.0, 20.0),
                                                                              ("test_a.py", 14.0, 6.5)]
     # Without the session's lines (an older timing file), the span of its test files.

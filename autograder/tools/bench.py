@@ -48,7 +48,7 @@ from autograder.tools.bench_class import BenchError as ClassBenchError
 from autograder.tools.bench_class import print_class_figures
 from autograder.tools.bench_similarity import print_similarity_figures
 from autograder.tools.demo import reference_handin
-from autograder.tools.measured import host_record, write
+from autograder.tools.measured import LoadPeak, host_record, write
 from gradelib.handin import sources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=8, help="handins in the batch figure (default 8)")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "bench.json", help="the figures as JSON")
     args = ap.parse_args(argv)
-    load_start = os.getloadavg()
+    load_start, load_peak = os.getloadavg(), LoadPeak()
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         figures, complete, otter = _figures(Path(tmp), args.batch)
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     data["similarity"] = print_similarity_figures()
     command = "python -m autograder.tools.bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    write(args.out, {"recorded": host_record(command.strip(), load_start), **data})
+    write(args.out, {"recorded": host_record(command.strip(), load_start, load_peak.stop()), **data})
     print(f"\nbench: the figures as JSON in {args.out}")
 
 

@@ -43,7 +43,8 @@ def _duration(seconds: float) -> str:
 def recorded(r: dict) -> str:
     """The host and the moment a measurement recorded, in one line."""
     date = datetime.datetime.fromisoformat(r["date"]).strftime("%Y-%m-%d %H:%M UTC")
-    load = f"load average {r['load_start'][0]:g} at the start, {r['load_end'][0]:g} at the end"
+    peak = f", up to {r['load_peak']:g} in between" if r.get("load_peak") else ""
+    load = f"load average {r['load_start'][0]:g} at the start{peak}, {r['load_end'][0]:g} at the end"
     load += f", run at niceness {r['nice']}" if r.get("nice") else ""
     return (f"Measured {date} on `{r['host']}` ({r['cpus']} CPUs, {r['cpu']}; {r['system']}; Python {r['python']}), "
             f"{load}, commit `{r['commit'] or 'unknown'}`: `{r['command']}`.")

@@ -23,6 +23,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +48,25 @@ def commit() -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def host_record(command: str, load_start: tuple[float, ...] | None = None) -> dict:
-    """The host and the moment: date (UTC), host name, CPU model and count, load averages, priority, Python, commit."""
+class LoadPeak:
+    """The highest 1-minute load average seen while a measurement runs: a thread reads it every 5 s."""
+
+    def __init__(self) -> None:
+        self.peak, self._done = os.getloadavg()[0], threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(5.0):
+            self.peak = max(self.peak, os.getloadavg()[0])
+
+    def stop(self) -> float:
+        self._done.set()
+        return round(max(self.peak, os.getloadavg()[0]), 2)
+
+
+def host_record(command: str, load_start: tuple[float, ...] | None = None, load_peak: float | None = None) -> dict:
+    """The host and the moment: date (UTC), host name, CPU model and count, load averages (at the start, the highest
+    seen in between, at the end), priority, Python, commit."""
     load = [round(x, 2) for x in os.getloadavg()]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -57,6 +75,7 @@ def host_record(command: str, load_start: tuple[float, ...] | None = None) -> di
         "cpus": os.cpu_count(),
         "load_start": [round(x, 2) for x in load_start] if load_start else load,
         "load_end": load,
+        **({"load_peak": load_peak} if load_peak is not None else {}),
         "nice": os.nice(0),  # the measurement's priority: above 0 it yielded to other work, below it went first
         "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
@@ -94,6 +113,7 @@ def suite_summary(lines: list[dict], longest: int = 8) -> dict:
     return {
         "wall_s": round(end - start, 1),
         "load_start": session["start"]["load"] if "start" in session else None,
+        "load_peak": round(max((r["load"][0] for r in lines if "load" in r), default=0.0), 2) or None,
         "cpu_s": round(sum(r["cpu_s"] for r in lines), 1),
         "workers": len({r["worker"] for r in lines}),
         "files": len(per_file),
@@ -132,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             lines = [json.loads(line) for path in args.inputs for line in path.read_text().splitlines() if line.strip()]
             summary = suite_summary(lines)
-            data = {"recorded": host_record(args.command, summary.pop("load_start")), **summary}
+            loads = summary.pop("load_start"), summary.pop("load_peak")
+            data = {"recorded": host_record(args.command, *loads), **summary}
             said = f"the suite took {data['wall_s']:.0f} s, {data['cpu_s']:.0f} CPU-s, tests {data['tests']}"
     except (OSError, ValueError, KeyError) as exc:
         print(f"measured: cannot read {' '.join(map(str, args.inputs))}: {exc!r}", file=sys.stderr)
