@@ -109,12 +109,14 @@ def copy_solution(tmp_path: Path):
 # runs the machine's own level, then the portable one, while test_attacks_processes.py starts with its
 # fallback-level tests (BATCH_FIRST): two workers share the three batches instead of one running them in a row;
 # the other test_attacks_*.py files read them at their end.
-LONGEST_FIRST = ("test_attacks_batch.py", "test_attacks_processes.py", "test_own_corpus.py", "test_class_grading.py",
-                 "test_faults.py", "test_container.py", "test_lm_notebook_bugs.py", "test_mutants.py",
-                 "test_lm_model_grading.py", "test_student_platforms.py", "test_platforms.py", "test_course_ops.py",
-                 "test_attacks_files.py", "test_attacks_template.py", "test_attacks_autograd.py",
-                 "test_attacks_harness.py", "test_handout.py", "test_notebooks_handout.py", "test_notebook_checks.py",
-                 "test_attention_bugs.py", "test_notebooks_robustness.py", "test_lm_notebook.py")
+LONGEST_FIRST = ("test_attacks_batch.py", "test_attacks_processes.py", "test_own_corpus.py", "test_container.py",
+                 "test_class_grading.py", "test_attacks_hidden.py", "test_student_platforms.py", "test_faults.py",
+                 "test_mutants.py", "test_notebooks_handout.py", "test_notebooks_robustness.py",
+                 "test_lm_notebook_bugs.py", "test_attention_bugs.py", "test_notebook_checks.py", "test_handout.py",
+                 "test_platforms.py", "test_class_tools.py", "test_attacks_autograd.py", "test_notebooks_bugs.py",
+                 "test_attacks_template.py", "test_attention_student_patterns.py", "test_lm_model_grading.py",
+                 "test_course_ops.py", "test_attacks_files.py", "test_same_verdict.py", "test_attacks_harness.py",
+                 "test_safe_reading.py", "test_lm_notebook.py")
 BATCH_FIRST = {"test_attacks_batch.py": ("machine", "portable"), "test_attacks_processes.py": ("fallback",)}
 
 
