@@ -166,7 +166,7 @@ def _close_file_span() -> None:
     if _file_span:
         cpu0 = _file_span.pop("cpu0")
         record = {**_file_span, "end": time.time(), "cpu_s": round(_cpu_s() - cpu0, 1),
-                  "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+                  "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "load": os.getloadavg()}
         with open(os.environ["TEST_FILE_TIMES"], "a") as fh:
             fh.write(json.dumps(record) + "\n")
         _file_span.clear()

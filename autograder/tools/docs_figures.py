@@ -108,8 +108,9 @@ def suite(s: dict) -> str:
     tests = ", ".join(f"{n} {outcome}" for outcome, n in sorted(s["tests"].items(), key=lambda kv: -kv[1]))
     head = (f"{recorded(s['recorded'])}\n\n`make test` ran {sum(s['tests'].values())} tests ({tests}) in "
             f"{s['files']} files on {s['workers']} workers: **{_duration(s['wall_s'])}** of wall clock, "
-            f"{s['cpu_s']:,.0f} CPU-seconds. The longest files:\n\n")
-    rows = ["| file | wall clock | CPU-seconds |", "|---|---|---|"]
+            f"{s['cpu_s']:,.0f} CPU-seconds in the test processes (the sandboxed runs they start are not counted). "
+            "The longest files:\n\n")
+    rows = ["| file | wall clock | CPU-seconds of its test process |", "|---|---|---|"]
     rows += [f"| `{f['file']}` | {_duration(f['wall_s'])} | {f['cpu_s']:.0f} |" for f in s["longest"]]
     return head + "\n".join(rows)
 

@@ -113,7 +113,8 @@ def suite_summary(lines: list[dict], longest: int = 8) -> dict:
     return {
         "wall_s": round(end - start, 1),
         "load_start": session["start"]["load"] if "start" in session else None,
-        "load_peak": round(max((r["load"][0] for r in lines if "load" in r), default=0.0), 2) or None,
+        "load_peak": round(max((r["load"][0] for r in [*lines, *session.values()] if "load" in r), default=0.0), 2)
+        or None,
         "cpu_s": round(sum(r["cpu_s"] for r in lines), 1),
         "workers": len({r["worker"] for r in lines}),
         "files": len(per_file),
