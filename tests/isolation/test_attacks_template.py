@@ -124,7 +124,7 @@ def test_every_public_run_of_a_submission_comes_before_its_hidden_runs_all_from_
 
 # Two runs in one session, at a level: what each says of how it ran (its isolation lines, its output).
 SESSION_RUNS = r"""
-import json, os, sys, tempfile
+import json, os, shutil, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from autograder import isolation as sandbox
@@ -139,6 +139,7 @@ with sandbox.session(root, limits):
         (work / "harness.py").write_text("import os, torch\nprint('pid', os.getpid(), 'uid', os.getuid())\n")
         done = sandbox.run(["harness.py"], work, limits)
         said.append({{"isolation": done.isolation, "returncode": done.returncode, "log": done.log_tail}})
+shutil.rmtree(root)
 print("RUNS" + json.dumps({{"level": sandbox.isolation_level(), "runs": said}}))
 """
 
