@@ -198,12 +198,13 @@ def test_a_target_is_never_written_where_the_child_points(tmp_path):
     (inputs / "test_reveal_0.npy").symlink_to(victim)
     np.save(outputs / "step_0.npy", np.zeros((3, 30), np.float32))
     fd = os.open(inputs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    revealer = model_quality.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)})
+    revealer = model_quality.Revealer(tmp_path / "outputs", fd, {"test": np.ones((3, 20), np.int64)}, tmp_path)
     revealer.start()
     revealer.join(5)
     revealer.stop.set()
     revealer.join()
     os.close(fd)
+    revealer.forget()
     assert victim.read_text() == "untouched"
     assert "could not reveal" in revealer.problems["test"]
     assert len(revealer.answers["test"]) == 1  # the answer it gave is kept; nothing after it is revealed

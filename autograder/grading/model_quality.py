@@ -213,7 +213,7 @@ def model_run(ctx: GradeContext, settings: dict) -> lm_model.ModelRun:
         task["teacher_forcing"] = [{"name": n, "inputs": f"inputs/{n}.npz", "steps": PREDICTION_STEPS}
                                    for n in inputs.sets]
         finishing.append(reveal(scratch / "outputs", scratch / "inputs",
-                                {n: out for n, (_, out) in inputs.sets.items()}))
+                                {n: out for n, (_, out) in inputs.sets.items()}, keep_in=ctx.scratch_root))
         return task
 
     def collect(scratch: Path, run, report) -> None:
@@ -261,12 +261,14 @@ def _collect_hidden(inputs: lm_model.Inputs, result: HiddenRun, meta: dict, run,
                     if type(v) in (int, float) and 0 <= v < 1e9}  # a bounded number, never a huge int
 
 
-def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray]):
+def reveal(outputs: Path, inputs: Path, sets: dict[str, np.ndarray], keep_in: Path | None = None):
     """Start revealing each hidden set's true characters (set -> targets (B, steps)) into the folder `inputs`
     beside the model's run, each once the run has answered the step it grades in `outputs`; returns the
-    function that stops it (once the child is gone) and gives the Revealer (.answers, .problems)."""
+    function that stops it (once the child is gone) and gives the Revealer (.answers, .problems). `keep_in`: where
+    the Revealer keeps what the run wrote first (the submission's scratch folder, which a killed batch's successor
+    sweeps; the system's temp folder if None)."""
     fd = os.open(inputs, DIR_FLAGS)  # a descriptor of the folder itself (never a link's), before the child starts
-    revealer = Revealer(outputs, fd, sets)
+    revealer = Revealer(outputs, fd, sets, keep_in)
     revealer.start()
 
     def finish() -> Revealer:
@@ -288,8 +290,9 @@ class Revealer(threading.Thread):
     """Reveals each true character once the child has answered the step it grades; before the first, keeps what
     the child had written (SEEN_BEFORE_REVEAL) in `seen`, a folder of the grader's."""
 
-    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray]):
+    def __init__(self, outputs: Path, inputs_fd: int, sets: dict[str, np.ndarray], keep_in: Path | None = None):
         super().__init__(daemon=True)
+        self.keep_in = keep_in
         self.outputs, self.inputs_fd, self.sets = outputs, inputs_fd, sets
         self.answers: dict[str, list[np.ndarray]] = {name: [] for name in sets}
         self.problems: dict[str, str] = {}
@@ -298,7 +301,7 @@ class Revealer(threading.Thread):
 
     def keep_what_was_written(self) -> None:
         """Copy SEEN_BEFORE_REVEAL as the child wrote it (each read as the grader reads it) into `seen`."""
-        self.seen = Path(tempfile.mkdtemp(prefix="gradelib-seen-"))
+        self.seen = Path(tempfile.mkdtemp(prefix="gradelib-seen-", dir=self.keep_in))
         kept, scratch = self.seen / "outputs", self.outputs.parent
         kept.mkdir()
         for name in SEEN_BEFORE_REVEAL:
