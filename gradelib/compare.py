@@ -116,9 +116,10 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
     dtype = str(expected.dtype)
     got64, exp64 = arr.astype(np.float64), expected.astype(np.float64)
     bad, finite = _non_finite(got64), np.isfinite(got64)
+    rtol_ratio = 1e-3 if arr.dtype == np.float32 else 1e-4  # float32 entries that cancel keep fewer correct digits
     if bad:
         first = tuple(np.argwhere(~finite)[0])
-        ratio = constant_ratio(got64[finite], exp64[finite]) if finite.any() else None  # A_w stored scaled and masked
+        ratio = constant_ratio(got64[finite], exp64[finite], rtol_ratio) if finite.any() else None  # A_w scaled, masked
         return Check(name, False, "values", f"'{name}' has {bad} entries of {arr.size}, first at index "
                                             f"{_fmt_index(first)} (expected {exp64[first]:.6g}).{tail}", float("inf"),
                      ratio=ratio, dtype=dtype, slip=_times(ratio))
@@ -131,8 +132,7 @@ def _values(name: str, arr: np.ndarray, expected: np.ndarray, rtol: float, atol:
         return Check(name, True, "ok", f"'{name}' matches (max abs error {max_err:.2g}).", max_err, dtype=dtype,
                      trivial=not np.any(exp64))
     rel = max_err / max(abs(float(exp64[worst])), 1e-300)
-    # float32 entries that cancel (a saturated softmax's gradients) keep fewer correct digits.
-    ratio = constant_ratio(got64, exp64, 1e-3 if arr.dtype == np.float32 else 1e-4)
+    ratio = constant_ratio(got64, exp64, rtol_ratio)
     factor = f" got/expected = {ratio:.4g} everywhere: a constant factor is off." if ratio is not None else ""
     float32_level = expected.dtype == np.float64 and ratio is None and bool(
         np.all(err <= FLOAT32_LEVEL["atol"] * scale + FLOAT32_LEVEL["rtol"] * np.abs(exp64)))

@@ -112,6 +112,24 @@ def test_a_constant_factor_is_named_and_other_errors_are_not():
     assert not other.passed and other.ratio is None and "got/expected" not in other.message
 
 
+def test_a_float32_factor_is_named_with_float32_digits_with_or_without_masked_entries():
+    """A float32 A_w stored scaled (and masked with -inf): its finite entries are 1/2 of the expected ones to float32's
+    digits (a matmul summed in another order, as another CPU's kernels do, leaves 3e-4 relative where entries
+    cancel). The factor is named either way, so the same slip is one mistake on every machine; 1e-3 off is not."""
+    rng = np.random.default_rng(0)
+    expected = rng.normal(0, 1, (3, 4, 4)).astype(np.float32)
+    wobble = 1 + 3e-4 * rng.choice([-1.0, 1.0], expected.shape)
+    scaled = (expected * 0.5 * wobble).astype(np.float32)
+    masked = scaled.copy()
+    masked[:, 0, 1:] = -np.inf
+    for got in (scaled, masked):
+        c = check("A_w", Observed(True, "torch.Tensor", got), expected, rtol=1e-4, atol=1e-5)
+        assert not c.passed and c.ratio == pytest.approx(0.5, rel=1e-3), c.message
+    off = (expected * 0.5 * (1 + 3e-3 * rng.choice([-1.0, 1.0], expected.shape))).astype(np.float32)
+    off[:, 0, 1:] = -np.inf
+    assert check("A_w", Observed(True, "torch.Tensor", off), expected, rtol=1e-4, atol=1e-5).ratio is None
+
+
 def test_a_constant_factor_is_named_for_real_numbers_only():
     """Scaled values get 'got/expected = k'; integer ids (a generator that emitted id 0 everywhere) do not."""
     scaled = run(tensor(EXPECTED * 0.5))
