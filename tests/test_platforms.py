@@ -127,6 +127,21 @@ def test_autolab_dockerfile_recipe_holds_together(packages, tmp_path):
     assert (folder / "requirements-grading.txt").read_bytes() == (REPO / "requirements-grading.txt").read_bytes()
 
 
+def test_autolab_and_prairielearn_images_share_their_steps_up_to_the_install():
+    """The two Dockerfiles agree step for step up to install-grader.sh's RUN (COPY sources of the same bytes, as both
+    packages copy them), so a host that builds both images builds the system packages and /opt/grader once."""
+    from autograder.platforms.check import dockerfile_steps
+
+    files = REPO / "autograder" / "platforms" / "platform_files"
+    install = ("RUN", "sh /opt/grader-build/install-grader.sh")
+    prefixes = []
+    for path in (files / "Dockerfile", files / "prairielearn" / "Dockerfile"):
+        base, steps = dockerfile_steps(path)
+        assert base == "debian:bookworm-slim" and install in steps, path
+        prefixes.append(steps[:steps.index(install) + 1])
+    assert prefixes[0] == prefixes[1]
+
+
 def _slim_environment(folder: Path) -> Path:
     """A virtual environment holding only requirements-grading.txt's packages and what they require, as
     hard links to this environment's files (none of jupyter, otter, nbformat, pytest...); its python."""

@@ -165,7 +165,7 @@ def test_a_program_started_below_the_audit_layer(attack_batch, attack):
     that refuses subprocess, os.exec* and os.posix_spawn never sees it. At the Linux levels seccomp refuses
     execve: the other program never starts (the forked child exits 255), and the backward points are lost (17 of
     30). At the portable level nothing stops it: the program starts (its mark is there) and, given the time to
-    import torch, scores the backward points (30 of 30 with a 120 s limit; on a loaded machine the batch's 20 s may
+    import torch, scores the backward points (30 of 30 with a 120 s limit; on a loaded machine the batch's 10 s may
     not be enough, so its points are not checked here), as docs/isolation.md says of that level."""
     only_at(attack_batch, "namespaces", "fallback", "portable", attack=attack)
     result = attack_batch["results"][attack]
