@@ -6,6 +6,7 @@ import fcntl
 import os
 import pickle
 import shutil
+import tempfile
 from pathlib import Path
 
 # One torch thread in each test worker (read when torch starts, so before anything imports it): the
@@ -34,9 +35,14 @@ def otter_build(tmp_path_factory) -> tuple[dict[str, bytes], Path]:
     with open(shared / "otter_build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (done / "files.pickle").is_file():
-            staff = done / "staff"
+            staff, private = done / "staff", done / "tmp"  # the build's temp folder: what it leaves there is listed
             staff.mkdir(parents=True, exist_ok=True)
-            files = notebooks.build(staff_out=staff)
+            private.mkdir(exist_ok=True)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("TMPDIR", str(private))
+                patch.setattr(tempfile, "tempdir", None)
+                files = notebooks.build(staff_out=staff)
+            (done / "left_in_tmp.txt").write_text("".join(f"{p.name}\n" for p in sorted(private.iterdir())))
             (done / "files.pickle.tmp").write_bytes(pickle.dumps(files))
             (done / "files.pickle.tmp").rename(done / "files.pickle")
     return pickle.loads((done / "files.pickle").read_bytes()), done / "staff"

@@ -49,6 +49,13 @@ def test_student_build_reproduces_the_committed_handout_byte_for_byte(built):
     assert committed_tests == {rel for rel in files if rel.startswith("tests/")}
 
 
+def test_the_build_leaves_nothing_in_the_temp_folder(built):
+    """otter assign writes each notebook's tests into a temporary folder it never removes: the build gives it one of
+    its own, removed with the build's (the shared fixture lists what the build left in the temp folder it was given)."""
+    _, staff = built
+    assert (staff.parent / "left_in_tmp.txt").read_text() == ""
+
+
 def test_solutions_and_hidden_tests_stay_out_of_the_handout(built):
     files, staff = built
     for name in NOTEBOOKS:

@@ -27,6 +27,7 @@ tagged `skip-grading` (plots, demos) are not run by the hidden grader.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def run_assign(names: tuple[str, ...], workdir: Path) -> dict[str, Path]:
         folder.mkdir(parents=True)
         shutil.copyfile(SOLUTIONS / name, folder / name)
         cmd = [sys.executable, "-m", "otter", "assign", "--no-pdfs", "--no-run-tests", name, "dist"]
-        procs[name] = (folder, subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        # otter assign writes the tests into a temporary folder it never removes: one under `workdir`, removed with it
+        env = {**os.environ, "TMPDIR": str(folder)}
+        procs[name] = (folder, subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT))
     out = {}
     for name, (folder, proc) in procs.items():
         log, _ = proc.communicate(timeout=ASSIGN_TIMEOUT_S)
