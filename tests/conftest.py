@@ -13,6 +13,11 @@ from pathlib import Path
 # workers already share the cores, and two threads of one process that wait on each other crawl on a
 # busy machine. Code that asks for threads itself (reference training) still gets them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# An optimiser's first step makes torch's compiler cache folder, /tmp/torchinductor_<user> (the tests that train): the
+# suite's is made here under build/, which it owns (a run as another user finds it there), and nothing is left in /tmp.
+INDUCTOR_CACHE = Path(__file__).resolve().parent.parent / "build" / "torchinductor"
+INDUCTOR_CACHE.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
 
 import pytest  # noqa: E402
 
