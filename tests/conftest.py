@@ -59,8 +59,6 @@ def shared_batch(tmp_path_factory, level: str = "", attacks: tuple[str, ...] | N
     As for otter_build, the first worker that asks runs it while holding a lock and the others read what
     it saved; a failed run saves nothing, and the next test that asks runs it again in a folder of its own.
     """
-    import tempfile
-
     from attack_batch import run_batch
 
     base = tmp_path_factory.getbasetemp()
