@@ -183,6 +183,16 @@ def test_a_scaled_and_masked_a_w_costs_the_raw_scores_line_alone_and_keeps_t_1(t
         assert said.startswith("passed on all") and "('A_w': graded by their own lines, not again here)" in said, said
 
 
+def test_a_slip_made_at_t_1_alone_is_not_forgiven_as_the_same_slip(tmp_path):
+    """A_w halved only where T = 1, right on every other case: the T = 1 line's forgiveness needs the same slip on the
+    ordinary cases, and there is none, so that line is lost in both sets (float32's looser factor digits included)."""
+    old = "        self.A_w = self.Q @ self.K.transpose(1, 2)  # (B, T, T)\n"
+    text = edited(old, old + "        if self.A_w.shape[1] == 1:\n            self.A_w = self.A_w * 0.5\n")
+    result, failing = graded(tmp_path, text)
+    assert failing == {("single_position", "public"), ("single_position", "hidden")}, outputs(result)
+    assert result.score == pytest.approx(points_without(failing))
+
+
 def test_a_float32_softmax_that_raises_on_float64_loses_both_stability_lines(tmp_path):
     """No max subtraction, and a row sum made with a float32 column of ones: every float64 case raises the same
     dtype error, the large-scores float64 case too (forgiven: charged on the ordinary lines), and the float32
